@@ -1,0 +1,105 @@
+"""Session adapters: read an agent's transcripts into one normalised shape, looked up by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmem.adapters.base import (
+    AdapterError,
+    Cursor,
+    InvalidSessionId,
+    NoTranscript,
+    SessionAdapter,
+    SessionInfo,
+    SessionNotFound,
+    StoreLocked,
+    ToolCall,
+    Transcript,
+    TranscriptMessage,
+    validate_session_id,
+)
+from llmem.adapters.copilot import CopilotAdapter, has_sessions
+from llmem.adapters.opencode import OpenCodeAdapter, find_databases, has_legacy_storage
+
+ADAPTER_NAMES = ("opencode", "copilot", "none")
+# `auto` is a config value, resolved by detect_adapter() to one of ADAPTER_NAMES.
+CONFIG_CHOICES = ("auto", *ADAPTER_NAMES)
+
+__all__ = [
+    "ADAPTER_NAMES",
+    "CONFIG_CHOICES",
+    "AdapterError",
+    "CopilotAdapter",
+    "Cursor",
+    "InvalidSessionId",
+    "NoTranscript",
+    "NoneAdapter",
+    "OpenCodeAdapter",
+    "SessionAdapter",
+    "SessionInfo",
+    "SessionNotFound",
+    "StoreLocked",
+    "ToolCall",
+    "Transcript",
+    "TranscriptMessage",
+    "detect_adapter",
+    "find_databases",
+    "get_adapter",
+    "has_legacy_storage",
+    "has_sessions",
+    "validate_session_id",
+]
+
+
+class NoneAdapter:
+    """The `none` adapter: no sessions, and every transcript read raises NoTranscript."""
+
+    name = "none"
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """Always empty."""
+        return []
+
+    def read_transcript(self, session_id: str, after: Cursor = None) -> Transcript:
+        """Raise NoTranscript: with session.adapter = none there is nothing to read."""
+        raise NoTranscript("no_transcript: session.adapter is 'none'")
+
+
+def detect_adapter(
+    opencode_data_dir: str | Path | None, copilot_state_dir: str | Path | None
+) -> str:
+    """Pick `opencode`, `copilot` or `none` from what exists on disk (session.adapter: auto)."""
+    if opencode_data_dir is not None:
+        data_dir = Path(opencode_data_dir).expanduser()
+        if find_databases(data_dir) or (data_dir / "storage").is_dir():
+            return "opencode"
+    if copilot_state_dir is not None and has_sessions(copilot_state_dir):
+        return "copilot"
+    return "none"
+
+
+def get_adapter(
+    name: str,
+    *,
+    opencode_data_dir: str | Path | None = None,
+    copilot_state_dir: str | Path | None = None,
+    copilot_share_dir: str | Path | None = None,
+) -> SessionAdapter:
+    """The adapter called `name` (or `auto`), built from the paths it needs; others are ignored."""
+    if name == "auto":
+        name = detect_adapter(opencode_data_dir, copilot_state_dir)
+    if name == "opencode":
+        if opencode_data_dir is None:
+            raise AdapterError(
+                "the opencode adapter needs the OpenCode data dir (session.opencode)"
+            )
+        return OpenCodeAdapter(opencode_data_dir)
+    if name == "copilot":
+        if copilot_state_dir is None:
+            raise AdapterError("the copilot adapter needs copilot.state_dir (session-state dir)")
+        return CopilotAdapter(copilot_state_dir, copilot_share_dir)
+    if name == "none":
+        return NoneAdapter()
+    raise AdapterError(
+        f"unknown session adapter {name!r}; choose one of: {', '.join(CONFIG_CHOICES)}"
+    )

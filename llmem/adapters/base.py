@@ -1,0 +1,222 @@
+"""The normalised transcript every session adapter produces, and the shared helpers."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from llmem.errors import LlmemError
+
+# Tool output is kept only as a reminder of what happened; the full text can be megabytes.
+TOOL_OUTPUT_CAP = 2000
+# Tool inputs (e.g. an edit's oldString/newString or a write's content) are capped per value.
+TOOL_INPUT_VALUE_CAP = 2000
+
+ROLES = ("user", "assistant", "system", "tool")
+
+# Session ids come from file and directory names: letters, digits, '_' and '-' only, so an id
+# can never name a path outside the directory it is looked up in (no '/', '..', '~', NUL).
+_SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+
+
+class AdapterError(LlmemError):
+    """A transcript store could not be read; the message says what to do."""
+
+
+class InvalidSessionId(AdapterError, ValueError):
+    """A session id that is not a plain token (it could escape the store's directory)."""
+
+
+class SessionNotFound(AdapterError, LookupError):
+    """The adapter's store has no session with this id."""
+
+
+class StoreLocked(AdapterError):
+    """The agent's database stayed locked by another process for longer than we wait."""
+
+
+class NoTranscript(AdapterError):
+    """The configured adapter is `none`: there is no transcript to read."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool invocation: its input and an abbreviated output."""
+
+    name: str
+    input: Any = None
+    output: str = ""
+    # pending | running | completed | error (None when the format does not say)
+    status: str | None = None
+    call_id: str | None = None
+    # OpenCode `task` calls name the child session they ran in (state.metadata.sessionId).
+    child_session_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TranscriptMessage:
+    """One message of a session, in the shape every adapter agrees on."""
+
+    # Stable key usable as a cursor (OpenCode msg_ id, Copilot event id, md-<n> for exports).
+    id: str
+    # Position among the session's raw records; skipped malformed records leave gaps.
+    index: int
+    role: str  # user | assistant | system | tool
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    time_ms: int | None = None
+    # Last time the record was written (OpenCode updates rows in place while streaming).
+    updated_ms: int | None = None
+    completed_ms: int | None = None
+    # OpenCode assistant messages name the user message they answer (data.parentID).
+    reply_to: str | None = None
+    finish: str | None = None
+    error: str | None = None
+    # message | compaction_request | compaction_summary | compaction_continue |
+    # compaction_marker | system_prompt
+    kind: str = "message"
+    synthetic: bool = False
+    reasoning: str = ""
+
+
+@dataclass
+class Transcript:
+    """A session's metadata and messages, optionally only those after a cursor."""
+
+    adapter: str
+    session_id: str
+    title: str | None = None
+    # Where the agent ran (cwd) and, when known, the repository root it belongs to.
+    directory: str | None = None
+    project_root: str | None = None
+    parent_session_id: str | None = None
+    created_ms: int | None = None
+    updated_ms: int | None = None
+    archived_ms: int | None = None
+    messages: list[TranscriptMessage] = field(default_factory=list)
+    # Records that could not be parsed (bad JSON, wrong shape, a truncated last line).
+    skipped_malformed: int = 0
+    # Records of a type this version does not know (future part or event types).
+    skipped_unknown: int = 0
+    # False when a cursor was given but not found: `messages` then holds the whole session.
+    cursor_found: bool = True
+    source_path: str | None = None
+
+    @property
+    def cursor(self) -> str | None:
+        """The id of the last message read, to pass back as `after` next time."""
+        return self.messages[-1].id if self.messages else None
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One row of `list_sessions()`: enough to pick sessions for a backfill."""
+
+    id: str
+    title: str | None
+    directory: str | None
+    updated_ms: int | None
+    parent_session_id: str | None = None
+
+
+Cursor = str | int | None
+
+
+class SessionAdapter(Protocol):
+    """What every adapter offers: list sessions, read one transcript."""
+
+    name: str
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """Every readable session, newest first."""
+        ...
+
+    def read_transcript(self, session_id: str, after: Cursor = None) -> Transcript:
+        """The session's transcript, only messages after `after` (message id or index)."""
+        ...
+
+
+def validate_session_id(session_id: object) -> str:
+    """Return the id unchanged if it is a plain token, else raise InvalidSessionId."""
+    if not isinstance(session_id, str) or not _SESSION_ID_RE.fullmatch(session_id):
+        raise InvalidSessionId(
+            f"invalid session id {session_id!r}: expected letters, digits, '_' or '-' "
+            "(at most 128 characters)"
+        )
+    return session_id
+
+
+def is_valid_session_id(session_id: object) -> bool:
+    """True if `validate_session_id` would accept it."""
+    return isinstance(session_id, str) and _SESSION_ID_RE.fullmatch(session_id) is not None
+
+
+def abbreviate(text: str, cap: int = TOOL_OUTPUT_CAP) -> str:
+    """Cut `text` to `cap` characters, saying how much was dropped."""
+    if len(text) <= cap:
+        return text
+    return f"{text[:cap]}\n…[{len(text) - cap} more characters]"
+
+
+def abbreviate_input(value: Any, cap: int = TOOL_INPUT_VALUE_CAP) -> Any:
+    """Copy a JSON-like tool input with every long string value abbreviated."""
+    if isinstance(value, str):
+        return abbreviate(value, cap)
+    if isinstance(value, dict):
+        return {key: abbreviate_input(item, cap) for key, item in value.items()}
+    if isinstance(value, list):
+        return [abbreviate_input(item, cap) for item in value]
+    return value
+
+
+def output_text(value: Any) -> str:
+    """A tool output as text (outputs are usually strings, sometimes JSON objects)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def iso_to_ms(value: Any) -> int | None:
+    """Epoch milliseconds from an ISO-8601 string or datetime (None if unparseable)."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str) and value:
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    if moment.tzinfo is None:
+        # Both agents write UTC ('Z'); YAML may hand back a naive datetime already in UTC.
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def as_int(value: Any) -> int | None:
+    """An integer from a JSON number (bools and other types give None)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value)
+
+
+def messages_after(
+    messages: Sequence[TranscriptMessage], after: Cursor
+) -> tuple[list[TranscriptMessage], bool]:
+    """Slice messages strictly after a cursor (message id or index); say if it was found."""
+    if after is None:
+        return list(messages), True
+    if isinstance(after, bool) or not isinstance(after, int | str):
+        raise AdapterError(f"cursor must be a message id or an index, not {after!r}")
+    if isinstance(after, int):
+        return [message for message in messages if message.index > after], True
+    for position, message in enumerate(messages):
+        if message.id == after:
+            return list(messages[position + 1 :]), True
+    return list(messages), False

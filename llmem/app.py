@@ -1,0 +1,42 @@
+"""What a command or a task works with: the config, the store and the embedder, opened lazily."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from .config import Config, load_config
+
+
+class App:
+    """Lazily opened resources of one llmem process (CLI invocation or worker)."""
+
+    def __init__(self, config: Config | None = None, config_path: str | None = None):
+        self._config = config
+        self._config_path = config_path
+
+    @cached_property
+    def config(self) -> Config:
+        return self._config or load_config(self._config_path)
+
+    @cached_property
+    def store(self):
+        from .store import Store
+
+        return Store.open(self.config.db_path)
+
+    @cached_property
+    def embedder(self):
+        from .embedders import make_embedder
+
+        return make_embedder(self.config)
+
+    def searcher(self):
+        from .search import Searcher
+
+        return Searcher(self.store, self.embedder)
+
+    def close(self) -> None:
+        if "store" in self.__dict__:
+            self.store.close()
+        if "embedder" in self.__dict__:
+            self.embedder.close()

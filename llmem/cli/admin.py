@@ -1,0 +1,246 @@
+"""Store-wide commands: init, config, stats, export, import, metrics, embed, doctor."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .output import notice, print_json
+
+
+@click.command()
+@click.option("--ollama-url", help="Ollama URL for embeddings and the LLM (default http://localhost:11434).")
+@click.option("--adapter", type=click.Choice(["auto", "opencode", "copilot", "none"]),
+              help="Session adapter (default: auto-detected).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.pass_obj
+def init(app, ollama_url, adapter, as_json):
+    """Create the config and the store, detect the session adapter, check the embedder."""
+    from ..config import render_example, validate_mapping
+    from ..diagnostics import detect_adapter_name
+    from ..paths import write_private_text
+
+    config = app.config
+    file = config.source or (Path(app._config_path) if app._config_path else config.paths.config_file)
+    values = config.values
+    overrides = {}
+    if ollama_url:
+        overrides[("embedding", "base_url")] = ollama_url.rstrip("/")
+        overrides[("llm", "base_url")] = ollama_url.rstrip("/")
+    if adapter:
+        overrides[("session", "adapter")] = adapter
+    changed = any(values[a][b] != v for (a, b), v in overrides.items())
+    config_written = False
+    if config.source is None or changed:
+        new_values = json.loads(json.dumps(values))
+        for (section, key), value in overrides.items():
+            new_values[section][key] = value
+        validate_mapping(new_values, str(file))  # never write a config we would reject
+        write_private_text(file, render_example(values=new_values))
+        config_written = True
+        app.__dict__.pop("config", None)
+        app._config_path = str(file)
+    config = app.config
+    store_existed = config.db_path.exists()
+    stats = app.store.stats()
+    detected = detect_adapter_name(config)
+    embedder_status = app.embedder.status()
+    outcome = {
+        "config": str(file), "config_written": config_written,
+        "store": str(config.db_path), "store_created": not store_existed,
+        "adapter": config.values["session"]["adapter"], "detected_adapter": detected,
+        "embedder": embedder_status, "sqlite_vec": stats["sqlite_vec"],
+    }
+    if as_json:
+        print_json(outcome)
+        return
+    click.echo(f"config:   {file} ({'written' if config_written else 'unchanged'})")
+    click.echo(f"store:    {config.db_path} ({'created' if not store_existed else 'exists'}, "
+               f"{stats['memories']} memories, sqlite-vec {stats['sqlite_vec']})")
+    click.echo(f"adapter:  {outcome['adapter']} (detected: {detected})")
+    if embedder_status["status"] == "ok":
+        click.echo(f"embedder: {embedder_status['provider']} {embedder_status['model']} answers "
+                   f"({embedder_status['dim']} dimensions)")
+    elif embedder_status["status"] == "disabled":
+        click.echo("embedder: none (search is FTS-only)")
+    else:
+        click.echo(f"embedder: {embedder_status['provider']} unavailable — {embedder_status['error']}")
+        click.echo("          memories are still stored; search is FTS-only until it answers")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_obj
+def stats(app, as_json):
+    """Counts of memories by type and state, embeddings, relations, store size."""
+    data = app.store.stats()
+    if as_json:
+        print_json(data)
+        return
+    click.echo(f"memories:  {data['memories']} ({data['valid']} valid, {data['invalidated']} invalidated, "
+               f"{data['promoted']} promoted)")
+    for mtype, count in data["by_type"].items():
+        click.echo(f"  {mtype:<16}{count}")
+    click.echo(f"relations: {data['relations']}")
+    click.echo(f"embedded:  {data['embedded']} ({data['pending_embedding']} pending) "
+               f"model={data['embedding_model'] or '-'} dim={data['embedding_dim'] or '-'}")
+    click.echo(f"recalls:   {data['recall_events']}")
+    click.echo(f"store:     {data['db_path']} ({data['db_bytes'] / 1e6:.1f} MB, sqlite-vec {data['sqlite_vec']})")
+
+
+@click.command()
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="File to write (- for stdout).")
+@click.option("--embeddings", is_flag=True, help="Include the vectors (base64 float32).")
+@click.pass_obj
+def export(app, output, embeddings):
+    """Export every memory and relation as JSON."""
+    from ..exchange import export_data
+    from ..paths import write_private_text
+
+    data = export_data(app.store, include_embeddings=embeddings)
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    if output == "-":
+        sys.stdout.write(text)
+        return
+    write_private_text(Path(output), text)
+    click.echo(f"Exported {len(data['memories'])} memories and {len(data['relations'])} relations to {output}")
+
+
+@click.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--dry-run", is_flag=True, help="Check the file and show what would change; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.pass_obj
+def import_memories(app, file, dry_run, as_json):
+    """Import an export file: checked whole first, then written all at once (ids kept)."""
+    from ..errors import UsageError
+    from ..exchange import apply_import, plan_import
+
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {file}: {exc.strerror}") from None
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{file} is not valid JSON: {exc}", hint="is it an `llmem export` file?") from None
+    plan = plan_import(app.store, document)
+    if plan.errors:
+        for error in plan.errors[:20]:
+            click.echo(f"  {error}", err=True)
+        more = len(plan.errors) - 20
+        if more > 0:
+            click.echo(f"  … and {more} more", err=True)
+        raise UsageError(f"{file} has {len(plan.errors)} problem(s); nothing was imported")
+    outcome = plan.summary() if dry_run else apply_import(app.store, plan)
+    outcome["dry_run"] = dry_run
+    if as_json:
+        print_json(outcome)
+        return
+    verb = "Would import" if dry_run else "Imported"
+    click.echo(f"{verb} {outcome['new']} memories and {outcome['relations']} relations "
+               f"({outcome['already_present']} already present, {outcome['duplicates']} duplicates of existing memories)")
+    if not dry_run and outcome["new"]:
+        notice("run `llmem embed --pending` to embed the imported memories")
+
+
+@click.command()
+@click.option("--pending", "mode", flag_value="pending", default=True, help="Embed memories without a current vector (default).")
+@click.option("--all", "mode", flag_value="all", help="Re-embed every valid memory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.pass_obj
+def embed(app, mode, as_json):
+    """Embed memories that have no vector yet (or all of them)."""
+    from ..errors import UsageError
+    from ..vectors import embed_pending
+
+    if not app.embedder.available:
+        raise UsageError("no embedder is configured (embedding.provider: none)",
+                         hint="set embedding.provider in config.yaml")
+    show = sys.stderr.isatty() and not as_json
+
+    def progress(done):
+        if show:
+            click.echo(f"\rembedded {done}", nl=False, err=True)
+
+    count = embed_pending(app.store, app.embedder, everything=(mode == "all"), progress=progress)
+    if show and count:
+        click.echo("", err=True)
+    if as_json:
+        print_json({"embedded": count, "model": app.embedder.identity})
+    else:
+        click.echo(f"Embedded {count} memories with {app.embedder.identity}")
+
+
+@click.command()
+@click.option("--sample", type=click.IntRange(min=10), default=2000, show_default=True,
+              help="Memories sampled for the similarity figures.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_obj
+def metrics(app, sample, as_json):
+    """Embedding quality: coverage, similarity spread, near-duplicates, recall activity."""
+    from ..diagnostics import embedding_metrics
+
+    data = embedding_metrics(app.store, app.config, sample=sample)
+    if as_json:
+        print_json(data)
+        return
+    for key, value in data.items():
+        click.echo(f"{key:>28}: {value}")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_obj
+def doctor(app, as_json):
+    """Check the config, store, sqlite-vec, embedder, LLM and agent stores."""
+    from ..diagnostics import run_doctor
+
+    report = run_doctor(app)
+    if as_json:
+        print_json(report)
+    else:
+        for check in report["checks"]:
+            mark = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}[check["status"]]
+            click.echo(f"[{mark}] {check['name']}: {check['detail']}")
+    if any(c["status"] == "fail" for c in report["checks"]):
+        sys.exit(1)
+
+
+@click.group("config")
+def config_group():
+    """Show or check the configuration."""
+
+
+@config_group.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_obj
+def config_show(app, as_json):
+    """Print the effective configuration (file values over defaults) and resolved paths."""
+    import yaml
+
+    config = app.config
+    resolved = {"config_file": str(config.source or config.paths.config_file),
+                "db_path": str(config.db_path), "queue_path": str(config.queue_path),
+                "log_dir": str(config.log_dir), "diary_path": str(config.diary_path)}
+    if as_json:
+        print_json({"values": config.values, "paths": resolved})
+        return
+    click.echo(f"# source: {config.source or 'defaults (no config file)'}")
+    click.echo(yaml.safe_dump(config.values, sort_keys=False, allow_unicode=True).rstrip())
+    click.echo("# resolved paths")
+    for key, value in resolved.items():
+        click.echo(f"#   {key}: {value}")
+
+
+@config_group.command("check")
+@click.pass_obj
+def config_check(app):
+    """Validate the config file: exit 2 with the reason when it is invalid."""
+    config = app.config  # raises ConfigError (exit 2) on an invalid value; warnings are logged
+    click.echo(f"{config.source or 'no config file: defaults'}: valid"
+               + (f" ({len(config.warnings)} warning(s))" if config.warnings else ""))

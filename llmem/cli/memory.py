@@ -1,0 +1,161 @@
+"""Commands over single memories: add, get, list, update, invalidate, delete."""
+
+from __future__ import annotations
+
+import click
+
+from .output import memory_line, notice, parse_json_object, print_json
+
+TYPE_CHOICE = click.Choice(["fact", "decision", "preference", "event", "project_state", "procedure",
+                            "conversation", "self_assessment"])
+
+
+def _embed_now(app, memories) -> None:
+    """Embed fresh memories right away; when the embedder is down they stay pending."""
+    from ..errors import EmbedderUnavailable
+    from ..vectors import embed_memories
+
+    if not app.embedder.available:
+        return
+    try:
+        embed_memories(app.store, app.embedder, memories)
+    except EmbedderUnavailable as exc:
+        notice(f"stored without embedding ({exc.message}); `llmem embed --pending` embeds it later")
+
+
+@click.command()
+@click.option("--content", "-c", required=True, help="The memory text.")
+@click.option("--type", "-t", "memory_type", type=TYPE_CHOICE, default="fact", show_default=True)
+@click.option("--summary", help="A short summary.")
+@click.option("--confidence", type=click.FloatRange(0.0, 1.0),
+              help="0.0–1.0 (default 0.9 for what you add yourself).")
+@click.option("--project", help="Repo root this memory belongs to (default: global).")
+@click.option("--metadata", help="JSON object of extra fields.")
+@click.option("--valid-until", help="ISO date after which the memory no longer holds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the stored memory as JSON.")
+@click.pass_obj
+def add(app, content, memory_type, summary, confidence, project, metadata, valid_until, as_json):
+    """Add a memory."""
+    from ..errors import UsageError
+    from ..store import memory_to_dict
+    from ..times import from_iso
+
+    meta = parse_json_object(metadata, "--metadata")
+    try:
+        until = from_iso(valid_until)
+    except ValueError:
+        raise UsageError(f"--valid-until {valid_until!r} is not a date", hint="use ISO form, e.g. 2027-01-31") from None
+    # What the user states directly is trusted more than what is extracted (seed: 0.9+ vs 0.7).
+    result = app.store.add(content, memory_type, summary=summary,
+                           confidence=0.9 if confidence is None else confidence,
+                           source="user", project=project, metadata=meta, valid_until=until)
+    if result.created:
+        _embed_now(app, [result.memory])
+    if as_json:
+        print_json({**memory_to_dict(result.memory), "created": result.created})
+    elif result.created:
+        click.echo(f"Added {result.memory.id}")
+    else:
+        click.echo(f"Already stored as {result.memory.id}")
+
+
+@click.command()
+@click.argument("memory_id")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_obj
+def get(app, memory_id, as_json):
+    """Show one memory by id or unique prefix (read-only: access is not tracked)."""
+    from ..store import memory_to_dict
+
+    memory = app.store.get(memory_id)
+    data = memory_to_dict(memory)
+    relations = app.store.relations_of([memory.id])
+    data["relations"] = [{"source_id": r.source_id, "target_id": r.target_id, "type": r.type}
+                         for r in relations]
+    if as_json:
+        print_json(data)
+        return
+    for key, value in data.items():
+        if key in ("metadata", "relations"):
+            continue
+        if value is not None:
+            click.echo(f"{key:>15}: {value}")
+    if data["metadata"]:
+        import json
+
+        click.echo(f"{'metadata':>15}: {json.dumps(data['metadata'], ensure_ascii=False)}")
+    for rel in data["relations"]:
+        click.echo(f"{'relation':>15}: {rel['source_id'][:8]} --{rel['type']}--> {rel['target_id'][:8]}")
+
+
+@click.command("list")
+@click.option("--type", "-t", "memory_type", type=TYPE_CHOICE, help="Only this type.")
+@click.option("--project", help="Only this project.")
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--all", "include_all", is_flag=True, help="Include invalidated and expired memories.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_obj
+def list_memories(app, memory_type, project, limit, include_all, as_json):
+    """List memories, newest first."""
+    from ..store import memory_to_dict
+    from ..times import now
+
+    memories = app.store.list(memory_type=memory_type, project=project, limit=limit,
+                              include_invalid=include_all)
+    if not include_all:
+        at = now()
+        memories = [m for m in memories if m.valid_until is None or m.valid_until > at]
+    if as_json:
+        print_json([memory_to_dict(m) for m in memories])
+        return
+    if not memories:
+        click.echo("No memories.", err=True)
+    for memory in memories:
+        click.echo(memory_line(memory))
+
+
+@click.command()
+@click.argument("memory_id")
+@click.option("--content", help="New text (re-embedded).")
+@click.option("--summary", help="New summary.")
+@click.option("--confidence", type=click.FloatRange(0.0, 1.0))
+@click.option("--type", "-t", "memory_type", type=TYPE_CHOICE)
+@click.option("--metadata", help="JSON object merged into the metadata.")
+@click.option("--json", "as_json", is_flag=True, help="Print the updated memory as JSON.")
+@click.pass_obj
+def update(app, memory_id, content, summary, confidence, memory_type, metadata, as_json):
+    """Change a memory's content, summary, confidence, type or metadata."""
+    from ..errors import UsageError
+    from ..store import memory_to_dict
+
+    meta = parse_json_object(metadata, "--metadata")
+    if all(v is None for v in (content, summary, confidence, memory_type, meta)):
+        raise UsageError("nothing to update",
+                         hint="pass --content, --summary, --confidence, --type or --metadata")
+    memory = app.store.update(memory_id, content=content, summary=summary, confidence=confidence,
+                              memory_type=memory_type, metadata=meta)
+    if content is not None or summary is not None:
+        _embed_now(app, [memory])
+    if as_json:
+        print_json(memory_to_dict(memory))
+    else:
+        click.echo(f"Updated {memory.id}")
+
+
+@click.command()
+@click.argument("memory_id")
+@click.option("--reason", required=True, help="Why it no longer holds.")
+@click.pass_obj
+def invalidate(app, memory_id, reason):
+    """Invalidate a memory (soft delete: kept for reference, no longer returned)."""
+    memory = app.store.invalidate(memory_id, reason)
+    click.echo(f"Invalidated {memory.id}")
+
+
+@click.command()
+@click.argument("memory_id")
+@click.pass_obj
+def delete(app, memory_id):
+    """Delete a memory for good, with its relations on both sides."""
+    deleted = app.store.delete(memory_id)
+    click.echo(f"Deleted {deleted}")

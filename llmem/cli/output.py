@@ -1,0 +1,54 @@
+"""Printing helpers shared by the commands: JSON, short tables, memory cards."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def short(text: str, width: int = 80) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def memory_line(memory, score: float | None = None) -> str:
+    """One line per memory: id prefix, type, confidence, content."""
+    flags = ""
+    if memory.invalidated_at:
+        flags = " [invalid]"
+    elif memory.promoted_at:
+        flags = " [core]"
+    lead = f"{memory.id[:8]}  {memory.type:<15} {memory.confidence:.2f}"
+    if score is not None:
+        lead += f"  {score:.3f}"
+    return f"{lead}  {short(memory.content, 90)}{flags}"
+
+
+def notice(message: str) -> None:
+    click.echo(f"llmem: {message}", err=True)
+
+
+def parse_json_object(text: str | None, flag: str) -> dict | None:
+    """A JSON object given on the command line, or a usage error naming the flag."""
+    from ..errors import UsageError
+
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag} is not valid JSON: {exc}", hint=f"""example: {flag} '{{"key": "value"}}'""") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} must be a JSON object", hint=f"""example: {flag} '{{"key": "value"}}'""")
+    return value
+
+
+def stdout_is_tty() -> bool:
+    return sys.stdout.isatty()

@@ -1,0 +1,90 @@
+"""The search command."""
+
+from __future__ import annotations
+
+import click
+
+from .memory import TYPE_CHOICE
+from .output import memory_line, notice, print_json
+
+
+@click.command()
+@click.argument("query", nargs=-1, required=True)
+@click.option("--limit", "-n", type=click.IntRange(min=1), help="Results (default: search.limit, 10).")
+@click.option("--type", "-t", "memory_type", type=TYPE_CHOICE, help="Only this type.")
+@click.option("--project", help="This project's memories and the global ones.")
+@click.option("--fts-only", is_flag=True, help="Keyword search only (no embedder needed).")
+@click.option("--semantic-only", is_flag=True, help="Embedding search only (needs an embedder).")
+@click.option("--valid-only", is_flag=True, help="Drop expired and superseded memories too.")
+@click.option("--include-invalid", is_flag=True, help="Include invalidated memories.")
+@click.option("--related", is_flag=True, help="Add memories one relation away from the results.")
+@click.option("--explain", is_flag=True, help="Show every score component.")
+@click.option("--no-track", is_flag=True, help="Do not record access (for benchmarks).")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@click.pass_obj
+def search(app, query, limit, memory_type, project, fts_only, semantic_only, valid_only,
+           include_invalid, related, explain, no_track, as_json):
+    """Search memories (hybrid FTS5 + vectors, fused by RRF and reranked)."""
+    from ..errors import UsageError
+    from ..search import SearchOptions
+    from ..store import memory_to_dict
+
+    text = " ".join(query).strip()
+    if not text:
+        raise UsageError("the search query is empty", hint='llmem search "what to find"')
+    if fts_only and semantic_only:
+        raise UsageError("--fts-only and --semantic-only exclude each other")
+    section = app.config.values["search"]
+    opts = SearchOptions(
+        limit=limit or section["limit"],
+        mode="fts" if fts_only else "semantic" if semantic_only else "hybrid",
+        memory_type=memory_type, project=project, include_invalid=include_invalid,
+        valid_only=valid_only, related=related, track=not no_track, rrf_k=section["rrf_k"],
+        candidate_multiplier=section["candidate_multiplier"], blend=section["rerank_blend"])
+    if fts_only:
+        result = _fts_searcher(app).search(text, opts)
+    else:
+        result = app.searcher().search(text, opts)
+    if result.notice:
+        notice(result.notice)
+    if as_json:
+        rows = []
+        for hit in result.hits:
+            row = memory_to_dict(hit.memory)
+            row["score"] = round(hit.score, 6)
+            if hit.via:
+                row["via"] = hit.via
+            if explain:
+                row["explain"] = _explain(hit)
+            rows.append(row)
+        print_json(rows)
+        return
+    if not result.hits:
+        click.echo("No results.", err=True)
+    for hit in result.hits:
+        line = memory_line(hit.memory, hit.score)
+        click.echo(line + (f"  (via {hit.via})" if hit.via else ""))
+        if explain:
+            parts = _explain(hit)
+            click.echo("          " + "  ".join(f"{k}={_fmt(v)}" for k, v in parts.items()))
+
+
+def _fts_searcher(app):
+    # --fts-only must work without touching the embedder (it may be slow or absent).
+    from ..search import Searcher
+
+    return Searcher(app.store, None)
+
+
+def _explain(hit) -> dict:
+    return {"fts_rank": hit.fts_rank, "bm25": hit.fts_bm25, "vec_rank": hit.vec_rank,
+            "cosine_distance": hit.vec_distance, "rrf": hit.rrf, "rrf_norm": hit.rrf_norm,
+            "signal": hit.signal, **hit.components, "final": hit.score}
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)

@@ -1,0 +1,350 @@
+"""Typed configuration: a declared table of settings, loaded from YAML and validated.
+
+Unknown keys warn (a typo should not stop the agent's hooks); a value of the wrong kind is
+an error naming the file, the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .paths import Paths, default_paths, expand
+
+log = logging.getLogger(__name__)
+
+MEMORY_TYPES = (
+    "fact", "decision", "preference", "event", "project_state", "procedure",
+    "conversation", "self_assessment",
+)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configurable key: its default, what values it allows and what it means."""
+
+    default: Any
+    kind: str  # str | int | float | bool | path | list | choice
+    doc: str
+    choices: tuple = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    nullable: bool = False
+
+    def allowed(self) -> str:
+        if self.kind == "choice":
+            text = "one of " + ", ".join(str(c) for c in self.choices)
+        elif self.kind in ("int", "float"):
+            text = "an integer" if self.kind == "int" else "a number"
+            if self.minimum is not None and self.maximum is not None:
+                text += f" from {self.minimum} to {self.maximum}"
+            elif self.minimum is not None:
+                text += f" ≥ {self.minimum}"
+        elif self.kind == "bool":
+            text = "true or false"
+        elif self.kind == "list":
+            text = "a list of strings"
+        else:
+            text = "a path" if self.kind == "path" else "a string"
+        return text + (" or null" if self.nullable else "")
+
+    def check(self, value: Any) -> Any:
+        """Return the value coerced to this setting's kind, or raise ValueError."""
+        if value is None:
+            if self.nullable:
+                return None
+            raise ValueError
+        if self.kind == "bool":
+            if isinstance(value, bool):
+                return value
+            raise ValueError
+        if self.kind in ("int", "float"):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError
+            if self.kind == "int" and not float(value).is_integer():
+                raise ValueError
+            value = int(value) if self.kind == "int" else float(value)
+            if self.minimum is not None and value < self.minimum:
+                raise ValueError
+            if self.maximum is not None and value > self.maximum:
+                raise ValueError
+            return value
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise ValueError
+            return value
+        if self.kind == "list":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError
+            return list(value)
+        if not isinstance(value, str):
+            raise ValueError
+        return value
+
+
+def _s(default, kind, doc, **kw) -> Setting:
+    return Setting(default, kind, doc, **kw)
+
+
+# The whole settings table. config.example.yaml is rendered from it (tests keep them equal).
+SCHEMA: dict[str, Any] = {
+    "db_path": _s(None, "path", "Memory store (SQLite). null: ~/.config/llmem/memory.db, or $LLMEM_HOME/memory.db", nullable=True),
+    "embedding": {
+        "provider": _s("ollama", "choice", "Embedder: ollama, openai (any OpenAI-compatible /v1/embeddings), local (sentence-transformers, extra llmem[local]) or none", choices=("ollama", "openai", "local", "none")),
+        "model": _s("nomic-embed-text", "str", "Embedding model name (for local: a folder, or the name of an installed model package)"),
+        "base_url": _s("http://localhost:11434", "str", "Embedder server URL (Ollama, or the OpenAI-compatible base URL)"),
+        "api_key_env": _s("OPENAI_API_KEY", "str", "Environment variable holding the API key for provider openai"),
+        "query_prefix": _s(None, "str", "Text put before a query. null: 'search_query: ' for nomic models, else nothing", nullable=True),
+        "document_prefix": _s(None, "str", "Text put before a memory. null: 'search_document: ' for nomic models, else nothing", nullable=True),
+        "batch_size": _s(32, "int", "Texts per embedding request", minimum=1, maximum=2048),
+        "timeout": _s(10.0, "float", "Seconds to wait for the embedder", minimum=0.1),
+    },
+    "llm": {
+        "provider": _s("ollama", "choice", "Chat LLM for extraction, introspection and merges: ollama, openai or none (heuristics only)", choices=("ollama", "openai", "none")),
+        "model": _s("llama3.1:8b", "str", "Chat model name"),
+        "base_url": _s("http://localhost:11434", "str", "LLM server URL"),
+        "api_key_env": _s("OPENAI_API_KEY", "str", "Environment variable holding the API key for provider openai"),
+        "timeout": _s(120.0, "float", "Seconds to wait for one LLM reply", minimum=1),
+        "daily_token_budget": _s(0, "int", "Tokens per day before extraction is deferred; 0 = no limit", minimum=0),
+    },
+    "session": {
+        "adapter": _s("auto", "choice", "Where transcripts come from: auto, opencode, copilot or none", choices=("auto", "opencode", "copilot", "none")),
+        "opencode": {
+            "data_dir": _s("~/.local/share/opencode", "path", "OpenCode data folder (opencode*.db and the legacy storage/ tree)"),
+            "plugins_dir": _s("~/.config/opencode/plugins", "path", "Where `llmem install opencode` writes its plugin"),
+        },
+        "copilot": {
+            "state_dir": _s("~/.copilot/session-state", "path", "Copilot CLI session-state folder"),
+            "share_dir": _s(".", "path", "Folder holding `--share` Markdown exports"),
+            "hooks_dir": _s("~/.copilot/hooks", "path", "Where `llmem install copilot` writes its hooks file"),
+        },
+    },
+    "search": {
+        "limit": _s(10, "int", "Results returned by default", minimum=1, maximum=1000),
+        "rrf_k": _s(60, "int", "Reciprocal rank fusion constant", minimum=1),
+        "candidate_multiplier": _s(5, "int", "Candidates taken from each list, as a multiple of the limit", minimum=1, maximum=100),
+        "rerank_blend": _s(0.3, "float", "Weight of the memory signals against relevance in the final score", minimum=0, maximum=1),
+    },
+    "context": {
+        "max_tokens": _s(1500, "int", "Token budget of an injected context block", minimum=50),
+    },
+    "pipeline": {
+        "queue_path": _s(None, "path", "huey queue (SQLite). null: ~/.local/share/llmem/queue.db, or $LLMEM_HOME/queue.db", nullable=True),
+        "workers": _s(2, "int", "Worker threads of `llmem worker` and `llmem run`", minimum=1, maximum=64),
+        "idle_debounce_seconds": _s(5.0, "float", "Quiet time after the last write before a session counts as idle", minimum=0),
+        "ending_inactivity_minutes": _s(30.0, "float", "Inactivity after which a session counts as ended", minimum=1),
+        "min_extraction_interval_seconds": _s(120.0, "float", "Minimum time between two LLM extractions of one session", minimum=0),
+        "reconcile_interval_minutes": _s(5, "int", "How often pending or stuck events are re-enqueued", minimum=1),
+        "use_polling": _s(False, "bool", "Poll the agents' folders instead of using inotify (network filesystems, containers)"),
+    },
+    "redaction": {
+        "enabled": _s(True, "bool", "Redact secrets before anything reaches an LLM, an embedder or the store"),
+        "patterns": _s([], "list", "Extra regular expressions to redact"),
+    },
+    "logging": {
+        "level": _s("INFO", "choice", "Log level of the log files", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+        "dir": _s(None, "path", "Log folder. null: ~/.local/state/llmem, or $LLMEM_HOME/logs", nullable=True),
+        "max_bytes": _s(5_000_000, "int", "Size at which a log file is rotated", minimum=10_000),
+        "backups": _s(3, "int", "Rotated log files kept", minimum=0),
+    },
+    "dream": {
+        "similarity_threshold": _s(0.92, "float", "Cosine similarity for near-duplicate detection", minimum=0, maximum=1),
+        "decay_rate": _s(0.05, "float", "Confidence reduction per decay interval", minimum=0, maximum=1),
+        "decay_interval_days": _s(30, "int", "Days per decay interval", minimum=1),
+        "decay_floor": _s(0.3, "float", "Minimum confidence after decay", minimum=0, maximum=1),
+        "confidence_floor": _s(0.3, "float", "Memories at or below this confidence are invalidated", minimum=0, maximum=1),
+        "boost_threshold": _s(5, "int", "Access count that triggers a confidence boost", minimum=1),
+        "boost_amount": _s(0.05, "float", "Confidence boost amount", minimum=0, maximum=1),
+        "diary_path": _s(None, "path", "Dream diary. null: ~/.config/llmem/dream-diary.md, or $LLMEM_HOME/dream-diary.md", nullable=True),
+        "report_path": _s(None, "path", "HTML dream report written on every applied run (none by default)", nullable=True),
+        "behavioral_threshold": _s(3, "int", "Minimum self_assessment occurrences of a category to trigger a behavioural insight", minimum=1),
+        "behavioral_lookback_days": _s(30, "int", "Days of self_assessment memories considered for behavioural insights", minimum=1),
+        "auto_link_threshold": _s(None, "float", "Cosine similarity for auto-linking related memories (null: off)", minimum=0, maximum=1, nullable=True),
+        "skill_patch_threshold": _s(3, "int", "Occurrences of a category before a [SKILL PATCH] is proposed", minimum=1),
+        "stale_procedure_days": _s(60, "int", "Never-accessed procedures older than this are stale and decay twice as fast", minimum=1),
+        "min_score": _s(0.6, "float", "Promotion gate: minimum weighted score", minimum=0, maximum=1),
+        "min_recall_count": _s(3, "int", "Promotion gate: minimum user recalls", minimum=0),
+        "min_unique_queries": _s(2, "int", "Promotion gate: minimum distinct queries that recalled it", minimum=0),
+        "schedule": _s("0 3 * * *", "str", "Cron schedule of the worker's nightly dream"),
+    },
+}
+
+
+def defaults(schema: dict | None = None) -> dict:
+    """The default value of every key, as a nested dict."""
+    schema = SCHEMA if schema is None else schema
+    return {k: (defaults(v) if isinstance(v, dict) else v.default) for k, v in schema.items()}
+
+
+class Section:
+    """Attribute access over one validated section of the config."""
+
+    def __init__(self, values: dict):
+        for key, value in values.items():
+            setattr(self, key, Section(value) if isinstance(value, dict) else value)
+
+    def as_dict(self) -> dict:
+        return {k: (v.as_dict() if isinstance(v, Section) else v) for k, v in vars(self).items()}
+
+
+@dataclass
+class Config:
+    """A loaded, validated configuration with its file and resolved paths."""
+
+    values: dict
+    source: Path | None
+    paths: Paths
+    warnings: list[str] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        return Section(value) if isinstance(value, dict) else value
+
+    # Resolved paths: a configured path wins; null means the standard location.
+    @property
+    def db_path(self) -> Path:
+        return expand(self.values["db_path"]) if self.values["db_path"] else self.paths.db_path
+
+    @property
+    def queue_path(self) -> Path:
+        configured = self.values["pipeline"]["queue_path"]
+        return expand(configured) if configured else self.paths.queue_path
+
+    @property
+    def log_dir(self) -> Path:
+        configured = self.values["logging"]["dir"]
+        return expand(configured) if configured else self.paths.log_dir
+
+    @property
+    def diary_path(self) -> Path:
+        configured = self.values["dream"]["diary_path"]
+        return expand(configured) if configured else self.paths.diary_path
+
+
+def _validate(raw: dict, schema: dict, prefix: str, source: str, warnings: list[str]) -> dict:
+    out = {}
+    for key, value in raw.items():
+        dotted = f"{prefix}{key}"
+        spec = schema.get(key)
+        if spec is None:
+            warnings.append(f"{source}: unknown key '{dotted}' is ignored")
+            continue
+        if isinstance(spec, dict):
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"{source}: '{dotted}' must be a mapping of settings, not {type(value).__name__}",
+                    hint="see config.example.yaml for the layout",
+                )
+            out[key] = _validate(value, spec, dotted + ".", source, warnings)
+            continue
+        try:
+            out[key] = spec.check(value)
+        except ValueError:
+            raise ConfigError(
+                f"{source}: '{dotted}' is {value!r}; allowed: {spec.allowed()}",
+                hint=f"fix or remove '{dotted}' (default: {spec.default!r})",
+            ) from None
+    return out
+
+
+def _merge(base: dict, override: dict) -> dict:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def validate_mapping(raw: Any, source: str = "<config>") -> tuple[dict, list[str]]:
+    """Validate a parsed YAML document; return the full config and the warnings."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of settings",
+                          hint="see config.example.yaml")
+    raw = dict(raw)
+    # The seeds' documents put opencode:/copilot: at the top level; the spec nests them
+    # under session:. Accept both so an old config keeps working.
+    for legacy in ("opencode", "copilot"):
+        if legacy in raw:
+            session = dict(raw.get("session") or {})
+            session.setdefault(legacy, raw.pop(legacy))
+            raw["session"] = session
+    warnings: list[str] = []
+    checked = _validate(raw, SCHEMA, "", source, warnings)
+    return _merge(defaults(), checked), warnings
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    """Load the config file (or the defaults when it does not exist) and validate it."""
+    paths = default_paths()
+    explicit = path is not None or bool(os.environ.get("LLMEM_CONFIG"))
+    file = Path(path or os.environ.get("LLMEM_CONFIG") or paths.config_file).expanduser()
+    if not file.exists():
+        if explicit:
+            raise ConfigError(f"config file {file} does not exist",
+                              hint="run `llmem init` or pass an existing file")
+        return Config(defaults(), None, paths)
+    import yaml  # lazily: most commands never need a YAML parser when there is no file
+
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError(f"{file}: not valid YAML{where}",
+                          hint="check indentation and quoting") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {file}: {exc.strerror}") from None
+    values, warnings = validate_mapping(raw, str(file))
+    for warning in warnings:
+        log.warning(warning)
+    return Config(values, file, paths, warnings)
+
+
+def render_example(schema: dict | None = None, indent: int = 0, values: dict | None = None) -> str:
+    """config.example.yaml: every key with its value (default: the defaults) and what it means."""
+    schema = SCHEMA if schema is None else schema
+    values = defaults(schema) if values is None else values
+    lines = []
+    if indent == 0:
+        lines += [
+            "# llmem configuration: every key with its default.",
+            "# Copy to ~/.config/llmem/config.yaml (or $LLMEM_HOME/config.yaml) and change what you need.",
+            "# Regenerate with: python -c 'from llmem.config import render_example; print(render_example(), end=\"\")'",
+            "",
+        ]
+    pad = "  " * indent
+    for key, spec in schema.items():
+        if isinstance(spec, dict):
+            lines.append(f"{pad}{key}:")
+            lines.append(render_example(spec, indent + 1, values.get(key, {})).rstrip("\n"))
+            if indent == 0:
+                lines.append("")
+            continue
+        lines.append(f"{pad}# {spec.doc} ({spec.allowed()})")
+        lines.append(f"{pad}{key}: {_yaml_scalar(values.get(key, spec.default))}")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _yaml_scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_yaml_scalar(v) for v in value) + "]"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)

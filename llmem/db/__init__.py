@@ -1,0 +1,1 @@
+"""The SQLite store: driver selection, peewee models, FTS5 and sqlite-vec indexes, migrations."""

@@ -1,0 +1,150 @@
+"""Open the memory store: pick a SQLite driver that can load sqlite-vec, set the pragmas.
+
+Many Python builds (pyenv's among them) ship a `sqlite3` without `enable_load_extension`,
+so sqlite-vec cannot load through it. We prefer the stdlib when it can load extensions,
+then sqlean.py / pysqlite3 (bundled modern SQLite), and otherwise run without vec0: search
+then falls back to brute-force cosine in numpy, with the same results.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sqlite3 as stdlib_sqlite3
+from pathlib import Path
+
+import peewee
+
+from ..errors import StoreError
+from ..paths import ensure_private_dir, private_file
+
+log = logging.getLogger(__name__)
+
+BUSY_TIMEOUT_SECONDS = 10.0
+
+
+def _can_load_extensions(module) -> bool:
+    return hasattr(module.Connection, "enable_load_extension")
+
+
+def _pick_driver():
+    """The best available DB-API module for SQLite, preferring one that loads extensions."""
+    if _can_load_extensions(stdlib_sqlite3):
+        return stdlib_sqlite3
+    for name in ("sqlean", "pysqlite3.dbapi2"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if _can_load_extensions(module):
+            return module
+    return stdlib_sqlite3
+
+
+_DRIVER = None
+_VEC_PATH: str | None | bool = False  # False: not looked up yet; None: unavailable
+
+
+def driver():
+    """The SQLite DB-API module llmem uses (chosen once per process)."""
+    global _DRIVER
+    if _DRIVER is None:
+        _DRIVER = _pick_driver()
+    return _DRIVER
+
+
+def _vec_extension_path() -> str | None:
+    global _VEC_PATH
+    if _VEC_PATH is False:
+        try:
+            import sqlite_vec
+
+            _VEC_PATH = sqlite_vec.loadable_path()
+        except Exception:  # not installed, or no binary for this platform
+            _VEC_PATH = None
+    return _VEC_PATH
+
+
+class MemoryDatabase(peewee.SqliteDatabase):
+    """SqliteDatabase on the chosen driver, with sqlite-vec loaded on every connection."""
+
+    def __init__(self, *args, **kwargs):
+        self.vec_loaded = False
+        self.vec_error: str | None = None
+        self.vec_enabled = True  # tests and benchmarks may force the numpy path
+        super().__init__(*args, **kwargs)
+
+    def _connect(self):
+        module = driver()
+        conn = module.connect(self.database, timeout=self._timeout,
+                              isolation_level=None, check_same_thread=False,
+                              **self.connect_params)
+        try:
+            self._load_vec(conn)
+            self._add_conn_hooks(conn)
+        except Exception:
+            conn.close()
+            raise
+        return conn
+
+    def _load_vec(self, conn) -> None:
+        self.vec_loaded = False
+        if not self.vec_enabled:
+            self.vec_error = "disabled"
+            return
+        path = _vec_extension_path()
+        if path is None:
+            self.vec_error = "the sqlite-vec package is not installed for this platform"
+            return
+        if not hasattr(conn, "enable_load_extension"):
+            self.vec_error = "this Python's sqlite3 cannot load extensions"
+            return
+        try:
+            conn.enable_load_extension(True)
+            conn.load_extension(path)
+            conn.enable_load_extension(False)
+            self.vec_loaded = True
+            self.vec_error = None
+        except Exception as exc:  # wrong architecture, SQLite too old, …
+            self.vec_error = str(exc)
+
+
+PRAGMAS = (
+    ("journal_mode", "wal"),
+    ("synchronous", "normal"),
+    ("foreign_keys", 1),
+    ("busy_timeout", int(BUSY_TIMEOUT_SECONDS * 1000)),
+    ("cache_size", -32000),
+    ("temp_store", "memory"),
+)
+
+
+def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:
+    """Open (creating if needed) the store at `path` and bring its schema up to date."""
+    from .migrations import migrate
+    from .models import bind_models
+
+    new_file = not path.exists()
+    ensure_private_dir(path.parent)
+    # Every transaction opened with db.atomic() takes the write lock up front (IMMEDIATE):
+    # with the default deferred BEGIN, read-then-write transactions of concurrent
+    # processes fail with "database is locked" despite the busy timeout.
+    db = MemoryDatabase(None, pragmas=PRAGMAS, timeout=BUSY_TIMEOUT_SECONDS,
+                        rank_functions=True, lock_type="IMMEDIATE")
+    db.vec_enabled = vec
+    db.init(str(path))
+    try:
+        db.connect()
+    except peewee.OperationalError as exc:
+        raise StoreError(f"cannot open the memory store {path}: {exc}",
+                         hint="check the path (db_path in config.yaml) and its permissions") from None
+    if new_file:
+        private_file(path)
+    bind_models(db)
+    try:
+        migrate(db)
+    except peewee.DatabaseError as exc:
+        db.close()
+        raise StoreError(f"cannot migrate the memory store {path}: {exc}",
+                         hint="is it an llmem database? `llmem doctor` checks it") from None
+    return db

@@ -1,0 +1,63 @@
+"""The FTS5 index over memories: identifier hints and safe MATCH expressions.
+
+unicode61 already splits `handle_request` and `handler.py` at `_` and `.`; camelCase is one
+token to it, so each memory also carries `hints`: the parts of its camelCase identifiers
+(`correctFunction` → `correct function`), indexed in their own column.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Tokens as FTS5's unicode61 sees them: runs of letters and digits.
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# Boundaries inside an identifier: aB, ABc, a1, 1a.
+_CAMEL_SPLIT = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])")
+
+# Words that carry no topic in a question; dropped from queries that have other words.
+STOPWORDS = frozenset(["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves"])
+
+
+def identifier_hints(*texts: str | None) -> str:
+    """Space-separated parts of the camelCase/PascalCase identifiers found in the texts."""
+    parts: list[str] = []
+    seen: set[str] = set()
+    for text in texts:
+        if not text:
+            continue
+        for word in _WORD.findall(text):
+            pieces = _CAMEL_SPLIT.split(word)
+            if len(pieces) < 2:
+                continue
+            for piece in pieces:
+                low = piece.lower()
+                if low not in seen:
+                    seen.add(low)
+                    parts.append(low)
+    return " ".join(parts)
+
+
+def query_terms(text: str) -> list[str]:
+    """The search terms of a user query: words and identifier parts, stopwords dropped."""
+    words: list[str] = []
+    for word in _WORD.findall(text):
+        words.append(word.lower())
+        pieces = _CAMEL_SPLIT.split(word)
+        if len(pieces) > 1:
+            words.extend(p.lower() for p in pieces)
+    content = [w for w in words if w not in STOPWORDS]
+    terms = content or words
+    return list(dict.fromkeys(terms))  # keep order, drop repeats
+
+
+def match_expression(text: str) -> str | None:
+    """A valid FTS5 MATCH expression for any user text (None when it has no words).
+
+    Each term is double-quoted, so FTS5 syntax in the text (quotes, -, *, :, parentheses,
+    NEAR, AND/OR) is never interpreted; terms are OR-ed and bm25 ranks memories that match
+    more of them higher.
+    """
+    terms = query_terms(text)
+    if not terms:
+        return None
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)

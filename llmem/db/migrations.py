@@ -1,0 +1,75 @@
+"""Ordered, recorded schema migrations. Append new steps; never edit an applied one."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .models import Embedding, Memory, RecallEvent, Relation, Setting
+
+
+def _create_core_tables(db) -> None:
+    db.create_tables([Memory, Relation, Embedding, RecallEvent, Setting], safe=True)
+
+
+def _create_fts(db) -> None:
+    # External-content FTS5 over memory(seq): the text lives once, in `memory`.
+    # Triggers keep it in sync for every writer, whatever the driver.
+    for sql in (
+        """CREATE VIRTUAL TABLE memory_fts USING fts5(
+               content, summary, hints,
+               content='memory', content_rowid='seq',
+               tokenize='porter unicode61 remove_diacritics 2')""",
+        """CREATE TRIGGER memory_fts_ai AFTER INSERT ON memory BEGIN
+               INSERT INTO memory_fts(rowid, content, summary, hints)
+               VALUES (new.seq, new.content, new.summary, new.hints);
+           END""",
+        """CREATE TRIGGER memory_fts_ad AFTER DELETE ON memory BEGIN
+               INSERT INTO memory_fts(memory_fts, rowid, content, summary, hints)
+               VALUES ('delete', old.seq, old.content, old.summary, old.hints);
+           END""",
+        """CREATE TRIGGER memory_fts_au AFTER UPDATE OF content, summary, hints ON memory BEGIN
+               INSERT INTO memory_fts(memory_fts, rowid, content, summary, hints)
+               VALUES ('delete', old.seq, old.content, old.summary, old.hints);
+               INSERT INTO memory_fts(rowid, content, summary, hints)
+               VALUES (new.seq, new.content, new.summary, new.hints);
+           END""",
+        "INSERT INTO memory_fts(memory_fts) VALUES ('rebuild')",
+    ):
+        db.execute_sql(sql)
+
+
+def _index_recall_queries(db) -> None:
+    db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_query ON recall_event(memory_id, query_hash)")
+
+
+# (name, step). Names are recorded in schema_migration; order is the list's order.
+MIGRATIONS: list[tuple[str, Callable]] = [
+    ("0001_core_tables", _create_core_tables),
+    ("0002_memory_fts", _create_fts),
+    ("0003_recall_event_query_index", _index_recall_queries),
+]
+
+
+def applied_migrations(db) -> list[str]:
+    db.execute_sql("""CREATE TABLE IF NOT EXISTS schema_migration (
+                          name TEXT PRIMARY KEY, applied_at REAL NOT NULL)""")
+    return [row[0] for row in db.execute_sql("SELECT name FROM schema_migration ORDER BY rowid")]
+
+
+def migrate(db) -> list[str]:
+    """Apply every migration not yet recorded, each in its own transaction; return their names."""
+    done = set(applied_migrations(db))
+    ran = []
+    for name, step in MIGRATIONS:
+        if name in done:
+            continue
+        with db.atomic():
+            # Another process may have migrated while we waited for the write lock.
+            if db.execute_sql("SELECT 1 FROM schema_migration WHERE name = ?", (name,)).fetchone():
+                continue
+            step(db)
+            db.execute_sql("INSERT INTO schema_migration(name, applied_at) VALUES (?, ?)",
+                           (name, time.time()))
+        ran.append(name)
+    return ran

@@ -1,0 +1,123 @@
+"""peewee models of the memory store (SPEC §2). Tables are created by migrations, not here."""
+
+from __future__ import annotations
+
+import peewee as pw
+
+MEMORY_TYPES = (
+    "fact", "decision", "preference", "event", "project_state", "procedure",
+    "conversation", "self_assessment",
+)
+SOURCES = ("user", "extraction", "introspection", "learn", "review", "dream", "import", "backfill")
+RELATION_TYPES = ("supersedes", "contradicts", "depends_on", "related_to", "derived_from")
+RECALL_ORIGINS = ("search", "context", "mcp", "dream")
+
+
+class JSONText(pw.TextField):
+    """A JSON document stored as text (portable across SQLite drivers)."""
+
+    def db_value(self, value):
+        import json
+
+        return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+    def python_value(self, value):
+        import json
+
+        return None if value is None else json.loads(value)
+
+
+class BaseModel(pw.Model):
+    class Meta:
+        database = None  # bound at open time (deferred), so tests can point anywhere
+
+
+class Memory(BaseModel):
+    """A typed memory. `seq` is the stable integer key the FTS and vector indexes use."""
+
+    seq = pw.AutoField()
+    id = pw.TextField(unique=True)
+    type = pw.TextField(index=True)
+    content = pw.TextField()
+    summary = pw.TextField(null=True)
+    hints = pw.TextField(default="")  # identifier parts, indexed by FTS (see fts.py)
+    confidence = pw.FloatField(default=0.7)
+    source = pw.TextField(default="user")
+    project = pw.TextField(null=True, index=True)
+    session_id = pw.TextField(null=True, index=True)
+    metadata = JSONText(default=dict)
+    content_hash = pw.TextField(index=True)
+    created_at = pw.FloatField()
+    updated_at = pw.FloatField()
+    accessed_at = pw.FloatField(null=True)
+    access_count = pw.IntegerField(default=0)
+    valid_from = pw.FloatField(null=True)
+    valid_until = pw.FloatField(null=True)
+    invalidated_at = pw.FloatField(null=True, index=True)
+    promoted_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "memory"
+
+
+class Relation(BaseModel):
+    """A typed, directed link between two memories (unique per triple)."""
+
+    source = pw.ForeignKeyField(Memory, field=Memory.id, column_name="source_id",
+                                on_delete="CASCADE", backref="outgoing")
+    target = pw.ForeignKeyField(Memory, field=Memory.id, column_name="target_id",
+                                on_delete="CASCADE", backref="incoming")
+    type = pw.TextField()
+    created_at = pw.FloatField()
+
+    class Meta:
+        table_name = "relation"
+        indexes = ((("source", "target", "type"), True),)
+
+
+class Embedding(BaseModel):
+    """The vector of one memory, with the model and content hash it was made from."""
+
+    memory = pw.ForeignKeyField(Memory, field=Memory.id, column_name="memory_id",
+                                primary_key=True, on_delete="CASCADE")
+    model = pw.TextField()
+    dim = pw.IntegerField()
+    vector = pw.BlobField()  # float32, unit length
+    content_hash = pw.TextField()
+    created_at = pw.FloatField()
+
+    class Meta:
+        table_name = "embedding"
+
+
+class RecallEvent(BaseModel):
+    """One appearance of a memory in a result list: the raw signal for promotion."""
+
+    memory = pw.ForeignKeyField(Memory, field=Memory.id, column_name="memory_id",
+                                on_delete="CASCADE", index=True)
+    query_hash = pw.TextField()
+    rank = pw.IntegerField()
+    score = pw.FloatField()
+    origin = pw.TextField(default="search")
+    created_at = pw.FloatField(index=True)
+
+    class Meta:
+        table_name = "recall_event"
+
+
+class Setting(BaseModel):
+    """Small key/value state of the store (vector index model and dimension, …)."""
+
+    key = pw.TextField(primary_key=True)
+    value = pw.TextField()
+
+    class Meta:
+        table_name = "setting"
+
+
+ALL_MODELS = [Memory, Relation, Embedding, RecallEvent, Setting]
+
+
+def bind_models(db) -> None:
+    """Bind every model to an opened database."""
+    db.bind(ALL_MODELS, bind_refs=False, bind_backrefs=False)

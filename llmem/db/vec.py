@@ -1,0 +1,175 @@
+"""Vector index: a sqlite-vec vec0 table mirroring the stored embeddings, or numpy.
+
+The `embedding` table is canonical; `memory_vec` is derived state keyed by memory.seq and
+rebuilt whenever the embedding model or dimension changes. It is maintained from Python,
+not by triggers, because a connection without vec0 loaded fails on any statement that
+touches a vec0 table.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+VEC_TABLE = "memory_vec"
+MAX_KNN = 4096  # vec0's limit on k
+
+
+def get_setting(db, key: str, default: str | None = None) -> str | None:
+    row = db.execute_sql("SELECT value FROM setting WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else default
+
+
+def set_setting(db, key: str, value: str) -> None:
+    db.execute_sql("INSERT INTO setting(key, value) VALUES (?, ?) "
+                   "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def from_blob(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.float32)
+
+
+def _vec_table_exists(db) -> bool:
+    return db.execute_sql("SELECT 1 FROM sqlite_master WHERE name = ?", (VEC_TABLE,)).fetchone() is not None
+
+
+def index_state(db) -> tuple[str | None, int | None]:
+    """The (model, dim) the vector index was built for."""
+    dim = get_setting(db, "vec_dim")
+    return get_setting(db, "vec_model"), int(dim) if dim else None
+
+
+def _bump_generation(db) -> None:
+    set_setting(db, "vec_generation", str(int(get_setting(db, "vec_generation", "0")) + 1))
+
+
+def ensure_index(db, model: str, dim: int) -> bool:
+    """Make the index match (model, dim), rebuilding it on a change. Call inside a write txn.
+
+    Returns True when the index was (re)built.
+    """
+    current_model, current_dim = index_state(db)
+    same = current_model == model and current_dim == dim
+    # A vec0 connection must also repair an index left dirty or missing by one without vec0.
+    needs_repair = db.vec_loaded and (get_setting(db, "vec_dirty") == "1" or not _vec_table_exists(db))
+    if same and not needs_repair:
+        return False
+    rebuild_index(db, model, dim)
+    return True
+
+
+def rebuild_index(db, model: str, dim: int) -> int:
+    """Recreate memory_vec for (model, dim) from the embedding table; return rows indexed."""
+    set_setting(db, "vec_model", model)
+    set_setting(db, "vec_dim", str(dim))
+    _bump_generation(db)
+    if not db.vec_loaded:
+        # Cannot touch vec0 here; the next connection that can load it rebuilds.
+        set_setting(db, "vec_dirty", "1")
+        return 0
+    db.execute_sql(f"DROP TABLE IF EXISTS {VEC_TABLE}")
+    db.execute_sql(f"CREATE VIRTUAL TABLE {VEC_TABLE} USING vec0("
+                   f"seq INTEGER PRIMARY KEY, embedding float[{int(dim)}] distance_metric=cosine)")
+    cursor = db.execute_sql(
+        f"INSERT INTO {VEC_TABLE}(seq, embedding) SELECT m.seq, e.vector FROM embedding e "
+        "JOIN memory m ON m.id = e.memory_id WHERE e.model = ? AND e.dim = ?", (model, dim))
+    set_setting(db, "vec_dirty", "0")
+    return cursor.rowcount
+
+
+def put_vectors(db, rows: list[tuple[int, np.ndarray]]) -> None:
+    """Mirror (seq, vector) pairs into memory_vec. Call inside a write transaction."""
+    _bump_generation(db)
+    if not rows:
+        return
+    if not db.vec_loaded:
+        set_setting(db, "vec_dirty", "1")
+        return
+    seqs = [(seq,) for seq, _ in rows]
+    db.execute_sql("SAVEPOINT vec_put")
+    db.cursor().executemany(f"DELETE FROM {VEC_TABLE} WHERE seq = ?", seqs)
+    db.cursor().executemany(f"INSERT INTO {VEC_TABLE}(seq, embedding) VALUES (?, ?)",
+                            [(seq, to_blob(vec)) for seq, vec in rows])
+    db.execute_sql("RELEASE vec_put")
+
+
+def drop_vectors(db, seqs: list[int]) -> None:
+    """Remove memories from memory_vec (their embedding rows go by cascade)."""
+    _bump_generation(db)
+    if not seqs:
+        return
+    if not db.vec_loaded:
+        set_setting(db, "vec_dirty", "1")
+        return
+    if _vec_table_exists(db):
+        db.cursor().executemany(f"DELETE FROM {VEC_TABLE} WHERE seq = ?", [(s,) for s in seqs])
+
+
+def knn_vec0(db, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """(seq, cosine distance) of the k nearest vectors, through vec0."""
+    k = min(k, MAX_KNN)
+    rows = db.execute_sql(
+        f"SELECT seq, distance FROM {VEC_TABLE} WHERE embedding MATCH ? AND k = ? ORDER BY distance",
+        (to_blob(query), k)).fetchall()
+    return [(int(seq), float(dist)) for seq, dist in rows]
+
+
+class _MatrixCache:
+    """Stored vectors as one numpy matrix, kept per database until the index generation moves.
+
+    Loading 100k×768 vectors costs ~1.6 s, so a long-lived process (worker, benchmark)
+    keeps them; a one-shot CLI process pays it once.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
+
+    def get(self, db, model: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
+        generation = get_setting(db, "vec_generation", "0")
+        key = f"{db.database}|{model}|{dim}"
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry and entry[0] == generation:
+                return entry[1], entry[2]
+        rows = db.execute_sql(
+            "SELECT m.seq, e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
+            "WHERE e.model = ? AND e.dim = ?", (model, dim)).fetchall()
+        seqs = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        matrix = np.empty((len(rows), dim), dtype=np.float32)
+        for i, (_, blob) in enumerate(rows):
+            matrix[i] = np.frombuffer(blob, dtype=np.float32)
+        with self._lock:
+            self._entries[key] = (generation, seqs, matrix)
+        return seqs, matrix
+
+
+matrix_cache = _MatrixCache()
+
+
+def knn_numpy(db, query: np.ndarray, k: int, model: str, dim: int) -> list[tuple[int, float]]:
+    """(seq, cosine distance) of the k nearest vectors by brute force (vectors are unit length)."""
+    seqs, matrix = matrix_cache.get(db, model, dim)
+    if len(seqs) == 0:
+        return []
+    sims = matrix @ np.asarray(query, dtype=np.float32)
+    k = min(k, len(seqs))
+    top = np.argpartition(-sims, k - 1)[:k]
+    top = top[np.argsort(-sims[top], kind="stable")]
+    return [(int(seqs[i]), float(1.0 - sims[i])) for i in top]
+
+
+def normalize(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return vectors / norms

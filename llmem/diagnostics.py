@@ -1,0 +1,176 @@
+"""Read-only checks behind `llmem doctor`, `llmem metrics` and adapter detection in `init`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import Any
+
+from .paths import expand
+
+
+def detect_adapter_name(config) -> str:
+    """The adapter `session.adapter: auto` resolves to on this machine."""
+    configured = config.values["session"]["adapter"]
+    if configured != "auto":
+        return configured
+    opencode_dir = expand(config.values["session"]["opencode"]["data_dir"])
+    copilot_dir = expand(config.values["session"]["copilot"]["state_dir"])
+    try:
+        from .adapters import detect_adapter
+    except ImportError:
+        detect_adapter = None
+    if detect_adapter is not None:
+        return detect_adapter(opencode_dir, copilot_dir)
+    if opencode_dir.is_dir() and (any(opencode_dir.glob("opencode*.db")) or (opencode_dir / "storage").is_dir()):
+        return "opencode"
+    if copilot_dir.is_dir() and any(p.is_dir() for p in copilot_dir.iterdir()):
+        return "copilot"
+    return "none"
+
+
+def _check(name: str, status: str, detail: str, **extra) -> dict[str, Any]:
+    return {"name": name, "status": status, "detail": detail, **extra}
+
+
+def llm_status(config) -> dict[str, Any]:
+    """Is the chat LLM reachable, and does it have the configured model? Never raises."""
+    import httpx
+
+    section = config.values["llm"]
+    if section["provider"] == "none":
+        return {"provider": "none", "status": "disabled"}
+    base = section["base_url"].rstrip("/")
+    try:
+        with httpx.Client(timeout=3.0, trust_env=False) as client:
+            if section["provider"] == "ollama":
+                reply = client.get(base + "/api/tags")
+                reply.raise_for_status()
+                names = {m.get("name") for m in reply.json().get("models", [])}
+                model = section["model"]
+                present = model in names or f"{model}:latest" in names
+            else:
+                path = "/models" if base.endswith("/v1") else "/v1/models"
+                key = os.environ.get(section["api_key_env"], "")
+                reply = client.get(base + path, headers={"Authorization": f"Bearer {key}"} if key else None)
+                reply.raise_for_status()
+                present = section["model"] in {m.get("id") for m in reply.json().get("data", [])}
+    except Exception as exc:
+        return {"provider": section["provider"], "model": section["model"], "status": "unavailable",
+                "error": f"{exc.__class__.__name__}: {exc}"[:200]}
+    return {"provider": section["provider"], "model": section["model"],
+            "status": "ok" if present else "model_missing"}
+
+
+def run_doctor(app) -> dict[str, Any]:
+    """Every health check, as data: {"checks": [...], "sqlite_vec": ..., "embedder": ...}."""
+    from .db.connection import driver
+
+    checks = []
+    config = app.config
+    source = str(config.source) if config.source else "no config file (defaults)"
+    checks.append(_check("config", "warn" if config.warnings else "ok",
+                         source + (f"; {len(config.warnings)} warning(s): " + "; ".join(config.warnings)
+                                   if config.warnings else "")))
+    store_ok = True
+    try:
+        stats = app.store.stats()
+        with app.store.db.atomic():
+            app.store.db.execute_sql("CREATE TEMP TABLE IF NOT EXISTS doctor_probe(x)")
+        checks.append(_check("store", "ok", f"{config.db_path} writable, {stats['memories']} memories"))
+    except Exception as exc:
+        store_ok = False
+        checks.append(_check("store", "fail", f"{config.db_path}: {getattr(exc, 'message', exc)}"))
+    sqlite_vec = "unavailable"
+    if store_ok:
+        db = app.store.db
+        sqlite_vec = "loaded" if db.vec_loaded else "unavailable"
+        module = driver()
+        detail = (f"sqlite-vec loaded ({module.__name__}, SQLite {module.sqlite_version})"
+                  if db.vec_loaded else f"sqlite-vec unavailable ({db.vec_error}); vector search uses numpy")
+        checks.append(_check("sqlite_vec", "ok" if db.vec_loaded else "warn", detail))
+    embedder = app.embedder.status()
+    if embedder["status"] == "ok":
+        checks.append(_check("embedder", "ok", f"{embedder['provider']} {embedder['model']} answers ({embedder['dim']}-d)"))
+    elif embedder["status"] == "disabled":
+        checks.append(_check("embedder", "warn", "none configured: search is FTS-only"))
+    else:
+        checks.append(_check("embedder", "warn", f"{embedder['provider']}: {embedder['error']} — memories wait for `llmem embed --pending`"))
+    llm = llm_status(config)
+    if llm["status"] == "ok":
+        checks.append(_check("llm", "ok", f"{llm['provider']} {llm['model']} available"))
+    elif llm["status"] == "disabled":
+        checks.append(_check("llm", "warn", "none configured: extraction uses heuristics"))
+    elif llm["status"] == "model_missing":
+        checks.append(_check("llm", "warn", f"{llm['provider']} answers but has no model {llm['model']}"
+                             + (f" — `ollama pull {llm['model']}`" if llm["provider"] == "ollama" else "")))
+    else:
+        checks.append(_check("llm", "warn", f"{llm['provider']}: {llm['error']} — extraction falls back to heuristics"))
+    adapter = detect_adapter_name(config)
+    checks.append(_check("adapter", "ok" if adapter != "none" else "warn",
+                         f"{config.values['session']['adapter']} → {adapter}"))
+    queue_dir = config.queue_path.parent
+    writable = os.access(queue_dir if queue_dir.exists() else queue_dir.parent, os.W_OK)
+    checks.append(_check("queue", "ok" if writable else "fail", f"{config.queue_path}"
+                         + ("" if writable else " is not writable")))
+    services = _service_states()
+    if services:
+        active = [n for n, s in services.items() if s == "active"]
+        checks.append(_check("services", "ok" if active else "warn",
+                             ", ".join(f"{n}: {s}" for n, s in services.items())))
+    return {"checks": checks, "sqlite_vec": sqlite_vec, "embedder": embedder, "llm": llm,
+            "adapter": adapter, "ok": all(c["status"] != "fail" for c in checks)}
+
+
+def _service_states() -> dict[str, str]:
+    if not shutil.which("systemctl"):
+        return {}
+    states = {}
+    for unit in ("llmem-watch.service", "llmem-worker.service", "llmem-dream.timer"):
+        try:
+            out = subprocess.run(["systemctl", "--user", "is-active", unit], capture_output=True,
+                                 text=True, timeout=3)
+            states[unit] = out.stdout.strip() or "unknown"
+        except (OSError, subprocess.SubprocessError):
+            return {}
+    return states
+
+
+def embedding_metrics(store, config, sample: int = 2000) -> dict[str, Any]:
+    """Coverage of the vectors, spread of similarities and near-duplicates in a sample."""
+    import numpy as np
+
+    from .db import vec
+
+    stats = store.stats()
+    model, dim = vec.index_state(store.db)
+    out: dict[str, Any] = {
+        "model": model, "dim": dim, "valid_memories": stats["valid"], "embedded": stats["embedded"],
+        "coverage": round(stats["embedded"] / stats["valid"], 4) if stats["valid"] else None,
+        "stale_or_missing": stats["pending_embedding"],
+    }
+    if model:
+        rows = store.db.execute_sql(
+            "SELECT e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
+            "WHERE e.model = ? AND m.invalidated_at IS NULL ORDER BY random() LIMIT ?",
+            (model, sample)).fetchall()
+        if len(rows) >= 2:
+            matrix = np.stack([vec.from_blob(r[0]) for r in rows])
+            sims = matrix @ matrix.T
+            np.fill_diagonal(sims, np.nan)
+            nearest = np.nanmax(sims, axis=1)
+            upper = sims[np.triu_indices(len(rows), k=1)]
+            threshold = config.values["dream"]["similarity_threshold"]
+            out.update({
+                "sampled": len(rows),
+                "mean_pairwise_cosine": round(float(np.nanmean(upper)), 4),
+                "nearest_neighbour_cosine_p50": round(float(np.median(nearest)), 4),
+                "nearest_neighbour_cosine_p95": round(float(np.percentile(nearest, 95)), 4),
+                "near_duplicate_pairs": int((upper >= threshold).sum()),
+                "near_duplicate_threshold": threshold,
+            })
+    recalls = store.db.execute_sql(
+        "SELECT origin, COUNT(*), COUNT(DISTINCT query_hash) FROM recall_event GROUP BY origin").fetchall()
+    out["recalls"] = {origin: {"results": n, "distinct_queries": q} for origin, n, q in recalls}
+    return out

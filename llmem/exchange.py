@@ -1,0 +1,230 @@
+"""Export and import of the whole store as one JSON document.
+
+Format: {"version": 1, "memories": [...], "relations": [...]}. Import checks the entire file
+before writing anything and applies it in one transaction: all or nothing, ids kept.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+from .db import vec
+from .db.fts import identifier_hints
+from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Embedding, Memory, Relation
+from .errors import UsageError
+from .store import content_hash, memory_to_dict
+from .times import from_iso, now, to_iso
+
+FORMAT_VERSION = 1
+_TIME_FIELDS = ("created_at", "updated_at", "accessed_at", "valid_from", "valid_until",
+                "invalidated_at", "promoted_at")
+
+
+def export_data(store, *, include_embeddings: bool = False) -> dict[str, Any]:
+    """Every memory (invalid ones too) and every relation, optionally with vectors."""
+    memories = []
+    vectors = {}
+    if include_embeddings:
+        vectors = {e.memory_id: e for e in Embedding.select()}
+    for memory in Memory.select().order_by(Memory.seq):
+        row = memory_to_dict(memory)
+        if memory.id in vectors:
+            e = vectors[memory.id]
+            row["embedding"] = {"model": e.model, "dim": e.dim, "content_hash": e.content_hash,
+                                "vector": base64.b64encode(e.vector).decode("ascii")}
+        memories.append(row)
+    relations = [{"source_id": r.source_id, "target_id": r.target_id, "type": r.type,
+                  "created_at": to_iso(r.created_at)}
+                 for r in Relation.select().order_by(Relation.id)]
+    return {"version": FORMAT_VERSION, "exported_at": to_iso(now()),
+            "memories": memories, "relations": relations}
+
+
+@dataclass
+class ImportPlan:
+    """What an import would do, computed before anything is written."""
+
+    new: list[dict] = field(default_factory=list)
+    already_present: list[str] = field(default_factory=list)  # same id, same content
+    duplicates: dict[str, str] = field(default_factory=dict)  # imported id → existing id
+    relations: list[tuple[str, str, str, float]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, int]:
+        return {"new": len(self.new), "already_present": len(self.already_present),
+                "duplicates": len(self.duplicates), "relations": len(self.relations)}
+
+
+def _check_memory(i: int, row: Any, errors: list[str]) -> dict | None:
+    where = f"memories[{i}]"
+    if not isinstance(row, dict):
+        errors.append(f"{where}: not an object")
+        return None
+    out: dict[str, Any] = {}
+    mid = row.get("id")
+    if not isinstance(mid, str) or len(mid) < 8 or not all(c in "0123456789abcdef-" for c in mid.lower()):
+        errors.append(f"{where}: 'id' must be a UUID string")
+        return None
+    out["id"] = mid.lower()
+    content = row.get("content")
+    if not isinstance(content, str) or not content.strip():
+        errors.append(f"{where} ({mid}): 'content' must be a non-empty string")
+    else:
+        out["content"] = content.strip()
+    mtype = row.get("type", "fact")
+    if mtype not in MEMORY_TYPES:
+        errors.append(f"{where} ({mid}): unknown type {mtype!r}")
+    out["type"] = mtype
+    confidence = row.get("confidence", 0.7)
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
+        errors.append(f"{where} ({mid}): 'confidence' must be a number from 0 to 1")
+    out["confidence"] = confidence
+    source = row.get("source") or "import"
+    if source not in SOURCES:
+        errors.append(f"{where} ({mid}): unknown source {source!r}")
+    out["source"] = source
+    for key in ("summary", "project", "session_id"):
+        value = row.get(key)
+        if value is not None and not isinstance(value, str):
+            errors.append(f"{where} ({mid}): '{key}' must be a string or null")
+        out[key] = value
+    metadata = row.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        errors.append(f"{where} ({mid}): 'metadata' must be an object")
+    out["metadata"] = metadata
+    access_count = row.get("access_count", 0)
+    if isinstance(access_count, bool) or not isinstance(access_count, int) or access_count < 0:
+        errors.append(f"{where} ({mid}): 'access_count' must be a non-negative integer")
+    out["access_count"] = access_count
+    for key in _TIME_FIELDS:
+        try:
+            out[key] = from_iso(row.get(key))
+        except (ValueError, TypeError):
+            errors.append(f"{where} ({mid}): '{key}' is not an ISO time: {row.get(key)!r}")
+    embedding = row.get("embedding")
+    if embedding is not None:
+        try:
+            blob = base64.b64decode(embedding["vector"], validate=True)
+            dim = int(embedding["dim"])
+            if len(blob) != 4 * dim or not isinstance(embedding["model"], str):
+                raise ValueError
+            out["embedding"] = {"model": embedding["model"], "dim": dim, "vector": blob,
+                                "content_hash": embedding.get("content_hash")}
+        except (KeyError, TypeError, ValueError):
+            errors.append(f"{where} ({mid}): 'embedding' is malformed")
+    return out
+
+
+def plan_import(store, document: Any) -> ImportPlan:
+    """Validate a whole export document against the store; write nothing."""
+    plan = ImportPlan()
+    if not isinstance(document, dict):
+        plan.errors.append("the file must hold a JSON object with 'version' and 'memories'")
+        return plan
+    if document.get("version") != FORMAT_VERSION:
+        plan.errors.append(f"unsupported format version {document.get('version')!r} (expected {FORMAT_VERSION})")
+        return plan
+    rows = document.get("memories")
+    if not isinstance(rows, list):
+        plan.errors.append("'memories' must be a list")
+        return plan
+    relations = document.get("relations", [])
+    if not isinstance(relations, list):
+        plan.errors.append("'relations' must be a list")
+        relations = []
+
+    seen: set[str] = set()
+    checked = []
+    for i, row in enumerate(rows):
+        memory = _check_memory(i, row, plan.errors)
+        if memory is None:
+            continue
+        if memory["id"] in seen:
+            plan.errors.append(f"memories[{i}]: id {memory['id']} appears twice in the file")
+            continue
+        seen.add(memory["id"])
+        checked.append(memory)
+    if plan.errors:
+        return plan
+
+    existing = {m.id: m.content_hash for m in Memory.select(Memory.id, Memory.content_hash)
+                .where(Memory.id.in_([m["id"] for m in checked]))} if checked else {}
+    hashes_in_file: dict[tuple[str, str | None], str] = {}
+    for memory in checked:
+        memory["content_hash"] = content_hash(memory["content"])
+        if memory["id"] in existing:
+            if existing[memory["id"]] != memory["content_hash"]:
+                plan.errors.append(f"memory {memory['id']} already exists with different content")
+            else:
+                plan.already_present.append(memory["id"])
+            continue
+        scope_key = (memory["content_hash"], memory["project"])
+        if memory["invalidated_at"] is None:
+            duplicate = store.find_duplicate(memory["content_hash"], memory["project"])
+            if duplicate is not None:
+                plan.duplicates[memory["id"]] = duplicate.id
+                continue
+            if scope_key in hashes_in_file:
+                plan.duplicates[memory["id"]] = hashes_in_file[scope_key]
+                continue
+            hashes_in_file[scope_key] = memory["id"]
+        plan.new.append(memory)
+
+    known = seen | set(existing)
+    for i, rel in enumerate(relations):
+        if not isinstance(rel, dict):
+            plan.errors.append(f"relations[{i}]: not an object")
+            continue
+        src, dst, rtype = rel.get("source_id"), rel.get("target_id"), rel.get("type")
+        if rtype not in RELATION_TYPES:
+            plan.errors.append(f"relations[{i}]: unknown type {rtype!r}")
+            continue
+        src = plan.duplicates.get(src, src)
+        dst = plan.duplicates.get(dst, dst)
+        for end in (src, dst):
+            if end not in known and end not in plan.duplicates.values() \
+                    and not Memory.select().where(Memory.id == end).exists():
+                plan.errors.append(f"relations[{i}]: memory {end!r} is neither in the file nor in the store")
+        if src == dst:
+            continue
+        try:
+            created = from_iso(rel.get("created_at")) or now()
+        except ValueError:
+            created = now()
+        plan.relations.append((src, dst, rtype, created))
+    return plan
+
+
+def apply_import(store, plan: ImportPlan) -> dict[str, int]:
+    """Write a validated plan in one transaction."""
+    if plan.errors:
+        raise UsageError("the import file has errors; nothing was written")
+    stamp = now()
+    embedded = []
+    with store.db.atomic():
+        for memory in plan.new:
+            row = {k: memory[k] for k in ("id", "type", "content", "summary", "confidence", "source",
+                                          "project", "session_id", "metadata", "content_hash",
+                                          "access_count", *_TIME_FIELDS)}
+            row["created_at"] = row["created_at"] or stamp
+            row["updated_at"] = row["updated_at"] or row["created_at"]
+            row["hints"] = identifier_hints(row["content"], row["summary"])
+            Memory.insert(**row).execute()
+            if "embedding" in memory:
+                e = memory["embedding"]
+                Embedding.insert(memory=memory["id"], model=e["model"], dim=e["dim"], vector=e["vector"],
+                                 content_hash=e["content_hash"] or memory["content_hash"],
+                                 created_at=stamp).execute()
+                embedded.append(memory["id"])
+        relations_before = Relation.select().count()
+        for src, dst, rtype, created in plan.relations:
+            (Relation.insert(source=src, target=dst, type=rtype, created_at=created)
+             .on_conflict_ignore().execute())
+        added_relations = Relation.select().count() - relations_before
+        if embedded:
+            model, dim = vec.index_state(store.db)
+            if model:
+                vec.rebuild_index(store.db, model, dim)
+    return {**plan.summary(), "relations_added": added_relations}

@@ -1,0 +1,266 @@
+"""Hybrid search (SPEC §3): FTS5 bm25 + vector KNN, fused by RRF, reranked by memory signals."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .db import vec
+from .db.fts import match_expression
+from .db.models import Memory, RecallEvent, Relation
+from .embedders import Embedder
+from .errors import EmbedderUnavailable, UsageError
+from .times import days_between, now
+
+log = logging.getLogger(__name__)
+
+TYPE_PRIORITY = {
+    "decision": 1.2, "preference": 1.1, "procedure": 1.1, "fact": 1.0, "project_state": 1.0,
+    "self_assessment": 1.0, "event": 0.9, "conversation": 0.7,
+}
+# FTS5 column weights for bm25(): content, summary, identifier hints.
+BM25_WEIGHTS = (1.0, 0.6, 0.4)
+
+
+@dataclass
+class SearchOptions:
+    limit: int = 10
+    mode: str = "hybrid"  # hybrid | fts | semantic
+    memory_type: str | None = None
+    project: str | None = None
+    include_invalid: bool = False
+    valid_only: bool = False
+    related: bool = False
+    track: bool = True
+    origin: str = "search"
+    rrf_k: int = 60
+    candidate_multiplier: int = 5
+    blend: float = 0.3
+
+
+@dataclass
+class Hit:
+    """One search result with every score component (what --explain prints)."""
+
+    memory: Memory
+    score: float
+    fts_rank: int | None = None
+    fts_bm25: float | None = None
+    vec_rank: int | None = None
+    vec_distance: float | None = None
+    rrf: float = 0.0
+    rrf_norm: float = 0.0
+    signal: float = 0.0
+    components: dict[str, float] = field(default_factory=dict)
+    via: str | None = None  # set for results added by --related
+
+
+@dataclass
+class SearchResult:
+    hits: list[Hit]
+    mode: str  # the mode that actually ran
+    notice: str | None = None  # e.g. why hybrid became FTS-only
+
+
+def query_hash(query: str) -> str:
+    """Normalised query identity, for counting distinct queries in promotion."""
+    normal = " ".join(query.lower().split())
+    return hashlib.sha256(normal.encode("utf-8")).hexdigest()[:16]
+
+
+def memory_signal(memory: Memory, at: float) -> tuple[float, dict[str, float]]:
+    """The seed's weighted signal: confidence, recency, frequency, type priority."""
+    confidence = float(memory.confidence or 0.0)
+    if memory.accessed_at and memory.access_count:
+        recency = math.exp(-0.01 * days_between(at, memory.accessed_at))
+        age_days = max(days_between(at, memory.created_at), 1.0)
+        frequency = math.log(1 + memory.access_count / age_days)
+    else:
+        recency = frequency = 0.0
+    priority = TYPE_PRIORITY.get(memory.type, 1.0)
+    signal = 0.4 * confidence + 0.3 * recency + 0.2 * frequency + 0.1 * priority
+    return signal, {"confidence": confidence, "recency": recency, "frequency": frequency,
+                    "type_priority": priority}
+
+
+class Searcher:
+    """Runs searches over one store with one embedder."""
+
+    def __init__(self, store, embedder: Embedder | None):
+        self.store = store
+        self.db = store.db
+        self.embedder = embedder
+
+    # ---- candidate lists -------------------------------------------------------------
+
+    def _filters(self, opts: SearchOptions, at: float) -> tuple[str, list[Any]]:
+        clauses, params = [], []
+        if opts.memory_type:
+            clauses.append("m.type = ?")
+            params.append(opts.memory_type)
+        if opts.project:
+            # A project's searches see its own memories and the global ones.
+            clauses.append("(m.project = ? OR m.project IS NULL)")
+            params.append(opts.project)
+        if not opts.include_invalid:
+            clauses.append("m.invalidated_at IS NULL")
+        if opts.valid_only:
+            clauses.append("(m.valid_until IS NULL OR m.valid_until > ?)")
+            params.append(at)
+            clauses.append("NOT EXISTS (SELECT 1 FROM relation r JOIN memory s ON s.id = r.source_id "
+                           "WHERE r.target_id = m.id AND r.type = 'supersedes' "
+                           "AND s.invalidated_at IS NULL)")
+        return (" AND ".join(clauses) or "1"), params
+
+    def fts_candidates(self, query: str, depth: int, where: str, params: list) -> list[tuple[int, float]]:
+        """(seq, bm25) best first; bm25 is negative, lower is better."""
+        expression = match_expression(query)
+        if expression is None:
+            return []
+        weights = ", ".join(str(w) for w in BM25_WEIGHTS)
+        sql = (f"SELECT m.seq, bm25(memory_fts, {weights}) AS score FROM memory_fts "
+               f"JOIN memory m ON m.seq = memory_fts.rowid "
+               f"WHERE memory_fts MATCH ? AND {where} ORDER BY score LIMIT ?")
+        return [(int(s), float(b)) for s, b in self.db.execute_sql(sql, [expression, *params, depth])]
+
+    def vector_candidates(self, query_vector, depth: int, where: str, params: list) -> list[tuple[int, float]]:
+        """(seq, cosine distance) best first, filtered; over-fetches until `depth` pass the filters."""
+        model, dim = vec.index_state(self.db)
+        if model != self.embedder.identity or dim != len(query_vector):
+            return []  # nothing embedded with this model yet
+        use_vec0 = self.db.vec_loaded and vec.get_setting(self.db, "vec_dirty") != "1"
+        k = depth
+        while True:
+            if use_vec0:
+                nearest = vec.knn_vec0(self.db, query_vector, k)
+            else:
+                nearest = vec.knn_numpy(self.db, query_vector, k, model, dim)
+            if where == "1" or not nearest:
+                return nearest[:depth]
+            allowed = self._allowed([s for s, _ in nearest], where, params)
+            kept = [(s, d) for s, d in nearest if s in allowed]
+            exhausted = len(nearest) < k or k >= vec.MAX_KNN
+            if len(kept) >= depth or exhausted:
+                return kept[:depth]
+            k = min(k * 4, vec.MAX_KNN)
+
+    def _allowed(self, seqs: list[int], where: str, params: list) -> set[int]:
+        marks = ",".join("?" * len(seqs))
+        rows = self.db.execute_sql(f"SELECT m.seq FROM memory m WHERE m.seq IN ({marks}) AND {where}",
+                                   [*seqs, *params])
+        return {r[0] for r in rows}
+
+    # ---- the search ------------------------------------------------------------------
+
+    def search(self, query: str, opts: SearchOptions | None = None) -> SearchResult:
+        opts = opts or SearchOptions()
+        if opts.limit < 1:
+            raise UsageError("--limit must be at least 1")
+        if opts.mode not in ("hybrid", "fts", "semantic"):
+            raise UsageError(f"unknown search mode {opts.mode!r}")
+        at = now()
+        mode, notice = opts.mode, None
+        where, params = self._filters(opts, at)
+        depth = max(opts.limit * opts.candidate_multiplier, 50)
+
+        query_vector = None
+        if mode in ("hybrid", "semantic"):
+            if self.embedder is None or not self.embedder.available:
+                if mode == "semantic":
+                    raise UsageError("semantic search needs an embedder (embedding.provider is none)",
+                                     hint="configure embedding.provider, or use --fts-only")
+                mode, notice = "fts", "no embedder configured: searching with FTS only"
+            else:
+                try:
+                    query_vector = self.embedder.embed_query(query)
+                except EmbedderUnavailable as exc:
+                    if mode == "semantic":
+                        raise
+                    mode, notice = "fts", f"embedder unavailable ({exc.message}): searching with FTS only"
+
+        lists: list[list[tuple[int, float]]] = []
+        fts_list = self.fts_candidates(query, depth, where, params) if mode in ("hybrid", "fts") else []
+        vec_list = (self.vector_candidates(query_vector, depth, where, params)
+                    if query_vector is not None else [])
+        if mode in ("hybrid", "fts"):
+            lists.append(fts_list)
+        if query_vector is not None:
+            lists.append(vec_list)
+        if mode == "hybrid" and query_vector is not None and not vec_list and fts_list:
+            notice = "no memory is embedded with this model yet: run `llmem embed --pending`"
+
+        hits = self._fuse_and_rerank(fts_list, vec_list, len(lists), opts, at)
+        hits = hits[:opts.limit]
+        if opts.related and hits:
+            hits += self._related(hits, opts, where, params)
+        if opts.track and hits:
+            self.record_recall(hits, query, opts.origin, at)
+        return SearchResult(hits, mode, notice)
+
+    def _fuse_and_rerank(self, fts_list, vec_list, list_count: int, opts: SearchOptions,
+                         at: float) -> list[Hit]:
+        k = opts.rrf_k
+        fused: dict[int, dict[str, Any]] = {}
+        for rank, (seq, bm25) in enumerate(fts_list, start=1):
+            entry = fused.setdefault(seq, {"rrf": 0.0})
+            entry.update(fts_rank=rank, fts_bm25=bm25)
+            entry["rrf"] += 1.0 / (k + rank)
+        for rank, (seq, distance) in enumerate(vec_list, start=1):
+            entry = fused.setdefault(seq, {"rrf": 0.0})
+            entry.update(vec_rank=rank, vec_distance=distance)
+            entry["rrf"] += 1.0 / (k + rank)
+        if not fused:
+            return []
+        best_possible = max(list_count, 1) / (k + 1)  # rank 1 in every list
+        memories = {m.seq: m for m in Memory.select().where(Memory.seq.in_(list(fused)))}
+        hits = []
+        for seq, entry in fused.items():
+            memory = memories.get(seq)
+            if memory is None:
+                continue
+            rrf_norm = entry["rrf"] / best_possible
+            signal, components = memory_signal(memory, at)
+            score = rrf_norm * (1 - opts.blend) + signal * opts.blend
+            hits.append(Hit(memory=memory, score=score, fts_rank=entry.get("fts_rank"),
+                            fts_bm25=entry.get("fts_bm25"), vec_rank=entry.get("vec_rank"),
+                            vec_distance=entry.get("vec_distance"), rrf=entry["rrf"],
+                            rrf_norm=rrf_norm, signal=signal, components=components))
+        hits.sort(key=lambda h: (-h.score, h.memory.seq))
+        return hits
+
+    def _related(self, hits: list[Hit], opts: SearchOptions, where: str, params: list) -> list[Hit]:
+        """One hop of relations from the results, each marked with how it was reached."""
+        shown = {h.memory.id for h in hits}
+        extra: dict[str, Hit] = {}
+        rows = Relation.select().where(Relation.source.in_(list(shown)) | Relation.target.in_(list(shown)))
+        at = now()
+        for relation in rows:
+            src, dst = relation.source_id, relation.target_id
+            other, anchor = (dst, src) if src in shown else (src, dst)
+            if other in shown or other in extra:
+                continue
+            memory = Memory.get_or_none(Memory.id == other)
+            if memory is None or not self._allowed([memory.seq], where, params):
+                continue
+            signal, components = memory_signal(memory, at)
+            extra[other] = Hit(memory=memory, score=0.0, signal=signal, components=components,
+                               via=f"{relation.type} {anchor[:8]}")
+        return list(extra.values())
+
+    def record_recall(self, hits: list[Hit], query: str, origin: str, at: float) -> None:
+        """Access tracking and RecallEvent rows; best effort, never fails the search."""
+        qhash = query_hash(query)
+        try:
+            with self.db.atomic():
+                ids = [h.memory.id for h in hits]
+                Memory.update(access_count=Memory.access_count + 1, accessed_at=at).where(
+                    Memory.id.in_(ids)).execute()
+                RecallEvent.insert_many([
+                    {"memory": h.memory.id, "query_hash": qhash, "rank": i, "score": h.score,
+                     "origin": origin, "created_at": at}
+                    for i, h in enumerate(hits, start=1)]).execute()
+        except Exception as exc:  # a locked or read-only store must not fail a search
+            log.warning("could not record access for %d results: %s", len(hits), exc)

@@ -1,0 +1,285 @@
+"""The one write path of the memory store: add, update, invalidate, relate, delete, dedupe.
+
+Every write runs in an IMMEDIATE transaction (see db/connection.py); nothing here makes a
+network call, so no transaction is ever held open across HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import peewee as pw
+
+from .db import vec
+from .db.connection import open_database
+from .db.fts import identifier_hints
+from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, RecallEvent, Relation
+from .errors import AmbiguousId, NotFound, UsageError
+from .times import now, to_iso
+
+log = logging.getLogger(__name__)
+
+MIN_PREFIX = 4
+_WS = re.compile(r"\s+")
+
+
+def content_hash(content: str) -> str:
+    """Hash of the normalised content: case and runs of whitespace do not make a new memory."""
+    normalised = _WS.sub(" ", content.strip().lower())
+    return hashlib.sha256(normalised.encode("utf-8")).hexdigest()
+
+
+def check_type(memory_type: str) -> str:
+    if memory_type not in MEMORY_TYPES:
+        raise UsageError(f"unknown memory type {memory_type!r}",
+                         hint="use one of: " + ", ".join(MEMORY_TYPES))
+    return memory_type
+
+
+def check_confidence(confidence: float) -> float:
+    if not 0.0 <= float(confidence) <= 1.0:
+        raise UsageError(f"confidence {confidence} is out of range", hint="use a number from 0.0 to 1.0")
+    return float(confidence)
+
+
+def memory_to_dict(memory: Memory) -> dict[str, Any]:
+    """A memory as plain JSON-ready data (the export and --json shape)."""
+    return {
+        "id": memory.id,
+        "type": memory.type,
+        "content": memory.content,
+        "summary": memory.summary,
+        "confidence": round(memory.confidence, 4),
+        "source": memory.source,
+        "project": memory.project,
+        "session_id": memory.session_id,
+        "metadata": memory.metadata or {},
+        "content_hash": memory.content_hash,
+        "created_at": to_iso(memory.created_at),
+        "updated_at": to_iso(memory.updated_at),
+        "accessed_at": to_iso(memory.accessed_at),
+        "access_count": memory.access_count,
+        "valid_from": to_iso(memory.valid_from),
+        "valid_until": to_iso(memory.valid_until),
+        "invalidated_at": to_iso(memory.invalidated_at),
+        "promoted_at": to_iso(memory.promoted_at),
+    }
+
+
+@dataclass
+class AddResult:
+    memory: Memory
+    created: bool  # False: an exact duplicate already existed and was returned
+
+
+class Store:
+    """The memory store: a peewee database plus the operations that write it."""
+
+    def __init__(self, db):
+        self.db = db
+
+    @classmethod
+    def open(cls, path: Path, *, vec_enabled: bool = True) -> Store:
+        return cls(open_database(Path(path), vec=vec_enabled))
+
+    def close(self) -> None:
+        if not self.db.is_closed():
+            self.db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- reading ---------------------------------------------------------------------
+
+    def resolve_id(self, prefix: str) -> str:
+        """The full id of the memory whose id starts with `prefix` (≥ 4 characters)."""
+        prefix = (prefix or "").strip().lower()
+        if len(prefix) < MIN_PREFIX:
+            raise UsageError(f"id prefix {prefix!r} is too short",
+                             hint=f"give at least {MIN_PREFIX} characters of the id")
+        if not re.fullmatch(r"[0-9a-f-]+", prefix):
+            raise NotFound(f"no memory with id {prefix!r}", hint="ids are hexadecimal UUIDs; `llmem list` shows them")
+        # Range scan on the unique index instead of LIKE (whose escaping and case rules vary).
+        rows = list(Memory.select(Memory.id).where(
+            (Memory.id >= prefix) & (Memory.id < prefix + "\U0010ffff")).limit(11).tuples())
+        if not rows:
+            raise NotFound(f"no memory with id {prefix!r}", hint="`llmem list --all` shows every id")
+        if len(rows) > 1:
+            shown = ", ".join(r[0] for r in rows[:10])
+            raise AmbiguousId(f"id prefix {prefix!r} matches {len(rows)}{'+' if len(rows) > 10 else ''} memories: {shown}",
+                              hint="give more characters of the id")
+        return rows[0][0]
+
+    def get(self, id_or_prefix: str) -> Memory:
+        """A memory by id or unique prefix. Read-only: access is not tracked."""
+        return Memory.get(Memory.id == self.resolve_id(id_or_prefix))
+
+    def list(self, *, memory_type: str | None = None, project: str | None = None,
+             limit: int | None = 50, include_invalid: bool = False) -> list[Memory]:
+        query = Memory.select()
+        if memory_type:
+            query = query.where(Memory.type == check_type(memory_type))
+        if project:
+            query = query.where(Memory.project == project)
+        if not include_invalid:
+            query = query.where(Memory.invalidated_at.is_null())
+        query = query.order_by(Memory.created_at.desc(), Memory.seq.desc())
+        if limit:
+            query = query.limit(limit)
+        return list(query)
+
+    def find_duplicate(self, text_hash: str, project: str | None) -> Memory | None:
+        """A valid memory with the same normalised content in the same scope."""
+        scope = Memory.project.is_null() if project is None else (Memory.project == project)
+        return (Memory.select().where((Memory.content_hash == text_hash) & scope
+                                      & Memory.invalidated_at.is_null()).first())
+
+    # ---- writing ---------------------------------------------------------------------
+
+    def add(self, content: str, memory_type: str = "fact", *, summary: str | None = None,
+            confidence: float | None = None, source: str = "user", project: str | None = None,
+            session_id: str | None = None, metadata: dict | None = None,
+            valid_from: float | None = None, valid_until: float | None = None,
+            memory_id: str | None = None, created_at: float | None = None) -> AddResult:
+        """Store a memory; an exact duplicate in the same scope returns the existing one."""
+        content = (content or "").strip()
+        if not content:
+            raise UsageError("the memory content is empty", hint="pass --content TEXT")
+        check_type(memory_type)
+        if source not in SOURCES:
+            raise UsageError(f"unknown source {source!r}", hint="use one of: " + ", ".join(SOURCES))
+        confidence = check_confidence(0.7 if confidence is None else confidence)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise UsageError("metadata must be a JSON object")
+        text_hash = content_hash(content)
+        stamp = now()
+        with self.db.atomic():
+            existing = self.find_duplicate(text_hash, project)
+            if existing is not None:
+                return AddResult(existing, False)
+            memory = Memory.create(
+                id=memory_id or str(uuid.uuid4()), type=memory_type, content=content,
+                summary=summary, hints=identifier_hints(content, summary),
+                confidence=confidence, source=source, project=project, session_id=session_id,
+                metadata=metadata or {}, content_hash=text_hash,
+                created_at=created_at or stamp, updated_at=stamp,
+                valid_from=valid_from, valid_until=valid_until)
+        return AddResult(memory, True)
+
+    def update(self, id_or_prefix: str, *, content: str | None = None, summary: str | None = None,
+               confidence: float | None = None, metadata: dict | None = None,
+               memory_type: str | None = None, merge_metadata: bool = True) -> Memory:
+        """Change a memory's fields; a content change marks its embedding stale."""
+        memory_id = self.resolve_id(id_or_prefix)
+        with self.db.atomic():
+            memory = Memory.get(Memory.id == memory_id)
+            if content is not None:
+                content = content.strip()
+                if not content:
+                    raise UsageError("the new content is empty")
+                memory.content = content
+                memory.content_hash = content_hash(content)
+            if summary is not None:
+                memory.summary = summary or None
+            if content is not None or summary is not None:
+                memory.hints = identifier_hints(memory.content, memory.summary)
+            if confidence is not None:
+                memory.confidence = check_confidence(confidence)
+            if memory_type is not None:
+                memory.type = check_type(memory_type)
+            if metadata is not None:
+                if not isinstance(metadata, dict):
+                    raise UsageError("metadata must be a JSON object")
+                memory.metadata = {**(memory.metadata or {}), **metadata} if merge_metadata else metadata
+            memory.updated_at = now()
+            memory.save()
+        return memory
+
+    def invalidate(self, id_or_prefix: str, reason: str) -> Memory:
+        """Soft-delete: the memory stays for reference but search no longer returns it."""
+        if not (reason or "").strip():
+            raise UsageError("an invalidation needs a reason", hint='pass --reason "why"')
+        memory_id = self.resolve_id(id_or_prefix)
+        with self.db.atomic():
+            memory = Memory.get(Memory.id == memory_id)
+            stamp = now()
+            memory.invalidated_at = stamp
+            memory.updated_at = stamp
+            memory.metadata = {**(memory.metadata or {}), "invalidation_reason": reason.strip()}
+            memory.save()
+        return memory
+
+    def delete(self, id_or_prefix: str) -> str:
+        """Delete a memory for good, with its relations, embedding and recall events."""
+        memory_id = self.resolve_id(id_or_prefix)
+        with self.db.atomic():
+            memory = Memory.get(Memory.id == memory_id)
+            vec.drop_vectors(self.db, [memory.seq])
+            # Foreign keys cascade, but say it explicitly: a DB opened without
+            # foreign_keys=ON (another tool) must not leave dangling relations.
+            Relation.delete().where((Relation.source == memory_id) | (Relation.target == memory_id)).execute()
+            RecallEvent.delete().where(RecallEvent.memory == memory_id).execute()
+            memory.delete_instance(recursive=False)
+        return memory_id
+
+    def relate(self, source_id: str, target_id: str, relation_type: str) -> bool:
+        """Link two memories; return False when the link already existed."""
+        if relation_type not in RELATION_TYPES:
+            raise UsageError(f"unknown relation type {relation_type!r}",
+                             hint="use one of: " + ", ".join(RELATION_TYPES))
+        source_id, target_id = self.resolve_id(source_id), self.resolve_id(target_id)
+        if source_id == target_id:
+            raise UsageError("a memory cannot be related to itself")
+        with self.db.atomic():
+            try:
+                with self.db.atomic():
+                    Relation.create(source=source_id, target=target_id, type=relation_type, created_at=now())
+            except pw.IntegrityError:
+                return False
+        return True
+
+    def relations_of(self, memory_ids: list[str]) -> list[Relation]:
+        if not memory_ids:
+            return []
+        return list(Relation.select().where(Relation.source.in_(memory_ids) | Relation.target.in_(memory_ids)))
+
+    # ---- statistics ------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        total = Memory.select().count()
+        valid = Memory.select().where(Memory.invalidated_at.is_null())
+        by_type = {t: c for t, c in valid.select(Memory.type, pw.fn.COUNT(Memory.id))
+                   .group_by(Memory.type).tuples()}
+        model, dim = vec.index_state(self.db)
+        embedded = 0
+        if model:
+            embedded = self.db.execute_sql(
+                "SELECT COUNT(*) FROM embedding e JOIN memory m ON m.id = e.memory_id "
+                "WHERE e.model = ? AND e.content_hash = m.content_hash AND m.invalidated_at IS NULL",
+                (model,)).fetchone()[0]
+        valid_count = valid.count()
+        return {
+            "memories": total,
+            "valid": valid_count,
+            "invalidated": total - valid_count,
+            "by_type": dict(sorted(by_type.items())),
+            "promoted": Memory.select().where(Memory.promoted_at.is_null(False)).count(),
+            "relations": Relation.select().count(),
+            "embedded": embedded,
+            "pending_embedding": valid_count - embedded,
+            "embedding_model": model,
+            "embedding_dim": dim,
+            "recall_events": RecallEvent.select().count(),
+            "db_path": self.db.database,
+            "db_bytes": Path(self.db.database).stat().st_size if Path(self.db.database).exists() else 0,
+            "sqlite_vec": "loaded" if self.db.vec_loaded else "unavailable",
+        }

@@ -1,0 +1,79 @@
+"""Embedding memories: find what is pending, call the embedder, store and index the vectors."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+import peewee as pw
+
+from .db import vec
+from .db.models import Embedding, Memory
+from .embedders import Embedder
+from .times import now
+
+log = logging.getLogger(__name__)
+
+
+def embedding_text(memory: Memory) -> str:
+    """What is embedded for a memory: its content, with the summary when it adds words."""
+    if memory.summary and memory.summary.strip() and memory.summary not in memory.content:
+        return f"{memory.summary}\n{memory.content}"
+    return memory.content
+
+
+def pending_query(identity: str, everything: bool = False):
+    """Valid memories with no current embedding under `identity` (or all valid ones)."""
+    query = Memory.select().where(Memory.invalidated_at.is_null())
+    if everything:
+        return query.order_by(Memory.seq)
+    current = Embedding.select(Embedding.memory).where(
+        (Embedding.model == identity) & (Embedding.content_hash == Memory.content_hash)
+        & (Embedding.memory == Memory.id))
+    return query.where(~pw.fn.EXISTS(current)).order_by(Memory.seq)
+
+
+def store_vectors(store, embedder: Embedder, memories: list[Memory], vectors) -> None:
+    """Write vectors for memories (one transaction), rebuilding the index on a model change."""
+    identity, dim = embedder.identity, int(vectors.shape[1])
+    stamp = now()
+    with store.db.atomic():
+        vec.ensure_index(store.db, identity, dim)
+        rows = []
+        for memory, vector in zip(memories, vectors, strict=True):
+            blob = vec.to_blob(vector)
+            (Embedding.insert(memory=memory.id, model=identity, dim=dim, vector=blob,
+                              content_hash=memory.content_hash, created_at=stamp)
+             .on_conflict(conflict_target=[Embedding.memory],
+                          update={Embedding.model: identity, Embedding.dim: dim,
+                                  Embedding.vector: blob,
+                                  Embedding.content_hash: memory.content_hash,
+                                  Embedding.created_at: stamp})
+             .execute())
+            rows.append((memory.seq, vector))
+        vec.put_vectors(store.db, rows)
+
+
+def embed_memories(store, embedder: Embedder, memories: list[Memory]) -> int:
+    """Embed the given memories now (HTTP outside any transaction); return how many."""
+    if not memories or not embedder.available:
+        return 0
+    vectors = embedder.embed_documents([embedding_text(m) for m in memories])
+    store_vectors(store, embedder, memories, vectors)
+    return len(memories)
+
+
+def embed_pending(store, embedder: Embedder, *, everything: bool = False,
+                  batch: int = 64, progress: Callable[[int], None] | None = None) -> int:
+    """Embed every memory whose vector is missing or stale; return how many were embedded."""
+    done = 0
+    last_seq = 0
+    while True:
+        chunk: Iterable[Memory] = list(
+            pending_query(embedder.identity, everything).where(Memory.seq > last_seq).limit(batch))
+        if not chunk:
+            return done
+        done += embed_memories(store, embedder, chunk)
+        last_seq = chunk[-1].seq
+        if progress:
+            progress(done)

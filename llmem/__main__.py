@@ -1,0 +1,5 @@
+"""`python -m llmem` runs the CLI."""
+
+from llmem.cli import main
+
+main()

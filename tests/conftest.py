@@ -1,0 +1,83 @@
+"""Every test runs in its own LLMEM_HOME and HOME: the user's real files are never touched."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fakes import FakeModelServer  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def llmem_home(tmp_path, monkeypatch):
+    home = tmp_path / "llmem-home"
+    monkeypatch.setenv("LLMEM_HOME", str(home))
+    monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
+    for var in ("LLMEM_CONFIG", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+@pytest.fixture
+def model_server():
+    server = FakeModelServer().start()
+    yield server
+    server.stop()
+
+
+def free_port_url() -> str:
+    """A loopback URL where nothing listens (an embedder that is down)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def write_config(home: Path, text: str) -> Path:
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def configure(llmem_home):
+    """Write $LLMEM_HOME/config.yaml from YAML text."""
+    return lambda text: write_config(llmem_home, text)
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the real `llmem` entry point in-process; returns (exit code, stdout, stderr)."""
+    from llmem.cli import main
+
+    def run(*args: str):
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture
+def fts_config(configure):
+    """A config with no embedder: FTS-only search."""
+    return configure("embedding:\n  provider: none\nllm:\n  provider: none\n")
+
+
+@pytest.fixture
+def ollama_config(configure, model_server):
+    """A config pointing the embedder and the LLM at the fake server."""
+    configure(f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"
+              f"llm:\n  provider: ollama\n  base_url: {model_server.url}\n")
+    return model_server

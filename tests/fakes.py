@@ -1,0 +1,114 @@
+"""Test doubles at the network edge: a real HTTP server on 127.0.0.1 playing Ollama/OpenAI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+
+FAKE_DIM = 64
+
+
+def fake_vector(text: str, dim: int = FAKE_DIM) -> list[float]:
+    """A deterministic bag-of-words vector: texts sharing words point the same way."""
+    vector = np.zeros(dim, dtype=np.float64)
+    for word in re.findall(r"\w+", text.lower()):
+        if word in ("search_query", "search_document"):
+            continue
+        digest = hashlib.sha256(word.encode()).digest()
+        vector[digest[0] % dim] += 1.0 if digest[1] % 2 else -1.0
+        vector[digest[2] % dim] += 0.5
+    if not vector.any():
+        vector[0] = 1.0
+    return (vector / np.linalg.norm(vector)).tolist()
+
+
+class FakeModelServer:
+    """Ollama (/api/embed, /api/tags, /api/chat) and OpenAI (/v1/embeddings) on loopback.
+
+    `mode` switches behaviour at run time: "ok", "error" (HTTP 500), "slow" (sleeps
+    `delay` seconds), "garbage" (not JSON). `requests` records every request body.
+    """
+
+    def __init__(self, dim: int = FAKE_DIM):
+        self.dim = dim
+        self.mode = "ok"
+        self.delay = 2.0
+        self.requests: list[tuple[str, dict]] = []
+        self.chat_replies: list[str] = []  # scripted /api/chat contents, consumed in order
+        self.models = ["nomic-embed-text:latest", "llama3.1:8b"]
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, status: int, body):
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def do_GET(self):
+                if self.path == "/api/tags":
+                    self._reply(200, {"models": [{"name": m} for m in server.models]})
+                elif self.path == "/v1/models":
+                    self._reply(200, {"data": [{"id": m} for m in server.models]})
+                else:
+                    self._reply(404, {"error": "not found"})
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                server.requests.append((self.path, body))
+                if server.mode == "slow":
+                    time.sleep(server.delay)
+                if server.mode == "error":
+                    return self._reply(500, {"error": "model crashed"})
+                if server.mode == "garbage":
+                    return self._reply(200, b"<html>not json")
+                if self.path == "/api/embed":
+                    if body.get("model", "").split(":")[0] not in {m.split(":")[0] for m in server.models}:
+                        return self._reply(404, {"error": f"model '{body.get('model')}' not found"})
+                    inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                    return self._reply(200, {"model": body["model"],
+                                             "embeddings": [fake_vector(t, server.dim) for t in inputs]})
+                if self.path == "/v1/embeddings":
+                    inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                    return self._reply(200, {"data": [{"index": i, "embedding": fake_vector(t, server.dim)}
+                                                      for i, t in enumerate(inputs)]})
+                if self.path == "/api/chat":
+                    content = server.chat_replies.pop(0) if server.chat_replies else "{}"
+                    return self._reply(200, {"message": {"role": "assistant", "content": content},
+                                             "prompt_eval_count": 10, "eval_count": 5, "done": True})
+                if self.path == "/v1/chat/completions":
+                    content = server.chat_replies.pop(0) if server.chat_replies else "{}"
+                    return self._reply(200, {"choices": [{"message": {"role": "assistant", "content": content}}],
+                                             "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+                self._reply(404, {"error": "not found"})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def start(self) -> FakeModelServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def embed_requests(self) -> list[dict]:
+        return [body for path, body in self.requests if path in ("/api/embed", "/v1/embeddings")]

@@ -1,0 +1,191 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from llmem.cli import cli as cli_group
+
+
+def add(cli, *args):
+    code, out, err = cli("add", *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_every_command_has_help(cli):
+    def walk(group, prefix):
+        for name, command in group.commands.items():
+            yield [*prefix, name], command
+            if hasattr(command, "commands"):
+                yield from walk(command, [*prefix, name])
+
+    for path, command in walk(cli_group, []):
+        assert command.help, f"llmem {' '.join(path)} has no help text"
+        code, out, _ = cli(*path, "--help")
+        assert code == 0 and "Usage:" in out
+
+
+def test_add_get_list_update_invalidate_delete(cli, fts_config):
+    memory = add(cli, "--content", "the api gateway retries three times", "--type", "fact")
+    assert memory["confidence"] == 0.9 and memory["source"] == "user"
+    short = memory["id"][:6]
+    code, out, _ = cli("get", short, "--json")
+    assert json.loads(out)["content"] == "the api gateway retries three times"
+    code, out, _ = cli("update", short, "--confidence", "0.5", "--metadata", '{"k": "v"}', "--json")
+    assert json.loads(out)["confidence"] == 0.5 and json.loads(out)["metadata"] == {"k": "v"}
+    code, out, _ = cli("list", "--json")
+    assert [m["id"] for m in json.loads(out)] == [memory["id"]]
+    code, out, _ = cli("invalidate", short, "--reason", "gateway replaced")
+    assert code == 0
+    code, out, _ = cli("list", "--json")
+    assert json.loads(out) == []
+    code, out, _ = cli("list", "--all", "--json")
+    assert json.loads(out)[0]["metadata"]["invalidation_reason"] == "gateway replaced"
+    code, out, _ = cli("delete", short)
+    assert code == 0
+    code, out, err = cli("get", short)
+    assert code == 2 and "no memory" in err
+
+
+def test_usage_errors_exit_2_without_traceback(cli, fts_config):
+    cases = [
+        ("add", "--content", "x", "--type", "opinion"),
+        ("add", "--content", "x", "--confidence", "2"),
+        ("add", "--content", "x", "--metadata", "{not json"),
+        ("get", "abc"),
+        ("search", "x", "--fts-only", "--semantic-only"),
+        ("search", "x", "--semantic-only"),
+        ("update", "abcd"),
+        ("no-such-command",),
+    ]
+    for args in cases:
+        code, out, err = cli(*args)
+        assert code == 2, (args, code, err)
+        assert "Traceback" not in err and err.strip(), args
+
+
+def test_ambiguous_prefix_lists_the_matches(cli, fts_config, llmem_home):
+    from llmem.store import Store
+
+    cli("stats")
+    with Store.open(llmem_home / "memory.db") as store:
+        for i in range(2):
+            store.add(f"memory {i}", memory_id=f"beef{i}000-0000-4000-8000-000000000000")
+    code, _, err = cli("get", "beef")
+    assert code == 2 and "beef0000-0000-4000-8000-000000000000" in err
+    assert "beef1000-0000-4000-8000-000000000000" in err and "more characters" in err
+
+
+def test_search_json_and_weird_input(cli, fts_config):
+    add(cli, "--content", "deploy with make release; never push to main directly", "--type", "procedure")
+    code, out, err = cli("search", "release", "--json")
+    rows = json.loads(out)
+    assert code == 0 and rows[0]["type"] == "procedure"
+    assert {"id", "type", "content", "score", "metadata"} <= set(rows[0])
+    assert "FTS only" in err
+    for text in ['"release', "release -main", "re*", "main:push", "(release", "1; DROP TABLE memory"]:
+        code, out, err = cli("search", text, "--json", "--no-track")
+        assert code == 0, (text, err)
+    code, out, _ = cli("search", "release", "--explain")
+    assert "rrf_norm=" in out and "type_priority=" in out
+
+
+def test_search_no_track_leaves_access_counts(cli, fts_config):
+    memory = add(cli, "--content", "the linter config is in pyproject")
+    cli("search", "linter", "--no-track")
+    code, out, _ = cli("get", memory["id"], "--json")
+    assert json.loads(out)["access_count"] == 0
+    cli("search", "linter")
+    code, out, _ = cli("get", memory["id"], "--json")
+    assert json.loads(out)["access_count"] == 1
+
+
+def test_hybrid_end_to_end_with_ollama(cli, ollama_config):
+    add(cli, "--content", "postgres is the billing database", "--type", "decision")
+    add(cli, "--content", "the user likes dark themes", "--type", "preference")
+    code, out, err = cli("search", "billing database", "--json", "--explain")
+    assert code == 0 and err == ""
+    rows = json.loads(out)
+    assert rows[0]["content"] == "postgres is the billing database"
+    assert rows[0]["explain"]["vec_rank"] == 1
+    code, out, _ = cli("doctor", "--json")
+    report = json.loads(out)
+    assert report["sqlite_vec"] == "loaded"
+    assert report["embedder"]["status"] == "ok"
+    code, out, _ = cli("metrics", "--json")
+    assert json.loads(out)["coverage"] == 1.0
+
+
+def test_embed_pending_after_ollama_comes_back(cli, ollama_config):
+    ollama_config.mode = "error"
+    code, out, err = cli("add", "--content", "ci runs on github actions")
+    assert code == 0 and "embed --pending" in err
+    code, out, _ = cli("stats", "--json")
+    assert json.loads(out)["pending_embedding"] == 1
+    ollama_config.mode = "ok"
+    code, out, _ = cli("embed", "--pending", "--json")
+    assert json.loads(out)["embedded"] == 1
+    code, out, _ = cli("stats", "--json")
+    assert json.loads(out)["pending_embedding"] == 0
+
+
+def test_export_import_round_trip_keeps_ids_and_relations(cli, fts_config, tmp_path, llmem_home, monkeypatch):
+    from llmem.store import Store
+
+    a = add(cli, "--content", "use ruff for linting", "--type", "decision")
+    b = add(cli, "--content", "use flake8 for linting", "--type", "decision")
+    with Store.open(llmem_home / "memory.db") as store:
+        store.relate(a["id"], b["id"], "supersedes")
+    export = tmp_path / "out.json"
+    code, out, _ = cli("export", "--output", str(export))
+    assert code == 0
+    document = json.loads(export.read_text())
+    assert document["version"] == 1 and len(document["memories"]) == 2
+    assert document["relations"][0]["type"] == "supersedes"
+
+    other_home = tmp_path / "other"
+    monkeypatch.setenv("LLMEM_HOME", str(other_home))
+    (other_home).mkdir()
+    (other_home / "config.yaml").write_text("embedding:\n  provider: none\n")
+    code, out, _ = cli("import", str(export), "--dry-run", "--json")
+    assert json.loads(out) == {"new": 2, "already_present": 0, "duplicates": 0, "relations": 1, "dry_run": True}
+    assert not (other_home / "memory.db").exists() or json.loads(cli("stats", "--json")[1])["memories"] == 0
+    code, out, _ = cli("import", str(export), "--json")
+    assert json.loads(out)["new"] == 2
+    code, out, _ = cli("get", a["id"], "--json")
+    assert json.loads(out)["relations"][0]["target_id"] == b["id"]
+    code, out, _ = cli("import", str(export), "--json")  # again: nothing changes
+    assert json.loads(out)["new"] == 0 and json.loads(out)["already_present"] == 2
+
+
+def test_import_is_all_or_nothing(cli, fts_config, tmp_path):
+    bad = tmp_path / "bad.json"
+    memories = [{"id": f"0000000{i}-0000-4000-8000-000000000000", "type": "fact", "content": f"m{i}"}
+                for i in range(5)]
+    memories.append({"id": "00000009-0000-4000-8000-000000000000", "type": "nonsense", "content": "x"})
+    bad.write_text(json.dumps({"version": 1, "memories": memories, "relations": []}))
+    code, out, err = cli("import", str(bad))
+    assert code == 2 and "nonsense" in err and "nothing was imported" in err
+    code, out, _ = cli("stats", "--json")
+    assert json.loads(out)["memories"] == 0
+    for text in ("not json", json.dumps({"version": 2, "memories": []}), json.dumps([1, 2])):
+        bad.write_text(text)
+        code, _, err = cli("import", str(bad))
+        assert code == 2 and "Traceback" not in err
+    code, _, err = cli("import", str(tmp_path / "missing.json"))
+    assert code == 2
+
+
+def test_verbose_shows_traceback_only_with_v(cli, configure):
+    configure("db_path: /proc/forbidden/memory.db\n")
+    code, out, err = cli("stats")
+    assert code != 0 and "Traceback" not in err
+    code, out, err = cli("-v", "stats")
+    assert code != 0 and "Traceback" in err
+
+
+def test_console_script_runs_in_a_fresh_process(llmem_home):
+    exe = Path(sys.executable).parent / "llmem"
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "llmem"]
+    done = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and "search" in done.stdout

@@ -1,0 +1,104 @@
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmem.config import defaults, load_config, render_example, validate_mapping
+from llmem.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_example_file_documents_every_key_with_its_default():
+    text = (ROOT / "config.example.yaml").read_text()
+    assert text == render_example(), "regenerate config.example.yaml from llmem.config.render_example()"
+    assert yaml.safe_load(text) == defaults()
+    # every key carries a comment line above it
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#") and not stripped.endswith(":"):
+            assert lines[i - 1].strip().startswith("#"), f"undocumented key: {line}"
+
+
+def test_defaults_without_a_file_and_paths_follow_llmem_home(llmem_home):
+    config = load_config()
+    assert config.source is None
+    assert config.db_path == llmem_home / "memory.db"
+    assert config.queue_path == llmem_home / "queue.db"
+    assert config.diary_path == llmem_home / "dream-diary.md"
+    assert config.values["search"]["rrf_k"] == 60
+    assert config.values["dream"]["similarity_threshold"] == 0.92
+
+
+def test_xdg_defaults_without_llmem_home(monkeypatch, tmp_path):
+    monkeypatch.delenv("LLMEM_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = load_config()
+    assert config.db_path == tmp_path / ".config/llmem/memory.db"
+    assert config.queue_path == tmp_path / ".local/share/llmem/queue.db"
+    assert config.log_dir == tmp_path / ".local/state/llmem"
+
+
+def test_unknown_key_warns_and_is_ignored(configure):
+    configure("search:\n  limti: 5\nbogus: 1\n")
+    config = load_config()
+    assert any("search.limti" in w for w in config.warnings)
+    assert any("'bogus'" in w for w in config.warnings)
+    assert config.values["search"]["limit"] == 10
+
+
+@pytest.mark.parametrize("text, key, allowed", [
+    ("search:\n  limit: many\n", "search.limit", "an integer"),
+    ("embedding:\n  provider: magic\n", "embedding.provider", "one of ollama, openai, local, none"),
+    ("dream:\n  similarity_threshold: 1.5\n", "dream.similarity_threshold", "from 0 to 1"),
+    ("redaction:\n  enabled: sometimes\n", "redaction.enabled", "true or false"),
+    ("search: 3\n", "search", "mapping"),
+])
+def test_bad_value_names_file_key_and_what_is_allowed(configure, text, key, allowed):
+    path = configure(text)
+    with pytest.raises(ConfigError) as info:
+        load_config()
+    message = str(info.value)
+    assert str(path) in message and f"'{key}'" in message and allowed in message
+
+
+def test_invalid_yaml_is_a_config_error(configure):
+    configure("search:\n  limit: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config()
+
+
+def test_seed_layout_with_top_level_copilot_is_accepted():
+    values, warnings = validate_mapping({"session": {"adapter": "copilot"},
+                                         "copilot": {"state_dir": "/x/state", "share_dir": "."}})
+    assert not warnings
+    assert values["session"]["copilot"]["state_dir"] == "/x/state"
+
+
+def test_config_check_and_show(cli, configure):
+    configure("search:\n  limit: 7\n")
+    code, out, _ = cli("config", "check")
+    assert code == 0 and "valid" in out
+    code, out, _ = cli("config", "show", "--json")
+    assert code == 0 and '"limit": 7' in out
+    configure("search:\n  limit: -1\n")
+    code, out, err = cli("config", "check")
+    assert code == 2 and "search.limit" in err and "Traceback" not in err
+
+
+def test_init_creates_private_files_and_is_idempotent(cli, llmem_home, configure):
+    code, out, err = cli("init", "--adapter", "none", "--ollama-url", "http://127.0.0.1:9")
+    assert code == 0, err
+    config_file = llmem_home / "config.yaml"
+    assert stat.S_IMODE(config_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(llmem_home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((llmem_home / "memory.db").stat().st_mode) == 0o600
+    first = config_file.read_text()
+    assert "http://127.0.0.1:9" in first
+    db_before = (llmem_home / "memory.db").read_bytes()
+    code, out, _ = cli("init", "--adapter", "none", "--ollama-url", "http://127.0.0.1:9")
+    assert code == 0 and "unchanged" in out
+    assert config_file.read_text() == first
+    assert (llmem_home / "memory.db").read_bytes() == db_before

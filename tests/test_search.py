@@ -1,0 +1,259 @@
+import math
+
+import numpy as np
+import pytest
+from conftest import free_port_url
+from fakes import fake_vector
+
+from llmem.config import load_config
+from llmem.db import vec
+from llmem.db.models import Embedding, Memory
+from llmem.embedders import Embedder, NoEmbedder, OllamaEmbedder, make_embedder
+from llmem.errors import EmbedderUnavailable, UsageError
+from llmem.search import Searcher, SearchOptions, memory_signal
+from llmem.store import Store
+from llmem.vectors import embed_memories, embed_pending
+
+CORPUS = [
+    ("decision", "we chose postgres as the primary database for the billing service"),
+    ("preference", "the user prefers tabs over spaces in go code"),
+    ("fact", "the staging cluster runs kubernetes 1.30 on three nodes"),
+    ("procedure", "to release, tag the commit and run make publish"),
+    ("event", "the outage on monday was caused by an expired tls certificate"),
+    ("fact", "billing invoices are generated nightly by a cron job"),
+    ("conversation", "agreed with the team to review pull requests within a day"),
+]
+
+
+class WordEmbedder(Embedder):
+    """In-process deterministic embedder (same vectors as the fake server)."""
+
+    provider = "fake"
+
+    def __init__(self, model="words", dim=64):
+        super().__init__(model)
+        self.fixed_dim = dim
+
+    def _embed(self, texts):
+        return [fake_vector(t, self.fixed_dim) for t in texts]
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store.open(tmp_path / "memory.db")
+    for mtype, text in CORPUS:
+        s.add(text, mtype)
+    yield s
+    s.close()
+
+
+def ranked(result):
+    return [h.memory.content for h in result.hits]
+
+
+def test_hybrid_search_finds_by_meaning_and_words(store):
+    embedder = WordEmbedder()
+    assert embed_pending(store, embedder) == len(CORPUS)
+    result = Searcher(store, embedder).search("billing database", SearchOptions(limit=3))
+    assert result.mode == "hybrid"
+    assert ranked(result)[0] == CORPUS[0][1]
+    hit = result.hits[0]
+    assert hit.fts_rank is not None and hit.vec_rank is not None
+    assert embed_pending(store, embedder) == 0  # nothing left pending
+
+
+def test_rrf_is_normalised_and_blend_means_what_it_says(store):
+    embedder = WordEmbedder()
+    embed_pending(store, embedder)
+    opts = SearchOptions(limit=10, track=False)
+    hits = Searcher(store, embedder).search("billing database postgres", opts).hits
+    best_possible = 2 / (60 + 1)
+    for hit in hits:
+        expected_rrf = sum(1 / (60 + r) for r in (hit.fts_rank, hit.vec_rank) if r is not None)
+        assert hit.rrf == pytest.approx(expected_rrf)
+        assert hit.rrf_norm == pytest.approx(expected_rrf / best_possible)
+        assert hit.score == pytest.approx(hit.rrf_norm * 0.7 + hit.signal * 0.3)
+    top = hits[0]
+    if top.fts_rank == 1 and top.vec_rank == 1:
+        assert top.rrf_norm == pytest.approx(1.0)
+
+
+def test_signal_follows_the_seed_formula(store):
+    memory = Memory.get(Memory.type == "decision")
+    signal, parts = memory_signal(memory, memory.created_at + 86400)
+    assert parts["recency"] == 0 and parts["frequency"] == 0  # never accessed
+    assert signal == pytest.approx(0.4 * memory.confidence + 0.1 * 1.2)
+    memory.access_count, memory.accessed_at = 4, memory.created_at
+    at = memory.created_at + 2 * 86400
+    signal, parts = memory_signal(memory, at)
+    assert parts["recency"] == pytest.approx(math.exp(-0.02))
+    assert parts["frequency"] == pytest.approx(math.log(1 + 4 / 2))
+
+
+def test_numpy_fallback_returns_the_same_top_k_as_vec0(tmp_path):
+    rng = np.random.default_rng(7)
+    path = tmp_path / "m.db"
+    store = Store.open(path)
+    embedder = WordEmbedder(dim=32)
+    memories = [store.add(f"memory number {i} about topic {i % 17}").memory for i in range(300)]
+    vectors = rng.normal(size=(300, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    from llmem.vectors import store_vectors
+    store_vectors(store, embedder, memories, vectors)
+    assert store.db.vec_loaded, "sqlite-vec must load on this machine"
+    query = vectors[5] + 0.1 * rng.normal(size=32).astype(np.float32)
+    query /= np.linalg.norm(query)
+    via_vec0 = vec.knn_vec0(store.db, query, 20)
+    store.close()
+    plain = Store.open(path, vec_enabled=False)
+    assert not plain.db.vec_loaded
+    via_numpy = vec.knn_numpy(plain.db, query, 20, embedder.identity, 32)
+    assert [s for s, _ in via_vec0] == [s for s, _ in via_numpy]
+    assert np.allclose([d for _, d in via_vec0], [d for _, d in via_numpy], atol=1e-5)
+    # and a whole search agrees too
+    opts = SearchOptions(limit=10, mode="semantic", track=False)
+    plain_hits = [h.memory.id for h in Searcher(plain, _Fixed(query, embedder)).search("q", opts).hits]
+    plain.close()
+    loaded = Store.open(path)
+    vec_hits = [h.memory.id for h in Searcher(loaded, _Fixed(query, embedder)).search("q", opts).hits]
+    loaded.close()
+    assert plain_hits == vec_hits
+
+
+class _Fixed(Embedder):
+    provider = "fake"
+
+    def __init__(self, vector, like):
+        super().__init__(like.model)
+        self.vector = vector
+
+    def embed_query(self, text):
+        return self.vector
+
+
+def test_writes_without_vec0_are_repaired_when_vec0_is_back(tmp_path):
+    path = tmp_path / "m.db"
+    embedder = WordEmbedder()
+    with Store.open(path) as store:
+        store.add("alpha beta gamma")
+        embed_pending(store, embedder)
+    with Store.open(path, vec_enabled=False) as plain:
+        plain.add("delta epsilon")
+        embed_pending(plain, embedder)
+        assert vec.get_setting(plain.db, "vec_dirty") == "1"
+    with Store.open(path) as store:
+        hits = Searcher(store, embedder).search("delta epsilon", SearchOptions(mode="semantic", track=False)).hits
+        assert hits and hits[0].memory.content == "delta epsilon"  # numpy path while dirty
+        store.add("zeta")
+        embed_pending(store, embedder)  # the next write through vec0 rebuilds the index
+        assert vec.get_setting(store.db, "vec_dirty") == "0"
+        count = store.db.execute_sql("SELECT COUNT(*) FROM memory_vec").fetchone()[0]
+        assert count == 3
+
+
+def test_model_or_dimension_change_rebuilds_the_index(store):
+    embed_pending(store, WordEmbedder(dim=64))
+    assert vec.index_state(store.db) == ("fake:words", 64)
+    bigger = WordEmbedder(model="words-v2", dim=96)
+    assert embed_pending(store, bigger) == len(CORPUS)  # every memory is pending again
+    assert vec.index_state(store.db) == ("fake:words-v2", 96)
+    hits = Searcher(store, bigger).search("kubernetes cluster", SearchOptions(mode="semantic", track=False)).hits
+    assert hits[0].memory.content == CORPUS[2][1]
+
+
+def test_no_embedder_means_fts_only_with_a_notice(store):
+    result = Searcher(store, NoEmbedder()).search("kubernetes")
+    assert result.mode == "fts" and "FTS only" in result.notice
+    assert ranked(result)[0] == CORPUS[2][1]
+    with pytest.raises(UsageError):
+        Searcher(store, NoEmbedder()).search("kubernetes", SearchOptions(mode="semantic"))
+
+
+def test_filters_and_invalid_memories(store):
+    embed_pending(store, WordEmbedder())
+    searcher = Searcher(store, WordEmbedder())
+    assert {h.memory.type for h in searcher.search("billing", SearchOptions(memory_type="fact")).hits} == {"fact"}
+    target = Memory.get(Memory.content == CORPUS[2][1])
+    store.invalidate(target.id, "cluster upgraded")
+    assert CORPUS[2][1] not in ranked(searcher.search("kubernetes cluster"))
+    assert CORPUS[2][1] in ranked(searcher.search("kubernetes cluster", SearchOptions(include_invalid=True)))
+
+
+def test_valid_only_drops_expired_and_superseded(store):
+    old = store.add("deploys go through jenkins", "decision").memory
+    new = store.add("deploys go through github actions", "decision").memory
+    store.relate(new.id, old.id, "supersedes")
+    expired = store.add("the freeze lasts until friday deploys", "fact", valid_until=1.0).memory
+    searcher = Searcher(store, None)
+    everything = ranked(searcher.search("deploys", SearchOptions(mode="fts")))
+    assert old.content in everything and expired.content in everything
+    valid = ranked(searcher.search("deploys", SearchOptions(mode="fts", valid_only=True)))
+    assert valid == [new.content]
+
+
+def test_related_adds_one_hop(store):
+    a = Memory.get(Memory.content == CORPUS[0][1])
+    b = Memory.get(Memory.content == CORPUS[5][1])
+    store.relate(a.id, b.id, "related_to")
+    result = Searcher(store, None).search("postgres", SearchOptions(mode="fts", related=True))
+    assert [h.via for h in result.hits] == [None, f"related_to {a.id[:8]}"]
+
+
+# ---- the embedders over real HTTP ---------------------------------------------------------
+
+def test_ollama_embedder_batches_and_uses_nomic_prefixes(ollama_config):
+    server = ollama_config
+    embedder = make_embedder(load_config())
+    embedder.batch_size = 2
+    vectors = embedder.embed_documents(["a", "b", "c"])
+    assert vectors.shape == (3, 64)
+    bodies = server.embed_requests()
+    assert [len(b["input"]) for b in bodies] == [2, 1]
+    assert bodies[0]["input"][0] == "search_document: a"
+    embedder.embed_query("where")
+    assert server.embed_requests()[-1]["input"] == ["search_query: where"]
+
+
+def test_openai_embedder(model_server, configure):
+    configure(f"embedding:\n  provider: openai\n  model: text-embed\n  base_url: {model_server.url}\n")
+    embedder = make_embedder(load_config())
+    assert embedder.embed_documents(["x", "y"]).shape == (2, 64)
+    assert model_server.requests[-1][0] == "/v1/embeddings"
+
+
+def test_embedder_down_slow_or_failing_gives_clear_errors(model_server):
+    down = OllamaEmbedder("nomic-embed-text", free_port_url(), 2.0, 8)
+    with pytest.raises(EmbedderUnavailable, match="could not reach ollama") as info:
+        down.embed_query("x")
+    assert "ollama serve" in info.value.hint
+    model_server.mode, model_server.delay = "slow", 1.0
+    slow = OllamaEmbedder("nomic-embed-text", model_server.url, 0.2, 8)
+    with pytest.raises(EmbedderUnavailable, match="did not answer"):
+        slow.embed_query("x")
+    model_server.mode = "error"
+    with pytest.raises(EmbedderUnavailable, match="500"):
+        slow.embed_query("x")
+    model_server.mode = "garbage"
+    with pytest.raises(EmbedderUnavailable, match="not JSON"):
+        slow.embed_query("x")
+    model_server.mode = "ok"
+    missing = OllamaEmbedder("no-such-model", model_server.url, 2.0, 8)
+    with pytest.raises(EmbedderUnavailable) as info:
+        missing.embed_query("x")
+    assert "ollama pull no-such-model" in info.value.hint
+
+
+def test_memory_is_stored_when_the_embedder_is_down_and_embedded_later(tmp_path, model_server):
+    store = Store.open(tmp_path / "m.db")
+    memory = store.add("remember the api rate limit is 100 per minute").memory
+    model_server.mode = "error"
+    embedder = OllamaEmbedder("nomic-embed-text", model_server.url, 2.0, 8)
+    with pytest.raises(EmbedderUnavailable):
+        embed_memories(store, embedder, [memory])
+    assert Memory.select().count() == 1 and Embedding.select().count() == 0
+    result = Searcher(store, embedder).search("rate limit")
+    assert result.mode == "fts" and "unavailable" in result.notice and result.hits
+    model_server.mode = "ok"
+    assert embed_pending(store, embedder) == 1
+    assert Searcher(store, embedder).search("rate limit").mode == "hybrid"
+    store.close()

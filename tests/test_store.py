@@ -1,0 +1,136 @@
+import sqlite3
+
+import pytest
+
+from llmem.db.connection import open_database
+from llmem.db.migrations import MIGRATIONS, applied_migrations
+from llmem.db.models import Memory, RecallEvent, Relation
+from llmem.errors import AmbiguousId, NotFound, UsageError
+from llmem.search import Searcher, SearchOptions
+from llmem.store import Store
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store.open(tmp_path / "memory.db")
+    yield s
+    s.close()
+
+
+def fts(store, text):
+    return [h.memory.content for h in Searcher(store, None).search(text, SearchOptions(mode="fts", track=False)).hits]
+
+
+def test_add_dedupes_exact_content_in_the_same_scope(store):
+    first = store.add("Use  Postgres for the API", "decision")
+    again = store.add("use postgres for the api", "decision")
+    other_project = store.add("Use Postgres for the API", "decision", project="/repo/b")
+    assert first.created and not again.created and other_project.created
+    assert again.memory.id == first.memory.id
+    assert Memory.select().count() == 2
+
+
+def test_unknown_type_and_bad_confidence_are_rejected(store):
+    with pytest.raises(UsageError, match="unknown memory type"):
+        store.add("x", "opinion")
+    with pytest.raises(UsageError, match="out of range"):
+        store.add("x", "fact", confidence=1.5)
+    with pytest.raises(UsageError, match="empty"):
+        store.add("   ", "fact")
+    assert Memory.select().count() == 0
+
+
+def test_id_prefixes(store):
+    ids = [store.add(f"memory {i}", memory_id=f"abcd{i}000-0000-4000-8000-00000000000{i}").memory.id
+           for i in range(2)]
+    assert store.resolve_id(ids[0][:6]) == ids[0]
+    with pytest.raises(AmbiguousId) as info:
+        store.resolve_id("abcd")
+    assert ids[0] in str(info.value) and ids[1] in str(info.value)
+    with pytest.raises(UsageError, match="too short"):
+        store.resolve_id("abc")
+    with pytest.raises(NotFound):
+        store.resolve_id("ffff")
+    with pytest.raises(NotFound):
+        store.resolve_id("ab'; DROP TABLE memory; --")
+
+
+def test_delete_removes_relations_on_both_sides(store):
+    a = store.add("alpha").memory
+    b = store.add("beta").memory
+    c = store.add("gamma").memory
+    store.relate(a.id, b.id, "supersedes")
+    store.relate(c.id, a.id, "related_to")
+    assert store.relate(a.id, b.id, "supersedes") is False
+    store.delete(a.id)
+    assert Relation.select().count() == 0
+    assert Memory.select().count() == 2
+    assert fts(store, "alpha") == []
+
+
+def test_update_and_invalidate(store):
+    m = store.add("the cache uses redis", "fact").memory
+    store.update(m.id[:8], content="the cache uses memcached", metadata={"k": 1})
+    assert fts(store, "redis") == []
+    assert fts(store, "memcached") == ["the cache uses memcached"]
+    store.invalidate(m.id, "moved to a CDN")
+    fresh = store.get(m.id)
+    assert fresh.invalidated_at is not None
+    assert fresh.metadata == {"k": 1, "invalidation_reason": "moved to a CDN"}
+    assert fts(store, "memcached") == []
+    with pytest.raises(UsageError):
+        store.invalidate(m.id, " ")
+
+
+@pytest.mark.parametrize("query, content", [
+    ("request", "the router calls handle_request for every call"),
+    ("function", "replace the helper with correctFunction in the handler"),
+    ("handler", "the bug was in handler.py line 42"),
+    ("handle_request", "the router calls handle_request for every call"),
+    ("correctFunction", "replace the helper with correctFunction in the handler"),
+])
+def test_code_identifiers_are_found_by_their_parts(store, query, content):
+    for text in ("the router calls handle_request for every call",
+                 "replace the helper with correctFunction in the handler",
+                 "the bug was in handler.py line 42", "unrelated memory about cats"):
+        store.add(text)
+    assert content in fts(store, query)
+
+
+@pytest.mark.parametrize("query", ['"unbalanced', "a -b", "*", "x:y", "((", "NEAR(a b)",
+                                   "'; DROP TABLE memory; --", "AND OR NOT", "", "🙂", "col:value*"])
+def test_any_query_text_just_searches(store, query):
+    store.add("a memory about tables and values")
+    fts(store, query)  # must not raise
+    assert Memory.select().count() == 1
+
+
+def test_migrations_are_recorded_and_an_old_schema_upgrades(tmp_path):
+    path = tmp_path / "old.db"
+    db = open_database(path)
+    assert applied_migrations(db) == [name for name, _ in MIGRATIONS]
+    db.close()
+    # Simulate a database made before the later migrations existed.
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX recall_event_query")
+    conn.execute("DELETE FROM schema_migration WHERE name = '0003_recall_event_query_index'")
+    conn.commit()
+    conn.close()
+    db = open_database(path)
+    assert "0003_recall_event_query_index" in applied_migrations(db)
+    names = {r[0] for r in db.execute_sql("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert "recall_event_query" in names
+    db.close()
+
+
+def test_recall_events_are_recorded_and_get_is_read_only(store):
+    m = store.add("the deploy script lives in ops/deploy.sh").memory
+    store.get(m.id)
+    assert store.get(m.id).access_count == 0
+    Searcher(store, None).search("deploy", SearchOptions(mode="fts"))
+    fresh = store.get(m.id)
+    assert fresh.access_count == 1 and fresh.accessed_at is not None
+    event = RecallEvent.get()
+    assert event.memory_id == m.id and event.rank == 1 and event.origin == "search"
+    Searcher(store, None).search("deploy", SearchOptions(mode="fts", track=False))
+    assert store.get(m.id).access_count == 1

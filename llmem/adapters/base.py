@@ -97,6 +97,8 @@ class Transcript:
     created_ms: int | None = None
     updated_ms: int | None = None
     archived_ms: int | None = None
+    # OpenCode's session.time_compacting (1.18 does not seem to set it; usually None).
+    compacting_ms: int | None = None
     messages: list[TranscriptMessage] = field(default_factory=list)
     # Records that could not be parsed (bad JSON, wrong shape, a truncated last line).
     skipped_malformed: int = 0

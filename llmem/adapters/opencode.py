@@ -236,6 +236,7 @@ def _read_db_transcript(
         updated_ms=row[4],
         parent_session_id=row[5],
         archived_ms=row[7],
+        compacting_ms=row[8],
         project_root=row[9],
     )
     where, params, first_index, cursor_found = _cursor_clause(conn, session_id, after)
@@ -478,6 +479,7 @@ def _read_legacy_transcript(storage_dir: Path, session_id: str, after: Cursor) -
         created_ms=as_int(times.get("created")),
         updated_ms=summary.updated_ms,
         archived_ms=as_int(times.get("archived")),
+        compacting_ms=as_int(times.get("compacting")),
         source_path=str(session_path),
     )
     counts = _Counts()

@@ -1,0 +1,381 @@
+"""Lifecycle moments (idle, compacting, just compacted, ending) read from transcripts alone.
+
+The rules are those of formats/FORMATS.md §3. They are pure functions of what the agent wrote
+plus `now_ms`; a watcher calls them after each change and acts on what applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from llmem.adapters.base import Transcript, TranscriptMessage, iso_to_ms
+
+
+class Moment(StrEnum):
+    """A lifecycle moment a watcher reacts to."""
+
+    IDLE = "idle"  # the agent finished and waits for the user
+    BUSY = "busy"  # the agent is working
+    COMPACTING = "compacting"  # a compaction started and has not finished
+    JUST_COMPACTED = "just_compacted"  # a compaction finished that the caller has not seen
+    ENDING = "ending"  # the session is over (see Lifecycle.ending_reason)
+
+
+# Between agent steps the newest assistant row briefly looks complete (OpenCode), and Copilot
+# appends events with a 100 ms debounce: wait this long without writes before calling it idle.
+OPENCODE_IDLE_DEBOUNCE_MS = 1500
+COPILOT_IDLE_DEBOUNCE_MS = 500
+# Idle this long with no writes and the session counts as ended (neither agent closes sessions
+# reliably: OpenCode never does, a Copilot crash leaves no shutdown event).
+DEFAULT_INACTIVITY_MS = 30 * 60 * 1000
+
+# OpenCode finish reasons that mean the agentic loop will call the model again.
+_LOOP_CONTINUES = frozenset({"tool-calls", "unknown"})
+_TOOL_IN_FLIGHT = frozenset({"pending", "running"})
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """Which moments apply to a session now, and the facts behind them."""
+
+    moments: frozenset[Moment]
+    # shutdown | crashed | archived | deleted | inactive | parent_task_done
+    ending_reason: str | None = None
+    last_activity_ms: int | None = None
+    # The latest finished compaction (summary message id / event id): pass it back as
+    # `seen_compaction_id` so JUST_COMPACTED fires once per compaction.
+    compaction_id: str | None = None
+
+    def __contains__(self, moment: object) -> bool:
+        return moment in self.moments
+
+
+# ---------------------------------------------------------------- OpenCode (FORMATS.md §3)
+
+
+def _latest(messages: Sequence[TranscriptMessage], role: str) -> TranscriptMessage | None:
+    return next((message for message in reversed(messages) if message.role == role), None)
+
+
+def opencode_is_idle(messages: Sequence[TranscriptMessage]) -> bool:
+    """The latest assistant message completely answers the latest user message (no debounce)."""
+    user = _latest(messages, "user")
+    assistant = _latest(messages, "assistant")
+    if user is None or assistant is None:
+        return False
+    return (
+        assistant.reply_to == user.id
+        and assistant.completed_ms is not None
+        and assistant.finish is not None
+        and assistant.finish not in _LOOP_CONTINUES
+        and not any(call.status in _TOOL_IN_FLIGHT for call in assistant.tool_calls)
+    )
+
+
+def _opencode_summary_for(
+    messages: Sequence[TranscriptMessage], request: TranscriptMessage
+) -> TranscriptMessage | None:
+    return next(
+        (
+            message
+            for message in messages
+            if message.role == "assistant"
+            and message.kind == "compaction_summary"
+            and message.reply_to == request.id
+            and message.completed_ms is not None
+        ),
+        None,
+    )
+
+
+def opencode_is_compacting(
+    messages: Sequence[TranscriptMessage], compacting_ms: int | None = None
+) -> bool:
+    """A compaction request has no completed summary yet (or session.time_compacting is set)."""
+    if compacting_ms is not None:
+        return True
+    request = next(
+        (message for message in reversed(messages) if message.kind == "compaction_request"), None
+    )
+    return request is not None and _opencode_summary_for(messages, request) is None
+
+
+def opencode_last_compaction(messages: Sequence[TranscriptMessage]) -> str | None:
+    """The id of the latest successfully completed compaction summary, if any."""
+    for message in reversed(messages):
+        if (
+            message.kind == "compaction_summary"
+            and message.completed_ms is not None
+            and message.error is None
+        ):
+            return message.id
+    return None
+
+
+def opencode_child_finished(child_session_id: str, parent: Transcript) -> bool:
+    """The parent's `task` call that ran this child session has completed or failed."""
+    return any(
+        call.name == "task"
+        and call.child_session_id == child_session_id
+        and call.status in ("completed", "error")
+        for message in parent.messages
+        for call in message.tool_calls
+    )
+
+
+def _last_activity(transcript: Transcript) -> int | None:
+    times = [transcript.updated_ms]
+    for message in transcript.messages:
+        times += [message.time_ms, message.updated_ms, message.completed_ms]
+    return max((moment for moment in times if moment is not None), default=None)
+
+
+def opencode_lifecycle(
+    transcript: Transcript | None,
+    now_ms: int,
+    *,
+    parent: Transcript | None = None,
+    seen_compaction_id: str | None = None,
+    idle_debounce_ms: int = OPENCODE_IDLE_DEBOUNCE_MS,
+    inactivity_ms: int = DEFAULT_INACTIVITY_MS,
+) -> Lifecycle:
+    """Moments of an OpenCode session; pass its whole transcript, None if the row is gone."""
+    if transcript is None:
+        return Lifecycle(frozenset({Moment.ENDING}), ending_reason="deleted")
+    messages = transcript.messages
+    last_activity = _last_activity(transcript)
+    quiet_ms = now_ms - last_activity if last_activity is not None else None
+    moments: set[Moment] = set()
+    idle = opencode_is_idle(messages)
+    if idle and quiet_ms is not None and quiet_ms >= idle_debounce_ms:
+        moments.add(Moment.IDLE)
+    elif not idle and messages:
+        moments.add(Moment.BUSY)
+    if opencode_is_compacting(messages, transcript.compacting_ms):
+        moments.add(Moment.COMPACTING)
+    compaction_id = opencode_last_compaction(messages)
+    if compaction_id is not None and compaction_id != seen_compaction_id:
+        moments.add(Moment.JUST_COMPACTED)
+
+    ending_reason = None
+    if transcript.archived_ms is not None:
+        ending_reason = "archived"
+    elif (
+        transcript.parent_session_id is not None
+        and parent is not None
+        and opencode_child_finished(transcript.session_id, parent)
+    ):
+        ending_reason = "parent_task_done"
+    elif idle and quiet_ms is not None and quiet_ms >= inactivity_ms:
+        ending_reason = "inactive"
+    if ending_reason is not None:
+        moments.add(Moment.ENDING)
+    return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id)
+
+
+# ---------------------------------------------------------------- Copilot CLI (FORMATS.md §3)
+
+# Events that move a turn forward; everything else (hooks, info, model/mode changes, background
+# compaction, truncation, unknown future types) can land after a turn ends and says nothing
+# about whether the agent is working.
+_TURN_EVENTS = frozenset(
+    {
+        "session.start",
+        "session.resume",
+        "system.message",
+        "user.message",
+        "assistant.turn_start",
+        "assistant.turn_end",
+        "assistant.message",
+        "assistant.reasoning",
+        "tool.execution_start",
+        "tool.execution_complete",
+        "tool.user_requested",
+        "subagent.started",
+        "subagent.completed",
+        "subagent.failed",
+        "abort",
+        "session.shutdown",
+    }
+)
+# After these the session waits for a prompt without having done anything new.
+_WAITING_EVENTS = frozenset({"session.start", "session.resume", "system.message"})
+# Events after a shutdown that mean the session came back to life.
+_REOPEN_EVENTS = frozenset({"session.resume", "user.message", "assistant.turn_start"})
+
+
+def _data(event: dict[str, Any]) -> dict[str, Any]:
+    data = event.get("data")
+    return data if isinstance(data, dict) else {}
+
+
+def _main_agent(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events of the main agent: sub-agent events carry agentId or data.parentToolCallId."""
+    return [
+        event
+        for event in events
+        if isinstance(event, dict)
+        and not event.get("agentId")
+        and not _data(event).get("parentToolCallId")
+    ]
+
+
+def _agent_stop_hook_ended(events: Sequence[dict[str, Any]]) -> bool:
+    """The last hook event is the end of an `agentStop` hook run (the exact idle moment)."""
+    last_hook = next(
+        (event for event in reversed(events) if event.get("type") in ("hook.start", "hook.end")),
+        None,
+    )
+    if last_hook is None or last_hook.get("type") != "hook.end":
+        return False
+    invocation = _data(last_hook).get("hookInvocationId")
+    hook_type = _data(last_hook).get("hookType")
+    if hook_type is None and invocation is not None:
+        start = next(
+            (
+                event
+                for event in events
+                if event.get("type") == "hook.start"
+                and _data(event).get("hookInvocationId") == invocation
+            ),
+            None,
+        )
+        hook_type = _data(start).get("hookType") if start else None
+    return hook_type == "agentStop"
+
+
+def _unfinished_tool_calls(events: Sequence[dict[str, Any]]) -> set[str]:
+    started: set[str] = set()
+    for event in events:
+        call_id = _data(event).get("toolCallId")
+        if not isinstance(call_id, str):
+            continue
+        if event.get("type") == "tool.execution_start":
+            started.add(call_id)
+        elif event.get("type") == "tool.execution_complete":
+            started.discard(call_id)
+    return started
+
+
+def _turn_requested_tools(events: Sequence[dict[str, Any]], turn_end_position: int) -> bool:
+    """Whether an assistant.message of the turn that ended here asked for tools."""
+    turn_id = _data(events[turn_end_position]).get("turnId")
+    for event in reversed(events[:turn_end_position]):
+        event_type = event.get("type")
+        if event_type == "assistant.turn_start" and _data(event).get("turnId") == turn_id:
+            return False
+        if event_type == "assistant.message" and _data(event).get("toolRequests"):
+            return True
+        if event_type == "assistant.turn_end":
+            return False
+    return False
+
+
+def copilot_is_idle(events: Sequence[dict[str, Any]]) -> bool:
+    """The main agent finished its turn without asking for tools, or was aborted (no debounce)."""
+    main = _main_agent(events)
+    turn_events = [event for event in main if event.get("type") in _TURN_EVENTS]
+    if not turn_events:
+        return False
+    last_type = turn_events[-1].get("type")
+    if last_type == "abort":
+        return True
+    if _agent_stop_hook_ended(main) and last_type == "assistant.turn_end":
+        return True
+    if last_type != "assistant.turn_end":
+        return False
+    return not _turn_requested_tools(turn_events, len(turn_events) - 1) and not (
+        _unfinished_tool_calls(main)
+    )
+
+
+def copilot_is_busy(events: Sequence[dict[str, Any]]) -> bool:
+    """The main agent is mid-turn: the last turn event is a prompt, a model call or a tool run."""
+    turn_events = [event for event in _main_agent(events) if event.get("type") in _TURN_EVENTS]
+    if not turn_events:
+        return False
+    last_type = turn_events[-1].get("type")
+    if last_type in _WAITING_EVENTS or last_type in ("abort", "session.shutdown"):
+        return False
+    return not copilot_is_idle(events)
+
+
+def copilot_is_compacting(events: Sequence[dict[str, Any]]) -> bool:
+    """A session.compaction_start has no later session.compaction_complete."""
+    for event in reversed(events):
+        event_type = event.get("type") if isinstance(event, dict) else None
+        if event_type == "session.compaction_complete":
+            return False
+        if event_type == "session.compaction_start":
+            return True
+    return False
+
+
+def copilot_last_compaction(events: Sequence[dict[str, Any]]) -> str | None:
+    """The id of the latest successful compaction_complete (or non-LLM truncation) event."""
+    for position in range(len(events) - 1, -1, -1):
+        event = events[position]
+        if not isinstance(event, dict):
+            continue
+        event_type = event.get("type")
+        done = event_type == "session.truncation" or (
+            event_type == "session.compaction_complete" and _data(event).get("success") is True
+        )
+        if done:
+            event_id = event.get("id")
+            return event_id if isinstance(event_id, str) else f"event-{position}"
+    return None
+
+
+def copilot_shut_down(events: Sequence[dict[str, Any]]) -> bool:
+    """A session.shutdown was written and the session was not reopened after it."""
+    for event in reversed(events):
+        event_type = event.get("type") if isinstance(event, dict) else None
+        if event_type == "session.shutdown":
+            return True
+        if event_type in _REOPEN_EVENTS:
+            return False
+    return False
+
+
+def copilot_lifecycle(
+    events: Sequence[dict[str, Any]],
+    now_ms: int,
+    *,
+    lock_alive: bool | None = None,
+    seen_compaction_id: str | None = None,
+    idle_debounce_ms: int = COPILOT_IDLE_DEBOUNCE_MS,
+    inactivity_ms: int = DEFAULT_INACTIVITY_MS,
+) -> Lifecycle:
+    """Moments of a Copilot session from its events; `lock_alive` from the inuse lock, if known."""
+    times = [iso_to_ms(event.get("timestamp")) for event in events if isinstance(event, dict)]
+    last_activity = max((moment for moment in times if moment is not None), default=None)
+    quiet_ms = now_ms - last_activity if last_activity is not None else None
+    moments: set[Moment] = set()
+
+    ending_reason = None
+    if copilot_shut_down(events) and lock_alive is not True:
+        ending_reason = "shutdown"
+    elif lock_alive is False:
+        # A lock whose process is gone and no shutdown event: Copilot crashed or was killed.
+        ending_reason = "crashed"
+    busy = copilot_is_busy(events)
+    if ending_reason is None and not busy and quiet_ms is not None and quiet_ms >= inactivity_ms:
+        ending_reason = "inactive"
+    if ending_reason is not None:
+        moments.add(Moment.ENDING)
+
+    if ending_reason not in ("shutdown", "crashed"):
+        if busy:
+            moments.add(Moment.BUSY)
+        elif copilot_is_idle(events) and quiet_ms is not None and quiet_ms >= idle_debounce_ms:
+            moments.add(Moment.IDLE)
+    if copilot_is_compacting(events):
+        moments.add(Moment.COMPACTING)
+    compaction_id = copilot_last_compaction(events)
+    if compaction_id is not None and compaction_id != seen_compaction_id:
+        moments.add(Moment.JUST_COMPACTED)
+    return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id)

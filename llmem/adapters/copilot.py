@@ -10,8 +10,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from llmem.adapters.base import (
     AdapterError,
     Cursor,
@@ -431,6 +429,9 @@ def transcript_from_share_markdown(session_id: str, text: str) -> Transcript:
 
 def _read_workspace(path: Path) -> dict[str, Any] | None:
     """workspace.yaml as a dict; None if missing or unreadable."""
+    # Imported here, not at module level: hooks import the adapters and must start fast.
+    import yaml
+
     try:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):

@@ -6,7 +6,7 @@ import hashlib
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .db import vec
 from .db.fts import match_expression
@@ -41,12 +41,24 @@ class SearchOptions:
     blend: float = 0.3
 
 
+class RankFields(NamedTuple):
+    """The columns the rerank reads: enough to score a candidate without loading it."""
+
+    seq: int
+    type: str
+    confidence: float
+    accessed_at: float | None
+    access_count: int
+    created_at: float
+
+
 @dataclass
 class Hit:
     """One search result with every score component (what --explain prints)."""
 
-    memory: Memory
+    memory: Memory | None  # loaded only for the results that are returned
     score: float
+    seq: int = 0
     fts_rank: int | None = None
     fts_bm25: float | None = None
     vec_rank: int | None = None
@@ -71,7 +83,7 @@ def query_hash(query: str) -> str:
     return hashlib.sha256(normal.encode("utf-8")).hexdigest()[:16]
 
 
-def memory_signal(memory: Memory, at: float) -> tuple[float, dict[str, float]]:
+def memory_signal(memory: Memory | RankFields, at: float) -> tuple[float, dict[str, float]]:
     """The seed's weighted signal: confidence, recency, frequency, type priority."""
     confidence = float(memory.confidence or 0.0)
     if memory.accessed_at and memory.access_count:
@@ -89,10 +101,17 @@ def memory_signal(memory: Memory, at: float) -> tuple[float, dict[str, float]]:
 class Searcher:
     """Runs searches over one store with one embedder."""
 
-    def __init__(self, store, embedder: Embedder | None):
+    def __init__(self, store, embedder: Embedder | None, *, vectors_in_memory: bool = False):
+        """`vectors_in_memory`: keep every vector in a numpy matrix (for long-lived processes).
+
+        Loading the matrix costs ~1.6 s per 100k 768-d vectors, but a KNN over it takes
+        ~10 ms against vec0's ~115 ms (the sqlite-vec wheel has no SIMD). A one-shot CLI
+        process is better served by vec0.
+        """
         self.store = store
         self.db = store.db
         self.embedder = embedder
+        self.vectors_in_memory = vectors_in_memory
 
     # ---- candidate lists -------------------------------------------------------------
 
@@ -131,7 +150,8 @@ class Searcher:
         model, dim = vec.index_state(self.db)
         if model != self.embedder.identity or dim != len(query_vector):
             return []  # nothing embedded with this model yet
-        use_vec0 = self.db.vec_loaded and vec.get_setting(self.db, "vec_dirty") != "1"
+        use_vec0 = (self.db.vec_loaded and not self.vectors_in_memory
+                    and vec.get_setting(self.db, "vec_dirty") != "1")
         k = depth
         while True:
             if use_vec0:
@@ -192,8 +212,10 @@ class Searcher:
         if mode == "hybrid" and query_vector is not None and not vec_list and fts_list:
             notice = "no memory is embedded with this model yet: run `llmem embed --pending`"
 
-        hits = self._fuse_and_rerank(fts_list, vec_list, len(lists), opts, at)
-        hits = hits[:opts.limit]
+        hits = self._fuse_and_rerank(fts_list, vec_list, len(lists), opts, at)[:opts.limit]
+        memories = {m.seq: m for m in Memory.select().where(Memory.seq.in_([h.seq for h in hits]))}
+        for hit in hits:
+            hit.memory = memories[hit.seq]
         if opts.related and hits:
             hits += self._related(hits, opts, where, params)
         if opts.track and hits:
@@ -215,20 +237,22 @@ class Searcher:
         if not fused:
             return []
         best_possible = max(list_count, 1) / (k + 1)  # rank 1 in every list
-        memories = {m.seq: m for m in Memory.select().where(Memory.seq.in_(list(fused)))}
+        seqs = list(fused)
+        marks = ",".join("?" * len(seqs))
+        rows = self.db.execute_sql(
+            "SELECT seq, type, confidence, accessed_at, access_count, created_at "
+            f"FROM memory WHERE seq IN ({marks})", seqs)
         hits = []
-        for seq, entry in fused.items():
-            memory = memories.get(seq)
-            if memory is None:
-                continue
+        for row in map(RankFields._make, rows):
+            entry = fused[row.seq]
             rrf_norm = entry["rrf"] / best_possible
-            signal, components = memory_signal(memory, at)
+            signal, components = memory_signal(row, at)
             score = rrf_norm * (1 - opts.blend) + signal * opts.blend
-            hits.append(Hit(memory=memory, score=score, fts_rank=entry.get("fts_rank"),
+            hits.append(Hit(memory=None, seq=row.seq, score=score, fts_rank=entry.get("fts_rank"),
                             fts_bm25=entry.get("fts_bm25"), vec_rank=entry.get("vec_rank"),
                             vec_distance=entry.get("vec_distance"), rrf=entry["rrf"],
                             rrf_norm=rrf_norm, signal=signal, components=components))
-        hits.sort(key=lambda h: (-h.score, h.memory.seq))
+        hits.sort(key=lambda h: (-h.score, h.seq))
         return hits
 
     def _related(self, hits: list[Hit], opts: SearchOptions, where: str, params: list) -> list[Hit]:
@@ -246,7 +270,7 @@ class Searcher:
             if memory is None or not self._allowed([memory.seq], where, params):
                 continue
             signal, components = memory_signal(memory, at)
-            extra[other] = Hit(memory=memory, score=0.0, signal=signal, components=components,
+            extra[other] = Hit(memory=memory, seq=memory.seq, score=0.0, signal=signal, components=components,
                                via=f"{relation.type} {anchor[:8]}")
         return list(extra.values())
 

@@ -9,6 +9,7 @@ then falls back to brute-force cosine in numpy, with the same results.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import sqlite3 as stdlib_sqlite3
 from pathlib import Path
@@ -54,14 +55,18 @@ def driver():
 
 
 def _vec_extension_path() -> str | None:
+    """Where the sqlite-vec loadable library lies, found without importing the package.
+
+    `import sqlite_vec` pulls in numpy (~80 ms), which commands that never touch vectors
+    should not pay for; the library is the package's `vec0` file either way.
+    """
     global _VEC_PATH
     if _VEC_PATH is False:
-        try:
-            import sqlite_vec
-
-            _VEC_PATH = sqlite_vec.loadable_path()
-        except Exception:  # not installed, or no binary for this platform
-            _VEC_PATH = None
+        _VEC_PATH = None
+        spec = importlib.util.find_spec("sqlite_vec")
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            if any(Path(folder).glob("vec0.*")):
+                _VEC_PATH = str(Path(folder) / "vec0")  # SQLite adds the platform suffix
     return _VEC_PATH
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported lazily: FTS-only commands never pay for it
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +32,14 @@ def set_setting(db, key: str, value: str) -> None:
 
 
 def to_blob(vector: np.ndarray) -> bytes:
+    import numpy as np
+
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 
 def from_blob(blob: bytes) -> np.ndarray:
+    import numpy as np
+
     return np.frombuffer(blob, dtype=np.float32)
 
 
@@ -134,6 +140,8 @@ class _MatrixCache:
         self._entries: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
 
     def get(self, db, model: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
+        import numpy as np
+
         generation = get_setting(db, "vec_generation", "0")
         key = f"{db.database}|{model}|{dim}"
         with self._lock:
@@ -157,6 +165,8 @@ matrix_cache = _MatrixCache()
 
 def knn_numpy(db, query: np.ndarray, k: int, model: str, dim: int) -> list[tuple[int, float]]:
     """(seq, cosine distance) of the k nearest vectors by brute force (vectors are unit length)."""
+    import numpy as np
+
     seqs, matrix = matrix_cache.get(db, model, dim)
     if len(seqs) == 0:
         return []
@@ -169,6 +179,8 @@ def knn_numpy(db, query: np.ndarray, k: int, model: str, dim: int) -> list[tuple
 
 def normalize(vectors: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero)."""
+    import numpy as np
+
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
     norms[norms == 0] = 1.0

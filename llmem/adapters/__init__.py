@@ -26,6 +26,7 @@ ADAPTER_NAMES = ("opencode", "copilot", "none")
 CONFIG_CHOICES = ("auto", *ADAPTER_NAMES)
 
 __all__ = [
+    "adapter_from_config",
     "ADAPTER_NAMES",
     "CONFIG_CHOICES",
     "AdapterError",
@@ -103,3 +104,17 @@ def get_adapter(
     raise AdapterError(
         f"unknown session adapter {name!r}; choose one of: {', '.join(CONFIG_CHOICES)}"
     )
+
+
+def adapter_from_config(config, name: str | None = None) -> SessionAdapter:
+    """The adapter a config selects (or `name`, overriding session.adapter), with its paths."""
+    from llmem.paths import expand
+
+    session = config.values["session"]
+    opencode_dir = expand(session["opencode"]["data_dir"])
+    copilot_dir = expand(session["copilot"]["state_dir"])
+    chosen = name or session["adapter"]
+    if chosen == "auto":
+        chosen = detect_adapter(opencode_dir, copilot_dir)
+    return get_adapter(chosen, opencode_data_dir=opencode_dir, copilot_state_dir=copilot_dir,
+                       copilot_share_dir=expand(session["copilot"]["share_dir"]))

@@ -43,11 +43,18 @@ def _index_recall_queries(db) -> None:
     db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_query ON recall_event(memory_id, query_hash)")
 
 
+def _create_dream_tables(db) -> None:
+    from .models import DreamAction, DreamRun
+
+    db.create_tables([DreamRun, DreamAction], safe=True)
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
     ("0002_memory_fts", _create_fts),
     ("0003_recall_event_query_index", _index_recall_queries),
+    ("0004_dream_tables", _create_dream_tables),
 ]
 
 

@@ -115,7 +115,40 @@ class Setting(BaseModel):
         table_name = "setting"
 
 
-ALL_MODELS = [Memory, Relation, Embedding, RecallEvent, Setting]
+class DreamRun(BaseModel):
+    """One applied dream, promote or backfill run (previews are never recorded)."""
+
+    id = pw.TextField(primary_key=True)
+    kind = pw.TextField(default="dream")  # dream | promote | backfill
+    phases = pw.TextField(default="")  # comma-separated, in the order they ran
+    status = pw.TextField(default="running")  # running | done | failed | undone
+    started_at = pw.FloatField(index=True)
+    finished_at = pw.FloatField(null=True)
+    undone_at = pw.FloatField(null=True)
+    summary = JSONText(default=dict)
+    error = pw.TextField(null=True)
+
+    class Meta:
+        table_name = "dream_run"
+
+
+class DreamAction(BaseModel):
+    """One journaled write of a run, with what it replaced, so `dream undo` can restore it."""
+
+    run = pw.ForeignKeyField(DreamRun, column_name="run_id", on_delete="CASCADE", index=True)
+    phase = pw.TextField()
+    kind = pw.TextField()  # what the dream did: decay, boost, merge, promote, …
+    op = pw.TextField()  # how to undo it: update | create | relate | file
+    memory_id = pw.TextField(null=True, index=True)  # no FK: the journal outlives deletions
+    before = JSONText(null=True)  # the memory row (update), the file text (file)
+    after = JSONText(null=True)
+    created_at = pw.FloatField()
+
+    class Meta:
+        table_name = "dream_action"
+
+
+ALL_MODELS = [Memory, Relation, Embedding, RecallEvent, Setting, DreamRun, DreamAction]
 
 
 def bind_models(db) -> None:

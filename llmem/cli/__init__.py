@@ -60,6 +60,10 @@ def _register() -> None:
         admin.import_memories, admin.metrics, admin.embed, admin.doctor, admin.config_group,
     ):
         cli.add_command(command)
+    from . import dream
+
+    for command in (dream.dream_group, dream.promote, dream.promote_explain):
+        cli.add_command(command)
 
 
 _register()

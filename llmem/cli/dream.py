@@ -1,0 +1,209 @@
+"""Dream commands: dream (preview/apply), dream status, dream undo, promote, promote-explain."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from .output import notice, print_json, short
+
+PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
+
+
+@click.group(name="dream", invoke_without_command=True)
+@click.option("--apply", "apply_", is_flag=True, help="Execute the plan (default: preview, writes nothing).")
+@click.option("--phase", type=PHASE_CHOICE, help="Run only this phase (default: light → REM → deep).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False),
+              help="Write an HTML report (self-contained) to this file.")
+@click.option("--no-llm", is_flag=True, help="Merge by concatenation, without asking the LLM.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan or the outcome as JSON.")
+@click.pass_context
+def dream_group(ctx, apply_, phase, report_path, no_llm, as_json):
+    """Consolidate memory: preview by default, --apply to execute."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from pathlib import Path
+
+    from ..dream import run_dream
+
+    app = ctx.obj
+    outcome = run_dream(app.store, app.config, apply=apply_, phases=[phase] if phase else None,
+                        report_path=Path(report_path) if report_path else None, use_llm=not no_llm)
+    if as_json:
+        data = outcome.summary()
+        data["actions"] = [a.as_dict() for a in outcome.actions]
+        print_json(data)
+        return
+    _print_outcome(outcome, report_path)
+
+
+def _print_outcome(outcome, report_path) -> None:
+    head = f"Dream run {outcome.run_id} applied" if outcome.applied else "Dream preview (nothing written; --apply to execute)"
+    click.echo(f"{head}: {' → '.join(outcome.phases)}")
+    for note in outcome.notes:
+        click.echo(f"  note: {note}")
+    if outcome.light is not None:
+        light = outcome.light
+        click.echo(f"light  {light.changed} changed vs {light.compared_with} memories in {light.seconds:.2f} s: "
+                   f"{len(light.near_duplicates)} near-duplicate pairs, {len(light.exact_duplicates)} exact-duplicate "
+                   f"groups, {len(light.auto_links)} auto-link candidates")
+        for n in light.notes:
+            click.echo(f"       {n}")
+    if outcome.rem is not None:
+        rem = outcome.rem
+        click.echo("rem    types: " + (", ".join(f"{t} {n}" for t, n in rem.type_counts.items()) or "none"))
+        if rem.themes:
+            click.echo("       themes: " + ", ".join(f"{t['term']} ({t['memories']})" for t in rem.themes[:8]))
+        for category, info in rem.categories.items():
+            click.echo(f"       {info['count']} self_assessment memories about {category}")
+        for item in rem.calibration:
+            click.echo(f"       calibration {item['category']}: {item['status'] or item.get('reason')}")
+        click.echo(f"       stale procedures: {rem.stale_total}")
+    counts = outcome.action_counts()
+    for phase, kinds in counts.items():
+        if kinds:
+            click.echo(f"{phase:<6} " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+    for action in outcome.actions[:40]:
+        target = f"{action.memory_id[:8]} " if action.memory_id else ""
+        click.echo(f"  [{action.phase}] {action.kind:<12} {target}{short(action.text, 100)}")
+    if len(outcome.actions) > 40:
+        click.echo(f"  … {len(outcome.actions) - 40} more (--json lists all)")
+    if not outcome.actions:
+        click.echo("Nothing to change.")
+    if report_path:
+        click.echo(f"Report: {report_path}")
+    if outcome.applied:
+        click.echo(f"Undo with: llmem dream undo {outcome.run_id}")
+
+
+@dream_group.command(name="status")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_obj
+def dream_status_cmd(app, as_json):
+    """Show the last and next dream run, counts per phase and candidates waiting."""
+    from ..dream import dream_status
+
+    data = dream_status(app.store, app.config)
+    if as_json:
+        print_json(data)
+        return
+    last = data["last_run"]
+    if last:
+        click.echo(f"Last run:  {last['id']} ({last['status']}) started {last['started_at']}, "
+                   f"phases {', '.join(last['phases'])}")
+        for phase, kinds in last["counts"].items():
+            click.echo(f"  {phase:<6} " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+    else:
+        click.echo("Last run:  never")
+    click.echo(f"Next run:  {data['next_run'] or 'not scheduled'} (schedule {data['schedule']!r})")
+    if data["running"]:
+        click.echo(f"Running:   run {data['running'].get('run_id')} (pid {data['running'].get('pid')})")
+    c = data["candidates"]
+    click.echo(f"Waiting:   {c['merge_pairs']} near-duplicate pairs, {c['promotion_ready']} memories ready "
+               f"for promotion ({c['promotion_held']} held back by the gates)")
+    if data["recent_runs"]:
+        click.echo("Recent runs:")
+        for run in data["recent_runs"]:
+            total = sum(sum(k.values()) for k in run["counts"].values())
+            click.echo(f"  {run['id']}  {run['kind']:<8} {run['status']:<7} {run['started_at']}  {total} actions")
+
+
+@dream_group.command(name="undo")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_obj
+def dream_undo(app, run_id, as_json):
+    """Restore everything a dream (or promote) run changed."""
+    from ..dream import DreamLock, undo_run
+    from ..dream.journal import new_run_id
+
+    with DreamLock(app.store.db, new_run_id(), what="undo"):
+        result = undo_run(app.store, run_id)
+    if as_json:
+        print_json(result.as_dict())
+        return
+    click.echo(f"Undid run {result.run_id}: {result.restored} memory rows restored, {result.deleted} "
+               f"created memories removed, {result.unlinked} relations removed, {result.files} files restored")
+    for path in result.skipped_files:
+        notice(f"{path} changed since the run; left as it is")
+
+
+@click.command(name="promote")
+@click.option("--apply", "apply_", is_flag=True, help="Promote (default: preview).")
+@click.option("--limit", "-n", type=click.IntRange(min=1), help="Promote at most N memories.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_obj
+def promote(app, apply_, limit, as_json):
+    """Promote the best-recalled memories to core (MEMORY.md), behind the deep-phase gates."""
+    from ..dream.sweep import run_promote
+
+    outcome = run_promote(app.store, app.config, apply=apply_, limit=limit)
+    if as_json:
+        print_json({"applied": outcome.applied, "run_id": outcome.run_id,
+                    "promote": [c.as_dict() for c in outcome.chosen],
+                    "held": [c.as_dict() for c in outcome.held[:50]]})
+        return
+    verb = "Promoted" if outcome.applied else "Would promote"
+    click.echo(f"{verb} {len(outcome.chosen)} memories ({len(outcome.held)} held back by the gates)")
+    for c in outcome.chosen:
+        click.echo(f"  {c.memory_id[:8]}  {c.score:.3f}  {c.recalls} recalls, {c.unique_queries} queries  "
+                   f"{short(c.content, 70)}")
+    if outcome.applied:
+        click.echo(f"Undo with: llmem dream undo {outcome.run_id}")
+    elif outcome.chosen:
+        click.echo("Preview only: add --apply to promote.")
+
+
+@click.command(name="promote-explain")
+@click.argument("target", nargs=-1, required=True)
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Memories explained for a query.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_obj
+def promote_explain(app, target, limit, as_json):
+    """Explain why a memory (ID, or the results of QUERY) would or would not be promoted."""
+    from ..dream.promote import candidates
+    from ..errors import LlmemError, UsageError
+
+    text = " ".join(target).strip()
+    if not text:
+        raise UsageError("give a memory id or a query")
+    ids = None
+    if re.fullmatch(r"[0-9a-fA-F-]{4,36}", text):
+        try:
+            ids = [app.store.resolve_id(text)]
+        except LlmemError:
+            ids = None
+    if ids is None:
+        ids = _search_ids(app, text, limit)
+        if not ids:
+            raise UsageError(f"no memory matches {text!r}", hint="give a memory id, or another query")
+    explained = candidates(app.store, app.config.values["dream"], memory_ids=ids)
+    explained.sort(key=lambda c: ids.index(c.memory_id))
+    if as_json:
+        print_json([c.as_dict() for c in explained])
+        return
+    for c in explained:
+        click.echo(f"{c.memory_id}  [{c.memory_type}]  {short(c.content, 80)}")
+        click.echo(f"  verdict: {c.verdict}   score {c.score:.3f}")
+        data = c.as_dict()
+        for name, signal in data["signals"].items():
+            weight = f"× {signal['weight']:.2f}" if signal["weight"] is not None else "(boost)"
+            click.echo(f"    {name:<20} {signal['value']:.3f} {weight:<8} = {signal['contribution']:.3f}")
+        for name, gate in c.gates.items():
+            mark = "pass" if gate["passed"] else "FAIL"
+            click.echo(f"    gate {name:<18} {mark}  {gate['value']} (needs ≥ {gate['required']})")
+        click.echo(f"    user recalls {c.recalls} on {c.recall_days} days; {c.excluded_recalls} context/dream "
+                   "recalls not counted")
+
+
+def _search_ids(app, text: str, limit: int) -> list[str]:
+    from ..search import Searcher, SearchOptions
+
+    embedder = app.embedder if app.embedder.available else None
+    result = Searcher(app.store, embedder).search(text, SearchOptions(limit=limit, track=False,
+                                                                      mode="hybrid" if embedder else "fts"))
+    if result.notice:
+        notice(result.notice)
+    return [hit.memory.id for hit in result.hits]

@@ -1,0 +1,259 @@
+"""Deep phase: merge duplicates, decay idle memories, boost used ones, invalidate weak ones,
+link related ones and promote the best-recalled ones.
+
+Planning reads only. Applying a merge may ask the LLM for one merged text; that call is
+made outside any transaction, and its answer is kept only if it preserves the originals'
+facts (at most a quarter of their distinct terms may go missing). Otherwise, or without an
+LLM, the originals are concatenated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..db.models import Memory
+from ..times import now
+from .journal import Action, Journal
+from .promote import Candidate, promotable
+from .text import distinct_terms
+
+log = logging.getLogger(__name__)
+
+MAX_GROUP = 6  # memories merged into one at most
+MAX_TERM_LOSS = 0.25
+MERGE_SCHEMA = {
+    "type": "object",
+    "properties": {"content": {"type": "string"}, "summary": {"type": "string"}},
+    "required": ["content"],
+}
+MERGE_PROMPT = (
+    "You merge near-duplicate memories of an AI coding agent into one memory. Keep every fact, "
+    "name, number, path, identifier and decision from every input; drop only repetition. "
+    "Write plain sentences, no preamble. Answer JSON: {\"content\": ..., \"summary\": ...}.")
+
+
+@dataclass
+class DeepResult:
+    actions: list[Action] = field(default_factory=list)
+    promote: list[Candidate] = field(default_factory=list)
+    held: int = 0
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for action in self.actions:
+            out[action.kind] = out.get(action.kind, 0) + 1
+        return out
+
+
+def _groups(pairs: list[dict[str, Any]], valid: set[str]) -> list[list[str]]:
+    """Near-duplicate pairs joined into groups (strongest pairs first, at most MAX_GROUP each)."""
+    group_of: dict[str, int] = {}
+    groups: list[list[str]] = []
+    for pair in sorted(pairs, key=lambda p: -p["similarity"]):
+        a, b = pair["a"], pair["b"]
+        if a not in valid or b not in valid:
+            continue
+        ga, gb = group_of.get(a), group_of.get(b)
+        if ga is None and gb is None:
+            group_of[a] = group_of[b] = len(groups)
+            groups.append([a, b])
+        elif ga is not None and gb is None and len(groups[ga]) < MAX_GROUP:
+            group_of[b] = ga
+            groups[ga].append(b)
+        elif gb is not None and ga is None and len(groups[gb]) < MAX_GROUP:
+            group_of[a] = gb
+            groups[gb].append(a)
+    return groups
+
+
+def concatenate(contents: list[str]) -> str:
+    """The originals joined, oldest first, without those another one already contains."""
+    normal = [" ".join(c.lower().split()) for c in contents]
+    kept = []
+    for i, content in enumerate(contents):
+        inside_other = any(j != i and normal[i] in normal[j] and (normal[i] != normal[j] or j < i)
+                           for j in range(len(contents)))
+        if not inside_other:
+            kept.append(content.strip())
+    return "\n".join(kept)
+
+
+def term_loss(originals: list[str], merged: str) -> float:
+    """The share of the originals' distinct terms missing from the merged text."""
+    wanted = set().union(*(distinct_terms(c) for c in originals)) if originals else set()
+    if not wanted:
+        return 0.0
+    return len(wanted - distinct_terms(merged)) / len(wanted)
+
+
+def llm_merge(llm, contents: list[str]) -> tuple[str | None, str]:
+    """Ask the LLM for a merge; (text, why) — text is None when unusable or rejected."""
+    if llm is None:
+        return None, "no LLM configured"
+    from ..errors import LlmemError
+
+    messages = [{"role": "system", "content": MERGE_PROMPT},
+                {"role": "user", "content": "\n\n".join(f"Memory {i + 1}:\n{c}" for i, c in enumerate(contents))}]
+    try:
+        reply = llm.chat_json(messages, MERGE_SCHEMA, task="dream_merge")
+    except (LlmemError, ValueError) as exc:
+        return None, f"LLM unavailable: {getattr(exc, 'message', exc)}"
+    text = (reply or {}).get("content") if isinstance(reply, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        return None, "LLM reply had no content"
+    loss = term_loss(contents, text)
+    if loss > MAX_TERM_LOSS:
+        return None, f"LLM merge rejected: it lost {loss:.0%} of the originals' terms"
+    return text.strip(), f"LLM merge kept {1 - loss:.0%} of the originals' terms"
+
+
+def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any]],
+              exact_duplicates: list[list[str]], auto_links: list[dict[str, Any]],
+              stale_ids: set[str], phase_hits: dict[str, float], at: float | None = None,
+              promote_limit: int | None = None) -> DeepResult:
+    """Everything deep would do, computed without writing."""
+    at = at or now()
+    db = store.db
+    result = DeepResult()
+    busy: set[str] = set()  # memories already handled by a merge or dedupe
+
+    involved = {m for g in exact_duplicates for m in g} | {p[k] for p in near_duplicates + auto_links for k in ("a", "b")}
+    info: dict[str, Memory] = {}
+    ids = list(involved)
+    for start in range(0, len(ids), 500):
+        for memory in Memory.select().where(Memory.id.in_(ids[start:start + 500]) & Memory.invalidated_at.is_null()):
+            info[memory.id] = memory
+
+    for group in exact_duplicates:
+        members = [m for m in group if m in info and m not in busy]
+        if len(members) < 2:
+            continue
+        keeper, rest = members[0], members[1:]
+        busy.update(members)
+        result.actions.append(Action("deep", "dedupe", keeper,
+                                     f"exact duplicates: keep {keeper[:8]}, invalidate {', '.join(r[:8] for r in rest)}",
+                                     detail={"keep": keeper, "drop": rest}))
+
+    for group in _groups(near_duplicates, set(info) - busy):
+        members = sorted(group, key=lambda m: (info[m].created_at, info[m].seq))
+        busy.update(members)
+        contents = [info[m].content for m in members]
+        first = info[members[0]]
+        result.actions.append(Action(
+            "deep", "merge", None,
+            f"merge {len(members)} near-duplicates ({', '.join(m[:8] for m in members)}) into one {first.type}",
+            detail={"ids": members, "type": first.type, "project": first.project,
+                    "confidence": max(info[m].confidence for m in members),
+                    "concatenation": concatenate(contents)}))
+
+    for pair in auto_links:
+        if pair["a"] in info and pair["b"] in info and not (pair["a"] in busy or pair["b"] in busy):
+            result.actions.append(Action("deep", "link", pair["a"],
+                                         f"related_to {pair['a'][:8]} → {pair['b'][:8]} (cosine {pair['similarity']:.3f})",
+                                         detail={"target": pair["b"], "similarity": pair["similarity"]}))
+
+    interval = float(cfg["decay_interval_days"]) * 86400
+    rows = db.execute_sql(
+        "SELECT id, type, confidence, accessed_at, created_at, access_count, "
+        "json_extract(metadata, '$.decayed_at'), json_extract(metadata, '$.boosted_at_count'), "
+        "json_extract(metadata, '$.stale_procedure') "
+        "FROM memory WHERE invalidated_at IS NULL AND promoted_at IS NULL").fetchall()
+    invalidated: set[str] = set(busy)
+    for memory_id, mtype, confidence, accessed_at, created_at, access_count, decayed_at, boosted_at, stale in rows:
+        if memory_id in busy:
+            continue
+        new_conf = confidence
+        reference = max(accessed_at or created_at, float(decayed_at or 0))
+        steps = math.floor((at - reference) / interval) if interval > 0 else 0
+        if steps >= 1 and confidence > cfg["decay_floor"]:
+            doubled = mtype == "procedure" and (bool(stale) or memory_id in stale_ids)
+            rate = cfg["decay_rate"] * (2 if doubled else 1)
+            new_conf = round(max(cfg["decay_floor"], confidence - rate * steps), 6)
+            result.actions.append(Action(
+                "deep", "decay", memory_id,
+                f"decay {confidence:.2f} → {new_conf:.2f} (idle {steps} interval{'s' if steps > 1 else ''}"
+                f"{', stale procedure ×2' if doubled else ''})",
+                changes={"confidence": new_conf, "metadata": {"decayed_at": reference + steps * interval}}))
+        elif (access_count or 0) >= cfg["boost_threshold"] and \
+                (access_count or 0) >= int(boosted_at or 0) + cfg["boost_threshold"] and confidence < 1.0:
+            new_conf = round(min(1.0, confidence + cfg["boost_amount"]), 6)
+            result.actions.append(Action(
+                "deep", "boost", memory_id, f"boost {confidence:.2f} → {new_conf:.2f} ({access_count} accesses)",
+                changes={"confidence": new_conf, "metadata": {"boosted_at_count": access_count}}))
+        if new_conf <= cfg["confidence_floor"]:
+            invalidated.add(memory_id)
+            reason = f"dream: confidence {new_conf:.2f} at or below confidence_floor {cfg['confidence_floor']}"
+            result.actions.append(Action("deep", "invalidate", memory_id, reason,
+                                         changes={"invalidated_at": at, "metadata": {"invalidation_reason": reason}}))
+
+    chosen, held = promotable(store, cfg, limit=promote_limit, at=at, phase_hits=phase_hits)
+    for candidate in chosen:
+        if candidate.memory_id in invalidated:
+            continue
+        result.promote.append(candidate)
+        result.actions.append(Action("deep", "promote", candidate.memory_id,
+                                     f"promote (score {candidate.score:.2f}, {candidate.recalls} recalls, "
+                                     f"{candidate.unique_queries} queries)",
+                                     changes={"promoted_at": at}, detail={"score": candidate.score}))
+    result.held = len(held)
+    return result
+
+
+def apply_action(store, journal: Journal, action: Action, *, llm=None, at: float | None = None) -> dict[str, Any]:
+    """Execute one planned deep (or REM metadata) action through the journal. Call inside a txn,
+    except for merges, which open their own (the LLM is asked first, outside any transaction)."""
+    at = at or now()
+    if action.kind == "merge":
+        return _apply_merge(store, journal, action, llm, at)
+    if action.kind == "dedupe":
+        keeper = action.detail["keep"]
+        for other in action.detail["drop"]:
+            reason = f"dream: exact duplicate of {keeper}"
+            journal.update(action.phase, "dedupe", other,
+                           {"invalidated_at": at, "metadata": {"invalidation_reason": reason}})
+            journal.relate(action.phase, "dedupe", keeper, other, "supersedes")
+        return {}
+    if action.kind == "link":
+        journal.relate(action.phase, "link", action.memory_id, action.detail["target"], "related_to")
+        return {}
+    journal.update(action.phase, action.kind, action.memory_id, action.changes)
+    return {}
+
+
+def _apply_merge(store, journal: Journal, action: Action, llm, at: float) -> dict[str, Any]:
+    ids = action.detail["ids"]
+    originals = {m.id: m for m in Memory.select().where(Memory.id.in_(ids) & Memory.invalidated_at.is_null())}
+    if len(originals) < 2:
+        return {"skipped": "originals changed since planning"}
+    members = [m for m in ids if m in originals]
+    contents = [originals[m].content for m in members]
+    text, why = llm_merge(llm, contents)
+    method = "llm" if text else "concatenation"
+    if text is None:
+        text = concatenate(contents)
+    with store.db.atomic():
+        added = store.add(text, action.detail["type"], confidence=action.detail["confidence"], source="dream",
+                          project=action.detail["project"],
+                          metadata={"merged_from": members, "merge_method": method, "merge_note": why})
+        merged = added.memory
+        if added.created:
+            journal.create(action.phase, "merge", merged)
+        for memory_id in members:
+            if memory_id == merged.id:
+                continue
+            reason = f"dream: merged into {merged.id}"
+            journal.update(action.phase, "merge", memory_id,
+                           {"invalidated_at": at, "metadata": {"invalidation_reason": reason}})
+            journal.relate(action.phase, "merge", merged.id, memory_id, "derived_from")
+            journal.relate(action.phase, "merge", merged.id, memory_id, "supersedes")
+    action.detail["merged_id"] = merged.id
+    action.detail["method"] = method
+    return {"merged_id": merged.id, "method": method, "note": why}
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -1,0 +1,107 @@
+"""Human-readable outputs in Markdown: the dream diary entry and the MEMORY.md mirror."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from ..db.models import Memory
+
+if TYPE_CHECKING:
+    from . import DreamOutcome
+
+DIARY_HEAD = "# Dream diary\n\nWhat `llmem dream` noticed and did, newest last.\n"
+MEMORY_MD_HEAD = ("# MEMORY.md\n\nCore memories promoted by `llmem dream` / `llmem promote`. "
+                  "Generated from the store: edits here are overwritten.\n")
+
+_EFFECT = {"decreasing": "effective", "stable": "not yet effective", "increasing": "ineffective"}
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _one_line(text: str, width: int = 120) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def diary_entry(outcome: DreamOutcome) -> str:
+    """One diary entry covering every phase that ran, ending with `### Calibration`."""
+    title = f"run {outcome.run_id}" if outcome.run_id else "preview"
+    lines = [f"## Dream {title}: {_when(outcome.started_at)}", ""]
+    counts = outcome.action_counts()
+    light = outcome.light
+    if light is not None:
+        lines += ["### Light", ""]
+        if light.since is None:
+            lines.append(f"- First run: compared all {light.changed} embedded memories with each other "
+                         f"in {light.seconds:.1f} s.")
+        else:
+            lines.append(f"- Compared {light.changed} memories changed since {_when(light.since)} against "
+                         f"{light.compared_with} embedded memories in {light.seconds:.1f} s.")
+        lines.append(f"- {len(light.near_duplicates)} near-duplicate pairs, {len(light.exact_duplicates)} "
+                     f"exact-duplicate groups, {len(light.auto_links)} auto-link candidates.")
+        lines += [f"- {note}" for note in light.notes]
+        lines.append("")
+    rem = outcome.rem
+    if rem is not None:
+        lines += ["### REM", ""]
+        lines.append("- Memories by type: " + (", ".join(f"{t} {n}" for t, n in rem.type_counts.items()) or "none"))
+        if rem.themes:
+            lines.append("- Themes: " + ", ".join(f"{t['term']} ({t['memories']})" for t in rem.themes))
+        if rem.clusters:
+            lines.append(f"- Clusters: {len(rem.clusters)} (largest {rem.clusters[0]['size']})")
+        for category, info in rem.categories.items():
+            noun = "memory" if info["count"] == 1 else "memories"
+            lines.append(f"- {info['count']} self_assessment {noun} about {category}")
+        for insight in rem.insights:
+            tiers = ", ".join(str(t) for t in insight["tiers"]) or "none new (already proposed)"
+            lines.append(f"- Insight {insight['key']}: tiers {tiers}")
+        lines.append("")
+    if outcome.deep is not None:
+        lines += ["### Deep", ""]
+        deep_counts = counts.get("deep", {})
+        lines.append("- " + (", ".join(f"{k} {v}" for k, v in sorted(deep_counts.items())) or "nothing to do"))
+        for candidate in outcome.deep.promote[:10]:
+            lines.append(f"- Promoted {candidate.memory_id[:8]} (score {candidate.score:.2f}): "
+                         f"{_one_line(candidate.content, 90)}")
+        lines.append("")
+    if rem is not None:
+        lines += ["### Calibration", ""]
+        if not rem.calibration:
+            lines.append("- No behavioural insight to calibrate yet.")
+        for item in rem.calibration:
+            if not item["status"]:
+                lines.append(f"- {item['category']}: not calibrated ({item['reason']})")
+                continue
+            side = "per_day" if item["metric"] == "error_rate" else "mean_iterations"
+            unit = "/day" if side == "per_day" else " iterations"
+            lines.append(f"- {item['category']}: {item['status']}, {_EFFECT[item['status']]} "
+                         f"({item['metric']}: {item['before'][side]}{unit} before → {item['after'][side]}{unit} after)")
+        lines.append(f"- Stale procedures: {rem.stale_total} ({len(rem.stale_procedures)} newly flagged)")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def append_entry(existing: str | None, entry: str) -> str:
+    base = existing if existing else DIARY_HEAD
+    return base.rstrip("\n") + "\n\n" + entry
+
+
+def memory_md() -> str:
+    """MEMORY.md from the store: every valid promoted memory, grouped by scope."""
+    rows = (Memory.select().where(Memory.promoted_at.is_null(False) & Memory.invalidated_at.is_null())
+            .order_by(Memory.project.asc(nulls="first"), Memory.type, Memory.promoted_at, Memory.seq))
+    scopes: dict[str | None, list[Memory]] = {}
+    for memory in rows:
+        scopes.setdefault(memory.project, []).append(memory)
+    lines = [MEMORY_MD_HEAD]
+    for project, memories in scopes.items():
+        lines.append(f"## {'Global' if project is None else 'Project ' + project}\n")
+        for memory in memories:
+            lines.append(f"- [{memory.type}] {_one_line(memory.content, 400)} (id {memory.id[:8]})")
+        lines.append("")
+    if not scopes:
+        lines.append("_No promoted memories yet._\n")
+    return "\n".join(lines).rstrip("\n") + "\n"

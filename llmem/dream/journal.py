@@ -1,0 +1,238 @@
+"""Planned actions, the journal of applied writes with their before-images, and undo.
+
+Phases plan first (read-only: that plan is what a preview prints) and the sweep applies the
+plan through a Journal. Every write goes through one of four journaled operations:
+  update  a memory's fields changed; `before` is the whole row as it was
+  create  a memory was added; undo deletes it (with its relations and vectors)
+  relate  a relation was added; undo removes it
+  file    a file was rewritten; `before` is its old text (null: it did not exist)
+Undo replays a run's journal backwards in one transaction, so a run is undone exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import peewee as pw
+
+from ..db import vec
+from ..db.models import DreamAction, DreamRun, Memory, RecallEvent, Relation
+from ..errors import NotFound, UsageError
+from ..paths import write_private_text
+from ..times import now
+
+log = logging.getLogger(__name__)
+
+PHASES = ("light", "rem", "deep")
+# Columns restored by undo (everything but the keys).
+_ROW_FIELDS = [f.name for f in Memory._meta.sorted_fields if f.name not in ("seq", "id")]
+
+
+@dataclass
+class Action:
+    """One planned change: what a preview shows and what apply executes."""
+
+    phase: str
+    kind: str  # decay, boost, invalidate, merge, dedupe, link, promote, flag_stale, calibrate, insight
+    memory_id: str | None
+    text: str  # one human-readable line
+    changes: dict[str, Any] = field(default_factory=dict)  # fields to set; "metadata" is merged
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"phase": self.phase, "kind": self.kind, "memory_id": self.memory_id,
+                "text": self.text, "changes": self.changes, "detail": self.detail}
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def row_snapshot(memory_id: str) -> dict[str, Any]:
+    """The memory's row as stored (what `update` journals as its before-image)."""
+    row = Memory.select().where(Memory.id == memory_id).dicts().get()
+    return {k: row[k] for k in _ROW_FIELDS}
+
+
+def file_hash(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Journal:
+    """Applies writes for one run and records each with its before-image."""
+
+    def __init__(self, store, run: DreamRun):
+        self.store = store
+        self.db = store.db
+        self.run = run
+        self.count = 0
+
+    def _record(self, phase: str, kind: str, op: str, memory_id: str | None, before, after) -> None:
+        DreamAction.create(run=self.run.id, phase=phase, kind=kind, op=op, memory_id=memory_id,
+                           before=before, after=after, created_at=now())
+        self.count += 1
+
+    def update(self, phase: str, kind: str, memory_id: str, changes: dict[str, Any]) -> None:
+        """Set fields of a memory (metadata is merged into the current one). Call inside a txn."""
+        before = row_snapshot(memory_id)
+        values = dict(changes)
+        if "metadata" in values:
+            values["metadata"] = {**(before.get("metadata") or {}), **values["metadata"]}
+        values.setdefault("updated_at", now())
+        Memory.update(**values).where(Memory.id == memory_id).execute()
+        self._record(phase, kind, "update", memory_id, before, _jsonable(values))
+
+    def create(self, phase: str, kind: str, memory: Memory) -> None:
+        """Journal a memory this run has just added."""
+        self._record(phase, kind, "create", memory.id, None, {"content_hash": memory.content_hash})
+
+    def relate(self, phase: str, kind: str, source_id: str, target_id: str, relation_type: str) -> bool:
+        """Add a relation unless it exists; journal it when added."""
+        exists = Relation.select().where((Relation.source == source_id) & (Relation.target == target_id)
+                                         & (Relation.type == relation_type)).exists()
+        if exists:
+            return False
+        Relation.create(source=source_id, target=target_id, type=relation_type, created_at=now())
+        self._record(phase, kind, "relate", source_id, None,
+                     {"source_id": source_id, "target_id": target_id, "type": relation_type})
+        return True
+
+    def write_file(self, phase: str, kind: str, path: Path, text: str) -> None:
+        """Rewrite a file (0600, atomic) and journal its old text."""
+        path = Path(path)
+        old = path.read_text(encoding="utf-8") if path.exists() else None
+        if old == text:
+            return
+        write_private_text(path, text)
+        with self.db.atomic():
+            self._record(phase, kind, "file", None, {"path": str(path), "text": old},
+                         {"path": str(path), "sha256": file_hash(text)})
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if isinstance(v, str | int | float | bool | dict | list | type(None))}
+
+
+def start_run(store, kind: str, phases: list[str], run_id: str | None = None) -> DreamRun:
+    with store.db.atomic():
+        return DreamRun.create(id=run_id or new_run_id(), kind=kind, phases=",".join(phases),
+                               status="running", started_at=now(), summary={})
+
+
+def finish_run(store, run: DreamRun, summary: dict, error: str | None = None) -> None:
+    with store.db.atomic():
+        run.status = "failed" if error else "done"
+        run.error = error
+        run.finished_at = now()
+        run.summary = summary
+        run.save()
+
+
+def find_run(run_id: str) -> DreamRun:
+    run_id = (run_id or "").strip().lower()
+    if len(run_id) < 4:
+        raise UsageError(f"run id {run_id!r} is too short", hint="give at least 4 characters; `llmem dream status` lists runs")
+    rows = list(DreamRun.select().where((DreamRun.id >= run_id) & (DreamRun.id < run_id + "\U0010ffff")).limit(2))
+    if not rows:
+        raise NotFound(f"no dream run {run_id!r}", hint="`llmem dream status` lists recent runs")
+    if len(rows) > 1:
+        raise UsageError(f"run id {run_id!r} matches several runs", hint="give more characters")
+    return rows[0]
+
+
+@dataclass
+class UndoResult:
+    run_id: str
+    restored: int = 0
+    deleted: int = 0
+    unlinked: int = 0
+    files: int = 0
+    skipped_files: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def undo_run(store, run_id: str) -> UndoResult:
+    """Restore everything a run wrote, newest write first, in one transaction."""
+    run = find_run(run_id)
+    if run.status == "undone":
+        raise UsageError(f"run {run.id} was already undone")
+    if run.status == "running":
+        raise UsageError(f"run {run.id} is still running (or died: its lock is taken over by the next run)",
+                         hint="wait for it to finish")
+    actions = list(DreamAction.select().where(DreamAction.run == run.id).order_by(DreamAction.id.desc()))
+    touched = {a.memory_id for a in actions if a.memory_id}
+    later = (DreamAction.select(DreamAction.run).join(DreamRun)
+             .where((DreamRun.started_at > run.started_at) & (DreamRun.status != "undone")
+                    & (DreamAction.memory_id.in_(list(touched))))
+             .distinct())
+    later_ids = sorted({a.run_id for a in later}) if touched else []
+    if later_ids:
+        raise UsageError(f"run {run.id} cannot be undone alone: later runs changed the same memories ({', '.join(later_ids)})",
+                         hint="undo those runs first, newest first")
+    result = UndoResult(run.id)
+    db = store.db
+    file_actions = []
+    with db.atomic():
+        for action in actions:
+            if action.op == "update":
+                before = dict(action.before)
+                if Memory.select().where(Memory.id == action.memory_id).exists():
+                    Memory.update(**before).where(Memory.id == action.memory_id).execute()
+                    result.restored += 1
+            elif action.op == "create":
+                memory = Memory.get_or_none(Memory.id == action.memory_id)
+                if memory is not None:
+                    vec.drop_vectors(db, [memory.seq])
+                    Relation.delete().where((Relation.source == memory.id) | (Relation.target == memory.id)).execute()
+                    RecallEvent.delete().where(RecallEvent.memory == memory.id).execute()
+                    memory.delete_instance(recursive=False)
+                    result.deleted += 1
+            elif action.op == "relate":
+                link = action.after
+                result.unlinked += Relation.delete().where(
+                    (Relation.source == link["source_id"]) & (Relation.target == link["target_id"])
+                    & (Relation.type == link["type"])).execute()
+            elif action.op == "file":
+                file_actions.append(action)
+        run.status = "undone"
+        run.undone_at = now()
+        run.save()
+    # Files after the store commit: a file changed by hand since the run is left alone.
+    for action in file_actions:
+        path = Path(action.after["path"])
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if file_hash(current) != action.after["sha256"]:
+            result.skipped_files.append(str(path))
+            continue
+        old = action.before.get("text")
+        if old is None:
+            path.unlink(missing_ok=True)
+        else:
+            write_private_text(path, old)
+        result.files += 1
+    return result
+
+
+def last_run(kind: str = "dream", phase: str | None = None, applied_only: bool = True) -> DreamRun | None:
+    query = DreamRun.select().where(DreamRun.kind == kind)
+    if applied_only:
+        query = query.where(DreamRun.status == "done")
+    if phase:
+        query = query.where(DreamRun.phases.contains(phase))
+    return query.order_by(DreamRun.started_at.desc()).first()
+
+
+def action_counts(run_id: str) -> dict[str, dict[str, int]]:
+    rows = (DreamAction.select(DreamAction.phase, DreamAction.kind, pw.fn.COUNT(DreamAction.id))
+            .where(DreamAction.run == run_id).group_by(DreamAction.phase, DreamAction.kind).tuples())
+    out: dict[str, dict[str, int]] = {}
+    for phase, kind, count in rows:
+        out.setdefault(phase, {})[kind] = count
+    return out

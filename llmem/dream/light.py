@@ -1,0 +1,170 @@
+"""Light phase: near-duplicate pairs, exact duplicates and auto-link candidates. Writes nothing.
+
+Incremental: only memories whose vector changed since the last applied light run (new or
+re-embedded: `embedding.created_at`) are compared, against every valid embedded memory.
+The comparison is blocked numpy matrix products over vectors streamed from the store in
+chunks, so memory stays bounded by the changed set plus one chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..db import vec
+
+log = logging.getLogger(__name__)
+
+CHUNK_ROWS = 8192  # store rows streamed per matrix product
+BLOCK_ROWS = 1024  # changed rows per matrix product
+MAX_PAIRS = 50_000  # a pathological store (everything identical) must not exhaust memory
+
+_VALID_EMBEDDED = (
+    "FROM embedding e JOIN memory m ON m.id = e.memory_id "
+    "WHERE e.model = ? AND e.dim = ? AND e.content_hash = m.content_hash "
+    "AND m.invalidated_at IS NULL")
+
+
+@dataclass
+class LightResult:
+    since: float | None
+    model: str | None
+    changed: int = 0
+    compared_with: int = 0
+    near_duplicates: list[dict[str, Any]] = field(default_factory=list)
+    exact_duplicates: list[list[str]] = field(default_factory=list)
+    auto_links: list[dict[str, Any]] = field(default_factory=list)
+    truncated: bool = False
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def hits(self) -> dict[str, int]:
+        """How often each memory turned up in this phase (a small promotion signal)."""
+        counts: dict[str, int] = {}
+        for pair in self.near_duplicates + self.auto_links:
+            for key in ("a", "b"):
+                counts[pair[key]] = counts.get(pair[key], 0) + 1
+        return counts
+
+    def as_dict(self, limit: int | None = None) -> dict[str, Any]:
+        cut = (lambda items: items[:limit]) if limit else (lambda items: items)
+        return {"since": self.since, "model": self.model, "changed": self.changed,
+                "compared_with": self.compared_with,
+                "near_duplicates": cut(self.near_duplicates),
+                "exact_duplicates": cut(self.exact_duplicates),
+                "auto_links": cut(self.auto_links), "truncated": self.truncated,
+                "seconds": round(self.seconds, 3), "notes": self.notes}
+
+
+class _Codes:
+    """Small integer codes for types and projects, so scope checks are vectorised."""
+
+    def __init__(self):
+        self.table: dict[Any, int] = {}
+
+    def __call__(self, values) -> np.ndarray:
+        return np.fromiter((self.table.setdefault(v, len(self.table)) for v in values),
+                           dtype=np.int32, count=len(values))
+
+
+def _matrix(blobs: list[bytes], dim: int) -> np.ndarray:
+    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dim)
+
+
+def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: float | None,
+                    since: float | None) -> LightResult:
+    """Compare what changed since `since` (None: everything) against every valid memory."""
+    started = time.perf_counter()
+    db = store.db
+    model, dim = vec.index_state(db)
+    result = LightResult(since=since, model=model)
+    result.exact_duplicates = exact_duplicate_groups(db)
+    if not model or not dim:
+        result.notes.append("no memory is embedded yet: only exact duplicates were looked for")
+        result.seconds = time.perf_counter() - started
+        return result
+
+    changed_sql = f"SELECT m.seq, m.id, m.type, m.project, e.vector {_VALID_EMBEDDED}"
+    params: list[Any] = [model, dim]
+    if since is not None:
+        changed_sql += " AND e.created_at > ?"
+        params.append(since)
+    changed_rows = db.execute_sql(changed_sql + " ORDER BY m.seq", params).fetchall()
+    result.changed = len(changed_rows)
+    if not changed_rows:
+        result.seconds = time.perf_counter() - started
+        return result
+
+    types, projects = _Codes(), _Codes()
+    c_seq = np.fromiter((r[0] for r in changed_rows), dtype=np.int64, count=len(changed_rows))
+    c_ids = [r[1] for r in changed_rows]
+    c_type = types([r[2] for r in changed_rows])
+    c_proj = projects([r[3] for r in changed_rows])
+    c_mat = _matrix([r[4] for r in changed_rows], dim)
+    del changed_rows
+
+    low = similarity_threshold if auto_link_threshold is None else min(similarity_threshold, auto_link_threshold)
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    cursor = db.execute_sql(f"SELECT m.seq, m.id, m.type, m.project, e.vector {_VALID_EMBEDDED} ORDER BY m.seq",
+                            [model, dim])
+    while True:
+        rows = cursor.fetchmany(CHUNK_ROWS)
+        if not rows:
+            break
+        result.compared_with += len(rows)
+        s_seq = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        s_type = types([r[2] for r in rows])
+        s_proj = projects([r[3] for r in rows])
+        s_mat = _matrix([r[4] for r in rows], dim)
+        for start in range(0, len(c_seq), BLOCK_ROWS):
+            block = slice(start, start + BLOCK_ROWS)
+            sims = c_mat[block] @ s_mat.T
+            ci, si = np.nonzero(sims >= low)
+            if not len(ci):
+                continue
+            ci_abs = ci + start
+            keep = (c_seq[ci_abs] != s_seq[si]) & (c_proj[ci_abs] == s_proj[si])
+            ci_abs, si = ci_abs[keep], si[keep]
+            for a_idx, b_idx in zip(ci_abs.tolist(), si.tolist(), strict=True):
+                a_seq, b_seq = int(c_seq[a_idx]), int(s_seq[b_idx])
+                key = (min(a_seq, b_seq), max(a_seq, b_seq))
+                if key in found:
+                    continue
+                if len(found) >= MAX_PAIRS:
+                    result.truncated = True
+                    break
+                sim = float(sims[a_idx - start, b_idx])
+                changed_id, other_id = c_ids[a_idx], rows[b_idx][1]
+                # a = the older memory (lower seq), b = the newer one
+                a, b = (changed_id, other_id) if a_seq < b_seq else (other_id, changed_id)
+                found[key] = {"a": a, "b": b, "similarity": round(sim, 4),
+                              "same_type": bool(c_type[a_idx] == s_type[b_idx]),
+                              "type": rows[b_idx][2], "project": rows[b_idx][3]}
+    exact_members = {m for group in result.exact_duplicates for m in group}
+    for _key, pair in sorted(found.items(), key=lambda kv: (-kv[1]["similarity"], kv[0])):
+        entry = {k: pair[k] for k in ("a", "b", "similarity", "type", "project")}
+        if pair["similarity"] >= similarity_threshold and pair["same_type"]:
+            if pair["a"] in exact_members and pair["b"] in exact_members:
+                continue  # already an exact duplicate
+            result.near_duplicates.append(entry)
+        elif auto_link_threshold is not None and pair["similarity"] >= auto_link_threshold:
+            result.auto_links.append(entry)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def exact_duplicate_groups(db) -> list[list[str]]:
+    """Valid memories with the same normalised content in the same scope, oldest first."""
+    rows = db.execute_sql(
+        "SELECT content_hash, project, id FROM memory WHERE invalidated_at IS NULL AND content_hash IN ("
+        " SELECT content_hash FROM memory WHERE invalidated_at IS NULL"
+        " GROUP BY content_hash, project HAVING COUNT(*) > 1)"
+        " ORDER BY content_hash, project, created_at, seq").fetchall()
+    groups: dict[tuple[str, Any], list[str]] = {}
+    for text_hash, project, memory_id in rows:
+        groups.setdefault((text_hash, project), []).append(memory_id)
+    return [ids for ids in groups.values() if len(ids) > 1]

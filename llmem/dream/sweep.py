@@ -1,0 +1,305 @@
+"""The sweep: light → REM → deep under the dream lock, journaled, with diary and report.
+
+`run_dream` is the one entry point: the CLI, the worker's periodic task and the systemd
+unit all call it. Without `apply` it only plans and writes nothing at all — no run row, no
+lock row, no diary, no proposed changes, no MEMORY.md (only the HTML report, when asked).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..db.models import DreamRun, Memory
+from ..paths import write_private_text
+from ..times import now
+from . import diary
+from .deep import DeepResult, apply_action, plan_deep
+from .journal import PHASES, Action, Journal, finish_run, last_run, new_run_id, start_run
+from .light import LightResult, find_candidates
+from .lock import DreamLock, lock_is_live, read_lock
+from .promote import recent_phase_hits
+from .rem import RemResult, plan_rem, type_counts
+
+log = logging.getLogger(__name__)
+
+BATCH = 200  # journaled actions per transaction
+SUMMARY_PAIRS = 5000  # light candidates kept in the run summary for a later `--phase deep`
+
+
+@dataclass
+class DreamOutcome:
+    """What a sweep found and did (or, for a preview, would do)."""
+
+    applied: bool
+    phases: list[str]
+    started_at: float
+    run_id: str | None = None
+    finished_at: float | None = None
+    light: LightResult | None = None
+    rem: RemResult | None = None
+    deep: DeepResult | None = None
+    actions: list[Action] = field(default_factory=list)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    confidence_before: list[float] = field(default_factory=list)
+    confidence_after: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    merge_results: list[dict[str, Any]] = field(default_factory=list)
+    type_counts: dict[str, int] = field(default_factory=dict)
+
+    def action_counts(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {phase: {} for phase in self.phases}
+        for action in self.actions:
+            bucket = out.setdefault(action.phase, {})
+            bucket[action.kind] = bucket.get(action.kind, 0) + 1
+        return out
+
+    def phase_hits(self) -> dict[str, int]:
+        hits: dict[str, int] = {}
+        for source in (self.light, self.rem):
+            if source is not None:
+                for memory_id, count in source.hits().items():
+                    hits[memory_id] = hits.get(memory_id, 0) + count
+        return hits
+
+    def summary(self) -> dict[str, Any]:
+        """What the run row keeps (and `--json` prints)."""
+        out: dict[str, Any] = {
+            "run_id": self.run_id, "applied": self.applied, "phases": self.phases,
+            "started_at": self.started_at, "finished_at": self.finished_at,
+            "counts": self.action_counts(), "phase_seconds": self.phase_seconds,
+            "notes": self.notes,
+        }
+        if self.light is not None:
+            out["light"] = self.light.as_dict(limit=SUMMARY_PAIRS)
+        if self.rem is not None:
+            out["rem"] = self.rem.as_dict()
+        if self.deep is not None:
+            out["deep"] = {"counts": self.deep.counts(), "held_back": self.deep.held,
+                           "promoted": [c.memory_id for c in self.deep.promote]}
+        out["phase_hits"] = self.phase_hits()
+        if self.merge_results:
+            out["merges"] = self.merge_results
+        return out
+
+
+def _confidences() -> dict[str, float]:
+    return dict(Memory.select(Memory.id, Memory.confidence).where(Memory.invalidated_at.is_null()).tuples())
+
+
+def _simulate(before: dict[str, float], actions: list[Action]) -> list[float]:
+    """Confidences after the planned actions (for a preview's 'after' histogram)."""
+    after = dict(before)
+    for action in actions:
+        if action.kind == "invalidate" or (action.kind == "dedupe"):
+            for memory_id in [action.memory_id] if action.kind == "invalidate" else action.detail["drop"]:
+                after.pop(memory_id, None)
+        elif action.kind == "merge":
+            for memory_id in action.detail["ids"]:
+                after.pop(memory_id, None)
+            after[f"merged:{action.detail['ids'][0]}"] = action.detail["confidence"]
+        elif "confidence" in action.changes and action.memory_id in after:
+            after[action.memory_id] = action.changes["confidence"]
+    return list(after.values())
+
+
+def _make_llm(config):
+    """The chat LLM for merges, or None (merges then concatenate)."""
+    try:
+        from ..llm import make_llm
+    except ImportError:
+        return None
+    try:
+        return make_llm(config)
+    except Exception as exc:  # a misconfigured LLM must not stop the night's consolidation
+        log.warning("dream: no LLM for merges (%s); concatenating instead", exc)
+        return None
+
+
+def _light_from_last_run() -> LightResult:
+    """Candidates the last applied light run found (for `--phase deep` on its own)."""
+    run = last_run("dream", "light")
+    result = LightResult(since=None, model=None)
+    if run is None:
+        result.notes.append("no earlier light run: run the light phase first to find merge candidates")
+        return result
+    data = (run.summary or {}).get("light") or {}
+    result.near_duplicates = data.get("near_duplicates", [])
+    result.exact_duplicates = data.get("exact_duplicates", [])
+    result.auto_links = data.get("auto_links", [])
+    result.notes.append(f"merge candidates from light run {run.id}")
+    return result
+
+
+def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = None,
+              report_path: Path | None = None, llm: Any = None, use_llm: bool = True,
+              promote_limit: int | None = None) -> DreamOutcome:
+    """Run the sweep (or the chosen phases) in the order light → REM → deep."""
+    cfg = config.values["dream"]
+    chosen = [p for p in PHASES if p in (phases or PHASES)]
+    at = now()
+    outcome = DreamOutcome(applied=apply, phases=chosen, started_at=at)
+    holder = read_lock(store.db)
+    if not apply and lock_is_live(holder):
+        outcome.notes.append(f"a dream run is in progress (run {holder.get('run_id')}); this preview may be out of date")
+    outcome.confidence_before = list(_confidences().values())
+    outcome.type_counts = type_counts(store.db)
+
+    if not apply:
+        _plan_all(store, config, cfg, outcome, at, promote_limit)
+        outcome.confidence_after = _simulate(dict(_confidences()), outcome.actions)
+        outcome.finished_at = now()
+        if report_path:
+            _write_report(report_path, outcome)
+        return outcome
+
+    run_id = new_run_id()
+    lock = DreamLock(store.db, run_id).acquire()
+    try:
+        if lock.taken_over:
+            outcome.notes.append(f"took over a stale lock left by run {lock.taken_over.get('run_id')} "
+                                 f"(pid {lock.taken_over.get('pid')})")
+            # A run that died holding the lock never finished: say so in its row.
+            DreamRun.update(status="failed", error="the process died during the run", finished_at=at).where(
+                (DreamRun.id == lock.taken_over.get("run_id")) & (DreamRun.status == "running")).execute()
+        run = start_run(store, "dream", chosen, run_id)
+        outcome.run_id = run.id
+        journal = Journal(store, run)
+        if use_llm and llm is None and "deep" in chosen:
+            llm = _make_llm(config)
+        try:
+            _plan_all(store, config, cfg, outcome, at, promote_limit, journal=journal, llm=llm)
+            _write_outputs(config, outcome, journal)
+        except Exception as exc:
+            outcome.finished_at = now()
+            finish_run(store, run, outcome.summary(), error=f"{exc.__class__.__name__}: {exc}")
+            raise
+        outcome.finished_at = now()
+        outcome.confidence_after = list(_confidences().values())
+        finish_run(store, run, outcome.summary())
+    finally:
+        lock.release()
+    report = report_path or (Path(cfg["report_path"]).expanduser() if cfg.get("report_path") else None)
+    if report:
+        _write_report(report, outcome)
+    return outcome
+
+
+def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limit: int | None,
+              journal: Journal | None = None, llm: Any = None) -> None:
+    """Plan each phase in order; with a journal, apply each phase before planning the next."""
+    light: LightResult | None = None
+    if "light" in outcome.phases:
+        started = time.perf_counter()
+        previous = last_run("dream", "light")
+        light = find_candidates(store, similarity_threshold=cfg["similarity_threshold"],
+                                auto_link_threshold=cfg["auto_link_threshold"],
+                                since=previous.started_at if previous else None)
+        outcome.light = light
+        outcome.phase_seconds["light"] = round(time.perf_counter() - started, 3)
+    if "rem" in outcome.phases:
+        started = time.perf_counter()
+        pairs = (light.near_duplicates + light.auto_links) if light else []
+        rem = plan_rem(store, cfg, pairs=pairs, proposed_path=config.paths.proposed_changes_path, at=at)
+        outcome.rem = rem
+        outcome.actions += rem.actions
+        if journal is not None:
+            _apply_rem(store, journal, rem, config)
+        outcome.phase_seconds["rem"] = round(time.perf_counter() - started, 3)
+    if "deep" in outcome.phases:
+        started = time.perf_counter()
+        source = light if light is not None else _light_from_last_run()
+        if light is None:
+            outcome.notes += source.notes
+        hits = recent_phase_hits(at)
+        for memory_id, count in outcome.phase_hits().items():
+            hits[memory_id] = hits.get(memory_id, 0.0) + count
+        stale = set(outcome.rem.stale_procedures) if outcome.rem else set()
+        deep = plan_deep(store, cfg, near_duplicates=source.near_duplicates,
+                         exact_duplicates=source.exact_duplicates, auto_links=source.auto_links,
+                         stale_ids=stale, phase_hits=hits, at=at, promote_limit=promote_limit)
+        outcome.deep = deep
+        outcome.actions += deep.actions
+        if journal is not None:
+            _apply_deep(store, journal, deep, llm, at, outcome)
+        outcome.phase_seconds["deep"] = round(time.perf_counter() - started, 3)
+
+
+def _apply_rem(store, journal: Journal, rem: RemResult, config) -> None:
+    with store.db.atomic():
+        for action in rem.actions:
+            if action.kind == "insight":
+                detail = action.detail
+                added = store.add(detail["content"], "procedure", confidence=0.5, source="dream",
+                                  project=detail["project"], metadata=detail["metadata"])
+                if added.created:
+                    journal.create("rem", "insight", added.memory)
+                    action.memory_id = added.memory.id
+            elif action.kind == "proposed_changes":
+                continue
+            else:
+                journal.update("rem", action.kind, action.memory_id, action.changes)
+    if rem.proposed_text is not None:
+        journal.write_file("rem", "proposed_changes", config.paths.proposed_changes_path, rem.proposed_text)
+
+
+def _apply_deep(store, journal: Journal, deep: DeepResult, llm, at: float, outcome: DreamOutcome) -> None:
+    merges = [a for a in deep.actions if a.kind == "merge"]
+    others = [a for a in deep.actions if a.kind != "merge"]
+    for action in merges:  # each in its own transaction, the LLM asked outside it
+        result = apply_action(store, journal, action, llm=llm, at=at)
+        outcome.merge_results.append({"ids": action.detail["ids"], **result})
+    for start in range(0, len(others), BATCH):
+        with store.db.atomic():
+            for action in others[start:start + BATCH]:
+                apply_action(store, journal, action, at=at)
+
+
+def _write_outputs(config, outcome: DreamOutcome, journal: Journal) -> None:
+    """Diary entry and MEMORY.md mirror, journaled like every other write."""
+    diary_path = config.diary_path
+    old = diary_path.read_text(encoding="utf-8") if diary_path.exists() else None
+    journal.write_file("rem" if outcome.rem else outcome.phases[-1], "diary", diary_path,
+                       diary.append_entry(old, diary.diary_entry(outcome)))
+    memory_md_path = config.paths.memory_md_path
+    if (outcome.deep and outcome.deep.promote) or memory_md_path.exists():
+        journal.write_file("deep", "memory_md", memory_md_path, diary.memory_md())
+
+
+def _write_report(path: Path, outcome: DreamOutcome) -> None:
+    from .report import render_report
+
+    write_private_text(Path(path).expanduser(), render_report(outcome))
+
+
+@dataclass
+class PromoteOutcome:
+    applied: bool
+    run_id: str | None
+    chosen: list[Any]
+    held: list[Any]
+
+
+def run_promote(store, config, *, apply: bool = False, limit: int | None = None) -> PromoteOutcome:
+    """Promotion on its own (the deep phase's gates), previewed or applied and journaled."""
+    from .promote import promotable
+
+    cfg = config.values["dream"]
+    at = now()
+    chosen, held = promotable(store, cfg, limit=limit, at=at)
+    if not apply or not chosen:
+        return PromoteOutcome(False, None, chosen, held)
+    run_id = new_run_id()
+    with DreamLock(store.db, run_id, what="promote"):
+        run = start_run(store, "promote", ["deep"], run_id)
+        journal = Journal(store, run)
+        with store.db.atomic():
+            for candidate in chosen:
+                journal.update("deep", "promote", candidate.memory_id, {"promoted_at": at})
+        journal.write_file("deep", "memory_md", config.paths.memory_md_path, diary.memory_md())
+        finish_run(store, run, {"counts": {"deep": {"promote": len(chosen)}},
+                                "promoted": [c.memory_id for c in chosen]})
+    return PromoteOutcome(True, run_id, chosen, held)

@@ -1,0 +1,92 @@
+"""Helpers for the dream tests: a word-hashing embedder, a store in LLMEM_HOME, time travel."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import numpy as np
+
+from llmem.config import load_config
+from llmem.db.models import Memory, RecallEvent
+from llmem.embedders import Embedder
+from llmem.store import Store
+from llmem.times import now
+from llmem.vectors import store_vectors
+
+DAY = 86400.0
+
+
+class WordEmbedder(Embedder):
+    """Deterministic: each word lights one dimension, so cosine = shared words / sizes."""
+
+    provider = "fake"
+
+    def __init__(self, dim: int = 512):
+        super().__init__("words")
+        self.size = dim
+
+    def _embed(self, texts):
+        out = []
+        for text in texts:
+            vector = np.zeros(self.size)
+            for word in re.findall(r"\w+", text.lower()):
+                vector[int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % self.size] += 1.0
+            if not vector.any():
+                vector[0] = 1.0
+            out.append(vector.tolist())
+        return out
+
+
+def open_store(home: Path, config_text: str = "") -> tuple[Store, object]:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text("embedding:\n  provider: none\nllm:\n  provider: none\n" + config_text)
+    config = load_config()
+    return Store.open(config.db_path), config
+
+
+def add(store: Store, content: str, memory_type: str = "fact", *, embedder: Embedder | None = None,
+        age_days: float = 0.0, **kw) -> Memory:
+    created = now() - age_days * DAY
+    memory = store.add(content, memory_type, created_at=created, **kw).memory
+    if age_days:
+        Memory.update(updated_at=created).where(Memory.id == memory.id).execute()
+        memory = Memory.get(Memory.id == memory.id)
+    if embedder is not None:
+        store_vectors(store, embedder, [memory], embedder.embed_documents([memory.content]))
+    return memory
+
+
+def recall(memory: Memory, queries: list[str], *, origin: str = "search", score: float = 0.9,
+           days_ago: list[float] | None = None) -> None:
+    """Record recalls as the search would (one per query)."""
+    days_ago = days_ago or [0.0] * len(queries)
+    at = now()
+    for i, (query, ago) in enumerate(zip(queries, days_ago, strict=True)):
+        RecallEvent.create(memory=memory.id, query_hash=f"q{hash(query) & 0xffffff:x}", rank=1,
+                           score=score, origin=origin, created_at=at - ago * DAY - i)
+    Memory.update(access_count=Memory.access_count + len(queries), accessed_at=at).where(
+        Memory.id == memory.id).execute()
+
+
+def snapshot(home: Path) -> dict[str, bytes]:
+    """Every file under the home, by relative path, with its bytes."""
+    return {str(p.relative_to(home)): p.read_bytes() for p in sorted(home.rglob("*")) if p.is_file()}
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """The real `llmem` entry point in-process, with its output captured."""
+    import contextlib
+    import io
+
+    from llmem.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return code, out.getvalue(), err.getvalue()

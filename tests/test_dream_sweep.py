@@ -1,0 +1,193 @@
+"""The sweep as a whole: preview writes nothing, apply journals everything, undo restores it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dream_support import DAY, WordEmbedder, add, open_store, recall, run_cli, snapshot
+
+from llmem.db.models import DreamRun, Memory, Relation
+from llmem.dream import run_dream, undo_run
+from llmem.exchange import export_data
+from llmem.times import now
+
+CONFIG = "dream:\n  auto_link_threshold: 0.5\n"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    path = tmp_path / "home"
+    monkeypatch.setenv("LLMEM_HOME", str(path))
+    return path
+
+
+def build(home):
+    """A store where every phase has something to do."""
+    store, config = open_store(home, CONFIG)
+    emb = WordEmbedder()
+    add(store, "the deploy script lives in scripts/deploy.sh and needs AWS_PROFILE set before running it",
+        embedder=emb, age_days=3)
+    add(store, "the deploy script lives in scripts/deploy.sh and it needs AWS_PROFILE set before running it",
+        embedder=emb, age_days=1)
+    add(store, "postgres is the main database; migrations run with alembic upgrade head", "decision",
+        embedder=emb)
+    add(store, "postgres migrations run with alembic upgrade head in the api container", "procedure",
+        embedder=emb)
+    for i in range(3):
+        add(store, f"Category: NULL_SAFETY\nWhat_happened: dereferenced a missing user {i}\n"
+                   f"Proposed_update: check user is not None before .name\nIteration_count: 2",
+            "self_assessment", age_days=i + 1)
+    add(store, "an idle fact nobody reads about the old build server", age_days=70)
+    add(store, "a weak guess about the cache layout", confidence=0.32, age_days=31)
+    busy = add(store, "ruff is the linter and formatter for this repo")
+    recall(busy, [f"lint {i}" for i in range(6)], days_ago=[0, 0, 1, 1, 2, 3])
+    add(store, "procedure to rotate the signing key by hand", "procedure", age_days=90)
+    store.close()
+    return config
+
+
+def test_preview_writes_nothing(home):
+    build(home)
+    before = snapshot(home)
+    assert "memory.db" in before
+    code, out, err = run_cli("dream")
+    assert code == 0, err
+    assert "preview" in out and "merge" in out and "decay" in out and "promote" in out
+    code, out, _ = run_cli("dream", "--json")
+    plan = json.loads(out)
+    kinds = {a["kind"] for a in plan["actions"]}
+    assert {"merge", "decay", "invalidate", "promote", "insight", "flag_stale", "link"} <= kinds
+    for args in (("dream", "--phase", "deep"), ("promote",), ("dream", "status"), ("promote-explain", "ruff linter")):
+        code, _, err = run_cli(*args)
+        assert code == 0, (args, err)
+    assert snapshot(home) == before
+
+
+def test_preview_report_is_the_only_file_written(home, tmp_path):
+    build(home)
+    before = snapshot(home)
+    report = tmp_path / "out" / "report.html"
+    code, _, err = run_cli("dream", "--report", str(report))
+    assert code == 0, err
+    assert report.exists() and "<svg" in report.read_text()
+    assert snapshot(home) == before
+
+
+def _export(store):
+    data = export_data(store)
+    data.pop("exported_at")
+    return data
+
+
+def test_apply_then_undo_restores_exactly(home):
+    config = build(home)
+    from llmem.store import Store
+
+    store = Store.open(config.db_path)
+    before_export = _export(store)
+    before_files = {k: v for k, v in snapshot(home).items() if not k.startswith("memory.db")}
+    outcome = run_dream(store, config, apply=True)
+    counts = outcome.action_counts()
+    assert counts["deep"].get("merge") == 1 and counts["deep"].get("promote") == 1
+    assert counts["rem"].get("insight") == 1
+    after_export = _export(store)
+    assert after_export != before_export
+    assert config.diary_path.exists() and config.paths.memory_md_path.exists()
+    assert config.paths.proposed_changes_path.exists()
+
+    result = undo_run(store, outcome.run_id)
+    assert result.restored and result.deleted and result.files
+    assert _export(store) == before_export
+    after_files = {k: v for k, v in snapshot(home).items() if not k.startswith("memory.db")}
+    assert after_files == before_files
+    assert DreamRun.get_by_id(outcome.run_id).status == "undone"
+    with pytest.raises(Exception, match="already undone"):
+        undo_run(store, outcome.run_id)
+    store.close()
+
+
+def test_undo_cli_and_status(home):
+    build(home)
+    code, out, err = run_cli("dream", "--apply", "--json")
+    assert code == 0, err
+    run_id = json.loads(out)["run_id"]
+    code, out, _ = run_cli("dream", "status", "--json")
+    status = json.loads(out)
+    assert status["last_run"]["id"] == run_id
+    assert status["next_run"].endswith("03:00") or "T03:00" in status["next_run"]
+    assert status["last_run"]["counts"]["deep"]["merge"] >= 1
+    code, out, err = run_cli("dream", "undo", run_id)
+    assert code == 0, err and "Undid run" in out
+    code, out, err = run_cli("dream", "undo", run_id)
+    assert code != 0 and "already undone" in err
+
+
+def test_merge_keeps_originals_linked(home):
+    config = build(home)
+    from llmem.store import Store
+
+    store = Store.open(config.db_path)
+    outcome = run_dream(store, config, apply=True, phases=["light", "deep"])
+    merged_id = outcome.merge_results[0]["merged_id"]
+    merged = Memory.get(Memory.id == merged_id)
+    assert merged.source == "dream" and merged.metadata["merge_method"] == "concatenation"
+    originals = merged.metadata["merged_from"]
+    for memory_id in originals:
+        original = Memory.get(Memory.id == memory_id)
+        assert original.invalidated_at is not None
+        assert merged_id in original.metadata["invalidation_reason"]
+    kinds = {(r.source_id, r.target_id, r.type) for r in Relation.select()}
+    for memory_id in originals:
+        assert (merged_id, memory_id, "derived_from") in kinds
+        assert (merged_id, memory_id, "supersedes") in kinds
+    store.close()
+
+
+def test_second_run_is_incremental(home):
+    config = build(home)
+    from llmem.store import Store
+
+    store = Store.open(config.db_path)
+    first = run_dream(store, config, apply=True, phases=["light"])
+    assert first.light.changed == 4
+    emb = WordEmbedder()
+    add(store, "postgres is the main database and migrations run with alembic upgrade head", "decision",
+        embedder=emb)
+    second = run_dream(store, config, apply=True, phases=["light"])
+    assert second.light.changed == 1 and second.light.compared_with == 5
+    assert len(second.light.near_duplicates) == 1
+    store.close()
+
+
+def test_deep_alone_uses_last_light_candidates(home):
+    config = build(home)
+    from llmem.store import Store
+
+    store = Store.open(config.db_path)
+    run_dream(store, config, apply=True, phases=["light"])
+    deep = run_dream(store, config, apply=True, phases=["deep"])
+    assert deep.action_counts()["deep"].get("merge") == 1
+    assert any("light run" in n for n in deep.notes)
+    store.close()
+
+
+def test_failed_run_is_recorded_and_lock_released(home, monkeypatch):
+    config = build(home)
+    from llmem.dream import sweep
+    from llmem.dream.lock import read_lock
+    from llmem.store import Store
+
+    store = Store.open(config.db_path)
+
+    def boom(*a, **k):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(sweep, "plan_deep", boom)
+    with pytest.raises(RuntimeError):
+        run_dream(store, config, apply=True)
+    run = DreamRun.select().order_by(DreamRun.started_at.desc()).get()
+    assert run.status == "failed" and "disk on fire" in run.error
+    assert read_lock(store.db) is None
+    assert now() - run.started_at < DAY
+    store.close()

@@ -1,0 +1,153 @@
+"""The dream lock across processes, the cron reader, and an inert HTML report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from html.parser import HTMLParser
+
+import pytest
+from dream_support import WordEmbedder, add, open_store, run_cli
+
+from llmem.db.models import bind_models
+from llmem.dream import DreamLock, DreamLocked, run_dream
+from llmem.dream.lock import LOCK_KEY, read_lock
+from llmem.dream.schedule import CronSchedule
+from llmem.errors import UsageError
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from llmem.store import Store
+from llmem.db.models import bind_models
+from llmem.dream import DreamLock
+store = Store.open(Path(sys.argv[1]))
+with DreamLock(store.db, "holder0000"):
+    print("held", flush=True)
+    time.sleep(30)
+"""
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    path = tmp_path / "home"
+    monkeypatch.setenv("LLMEM_HOME", str(path))
+    return path
+
+
+def test_second_run_refused_while_another_process_holds_the_lock(home):
+    store, config = open_store(home)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(config.db_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DreamLocked, match="another dream run is in progress"):
+            run_dream(store, config, apply=True)
+        code, _, err = run_cli("dream", "--apply")
+        assert code == 1 and "another dream run is in progress" in err and "holder0000" in err
+        bind_models(store.db)  # the CLI bound the models to its own (now closed) database
+        # A preview still works, and says a run is going on.
+        assert any("in progress" in n for n in run_dream(store, config).notes)
+    finally:
+        holder.kill()
+        holder.wait()
+    # The holder died without releasing: its lock is stale and taken over.
+    assert read_lock(store.db)["run_id"] == "holder0000"
+    outcome = run_dream(store, config, apply=True)
+    assert any("stale lock" in n for n in outcome.notes)
+    assert read_lock(store.db) is None
+    store.close()
+
+
+def test_lock_row_from_dead_pid_is_taken_over(home):
+    store, config = open_store(home)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    import socket
+
+    store.db.execute_sql("INSERT INTO setting(key, value) VALUES (?, ?)", (LOCK_KEY, json.dumps(
+        {"pid": dead.pid, "host": socket.gethostname(), "run_id": "deadbeef", "started_at": time.time()})))
+    with DreamLock(store.db, "mine00000000") as lock:
+        assert lock.taken_over["run_id"] == "deadbeef"
+        with pytest.raises(DreamLocked):  # the same process, another run: refused too
+            DreamLock(store.db, "other0000000").acquire()
+    assert read_lock(store.db) is None
+    assert os.getpid() != dead.pid
+    store.close()
+
+
+@pytest.mark.parametrize("expr, now, expected", [
+    ("0 3 * * *", "2026-11-30 10:15", "2026-12-01 03:00"),
+    ("0 3 * * *", "2026-11-30 02:59", "2026-11-30 03:00"),
+    ("*/15 * * * *", "2026-11-30 10:15", "2026-11-30 10:30"),
+    ("30 4 1 * *", "2026-11-30 10:00", "2026-12-01 04:30"),
+    ("0 9 * * mon-fri", "2026-12-04 10:00", "2026-12-07 09:00"),  # Friday → Monday
+    ("0 0 29 2 *", "2026-03-01 00:00", "2028-02-29 00:00"),
+    ("0 12 1 * 0", "2026-11-30 13:00", "2026-12-01 12:00"),  # dom OR dow
+])
+def test_cron_next_run(expr, now, expected):
+    fmt = "%Y-%m-%d %H:%M"
+    assert CronSchedule(expr).next_after(datetime.strptime(now, fmt)).strftime(fmt) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "0 3 * *", "61 * * * *", "a b c d e", "*/0 * * * *"])
+def test_cron_rejects_bad_expressions(bad):
+    with pytest.raises(UsageError):
+        CronSchedule(bad)
+
+
+class TagCollector(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: set[str] = set()
+        self.attrs: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.attrs.update(name for name, _ in attrs)
+
+
+HOSTILE = ['<script>alert("x")</script> the deploy key lives in vault',
+           '"><img src=x onerror=alert(1)> the deploy key lives in vault too',
+           "</style><style>body{background:url(http://evil.test/x)}</style>"]
+
+
+def test_report_is_self_contained_and_inert(home, tmp_path):
+    store, config = open_store(home, "dream:\n  auto_link_threshold: 0.3\n")
+    emb = WordEmbedder()
+    for text in HOSTILE:
+        add(store, text, embedder=emb, age_days=40)
+    add(store, "Category: <b>NULL_SAFETY</b>\nWhat_happened: <script>x</script>", "self_assessment")
+    report = tmp_path / "report.html"
+    outcome = run_dream(store, config, apply=True, report_path=report)
+    assert outcome.actions  # decays of the hostile memories are listed with their text
+    page = report.read_text()
+    collector = TagCollector()
+    collector.feed(page)
+    assert "script" not in collector.tags and "img" not in collector.tags
+    assert not {a for a in collector.attrs if a.startswith("on")}
+    assert "&lt;script&gt;" in page and "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+    # The hostile </style> stays text: one style element, holding only our CSS.
+    assert page.count("<style>") == 1 and page.count("</style>") == 1
+    assert "http:" not in page.split("<body>")[0] and "https:" not in page.split("<body>")[0]
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    for chart in ("Valid memories by type", "Confidence histogram", "Actions per phase"):
+        assert chart in page
+    assert page.count("<svg") >= 3 and "<link" not in page
+    store.close()
+
+
+def test_report_shows_calibration_chart(home, tmp_path):
+    store, config = open_store(home)
+    now = time.time()
+    add(store, "check nulls", "procedure", age_days=10,
+        metadata={"insight_key": "NULL_SAFETY", "category": "NULL_SAFETY", "introduced_at": now - 10 * 86400})
+    for age in (12, 13, 2):
+        add(store, f"Category: NULL_SAFETY\nWhat_happened: oops {age}", "self_assessment", age_days=age)
+    report = tmp_path / "r.html"
+    run_dream(store, config, report_path=report)
+    assert "Calibration: error rate before and after" in report.read_text()
+    store.close()

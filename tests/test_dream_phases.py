@@ -1,0 +1,243 @@
+"""Each phase on its own: light's pairs and scopes, REM's tiers and calibration, deep's rules."""
+
+from __future__ import annotations
+
+import pytest
+from dream_support import DAY, WordEmbedder, add, open_store, recall
+
+from llmem.db.models import Memory, RecallEvent
+from llmem.dream import run_dream
+from llmem.dream.deep import MAX_TERM_LOSS, llm_merge, term_loss
+from llmem.dream.light import find_candidates
+from llmem.dream.promote import candidates
+from llmem.errors import LLMUnavailable
+from llmem.times import now
+
+BASE = "the release checklist says bump the version tag the changelog and push the signed tag to origin"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    path = tmp_path / "home"
+    monkeypatch.setenv("LLMEM_HOME", str(path))
+    return path
+
+
+@pytest.fixture
+def env(home):
+    store, config = open_store(home, "dream:\n  auto_link_threshold: 0.6\n")
+    yield store, config, WordEmbedder()
+    store.close()
+
+
+def test_light_pairs_respect_type_and_scope(env):
+    store, config, emb = env
+    a = add(store, BASE, embedder=emb)
+    b = add(store, BASE + " today", embedder=emb)
+    add(store, BASE + " now", "decision", embedder=emb)  # other type: only an auto-link
+    add(store, BASE + " please", embedder=emb, project="/repo/x")  # other scope: nothing
+    result = find_candidates(store, similarity_threshold=0.92, auto_link_threshold=0.6, since=None)
+    near = {(p["a"], p["b"]) for p in result.near_duplicates}
+    assert (a.id, b.id) in near and len(near) == 1
+    assert len(result.auto_links) == 2  # the decision with each fact
+    assert all(p["project"] is None for p in result.near_duplicates + result.auto_links)
+
+
+def test_light_exact_duplicates(env):
+    store, config, emb = env
+    a = add(store, "the API listens on port 8080")
+    b = add(store, "the API listens on port 9090")
+    store.update(b.id, content="The API listens on   port 8080")
+    result = find_candidates(store, similarity_threshold=0.92, auto_link_threshold=None, since=None)
+    assert result.exact_duplicates == [[a.id, b.id]]
+    outcome = run_dream(store, config, apply=True, phases=["light", "deep"])
+    assert outcome.action_counts()["deep"]["dedupe"] == 1
+    assert Memory.get(Memory.id == b.id).invalidated_at is not None
+    assert Memory.get(Memory.id == a.id).invalidated_at is None
+
+
+def test_light_since_only_compares_changed(env):
+    store, config, emb = env
+    old = add(store, BASE, embedder=emb)
+    cut = now()
+    add(store, "something else entirely about kubernetes pods", embedder=emb)
+    new = add(store, BASE + " today", embedder=emb)
+    result = find_candidates(store, similarity_threshold=0.92, auto_link_threshold=None, since=cut)
+    assert result.changed == 2 and result.compared_with == 3
+    assert [(p["a"], p["b"]) for p in result.near_duplicates] == [(old.id, new.id)]
+
+
+def _assessment(store, category, age_days, *, iterations=None, in_metadata=False):
+    body = f"What_happened: forgot a check ({age_days})\nProposed_update: add the {category} check"
+    if iterations:
+        body += f"\nIteration_count: {iterations}"
+    if in_metadata:
+        return add(store, body, "self_assessment", age_days=age_days, metadata={"category": category})
+    return add(store, f"**Category**: {category}\n{body}", "self_assessment", age_days=age_days)
+
+
+def test_rem_tiers_once_and_never_for_review_passed(env):
+    store, config, _ = env
+    for i in range(2):
+        _assessment(store, "EDGE_CASE", i + 1, in_metadata=True)
+    _assessment(store, "EDGE_CASE", 3)
+    _assessment(store, "EDGE_CASE", 45)  # outside behavioral_lookback_days
+    for i in range(4):
+        add(store, f"Category: REVIEW_PASSED\nWhat_happened: clean review {i}", "self_assessment")
+    first = run_dream(store, config, apply=True, phases=["rem"])
+    assert first.rem.categories["EDGE_CASE"]["count"] == 3
+    assert [i["key"] for i in first.rem.insights] == ["EDGE_CASE"]
+    procedures = list(Memory.select().where(Memory.type == "procedure"))
+    assert len(procedures) == 1
+    assert procedures[0].confidence <= 0.5 and procedures[0].metadata["insight_key"] == "EDGE_CASE"
+    text = config.paths.proposed_changes_path.read_text()
+    assert text.count("[SKILL PATCH] EDGE_CASE") == 1
+    for section in ("### Detection Rule", "### Checklist", "### Pitfall", "### Verification"):
+        assert section in text
+    assert "Behavioural insight: EDGE_CASE" in text and "REVIEW_PASSED" not in text
+    second = run_dream(store, config, apply=True, phases=["rem"])
+    assert second.rem.insights == [{"key": "EDGE_CASE", "count": 3, "tiers": []}]
+    assert config.paths.proposed_changes_path.read_text() == text
+    assert Memory.select().where(Memory.type == "procedure").count() == 1
+    assert "### Calibration" in config.diary_path.read_text()
+
+
+def test_skill_patch_threshold_is_separate(home):
+    store, config = open_store(home, "dream:\n  behavioral_threshold: 2\n  skill_patch_threshold: 4\n")
+    for i in range(2):
+        _assessment(store, "OFF_BY_ONE", i + 1)
+    outcome = run_dream(store, config, apply=True, phases=["rem"])
+    assert outcome.rem.insights[0]["tiers"] == [1, 2]
+    assert "[SKILL PATCH]" not in config.paths.proposed_changes_path.read_text()
+    store.close()
+
+
+@pytest.mark.parametrize("before, after, status", [(6, 1, "decreasing"), (2, 2, "stable"), (1, 6, "increasing")])
+def test_calibration_trend(env, before, after, status):
+    store, config, _ = env
+    introduced = now() - 10 * DAY
+    add(store, "check for nulls", "procedure", age_days=10,
+        metadata={"insight_key": "NULL_SAFETY", "category": "NULL_SAFETY", "introduced_at": introduced})
+    for i in range(before):
+        _assessment(store, "NULL_SAFETY", 11 + i)
+    for i in range(after):
+        _assessment(store, "NULL_SAFETY", 1 + i)
+    outcome = run_dream(store, config, apply=True, phases=["rem"])
+    (item,) = outcome.rem.calibration
+    assert item["status"] == status
+    procedure = Memory.get(Memory.type == "procedure")
+    assert procedure.metadata["calibration_status"] == status
+    assert procedure.metadata["calibrated_at"] >= introduced
+    diary = config.diary_path.read_text()
+    assert "### Calibration" in diary and f"NULL_SAFETY: {status}" in diary
+
+
+def test_calibration_falls_back_to_iterations(env):
+    store, config, _ = env
+    add(store, "check for nulls", "procedure", age_days=10,
+        metadata={"insight_key": "NULL_SAFETY", "category": "NULL_SAFETY", "introduced_at": now() - 10 * DAY})
+    for i in range(3):
+        _assessment(store, "NULL_SAFETY", 11 + i, iterations=4)
+        _assessment(store, "NULL_SAFETY", 1 + i, iterations=1)
+    outcome = run_dream(store, config, apply=False, phases=["rem"])
+    assert outcome.rem.calibration[0]["metric"] == "iteration_count"
+    assert outcome.rem.calibration[0]["status"] == "decreasing"
+
+
+def test_stale_procedures_decay_twice_as_fast(env):
+    store, config, _ = env
+    stale = add(store, "rotate the key by hand", "procedure", age_days=61)
+    fact = add(store, "the old server was called zeus", age_days=61)
+    used = add(store, "run make release", "procedure", age_days=61)
+    recall(used, ["release"])
+    outcome = run_dream(store, config, apply=True, phases=["rem", "deep"])
+    assert outcome.rem.stale_procedures == [stale.id]
+    stale = Memory.get(Memory.id == stale.id)
+    assert stale.metadata["stale_procedure"] is True and stale.metadata["stale_at"]
+    assert stale.confidence == pytest.approx(0.7 - 2 * 2 * 0.05)
+    assert Memory.get(Memory.id == fact.id).confidence == pytest.approx(0.7 - 2 * 0.05)
+
+
+def test_decay_boost_and_floor(env):
+    store, config, _ = env
+    idle = add(store, "idle one", age_days=95)
+    weak = add(store, "weak one", confidence=0.33, age_days=31)
+    popular = add(store, "popular one")
+    recall(popular, [f"q{i}" for i in range(5)], origin="context")
+    promoted = add(store, "core one", age_days=200)
+    Memory.update(promoted_at=now()).where(Memory.id == promoted.id).execute()
+    run_dream(store, config, apply=True, phases=["deep"])
+    assert Memory.get(Memory.id == idle.id).confidence == pytest.approx(0.55)
+    assert Memory.get(Memory.id == weak.id).invalidated_at is not None
+    assert Memory.get(Memory.id == popular.id).confidence == pytest.approx(0.75)
+    assert Memory.get(Memory.id == promoted.id).confidence == pytest.approx(0.7)
+    # A second night soon after does not decay or boost again.
+    again = run_dream(store, config, apply=True, phases=["deep"])
+    assert not {"decay", "boost"} & set(again.action_counts()["deep"])
+
+
+def test_promotion_counts_only_user_recalls(env):
+    store, config, _ = env
+    by_context = add(store, "the staging URL is https://staging.example.test behind the VPN")
+    recall(by_context, [f"context {i}" for i in range(8)], origin="context", days_ago=[0, 1, 2, 3, 4, 5, 6, 7])
+    recall(by_context, ["dream"], origin="dream")
+    by_user = add(store, "the staging URL is https://staging.example.test; log in with the VPN profile ops")
+    recall(by_user, ["staging url", "vpn profile", "staging login", "staging url"], days_ago=[0, 1, 2, 3])
+    ranked = {c.memory_id: c for c in candidates(store, config.values["dream"],
+                                                 memory_ids=[by_context.id, by_user.id])}
+    assert ranked[by_context.id].recalls == 0 and ranked[by_context.id].excluded_recalls == 9
+    assert not ranked[by_context.id].passes
+    assert ranked[by_user.id].passes and ranked[by_user.id].unique_queries == 3
+    outcome = run_dream(store, config, apply=True, phases=["deep"])
+    assert [c.memory_id for c in outcome.deep.promote] == [by_user.id]
+    assert Memory.get(Memory.id == by_user.id).promoted_at is not None
+    assert "log in with the VPN profile ops" in config.paths.memory_md_path.read_text()
+    assert RecallEvent.select().where(RecallEvent.origin == "dream").count() == 1
+
+
+def test_promotion_gates(home):
+    store, config = open_store(home, "dream:\n  min_recall_count: 5\n")
+    memory = add(store, "use uv to manage the python environments of this project")
+    recall(memory, ["uv", "python env", "venv"], days_ago=[0, 1, 2])
+    (c,) = candidates(store, config.values["dream"], memory_ids=[memory.id])
+    assert c.gates["min_recall_count"]["passed"] is False and c.gates["min_unique_queries"]["passed"]
+    assert c.verdict == "hold: fails min_recall_count"
+    assert abs(sum(v["contribution"] for v in c.as_dict()["signals"].values()) - c.score) < 1e-3
+    store.close()
+
+
+class FakeLLM:
+    def __init__(self, reply=None, error=None):
+        self.reply, self.error, self.calls = reply, error, []
+
+    def chat_json(self, messages, schema, task):
+        self.calls.append(task)
+        if self.error:
+            raise self.error
+        return self.reply
+
+
+def test_llm_merge_accepted_rejected_or_unavailable():
+    originals = ["deploys use scripts/deploy.sh with AWS_PROFILE=prod",
+                 "deploy with scripts/deploy.sh, AWS_PROFILE=prod, from the main branch"]
+    good = FakeLLM({"content": "Deploy from the main branch with scripts/deploy.sh and AWS_PROFILE=prod."})
+    text, why = llm_merge(good, originals)
+    assert text and good.calls == ["dream_merge"]
+    bad = FakeLLM({"content": "Deploys are scripted."})
+    assert term_loss(originals, "Deploys are scripted.") > MAX_TERM_LOSS
+    assert llm_merge(bad, originals)[0] is None
+    assert llm_merge(FakeLLM(error=LLMUnavailable("down")), originals)[0] is None
+    assert llm_merge(FakeLLM(error=ValueError("garbage")), originals)[0] is None
+    assert llm_merge(None, originals)[0] is None
+
+
+def test_merge_uses_llm_when_it_keeps_the_facts(env):
+    store, config, emb = env
+    add(store, BASE, embedder=emb)
+    add(store, BASE + " today", embedder=emb)
+    llm = FakeLLM({"content": BASE + " (today)"})
+    outcome = run_dream(store, config, apply=True, phases=["light", "deep"], llm=llm)
+    merged = Memory.get(Memory.id == outcome.merge_results[0]["merged_id"])
+    assert merged.metadata["merge_method"] == "llm" and merged.content == BASE + " (today)"
+    store2 = FakeLLM({"content": "release stuff"})
+    assert llm_merge(store2, [BASE, BASE + " today"])[0] is None

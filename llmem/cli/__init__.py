@@ -64,6 +64,11 @@ def _register() -> None:
 
     for command in (dream.dream_group, dream.promote, dream.promote_explain):
         cli.add_command(command)
+    from . import pipeline
+
+    for command in (pipeline.run, pipeline.watch, pipeline.worker, pipeline.enqueue,
+                    pipeline.queue, pipeline.logs):
+        cli.add_command(command)
 
 
 _register()

@@ -49,12 +49,26 @@ def _create_dream_tables(db) -> None:
     db.create_tables([DreamRun, DreamAction], safe=True)
 
 
+def _create_event_table(db) -> None:
+    from .models import Event
+
+    db.create_tables([Event], safe=True)
+
+
+def _create_session_tables(db) -> None:
+    from .models import LlmUsage, SessionCursor
+
+    db.create_tables([SessionCursor, LlmUsage], safe=True)
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
     ("0002_memory_fts", _create_fts),
     ("0003_recall_event_query_index", _index_recall_queries),
     ("0004_dream_tables", _create_dream_tables),
+    ("0005_event_table", _create_event_table),
+    ("0006_session_cursor_llm_usage", _create_session_tables),
 ]
 
 

@@ -148,7 +148,62 @@ class DreamAction(BaseModel):
         table_name = "dream_action"
 
 
-ALL_MODELS = [Memory, Relation, Embedding, RecallEvent, Setting, DreamRun, DreamAction]
+class Event(BaseModel):
+    """A lifecycle moment of an agent session, recorded before its task is enqueued.
+
+    The store, not the queue, is the source of truth: huey delivers at most once, so the
+    reconcile task re-enqueues events left pending or running too long.
+    """
+
+    adapter = pw.TextField()
+    session_id = pw.TextField(index=True)
+    kind = pw.TextField()  # created | idle | ending | compacting
+    status = pw.TextField(default="pending", index=True)  # pending | running | done | failed
+    attempts = pw.IntegerField(default=0)
+    last_error = pw.TextField(null=True)
+    detected_at = pw.FloatField()
+    started_at = pw.FloatField(null=True)
+    finished_at = pw.FloatField(null=True)
+    not_before = pw.FloatField(null=True)  # deferred (token budget, extraction interval)
+    result = JSONText(null=True)
+
+    class Meta:
+        table_name = "event"
+
+
+class SessionCursor(BaseModel):
+    """How far extraction (and introspection) has read one agent session's transcript."""
+
+    adapter = pw.TextField()
+    session_id = pw.TextField()
+    project = pw.TextField(null=True)
+    cursor = pw.TextField(null=True)  # id of the last message extraction consumed
+    introspect_cursor = pw.TextField(null=True)  # id of the last message introspection consumed
+    messages_read = pw.IntegerField(default=0)
+    status = pw.TextField(default="idle")  # idle | done | deferred
+    updated_at = pw.FloatField()
+
+    class Meta:
+        table_name = "session_cursor"
+        indexes = ((("adapter", "session_id"), True),)
+
+
+class LlmUsage(BaseModel):
+    """Tokens of one chat LLM call, for `llmem stats` and the daily token budget."""
+
+    time = pw.FloatField()
+    day = pw.TextField(index=True)  # local date, YYYY-MM-DD
+    task = pw.TextField()
+    provider = pw.TextField()
+    model = pw.TextField()
+    prompt_tokens = pw.IntegerField(default=0)
+    completion_tokens = pw.IntegerField(default=0)
+
+    class Meta:
+        table_name = "llm_usage"
+
+
+ALL_MODELS = [Memory, Relation, Embedding, RecallEvent, Setting, DreamRun, DreamAction, Event, SessionCursor, LlmUsage]
 
 
 def bind_models(db) -> None:

@@ -1,0 +1,221 @@
+"""Pipeline commands: watch, worker, run, enqueue, queue, logs."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+
+import click
+
+from .output import print_json
+
+
+def _start_watcher(app):
+    from ..watcher import SessionWatcher
+    from .queueing import submit_event
+
+    watcher = SessionWatcher(app.config, lambda adapter, sid, kind: submit_event(app, adapter, sid, kind))
+    watcher.start()
+    return watcher
+
+
+def _consumer(app, workers: int):
+    from workers.tasks import use_app
+
+    from .queueing import open_queue
+
+    use_app(app)
+    huey, tasks = open_queue(app.config)
+    tasks.reconcile()  # events a killed worker left behind go back on the queue first
+    return huey.create_consumer(workers=workers, worker_type="thread", periodic=True,
+                                check_worker_health=True, initial_delay=0.1, backoff=1.15,
+                                max_delay=2.0)
+
+
+@click.command()
+@click.pass_obj
+def watch(app):
+    """Watch the agents' session stores and enqueue lifecycle events (foreground)."""
+    from ..logconfig import setup_file_logging
+
+    log_path = setup_file_logging(app.config, "watch")
+    _ = app.store  # open (and migrate) before the first event arrives
+    watcher = _start_watcher(app)
+    click.echo(f"llmem watch: watching {watcher.opencode_dir} and {watcher.copilot_dir} "
+               f"(log: {log_path}); Ctrl-C stops", err=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    watcher.stop()
+
+
+@click.command()
+@click.option("-w", "--workers", type=click.IntRange(1, 64), help="Worker threads (default: pipeline.workers).")
+@click.pass_obj
+def worker(app, workers):
+    """Run the queue consumer: session events, embeddings, reconcile, nightly dream."""
+    from ..logconfig import setup_file_logging
+
+    setup_file_logging(app.config, "worker")
+    consumer = _consumer(app, workers or app.config.values["pipeline"]["workers"])
+    consumer.run()  # handles SIGINT (finish in-flight tasks) and SIGTERM itself
+
+
+@click.command()
+@click.option("-w", "--workers", type=click.IntRange(1, 64), help="Worker threads (default: pipeline.workers).")
+@click.pass_obj
+def run(app, workers):
+    """Watcher + workers + scheduler in one foreground process (the everyday command)."""
+    from ..logconfig import setup_file_logging
+
+    log_path = setup_file_logging(app.config, "run")
+    consumer = _consumer(app, workers or app.config.values["pipeline"]["workers"])
+    watcher = _start_watcher(app)
+    click.echo(f"llmem run: store {app.config.db_path}, queue {app.config.queue_path}, "
+               f"log {log_path}; Ctrl-C stops", err=True)
+    try:
+        consumer.run()
+    finally:
+        watcher.stop()
+
+
+@click.command()
+@click.argument("task", type=click.Choice(["process_event", "embed_pending", "dream", "reconcile",
+                                           "created", "idle", "ending", "compacting"]))
+@click.argument("args", nargs=-1)
+@click.option("--adapter", default=None, help="For session events: the adapter (default: detected).")
+@click.option("--json", "as_json", is_flag=True, help="Print the task id as JSON.")
+@click.pass_obj
+def enqueue(app, task, args, adapter, as_json):
+    """Put a task on the queue and print its id (a session event takes a SESSION_ID)."""
+    from ..errors import UsageError
+    from .queueing import open_queue, submit_event
+
+    _, tasks = open_queue(app.config)
+    event_id = None
+    if task in ("created", "idle", "ending", "compacting"):
+        if len(args) != 1:
+            raise UsageError(f"enqueue {task} takes one SESSION_ID", hint=f"llmem enqueue {task} ses_abc123")
+        from ..adapters.base import validate_session_id
+        from ..diagnostics import detect_adapter_name
+
+        validate_session_id(args[0])
+        event_id = submit_event(app, adapter or detect_adapter_name(app.config), args[0], task)
+        task_id = f"event:{event_id}"
+    elif task == "process_event":
+        if len(args) != 1 or not args[0].isdigit():
+            raise UsageError("enqueue process_event takes one EVENT_ID (see `llmem queue`)")
+        task_id = tasks.process_event(int(args[0])).id
+    elif args:
+        raise UsageError(f"{task} takes no arguments")
+    else:
+        task_id = getattr(tasks, task)().id
+    if as_json:
+        print_json({"task": task, "id": task_id, "event_id": event_id})
+    else:
+        click.echo(task_id)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.option("-n", "--recent", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Recent events shown.")
+@click.pass_context
+def queue(ctx, as_json, recent):
+    """Show the queue: pending, scheduled, running and failed work, recent events."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..db.models import Event
+    from ..times import to_iso
+    from .queueing import open_queue
+
+    app = ctx.obj
+    huey, _ = open_queue(app.config)
+    counts = {status: Event.select().where(Event.status == status).count()
+              for status in ("pending", "running", "done", "failed")}
+    events = [{"id": e.id, "adapter": e.adapter, "session_id": e.session_id, "kind": e.kind,
+               "status": e.status, "attempts": e.attempts, "error": e.last_error,
+               "detected_at": to_iso(e.detected_at), "finished_at": to_iso(e.finished_at)}
+              for e in Event.select().order_by(Event.id.desc()).limit(recent)]
+    data = {"queue": {"pending": huey.pending_count(), "scheduled": huey.scheduled_count()},
+            "events": counts, "recent": events}
+    if as_json:
+        print_json(data)
+        return
+    click.echo(f"queue:  {data['queue']['pending']} pending, {data['queue']['scheduled']} scheduled")
+    click.echo("events: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    for e in events:
+        line = f"  #{e['id']:<5} {e['status']:<8} {e['kind']:<10} {e['adapter']:<8} {e['session_id']}"
+        click.echo(line + (f"  ({e['attempts']} tries: {e['error']})" if e["error"] else ""))
+
+
+@queue.command("retry")
+@click.argument("event_ids", nargs=-1, type=int)
+@click.option("--failed", is_flag=True, help="Retry every failed event.")
+@click.pass_obj
+def queue_retry(app, event_ids, failed):
+    """Put failed events (or the given ids) back on the queue."""
+    from ..errors import UsageError
+    from ..events import retry_events
+    from .queueing import open_queue
+
+    if not event_ids and not failed:
+        raise UsageError("give event ids or --failed", hint="`llmem queue` lists events")
+    events = retry_events(app.store, None if failed else list(event_ids))
+    _, tasks = open_queue(app.config)
+    for event in events:
+        tasks.process_event(event.id)
+    click.echo(f"Requeued {len(events)} event(s)")
+
+
+@click.command()
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("-n", "--lines", type=click.IntRange(min=0), default=50, show_default=True)
+@click.option("--level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="Minimum level.")
+@click.pass_obj
+def logs(app, follow, lines, level):
+    """Show the watcher's and workers' log lines (newest last)."""
+    from ..logconfig import log_files
+
+    order = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+    floor = order.index(level) if level else 0
+
+    def keep(line: str) -> bool:
+        parts = line.split(" ", 2)
+        return len(parts) < 2 or parts[1] not in order or order.index(parts[1]) >= floor
+
+    files = log_files(app.config)
+    if not files and not follow:
+        click.echo(f"No logs yet in {app.config.log_dir}", err=True)
+        return
+    collected = []
+    for path in files:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            collected.extend(line.rstrip("\n") for line in fh if keep(line))
+    collected.sort(key=lambda line: line[:19])  # ISO timestamps sort as text
+    for line in collected[-lines:] if lines else []:
+        click.echo(line)
+    if not follow:
+        return
+    offsets = {p: p.stat().st_size for p in files}
+    try:
+        while True:
+            time.sleep(0.5)
+            for path in log_files(app.config):
+                size = path.stat().st_size
+                start = offsets.get(path, 0)
+                if size < start:  # rotated
+                    start = 0
+                if size > start:
+                    with path.open(encoding="utf-8", errors="replace") as fh:
+                        fh.seek(start)
+                        for line in fh:
+                            if keep(line):
+                                click.echo(line.rstrip("\n"))
+                    offsets[path] = size
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        return

@@ -1,0 +1,31 @@
+"""The CLI's door to the queue: the only part of llmem that imports workers (and huey)."""
+
+from __future__ import annotations
+
+_queues: dict[str, tuple] = {}
+
+
+def open_queue(config):
+    """(huey, tasks) for this config's queue file, built once per process."""
+    key = str(config.queue_path)
+    if key not in _queues:
+        from workers.app import build_huey
+        from workers.tasks import register
+
+        huey = build_huey(config)
+        _queues[key] = (huey, register(huey, config))
+    return _queues[key]
+
+
+def submit_event(app, adapter: str, session_id: str, kind: str) -> int:
+    """Record a session event in the store, then enqueue its task; return the event id.
+
+    The row is written first: if enqueueing fails or the worker dies, reconcile finds it.
+    """
+    from ..events import record_event
+
+    event, is_new = record_event(app.store, adapter, session_id, kind)
+    if is_new:
+        _, tasks = open_queue(app.config)
+        tasks.process_event(event.id)
+    return event.id

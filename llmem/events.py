@@ -1,0 +1,137 @@
+"""Session events as rows: recorded before they are enqueued, claimed, finished, reconciled.
+
+Every task is idempotent (extraction works from a per-session cursor), so running an event
+twice — after a worker was killed, or by reconcile — adds nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from .db.models import Event
+from .errors import LlmemError, UsageError
+from .times import now
+
+log = logging.getLogger(__name__)
+
+KINDS = ("created", "idle", "ending", "compacting")
+MAX_ATTEMPTS = 5
+
+
+def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event, bool]:
+    """Record a moment; an identical event still waiting is reused. Returns (event, is_new)."""
+    if kind not in KINDS:
+        raise UsageError(f"unknown event kind {kind!r}", hint="use one of: " + ", ".join(KINDS))
+    with store.db.atomic():
+        waiting = (Event.select().where((Event.adapter == adapter) & (Event.session_id == session_id)
+                                        & (Event.kind == kind) & (Event.status == "pending"))
+                   .order_by(Event.id).first())
+        if waiting is not None:
+            return waiting, False
+        return Event.create(adapter=adapter, session_id=session_id, kind=kind, detected_at=now()), True
+
+
+def claim_event(store, event_id: int) -> Event | None:
+    """Mark an event running (attempts + 1); None when it is already done or unknown."""
+    with store.db.atomic():
+        event = Event.get_or_none(Event.id == event_id)
+        if event is None or event.status == "done":
+            return None
+        event.status, event.started_at = "running", now()
+        event.attempts += 1
+        event.save()
+        return event
+
+
+def finish_event(store, event_id: int, result: dict | None = None) -> None:
+    with store.db.atomic():
+        Event.update(status="done", finished_at=now(), last_error=None, result=result).where(
+            Event.id == event_id).execute()
+
+
+def fail_event(store, event_id: int, error: str, *, final: bool) -> None:
+    """Record an error; the event goes back to pending unless this was its last chance."""
+    with store.db.atomic():
+        event = Event.get_or_none(Event.id == event_id)
+        if event is None:
+            return
+        event.last_error = error[:2000]
+        event.status = "failed" if final or event.attempts >= MAX_ATTEMPTS else "pending"
+        event.finished_at = now() if event.status == "failed" else None
+        event.save()
+
+
+def defer_event(store, event_id: int, until: float, reason: str) -> None:
+    """Put an event back to pending, not to run before `until` (reconcile picks it up)."""
+    with store.db.atomic():
+        Event.update(status="pending", not_before=until, last_error=reason,
+                     attempts=Event.attempts - 1).where(Event.id == event_id).execute()
+
+
+def events_to_reconcile(store, *, pending_after: float, running_after: float) -> list[Event]:
+    """Events whose task was lost: pending for long, or running longer than any task runs."""
+    at = now()
+    return list(Event.select().where(
+        ((Event.status == "pending") & (Event.detected_at < at - pending_after)
+         & (Event.not_before.is_null() | (Event.not_before <= at)))
+        | ((Event.status == "running") & (Event.started_at < at - running_after))
+    ).order_by(Event.id))
+
+
+def retry_events(store, event_ids: list[int] | None = None) -> list[Event]:
+    """Put failed events (or the given ones) back to pending; return them."""
+    with store.db.atomic():
+        query = Event.select().where(Event.status == "failed") if event_ids is None else \
+            Event.select().where(Event.id.in_(event_ids))
+        events = list(query)
+        for event in events:
+            event.status, event.attempts, event.not_before = "pending", 0, None
+            event.save()
+    return events
+
+
+@dataclass
+class EventOutcome:
+    event_id: int
+    status: str  # done | failed | pending | skipped
+    result: dict | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] = ()) -> EventOutcome:
+    """Process one recorded event through the session handler, recording the outcome.
+
+    Errors in `transient` (embedder or LLM down, a locked store) leave the event pending and
+    are re-raised so the queue can retry with backoff; any other error fails the event.
+    """
+    from .sessions import handle_session_event
+
+    started = time.perf_counter()
+    event = claim_event(app.store, event_id)
+    if event is None:
+        return EventOutcome(event_id, "skipped")
+    try:
+        result = handle_session_event(app, event.kind, event.session_id, adapter_name=event.adapter)
+    except transient as exc:
+        fail_event(app.store, event_id, _describe(exc), final=False)
+        raise
+    except Exception as exc:
+        fail_event(app.store, event_id, _describe(exc), final=not isinstance(exc, LlmemError) or
+                   isinstance(exc, UsageError))
+        log.warning("event %s (%s %s) failed: %s", event_id, event.kind, event.session_id, _describe(exc))
+        return EventOutcome(event_id, "failed", error=_describe(exc),
+                            seconds=time.perf_counter() - started)
+    deferred_until = (result or {}).get("deferred_until") if isinstance(result, dict) else None
+    if deferred_until:
+        defer_event(app.store, event_id, deferred_until, str(result.get("deferred_reason", "deferred")))
+        return EventOutcome(event_id, "pending", result=result, seconds=time.perf_counter() - started)
+    summary = {k: v for k, v in (result or {}).items() if k != "context"} if isinstance(result, dict) else None
+    finish_event(app.store, event_id, summary)
+    return EventOutcome(event_id, "done", result=summary, seconds=time.perf_counter() - started)
+
+
+def _describe(exc: BaseException) -> str:
+    return getattr(exc, "message", None) or f"{exc.__class__.__name__}: {exc}"

@@ -1,0 +1,1 @@
+"""The huey side of llmem: the queue instance, thin task wrappers, periodic jobs, the consumer."""

@@ -1,0 +1,125 @@
+"""Thin huey tasks over the llmem library, registered on a huey built from config.
+
+Tasks are attached by `register(huey)` rather than at import time, so the queue file comes
+from the config (and LLMEM_HOME) of the process that builds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from types import SimpleNamespace
+
+import peewee
+from huey import crontab
+
+from llmem.app import App
+from llmem.embedders import EmbedderUnavailable
+from llmem.errors import LLMUnavailable
+
+log = logging.getLogger("workers.tasks")
+
+# Errors worth retrying with backoff: a model server down or restarting, a store busy.
+TRANSIENT = (EmbedderUnavailable, LLMUnavailable, peewee.OperationalError, sqlite3.OperationalError)
+
+_app: App | None = None
+
+
+def current_app() -> App:
+    """The process's App (config, store, embedder), opened on first use."""
+    global _app
+    if _app is None:
+        _app = App()
+    return _app
+
+
+def use_app(app: App | None) -> None:
+    """Make tasks use this App (tests, `llmem run`)."""
+    global _app
+    _app = app
+
+
+def process_event(event_id: int) -> dict:
+    """Extract / introspect / inject for one recorded session event."""
+    from llmem.events import run_event
+
+    outcome = run_event(current_app(), event_id, transient=TRANSIENT)
+    log.info("event=%s outcome=%s duration=%.0fms%s", event_id, outcome.status,
+             outcome.seconds * 1000, f" error={outcome.error}" if outcome.error else "")
+    return {"event_id": event_id, "status": outcome.status, "error": outcome.error}
+
+
+def embed_pending() -> dict:
+    """Embed memories that have no current vector."""
+    from llmem.vectors import embed_pending as run
+
+    app = current_app()
+    if not app.embedder.available:
+        return {"embedded": 0}
+    started = time.perf_counter()
+    count = run(app.store, app.embedder)
+    log.info("task=embed_pending embedded=%d duration=%.0fms", count, (time.perf_counter() - started) * 1000)
+    return {"embedded": count}
+
+
+def dream(apply: bool = True) -> dict:
+    """The nightly consolidation (the same entry point as `llmem dream --apply`)."""
+    from llmem.dream.lock import DreamLocked
+    from llmem.dream.sweep import run_dream
+
+    app = current_app()
+    started = time.perf_counter()
+    try:
+        outcome = run_dream(app.store, app.config, apply=apply)
+    except DreamLocked as exc:
+        log.info("task=dream skipped: %s", exc.message)
+        return {"skipped": exc.message}
+    log.info("task=dream duration=%.0fms", (time.perf_counter() - started) * 1000)
+    return {"run_id": getattr(outcome, "run_id", None)}
+
+
+def reconcile(enqueue_event=None) -> dict:
+    """Re-enqueue events whose task was lost (killed worker) or left waiting too long."""
+    from llmem.events import events_to_reconcile
+
+    app = current_app()
+    pipeline = app.config.values["pipeline"]
+    stuck = events_to_reconcile(app.store, pending_after=pipeline["reconcile_pending_seconds"],
+                                running_after=pipeline["running_timeout_minutes"] * 60)
+    for event in stuck:
+        enqueue_event(event.id)
+    if stuck:
+        log.info("task=reconcile requeued=%d", len(stuck))
+    return {"requeued": [e.id for e in stuck]}
+
+
+def cron_parts(expression: str) -> dict:
+    """A five-field cron expression as huey.crontab keyword arguments."""
+    fields = expression.split()
+    if len(fields) != 5:
+        raise ValueError(f"dream.schedule must have five fields, got {expression!r}")
+    minute, hour, day, month, day_of_week = fields
+    return {"minute": minute, "hour": hour, "day": day, "month": month, "day_of_week": day_of_week}
+
+
+def register(huey, config) -> SimpleNamespace:
+    """Attach llmem's tasks and periodic jobs to `huey`; return them by name."""
+    pipeline = config.values["pipeline"]
+    tasks = SimpleNamespace()
+    tasks.process_event = huey.task(retries=4, retry_delay=15, retry_backoff=2,
+                                    name="process_event")(process_event)
+    tasks.embed_pending = huey.task(retries=3, retry_delay=30, retry_backoff=2,
+                                    name="embed_pending")(embed_pending)
+    tasks.dream = huey.task(name="dream")(huey.lock_task("llmem-dream")(dream))
+    tasks.reconcile = huey.task(name="reconcile")(lambda: reconcile(tasks.process_event))
+    every = max(1, int(pipeline["reconcile_interval_minutes"]))
+    tasks.reconcile_periodic = huey.periodic_task(crontab(minute=f"*/{every}"), name="reconcile_periodic")(
+        lambda: reconcile(tasks.process_event))
+    tasks.dream_periodic = huey.periodic_task(
+        crontab(**cron_parts(config.values["dream"]["schedule"])), name="dream_periodic")(
+        huey.lock_task("llmem-dream")(dream))
+    return tasks
+
+
+TASK_NAMES = ("process_event", "embed_pending", "dream", "reconcile")

@@ -65,6 +65,7 @@ class SessionWatcher:
         self._opencode = None
         self._copilot = None
         self.errors = 0
+        self.started_at = clock()
 
     # ---- lifecycle of the watcher itself -------------------------------------------------
 
@@ -75,6 +76,7 @@ class SessionWatcher:
         from watchdog.observers import Observer
         from watchdog.observers.polling import PollingObserver
 
+        self.started_at = self.clock()
         try:
             self._observer = PollingObserver(timeout=1.0) if self.use_polling else Observer()
             self._observer.start()
@@ -304,8 +306,11 @@ class SessionWatcher:
         from .lifecycle import Moment
 
         key = (adapter, session_id)
-        if baseline and key not in self.states:
-            # Sessions that existed before we started: remember where they are, emit nothing.
+        history = (lifecycle.last_activity_ms is not None
+                   and lifecycle.last_activity_ms < self.started_at * 1000)
+        if (baseline or history) and key not in self.states:
+            # Sessions whose activity predates the watcher (backfill's job): remember where
+            # they are, emit nothing.
             self.states[key] = SessionState(idle=Moment.IDLE in lifecycle,
                                             compacting=Moment.COMPACTING in lifecycle,
                                             ended=Moment.ENDING in lifecycle,

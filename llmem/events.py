@@ -63,6 +63,14 @@ def fail_event(store, event_id: int, error: str, *, final: bool) -> None:
         event.save()
 
 
+def release_event(store, event_id: int) -> None:
+    """A running event whose worker was stopped goes back to pending, attempt not counted."""
+    with store.db.atomic():
+        Event.update(status="pending", attempts=Event.attempts - 1, not_before=now(),
+                     last_error="interrupted by a worker stop; requeued").where(
+            (Event.id == event_id) & (Event.status == "running")).execute()
+
+
 def defer_event(store, event_id: int, until: float, reason: str) -> None:
     """Put an event back to pending, not to run before `until` (reconcile picks it up)."""
     with store.db.atomic():
@@ -74,8 +82,10 @@ def events_to_reconcile(store, *, pending_after: float, running_after: float) ->
     """Events whose task was lost: pending for long, or running longer than any task runs."""
     at = now()
     return list(Event.select().where(
-        ((Event.status == "pending") & (Event.detected_at < at - pending_after)
-         & (Event.not_before.is_null() | (Event.not_before <= at)))
+        # pending with no task for long, or released / deferred until a time now passed
+        ((Event.status == "pending") & (
+            (Event.not_before.is_null() & (Event.detected_at < at - pending_after))
+            | (Event.not_before <= at)))
         | ((Event.status == "running") & (Event.started_at < at - running_after))
     ).order_by(Event.id))
 

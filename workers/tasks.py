@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import peewee
 from huey import crontab
+from huey.signals import SIGNAL_INTERRUPTED
 
 from llmem.app import App
 from llmem.embedders import EmbedderUnavailable
@@ -116,6 +117,15 @@ def register(huey, config) -> SimpleNamespace:
     every = max(1, int(pipeline["reconcile_interval_minutes"]))
     tasks.reconcile_periodic = huey.periodic_task(crontab(minute=f"*/{every}"), name="reconcile_periodic")(
         lambda: reconcile(tasks.process_event))
+    @huey.signal(SIGNAL_INTERRUPTED)
+    def requeue_interrupted(signal_name, task, *args):
+        # SIGTERM interrupts a running task and huey drops it: put its event back to
+        # pending so the next consumer's reconcile runs it again (tasks are idempotent).
+        if task.name == "process_event" and task.args:
+            from llmem.events import release_event
+
+            release_event(current_app().store, task.args[0])
+
     tasks.dream_periodic = huey.periodic_task(
         crontab(**cron_parts(config.values["dream"]["schedule"])), name="dream_periodic")(
         huey.lock_task("llmem-dream")(dream))

@@ -133,6 +133,7 @@ def queue(ctx, as_json, recent):
     from .queueing import open_queue
 
     app = ctx.obj
+    _ = app.store  # binds the models
     huey, _ = open_queue(app.config)
     counts = {status: Event.select().where(Event.status == status).count()
               for status in ("pending", "running", "done", "failed")}

@@ -1,0 +1,183 @@
+"""The pipeline with a real huey consumer in a separate process over a temp queue."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from test_watcher import append, event_line, turn
+
+LLMEM = [sys.executable, "-m", "llmem"]
+FIXTURE_STATE = Path(__file__).parent / "fixtures" / "copilot" / "session-state"
+
+
+def wait_until(predicate, timeout=20.0, interval=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture
+def home(llmem_home, tmp_path, configure):
+    state = tmp_path / "copilot" / "session-state"
+    state.mkdir(parents=True)
+    configure(f"embedding:\n  provider: none\nllm:\n  provider: none\n"
+              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state}\n"
+              f"  opencode:\n    data_dir: {tmp_path / 'no-opencode'}\n"
+              "pipeline:\n  idle_debounce_seconds: 0.2\n  min_extraction_interval_seconds: 0\n"
+              "  running_timeout_minutes: 0.002\n  reconcile_pending_seconds: 1\n")
+    return llmem_home, state
+
+
+def start(*args, env=None):
+    return subprocess.Popen([*LLMEM, *args], env=env or os.environ.copy(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def run_cli(*args):
+    done = subprocess.run([*LLMEM, *args], capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout, done.stderr
+
+
+def events(home):
+    code, out, _ = run_cli("queue", "--json", "-n", "50")
+    return json.loads(out)["recent"]
+
+
+def memories(home):
+    code, out, _ = run_cli("list", "--json", "--limit", "500")
+    return json.loads(out)
+
+
+def new_session(state: Path, *texts: str) -> str:
+    session_id = str(uuid.uuid4())
+    folder = state / session_id
+    folder.mkdir()
+    lines = [event_line("session.start", {"sessionId": session_id, "context": {"cwd": "/work/acme"}})]
+    for text in texts:
+        lines += turn(text)
+    append(folder / "events.jsonl", *lines)
+    return session_id
+
+
+def stop(process, sig=signal.SIGINT, timeout=20):
+    process.send_signal(sig)
+    try:
+        return process.wait(timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_worker_processes_an_enqueued_event_and_stops_on_sigint(home):
+    _, state = home
+    session_id = new_session(state, "remember that the staging database listens on port 6543")
+    code, out, err = run_cli("enqueue", "idle", session_id, "--adapter", "copilot")
+    assert code == 0, err
+    assert out.startswith("event:")
+    worker = start("worker", "-w", "2")
+    try:
+        wait_until(lambda: [e for e in events(home) if e["status"] == "done"])
+        found = [m for m in memories(home) if "6543" in m["content"]]
+        assert found and found[0]["session_id"] == session_id
+        # the same event again adds nothing
+        event_id = events(home)[0]["id"]
+        run_cli("queue", "retry", str(event_id))
+        wait_until(lambda: events(home)[0]["status"] == "done" and events(home)[0]["attempts"] == 1)
+        assert len([m for m in memories(home) if "6543" in m["content"]]) == 1
+    finally:
+        assert stop(worker) == 0
+
+
+def test_run_end_to_end_turn_becomes_searchable(home):
+    _, state = home
+    runner = start("run", "-w", "2")
+    try:
+        time.sleep(1.5)  # watcher attached
+        session_id = new_session(state, "remember that deploys need the vpn turned on")
+        started = time.monotonic()
+        wait_until(lambda: json.loads(run_cli("search", "vpn deploys", "--json", "--no-track")[1]), timeout=30)
+        took = time.monotonic() - started
+        kinds = {e["kind"] for e in events(home) if e["session_id"] == session_id}
+        assert {"created", "idle"} <= kinds
+        assert took < 30
+    finally:
+        assert stop(runner) in (0, -signal.SIGINT)
+
+
+def test_kill_9_during_a_task_loses_nothing_and_duplicates_nothing(home, model_server, configure):
+    llmem_home, state = home
+    text = (llmem_home / "config.yaml").read_text().replace(
+        "llm:\n  provider: none\n", f"llm:\n  provider: ollama\n  base_url: {model_server.url}\n  timeout: 30\n")
+    (llmem_home / "config.yaml").write_text(text)
+    model_server.mode, model_server.delay = "slow", 6.0
+    session_id = new_session(state, "remember that the cache ttl is ten minutes",
+                             "we decided to use redis for sessions")
+    run_cli("enqueue", "idle", session_id, "--adapter", "copilot")
+    worker = start("worker", "-w", "1")
+    wait_until(lambda: model_server.requests, timeout=20)  # the task is inside the LLM call
+    worker.kill()  # kill -9: huey has already removed the task from the queue
+    worker.wait(10)
+    assert events(home)[0]["status"] == "running"
+    model_server.mode = "ok"
+    worker = start("worker", "-w", "1")
+    try:
+        wait_until(lambda: events(home)[0]["status"] == "done", timeout=40)
+    finally:
+        stop(worker)
+    contents = [m["content"] for m in memories(home)]
+    assert len(contents) == len(set(contents))
+    assert any("ten minutes" in c for c in contents)
+
+
+def test_sigterm_requeues_the_in_flight_event(home, model_server):
+    llmem_home, state = home
+    text = (llmem_home / "config.yaml").read_text().replace(
+        "llm:\n  provider: none\n", f"llm:\n  provider: ollama\n  base_url: {model_server.url}\n  timeout: 30\n")
+    (llmem_home / "config.yaml").write_text(text)
+    model_server.mode, model_server.delay = "slow", 4.0
+    session_id = new_session(state, "remember that logs rotate daily")
+    run_cli("enqueue", "idle", session_id, "--adapter", "copilot")
+    worker = start("worker", "-w", "1")
+    wait_until(lambda: model_server.requests, timeout=20)
+    stop(worker, signal.SIGTERM)
+    assert events(home)[0]["status"] in ("pending", "done")
+    model_server.mode = "ok"
+    worker = start("worker", "-w", "1")
+    try:
+        wait_until(lambda: events(home)[0]["status"] == "done", timeout=40)
+    finally:
+        stop(worker)
+
+
+def test_concurrent_workers_watcher_and_cli_never_lock(home):
+    llmem_home, state = home
+    runner = start("run", "-w", "4")
+    try:
+        time.sleep(1.0)
+        deadline = time.monotonic() + 12
+        i = 0
+        errors = []
+        while time.monotonic() < deadline:
+            new_session(state, f"remember that service {i} uses port {7000 + i}")
+            code, _, err = run_cli("add", "--content", f"cli note number {i}")
+            if code != 0:
+                errors.append(err)
+            i += 1
+        wait_until(lambda: all(e["status"] == "done" for e in events(home)), timeout=40)
+    finally:
+        stop(runner)
+    logs = "".join(p.read_text() for p in (llmem_home / "logs").glob("*.log"))
+    assert "database is locked" not in logs and not errors
+    assert not [e for e in events(home) if e["status"] == "failed"]

@@ -64,12 +64,23 @@ def _register() -> None:
 
     for command in (dream.dream_group, dream.promote, dream.promote_explain):
         cli.add_command(command)
+    from . import session
+
+    for command in (session.context, session.hook, session.install_group):
+        cli.add_command(command)
     from . import pipeline
 
     for command in (pipeline.run, pipeline.watch, pipeline.worker, pipeline.enqueue,
                     pipeline.queue, pipeline.logs):
         cli.add_command(command)
+    install = cli.commands.get("install")
+    if install is not None:
+        install.add_command(pipeline.install_systemd)
 
+    from . import introspect
+
+    for command in (introspect.introspect, introspect.learn, introspect.track_review):
+        cli.add_command(command)
 
 _register()
 

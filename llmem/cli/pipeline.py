@@ -220,3 +220,33 @@ def logs(app, follow, lines, level):
                 sys.stdout.flush()
     except KeyboardInterrupt:
         return
+
+
+@click.command("systemd")
+@click.option("--uninstall", is_flag=True, help="Disable and remove the units.")
+@click.option("--unit-dir", type=click.Path(file_okay=False), help="Folder for the units (default: ~/.config/systemd/user).")
+@click.option("--no-enable", is_flag=True, help="Only write the unit files.")
+@click.option("--dream-timer", is_flag=True, help="Also enable the nightly dream timer (for setups without a worker).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def install_systemd(uninstall, unit_dir, no_enable, dream_timer, as_json):
+    """Install the systemd user units (watch, worker, dream) for this Python and enable them."""
+    from pathlib import Path
+
+    from .. import systemd_units
+
+    target = Path(unit_dir).expanduser() if unit_dir else None
+    if uninstall:
+        outcome = systemd_units.uninstall(target=target, disable=not no_enable)
+    else:
+        outcome = systemd_units.install(target=target, enable=not no_enable, dream_timer=dream_timer)
+    if as_json:
+        print_json(vars(outcome))
+        return
+    for path in outcome.written:
+        click.echo(f"wrote   {path}")
+    for path in outcome.unchanged:
+        click.echo(f"same    {path}")
+    for path in outcome.removed:
+        click.echo(f"removed {path}")
+    for command in outcome.commands:
+        click.echo(f"ran     {command}")

@@ -1,0 +1,105 @@
+"""Render the reference systemd user units in systemd/ for this Python and install them."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import LlmemError
+from .paths import write_private_text
+
+UNITS = ("llmem-watch.service", "llmem-worker.service", "llmem-dream.service", "llmem-dream.timer")
+ENABLED = ("llmem-watch.service", "llmem-worker.service")
+
+
+def unit_dir() -> Path:
+    """Where systemd looks for user units."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "systemd" / "user"
+
+
+def llmem_command() -> str:
+    """The command that starts this llmem: its console script, else `python -m llmem`."""
+    script = Path(sys.executable).parent / "llmem"
+    if script.exists():
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m llmem"
+
+
+def _template(name: str) -> str:
+    # The reference units live in the repository's systemd/ folder next to the package
+    # (the README installs llmem from its checkout).
+    source = Path(__file__).resolve().parent.parent / "systemd" / name
+    if not source.exists():
+        raise LlmemError(f"the unit template {source} is missing",
+                         hint="install llmem from its source checkout (pip install -e .)")
+    return source.read_text(encoding="utf-8")
+
+
+def render_unit(name: str) -> str:
+    """A unit with ExecStart pointing at this llmem, and LLMEM_HOME / LLMEM_CONFIG kept."""
+    text = _template(name).replace("@LLMEM@", llmem_command())
+    env = [f"Environment={key}={os.environ[key]}" for key in ("LLMEM_HOME", "LLMEM_CONFIG")
+           if os.environ.get(key)]
+    if env and "[Service]\n" in text:
+        text = text.replace("[Service]\n", "[Service]\n" + "\n".join(env) + "\n", 1)
+    return text
+
+
+@dataclass
+class SystemdOutcome:
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+
+
+def _systemctl(outcome: SystemdOutcome, *args: str) -> None:
+    command = ["systemctl", "--user", *args]
+    outcome.commands.append(" ".join(command))
+    if shutil.which("systemctl") is None:
+        raise LlmemError("systemctl is not on PATH: the units were written but not enabled",
+                         hint="enable them by hand, or run llmem run in a terminal")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise LlmemError(f"`{' '.join(command)}` failed: {done.stderr.strip() or done.stdout.strip()}",
+                         hint="is a user systemd instance running? (loginctl enable-linger $USER)")
+
+
+def install(*, target: Path | None = None, enable: bool = True, dream_timer: bool = False) -> SystemdOutcome:
+    """Write the four units (idempotent) and enable watch + worker (+ the dream timer)."""
+    folder = target or unit_dir()
+    outcome = SystemdOutcome()
+    for name in UNITS:
+        text = render_unit(name)
+        path = folder / name
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            outcome.unchanged.append(str(path))
+            continue
+        write_private_text(path, text)
+        path.chmod(0o644)  # systemd reads units; nothing secret in them
+        outcome.written.append(str(path))
+    if enable:
+        _systemctl(outcome, "daemon-reload")
+        _systemctl(outcome, "enable", "--now", *ENABLED, *(("llmem-dream.timer",) if dream_timer else ()))
+    return outcome
+
+
+def uninstall(*, target: Path | None = None, disable: bool = True) -> SystemdOutcome:
+    """Stop and disable the units, then remove the files llmem wrote."""
+    folder = target or unit_dir()
+    outcome = SystemdOutcome()
+    present = [name for name in UNITS if (folder / name).exists()]
+    if disable and present:
+        _systemctl(outcome, "disable", "--now", *present)
+    for name in present:
+        (folder / name).unlink()
+        outcome.removed.append(str(folder / name))
+    if disable and present:
+        _systemctl(outcome, "daemon-reload")
+    return outcome

@@ -1,0 +1,49 @@
+"""`llmem install systemd` with a fake systemctl on PATH."""
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+
+def fake_systemctl(tmp_path, monkeypatch, exit_code=0):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "systemctl.log"
+    script = bin_dir / "systemctl"
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nexit {exit_code}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_install_renders_for_this_python_enables_and_is_idempotent(cli, tmp_path, monkeypatch, llmem_home):
+    log = fake_systemctl(tmp_path, monkeypatch)
+    units = tmp_path / "units"
+    code, out, err = cli("install", "systemd", "--unit-dir", str(units), "--json")
+    assert code == 0, err
+    outcome = json.loads(out)
+    assert len(outcome["written"]) == 4
+    worker = (units / "llmem-worker.service").read_text()
+    exec_line = next(line for line in worker.splitlines() if line.startswith("ExecStart="))
+    assert str(Path(sys.executable).parent) in exec_line and exec_line.endswith(" worker")
+    assert f"Environment=LLMEM_HOME={llmem_home}" in worker
+    assert "KillSignal=SIGINT" in worker
+    assert "OnCalendar=*-*-* 03:00:00" in (units / "llmem-dream.timer").read_text()
+    calls = log.read_text().splitlines()
+    assert calls == ["--user daemon-reload", "--user enable --now llmem-watch.service llmem-worker.service"]
+    before = {p.name: p.read_text() for p in units.iterdir()}
+    code, out, _ = cli("install", "systemd", "--unit-dir", str(units), "--json")
+    assert json.loads(out)["written"] == [] and len(json.loads(out)["unchanged"]) == 4
+    assert {p.name: p.read_text() for p in units.iterdir()} == before
+    code, out, _ = cli("install", "systemd", "--unit-dir", str(units), "--uninstall", "--json")
+    assert code == 0 and len(json.loads(out)["removed"]) == 4
+    assert not list(units.iterdir())
+    assert "--user disable --now" in log.read_text()
+
+
+def test_systemctl_failure_is_a_clear_error(cli, tmp_path, monkeypatch):
+    fake_systemctl(tmp_path, monkeypatch, exit_code=1)
+    code, out, err = cli("install", "systemd", "--unit-dir", str(tmp_path / "u"))
+    assert code == 1 and "systemctl --user" in err and "Traceback" not in err

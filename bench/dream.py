@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Dream phases at scale: time and peak memory of light, REM and deep.
+
+Prints figures; it is not a test. Builds a store of N memories with D-dimensional unit
+vectors (random, so unrelated) of which the last M are "new" since the previous run; one in
+ten new memories is a near-duplicate of an old one, so light has pairs to find and deep has
+merges to make. Old memories are spread over the last 200 days (most are idle, so deep
+decays them), some carry user recalls (promotion candidates) and a few hundred are
+self_assessments (REM insights). Example:
+    python bench/dream.py --memories 100000 --new 1000
+    python bench/dream.py --memories 100000 --new 1000 --apply   # also time the applied sweep
+
+Each phase is timed once without tracing (the time figure) and once under tracemalloc (the
+peak figure: Python objects and numpy buffers allocated during the phase).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+import tracemalloc
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from llmem.config import Config, defaults  # noqa: E402
+from llmem.db import vec  # noqa: E402
+from llmem.db.fts import identifier_hints  # noqa: E402
+from llmem.dream.deep import plan_deep  # noqa: E402
+from llmem.dream.journal import undo_run  # noqa: E402
+from llmem.dream.light import find_candidates  # noqa: E402
+from llmem.dream.rem import plan_rem  # noqa: E402
+from llmem.dream.sweep import run_dream  # noqa: E402
+from llmem.paths import default_paths  # noqa: E402
+from llmem.store import Store, content_hash  # noqa: E402
+
+DAY = 86400.0
+MODEL = "bench:random"
+WORDS = ["deploy", "release", "cache", "index", "vector", "query", "schema", "migration", "token", "session", "worker", "queue", "lock", "journal", "report", "config", "embed", "search", "merge", "promote", "decay", "boost", "project", "module", "test", "handler", "request", "response", "parser", "adapter", "transcript", "memory", "store", "sqlite", "numpy"]
+CATEGORIES = ("NULL_SAFETY", "ERROR_HANDLING", "EDGE_CASE", "MISSING_VERIFICATION", "PERFORMANCE")
+
+
+def build(path: Path, n: int, new: int, dim: int, seed: int = 7) -> float:
+    """Write the synthetic store; return the time of the 'previous run' (the light watermark)."""
+    rng = np.random.default_rng(seed)
+    rnd = random.Random(seed)
+    store = Store.open(path, vec_enabled=False)
+    db = store.db
+    at = time.time()
+    watermark = at - 3600
+    old = n - new
+    types = ["self_assessment" if i % 300 == 0 else rnd.choice(("fact", "decision", "procedure", "event"))
+             for i in range(n)]
+    old_facts = [i for i in range(old) if types[i] == "fact"]
+    vectors = rng.standard_normal((n, dim), dtype=np.float32)
+    for i in range(old, old + new // 10):  # near-duplicates of old facts (same type and scope)
+        types[i] = "fact"
+        vectors[i] = vectors[rnd.choice(old_facts)] + 0.15 * rng.standard_normal(dim, dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    memory_rows, embedding_rows = [], []
+    for i in range(n):
+        is_new = i >= old
+        created = watermark + 60 + i - old if is_new else at - rnd.uniform(1, 200) * DAY
+        mtype = types[i]
+        words = " ".join(rnd.choice(WORDS) for _ in range(12))
+        if mtype == "self_assessment":
+            content = f"Category: {rnd.choice(CATEGORIES)}\nWhat_happened: {words} #{i}\nIteration_count: {rnd.randint(1, 4)}"
+            created = at - rnd.uniform(0, 25) * DAY if not is_new else created
+        else:
+            content = f"{words} #{i}"
+        memory_id = str(uuid.uuid4())
+        memory_rows.append((i + 1, memory_id, mtype, content, identifier_hints(content), 0.7, "extraction",
+                            None, "{}", content_hash(content), created, created, 0))
+        embedding_rows.append((memory_id, MODEL, dim, vectors[i].tobytes(), content_hash(content),
+                               created if not is_new else watermark + 60))
+    with db.atomic():
+        db.cursor().executemany(
+            "INSERT INTO memory(seq, id, type, content, hints, confidence, source, project, metadata,"
+            " content_hash, created_at, updated_at, access_count) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            memory_rows)
+        db.cursor().executemany(
+            "INSERT INTO embedding(memory_id, model, dim, vector, content_hash, created_at) VALUES (?,?,?,?,?,?)",
+            embedding_rows)
+        vec.set_setting(db, "vec_model", MODEL)
+        vec.set_setting(db, "vec_dim", str(dim))
+        vec.set_setting(db, "vec_dirty", "1")
+        # Recalls for promotion: 2 000 memories, 1–8 user recalls each over a few days.
+        recalls = []
+        for _ in range(2000):
+            memory_id = memory_rows[rnd.randrange(old)][1]
+            for k in range(rnd.randint(1, 8)):
+                recalls.append((memory_id, f"q{rnd.randrange(50)}", 1, rnd.uniform(0.3, 1.0),
+                                rnd.choice(("search", "search", "context")), at - rnd.uniform(0, 10) * DAY - k))
+        db.cursor().executemany(
+            "INSERT INTO recall_event(memory_id, query_hash, rank, score, origin, created_at) VALUES (?,?,?,?,?,?)",
+            recalls)
+        db.execute_sql("INSERT INTO dream_run(id, kind, phases, status, started_at, finished_at, summary) "
+                       "VALUES ('benchprevious', 'dream', 'light,rem,deep', 'done', ?, ?, '{}')",
+                       (watermark, watermark + 1))
+    store.close()
+    return watermark
+
+
+def make_config(home: Path) -> Config:
+    paths = default_paths()
+    paths = type(paths)(**{**vars(paths), "proposed_changes_path": home / "proposed-changes.md",
+                           "memory_md_path": home / "MEMORY.md", "diary_path": home / "dream-diary.md"})
+    values = defaults()
+    values["dream"]["auto_link_threshold"] = 0.85
+    return Config(values, None, paths)
+
+
+def measure(label: str, fn, trace: bool):
+    started = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - started
+    peak = None
+    if trace:
+        tracemalloc.start()
+        tracemalloc.reset_peak()
+        fn()
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    print(f"  {label:<28} {seconds:8.2f} s" + (f"   peak {peak:8.1f} MiB" if peak is not None else ""), flush=True)
+    return result, seconds, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--new", type=int, default=1_000)
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--apply", action="store_true", help="also time an applied sweep (journaled)")
+    parser.add_argument("--no-trace", action="store_true", help="skip the tracemalloc pass")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="llmem-bench-dream-"))
+    db_path = tmp / "memory.db"
+    print(f"dream benchmark: {args.memories} memories ({args.new} new), dim {args.dim}, store {db_path}")
+    started = time.perf_counter()
+    watermark = build(db_path, args.memories, args.new, args.dim)
+    print(f"  build                        {time.perf_counter() - started:8.2f} s "
+          f"({db_path.stat().st_size / 2**20:.0f} MiB)")
+    config = make_config(tmp)
+    cfg = config.values["dream"]
+    store = Store.open(db_path)
+    trace = not args.no_trace
+    figures = {}
+
+    light, figures["light"], peak_light = measure(
+        "light (incremental)",
+        lambda: find_candidates(store, similarity_threshold=cfg["similarity_threshold"],
+                                auto_link_threshold=cfg["auto_link_threshold"], since=watermark), trace)
+    print(f"    changed {light.changed}, compared with {light.compared_with}: "
+          f"{len(light.near_duplicates)} near-duplicate pairs, {len(light.auto_links)} auto-links, "
+          f"{len(light.exact_duplicates)} exact groups")
+    pairs = light.near_duplicates + light.auto_links
+    rem, figures["rem"], peak_rem = measure(
+        "rem (plan)", lambda: plan_rem(store, cfg, pairs=pairs, proposed_path=tmp / "proposed-changes.md"), trace)
+    print(f"    categories {json.dumps({k: v['count'] for k, v in rem.categories.items()})}, "
+          f"{len(rem.actions)} actions")
+    deep, figures["deep"], peak_deep = measure(
+        "deep (plan)",
+        lambda: plan_deep(store, cfg, near_duplicates=light.near_duplicates,
+                          exact_duplicates=light.exact_duplicates, auto_links=light.auto_links,
+                          stale_ids=set(rem.stale_procedures), phase_hits={}), trace)
+    print(f"    {json.dumps(deep.counts())}")
+    if args.apply:
+        started = time.perf_counter()
+        outcome = run_dream(store, config, apply=True, use_llm=False)
+        total = time.perf_counter() - started
+        print(f"  applied sweep (journaled)    {total:8.2f} s   phases {json.dumps(outcome.phase_seconds)}")
+        print(f"    actions {sum(sum(c.values()) for c in outcome.action_counts().values())}")
+        started = time.perf_counter()
+        undone = undo_run(store, outcome.run_id)
+        print(f"  undo of that run             {time.perf_counter() - started:8.2f} s   "
+              f"({undone.restored} rows restored, {undone.deleted} removed)")
+    print(f"  max RSS of the process       {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.0f} MiB")
+    store.close()
+    if args.keep:
+        print(f"kept {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -62,7 +62,7 @@ def _register() -> None:
         cli.add_command(command)
     from . import dream
 
-    for command in (dream.dream_group, dream.promote, dream.promote_explain):
+    for command in (dream.dream_group, dream.promote, dream.promote_explain, dream.backfill):
         cli.add_command(command)
     from . import session
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import click
 
@@ -207,3 +208,51 @@ def _search_ids(app, text: str, limit: int) -> list[str]:
     if result.notice:
         notice(result.notice)
     return [hit.memory.id for hit in result.hits]
+
+
+@click.command(name="backfill")
+@click.option("--adapter", "adapter_name", type=click.Choice(["opencode", "copilot"]),
+              help="Which agent's sessions (default: session.adapter).")
+@click.option("--since", help="Only sessions active since this date (ISO, e.g. 2026-10-01).")
+@click.option("--limit", "-n", type=click.IntRange(min=1), help="At most N sessions (oldest first).")
+@click.option("--no-llm", is_flag=True, help="Extract with heuristics only.")
+@click.option("--rollback", "rollback_id", metavar="RUN_ID", help="Remove what that backfill run added.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_obj
+def backfill(app, adapter_name, since, limit, no_llm, rollback_id, as_json):
+    """Extract memories from past sessions (resumable); --rollback RUN_ID undoes one."""
+    from ..dream.backfill import pick_sessions, rollback_backfill, run_backfill
+    from ..errors import UsageError
+    from ..times import from_iso
+
+    if rollback_id:
+        result = rollback_backfill(app.store, rollback_id)
+        if as_json:
+            print_json(result.as_dict())
+        else:
+            click.echo(f"Rolled back backfill {result.run_id}: {result.deleted} memories removed, "
+                       f"session cursors restored")
+        return
+    try:
+        since_ts = from_iso(since)
+    except ValueError:
+        raise UsageError(f"--since {since!r} is not a date", hint="use ISO form, e.g. 2026-10-01") from None
+    from ..adapters import adapter_from_config
+
+    sessions = pick_sessions(adapter_from_config(app.config, adapter_name), since=since_ts, limit=limit)
+    if not sessions:
+        click.echo("No sessions to backfill.")
+        return
+    with click.progressbar(length=len(sessions), label="Backfilling sessions", file=sys.stderr,
+                           show_pos=True) as bar:
+        outcome = run_backfill(app, adapter_name=adapter_name, use_llm=not no_llm, sessions=sessions,
+                               progress=lambda _info: bar.update(1))
+    if as_json:
+        print_json(outcome.as_dict())
+        return
+    click.echo(f"Backfill {outcome.run_id}: {outcome.sessions} sessions, {outcome.added} memories added, "
+               f"{outcome.updated} updated, {outcome.duplicates} duplicates skipped"
+               + (f", {outcome.deferred} deferred (token budget)" if outcome.deferred else ""))
+    for error in outcome.errors:
+        notice(f"session {error['session_id']}: {error['error']}")
+    click.echo(f"Roll back with: llmem backfill --rollback {outcome.run_id}")

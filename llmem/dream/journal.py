@@ -30,6 +30,9 @@ from ..times import now
 log = logging.getLogger(__name__)
 
 PHASES = ("light", "rem", "deep")
+# Tables other than memory whose rows `row` actions restore (names are never taken from input).
+RESTORABLE_TABLES = {"session_cursor": ("adapter", "session_id", "project", "cursor", "introspect_cursor",
+                                        "messages_read", "status", "updated_at")}
 # Columns restored by undo (everything but the keys).
 _ROW_FIELDS = [f.name for f in Memory._meta.sorted_fields if f.name not in ("seq", "id")]
 _ROW_ASSIGN = ", ".join(f'"{Memory._meta.fields[name].column_name}" = ?' for name in _ROW_FIELDS)
@@ -121,6 +124,13 @@ class Journal:
         self._record(phase, kind, "relate", source_id, None,
                      {"source_id": source_id, "target_id": target_id, "type": relation_type})
         return True
+
+    def record_row(self, phase: str, kind: str, table: str, key: dict[str, Any],
+                   row: dict[str, Any] | None) -> None:
+        """Journal a row of another table as it was before (None: it did not exist)."""
+        if table not in RESTORABLE_TABLES:
+            raise ValueError(f"table {table!r} cannot be journaled")
+        self._record(phase, kind, "row", None, {"table": table, "key": key, "row": row}, None)
 
     def write_file(self, phase: str, kind: str, path: Path, text: str) -> None:
         """Rewrite a file (0600, atomic) and journal its old text."""
@@ -219,6 +229,8 @@ def undo_run(store, run_id: str) -> UndoResult:
                 result.unlinked += Relation.delete().where(
                     (Relation.source == link["source_id"]) & (Relation.target == link["target_id"])
                     & (Relation.type == link["type"])).execute()
+            elif action.op == "row":
+                _restore_row(db, action.before)
             elif action.op == "file":
                 file_actions.append(action)
         run.status = "undone"
@@ -238,6 +250,19 @@ def undo_run(store, run_id: str) -> UndoResult:
             write_private_text(path, old)
         result.files += 1
     return result
+
+
+def _restore_row(db, before: dict[str, Any]) -> None:
+    table = before["table"]
+    columns = RESTORABLE_TABLES[table]  # KeyError for anything else: never build SQL from data
+    key = before["key"]
+    key_sql = " AND ".join(f"{k} = ?" for k in key if k in columns)
+    db.execute_sql(f"DELETE FROM {table} WHERE {key_sql}", [key[k] for k in key if k in columns])
+    row = before.get("row")
+    if row:
+        names = [c for c in columns if c in row]
+        db.execute_sql(f"INSERT INTO {table}({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                       [row[c] for c in names])
 
 
 def last_run(kind: str = "dream", phase: str | None = None, applied_only: bool = True) -> DreamRun | None:

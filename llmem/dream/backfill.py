@@ -1,0 +1,110 @@
+"""Backfill: extract memories from past agent sessions, journaled so a rollback removes them.
+
+Sessions are read oldest first through the configured adapter; extraction itself works from
+each session's cursor, so an interrupted backfill resumes where it stopped and a session
+already extracted adds nothing. Every memory a backfill adds is journaled as `create` and
+every session cursor it moves as a `row` before-image: `--rollback RUN_ID` (the journal's
+undo) deletes those memories and puts the cursors back, so a later backfill reads the
+sessions again. Memories that extraction *updated* (near-duplicates of existing ones) are
+counted but not rolled back: extraction does not hand out their before-images.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..db.models import Memory
+from ..errors import LlmemError, UsageError
+from .journal import RESTORABLE_TABLES, Journal, find_run, finish_run, start_run, undo_run
+
+log = logging.getLogger(__name__)
+
+_CURSOR_COLUMNS = RESTORABLE_TABLES["session_cursor"]
+
+
+@dataclass
+class BackfillOutcome:
+    run_id: str
+    adapter: str
+    sessions: int = 0
+    added: int = 0
+    updated: int = 0
+    duplicates: int = 0
+    deferred: int = 0
+    errors: list[dict[str, str]] = field(default_factory=list)
+    interrupted: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def _cursor_row(db, adapter: str, session_id: str) -> dict[str, Any] | None:
+    names = ", ".join(_CURSOR_COLUMNS)
+    row = db.execute_sql(f"SELECT {names} FROM session_cursor WHERE adapter = ? AND session_id = ?",
+                         (adapter, session_id)).fetchone()
+    return dict(zip(_CURSOR_COLUMNS, row, strict=True)) if row else None
+
+
+def pick_sessions(adapter, *, since: float | None, limit: int | None) -> list:
+    """The adapter's sessions active since `since`, oldest first, at most `limit`."""
+    sessions = [s for s in adapter.list_sessions()
+                if since is None or (s.updated_ms or 0) / 1000.0 >= since]
+    sessions.sort(key=lambda s: (s.updated_ms or 0, s.id))
+    return sessions[:limit] if limit else sessions
+
+
+def run_backfill(app, *, adapter_name: str | None = None, since: float | None = None,
+                 limit: int | None = None, use_llm: bool = True, llm=None,
+                 progress: Callable[[Any], None] | None = None, sessions: list | None = None) -> BackfillOutcome:
+    """Extract every picked session; journal what was added. Keeps going past a failing session."""
+    from ..adapters import adapter_from_config
+    from ..extract import extract_session
+
+    adapter = adapter_from_config(app.config, adapter_name)
+    picked = sessions if sessions is not None else pick_sessions(adapter, since=since, limit=limit)
+    store = app.store
+    run = start_run(store, "backfill", ["backfill"])
+    journal = Journal(store, run)
+    outcome = BackfillOutcome(run.id, adapter.name)
+    try:
+        for info in picked:
+            before = _cursor_row(store.db, adapter.name, info.id)
+            try:
+                report = extract_session(app, info.id, adapter_name=adapter.name, llm=llm, use_llm=use_llm)
+            except LlmemError as exc:
+                outcome.errors.append({"session_id": info.id, "error": exc.message})
+                log.warning("backfill: session %s failed: %s", info.id, exc.message)
+                continue
+            finally:
+                if progress:
+                    progress(info)
+            outcome.sessions += 1
+            outcome.updated += len(report.updated_ids)
+            outcome.duplicates += report.duplicates
+            outcome.deferred += int(report.deferred)
+            with store.db.atomic():
+                for memory in Memory.select().where(Memory.id.in_(report.memory_ids)):
+                    journal.create("backfill", "add", memory)
+                    outcome.added += 1
+                after = _cursor_row(store.db, adapter.name, info.id)
+                if after != before:
+                    journal.record_row("backfill", "cursor", "session_cursor",
+                                       {"adapter": adapter.name, "session_id": info.id}, before)
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+        finish_run(store, run, outcome.as_dict(), error="interrupted (run backfill again to resume)")
+        raise
+    finish_run(store, run, outcome.as_dict())
+    return outcome
+
+
+def rollback_backfill(store, run_id: str):
+    """Remove what a backfill run added and put its session cursors back."""
+    run = find_run(run_id)
+    if run.kind != "backfill":
+        raise UsageError(f"run {run.id} is a {run.kind} run, not a backfill",
+                         hint=f"use `llmem dream undo {run.id}` for dream and promote runs")
+    return undo_run(store, run.id)

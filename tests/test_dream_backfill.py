@@ -1,0 +1,84 @@
+"""Backfill over the recorded OpenCode fixture: resumable, and a rollback removes what it added."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from dream_support import run_cli
+
+from llmem.app import App
+from llmem.db.models import DreamRun, Memory, SessionCursor
+from llmem.dream.backfill import rollback_backfill, run_backfill
+from llmem.errors import UsageError
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SESSION = "ses_f0d5df91fffeoLpXSBPHrYDK6h"
+
+
+class StubLLM:
+    def __init__(self):
+        self.calls = 0
+
+    def chat_json(self, messages, schema, task):
+        self.calls += 1
+        return {"memories": [{"type": "project_state", "content": f"Backfilled fact number {self.calls}."}]}
+
+
+@pytest.fixture
+def app(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMEM_HOME", str(home))
+    data_dir = tmp_path / "opencode"
+    data_dir.mkdir()
+    conn = sqlite3.connect(data_dir / "opencode.db")
+    conn.executescript((FIXTURES / "opencode" / "opencode_fixture.sql").read_text(encoding="utf-8"))
+    conn.close()
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: opencode\n"
+        f"  opencode:\n    data_dir: {data_dir}\n")
+    application = App()
+    yield application
+    application.close()
+
+
+def test_backfill_resumes_and_rolls_back(app):
+    llm = StubLLM()
+    first = run_backfill(app, llm=llm)
+    assert first.sessions >= 1 and first.added >= 1 and not first.errors
+    added = [m.id for m in Memory.select().where(Memory.source != "dream")]
+    assert len(added) == first.added
+    assert SessionCursor.select().where(SessionCursor.session_id == SESSION).exists()
+    # Resumable: a second run reads nothing new and adds nothing.
+    again = run_backfill(app, llm=llm)
+    assert again.added == 0
+    result = rollback_backfill(app.store, first.run_id)
+    assert result.deleted == first.added
+    assert Memory.select().count() == 0
+    assert not SessionCursor.select().where(SessionCursor.session_id == SESSION).exists()
+    assert DreamRun.get_by_id(first.run_id).status == "undone"
+    # With the cursors back, the sessions are read again.
+    assert run_backfill(app, llm=StubLLM()).added == first.added
+
+
+def test_rollback_refuses_other_runs(app):
+    from llmem.dream import run_dream
+
+    outcome = run_dream(app.store, app.config, apply=True)
+    with pytest.raises(UsageError, match="not a backfill"):
+        rollback_backfill(app.store, outcome.run_id)
+
+
+def test_backfill_cli_with_limit_and_since(app):
+    code, out, err = run_cli("backfill", "--since", "2999-01-01")
+    assert code == 0 and "No sessions" in out
+    code, out, err = run_cli("backfill", "--since", "yesterday-ish")
+    assert code == 2 and "not a date" in err
+    code, out, err = run_cli("backfill", "--no-llm", "--limit", "1")
+    assert code == 0, err
+    assert "Roll back with: llmem backfill --rollback" in out
+    run_id = out.rsplit(" ", 1)[-1].strip()
+    code, out, err = run_cli("backfill", "--rollback", run_id)
+    assert code == 0 and "Rolled back" in out

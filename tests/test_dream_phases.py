@@ -241,3 +241,22 @@ def test_merge_uses_llm_when_it_keeps_the_facts(env):
     assert merged.metadata["merge_method"] == "llm" and merged.content == BASE + " (today)"
     store2 = FakeLLM({"content": "release stuff"})
     assert llm_merge(store2, [BASE, BASE + " today"])[0] is None
+
+
+def test_reviewed_and_deleted_proposals_are_not_proposed_again(env):
+    store, config, _ = env
+    for i in range(3):
+        _assessment(store, "PERFORMANCE", i + 1)
+    first = run_dream(store, config, apply=True, phases=["rem"])
+    assert first.rem.insights[0]["tiers"] == [1, 2, 3]
+    config.paths.proposed_changes_path.unlink()  # reviewed, applied by hand, deleted
+    second = run_dream(store, config, apply=True, phases=["rem"])
+    assert second.rem.insights[0]["tiers"] == []
+    assert not config.paths.proposed_changes_path.exists()
+    # Undoing the first run forgets the proposal, so it would be proposed again.
+    from llmem.dream import undo_run
+
+    undo_run(store, second.run_id)
+    undo_run(store, first.run_id)
+    third = run_dream(store, config, phases=["rem"])
+    assert third.rem.insights[0]["tiers"] == [1, 2, 3]

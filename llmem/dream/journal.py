@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 PHASES = ("light", "rem", "deep")
 # Tables other than memory whose rows `row` actions restore (names are never taken from input).
 RESTORABLE_TABLES = {"session_cursor": ("adapter", "session_id", "project", "cursor", "introspect_cursor",
-                                        "messages_read", "status", "updated_at")}
+                                        "messages_read", "status", "updated_at"),
+                      "setting": ("key", "value")}
 # Columns restored by undo (everything but the keys).
 _ROW_FIELDS = [f.name for f in Memory._meta.sorted_fields if f.name not in ("seq", "id")]
 _ROW_ASSIGN = ", ".join(f'"{Memory._meta.fields[name].column_name}" = ?' for name in _ROW_FIELDS)

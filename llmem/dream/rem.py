@@ -73,6 +73,7 @@ class RemResult:
     stale_procedures: list[str] = field(default_factory=list)
     stale_total: int = 0
     proposed_text: str | None = None  # the new proposed-changes.md, when it changes
+    proposed_record: dict[str, list[int]] | None = None  # the new PROPOSED_KEY setting
     actions: list[Action] = field(default_factory=list)
 
     def hits(self) -> dict[str, int]:
@@ -109,8 +110,9 @@ def type_counts(db) -> dict[str, int]:
 
 def themes(db, since: float, limit: int = 10) -> list[dict[str, Any]]:
     """The terms most memories touched recently (document frequency ≥ 2)."""
-    rows = db.execute_sql("SELECT id, content FROM memory WHERE invalidated_at IS NULL AND updated_at >= ? "
-                          "ORDER BY updated_at DESC LIMIT ?", (since, THEME_SAMPLE)).fetchall()
+    # created_at, not updated_at: dream's own decays touch every idle memory's updated_at.
+    rows = db.execute_sql("SELECT id, content FROM memory WHERE invalidated_at IS NULL AND created_at >= ? "
+                          "ORDER BY created_at DESC LIMIT ?", (since, THEME_SAMPLE)).fetchall()
     df: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
     for memory_id, content in rows:
@@ -233,6 +235,18 @@ def _date(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
 
 
+PROPOSED_KEY = "dream_proposed_insights"  # setting row: {insight key: [tiers proposed]}
+
+
+def proposed_insights(db) -> dict[str, list[int]]:
+    row = db.execute_sql("SELECT value FROM setting WHERE key = ?", (PROPOSED_KEY,)).fetchone()
+    try:
+        value = json.loads(row[0]) if row else {}
+    except ValueError:
+        value = {}
+    return value if isinstance(value, dict) else {}
+
+
 def insight_marker(key: str) -> str:
     return f"<!-- llmem:insight {key} -->"
 
@@ -314,6 +328,7 @@ def plan_rem(store, cfg: dict[str, Any], *, pairs: list[dict[str, Any]], propose
     result.categories = {k: {"count": v["count"], "ids": v["ids"]} for k, v in sorted(by_category.items())}
 
     existing_text = proposed_path.read_text(encoding="utf-8") if proposed_path.exists() else ""
+    proposed = proposed_insights(db)
     additions: list[str] = []
     threshold = int(cfg["behavioral_threshold"])
     patch_threshold = int(cfg["skill_patch_threshold"])
@@ -330,17 +345,23 @@ def plan_rem(store, cfg: dict[str, Any], *, pairs: list[dict[str, Any]], propose
                         "metadata": {"insight_key": key, "category": key, "tier": 1,
                                      "introduced_at": at, "generated_by": "dream",
                                      "evidence": info["ids"][:20]}}))
-        if insight_marker(key) not in existing_text:
+        # Proposed once: the marker in the file, or the store's record (the user may have
+        # reviewed the entry and deleted it from the file).
+        done = set(proposed.get(key, []))
+        if insight_marker(key) not in existing_text and 2 not in done:
             tiers.append(2)
             additions.append(_insight_text(key, info, lookback, at))
-        if info["count"] >= patch_threshold and skill_patch_marker(key) not in existing_text:
+        if info["count"] >= patch_threshold and skill_patch_marker(key) not in existing_text and 3 not in done:
             tiers.append(3)
             additions.append(_skill_patch_text(key, info, at))
+        if {2, 3} & set(tiers):
+            proposed[key] = sorted(done | ({2, 3} & set(tiers)))
         result.insights.append({"key": key, "count": info["count"], "tiers": tiers})
     if additions:
         head = existing_text or ("# Proposed changes\n\nWritten by `llmem dream`. Nothing here is applied "
                                  "automatically: review each entry and apply it by hand.\n")
         result.proposed_text = head.rstrip("\n") + "\n\n" + "\n".join(additions)
+        result.proposed_record = proposed
         result.actions.append(Action("rem", "proposed_changes", None,
                                      f"append {len(additions)} entries to {proposed_path.name}",
                                      detail={"path": str(proposed_path)}))

@@ -7,6 +7,7 @@ lock row, no diary, no proposed changes, no MEMORY.md (only the HTML report, whe
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from .journal import PHASES, Action, Journal, finish_run, last_run, new_run_id, 
 from .light import LightResult, find_candidates
 from .lock import DreamLock, lock_is_live, read_lock
 from .promote import recent_phase_hits
-from .rem import RemResult, plan_rem, type_counts
+from .rem import PROPOSED_KEY, RemResult, plan_rem, type_counts
 
 log = logging.getLogger(__name__)
 
@@ -242,6 +243,13 @@ def _apply_rem(store, journal: Journal, rem: RemResult, config) -> None:
                 continue
             else:
                 journal.update("rem", action.kind, action.memory_id, action.changes)
+    if rem.proposed_record is not None:
+        with store.db.atomic():
+            old = store.db.execute_sql("SELECT key, value FROM setting WHERE key = ?", (PROPOSED_KEY,)).fetchone()
+            journal.record_row("rem", "proposed_changes", "setting", {"key": PROPOSED_KEY},
+                               {"key": old[0], "value": old[1]} if old else None)
+            store.db.execute_sql("INSERT INTO setting(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                                 "SET value = excluded.value", (PROPOSED_KEY, json.dumps(rem.proposed_record, sort_keys=True)))
     if rem.proposed_text is not None:
         journal.write_file("rem", "proposed_changes", config.paths.proposed_changes_path, rem.proposed_text)
 

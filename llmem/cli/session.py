@@ -1,0 +1,275 @@
+"""Session commands: context (what an agent is given), hook (lifecycle events), install."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import click
+
+from .output import print_json
+
+# Spelled out here (not imported from llmem.sessions) so `llmem --help` imports nothing heavy.
+HOOK_TYPES = ("created", "idle", "ending", "compacting")
+ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "none"])
+HOOK_LOG = "hooks.log"
+
+log = logging.getLogger("llmem.hooks")
+
+
+@click.command()
+@click.option("--session-id", help="The agent's session id (its title and recent text guide the search).")
+@click.option("--compacting", is_flag=True, help="The block for a compaction: decisions and state to keep.")
+@click.option("--max-tokens", type=click.IntRange(min=50), help="Token budget (default: context.max_tokens, 1500).")
+@click.option("--project", help="Project (repo root) whose memories to include (default: the session's).")
+@click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
+@click.option("--json", "as_json", is_flag=True, help="Print the block and the ids in it as JSON.")
+@click.pass_obj
+def context(app, session_id, compacting, max_tokens, project, adapter, as_json):
+    """Print the memory context block injected into a session."""
+    from ..context import assemble_context
+
+    block = assemble_context(app, session_id, compacting=compacting, max_tokens=max_tokens,
+                             project=project, adapter_name=adapter)
+    if as_json:
+        print_json(block.as_dict())
+    else:
+        click.echo(block.text)
+
+
+# ---- hooks -----------------------------------------------------------------------------
+
+def _hook_logging(app):
+    """Send llmem's log to hooks.log and keep stderr for the hook's one line; returns an undo."""
+    from logging.handlers import RotatingFileHandler
+
+    from ..paths import default_paths, ensure_private_dir
+
+    root = logging.getLogger("llmem")
+    quiet = [(h, h.level) for h in root.handlers if getattr(h, "_llmem_stderr", False)]
+    for handler, _ in quiet:
+        handler.setLevel(logging.CRITICAL + 1)
+    old_level = root.level
+    try:
+        settings = app.config.values["logging"]
+        log_dir = app.config.log_dir
+    except Exception:  # a broken config is reported by the hook itself; log where we can
+        from ..config import defaults
+
+        settings, log_dir = defaults()["logging"], default_paths().log_dir
+    file_handler = None
+    try:
+        ensure_private_dir(log_dir)
+        file_handler = RotatingFileHandler(log_dir / HOOK_LOG, maxBytes=settings["max_bytes"],
+                                           backupCount=settings["backups"], encoding="utf-8")
+        file_handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+        level = getattr(logging, settings["level"], logging.INFO)
+        file_handler.setLevel(level)
+        root.addHandler(file_handler)
+        root.setLevel(min(old_level or logging.WARNING, level))
+    except OSError:
+        file_handler = None
+
+    def undo():
+        if file_handler is not None:
+            root.removeHandler(file_handler)
+            file_handler.close()
+        root.setLevel(old_level)
+        for handler, level in quiet:
+            handler.setLevel(level)
+
+    return undo, (log_dir / HOOK_LOG) if file_handler else None
+
+
+def _read_hook_input() -> dict:
+    """The JSON an agent hook gets on stdin (Copilot CLI), or {} when there is none."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return {}
+    text = sys.stdin.read()
+    if not text.strip():
+        return {}
+    from ..errors import UsageError
+
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"the hook input on stdin is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError("the hook input on stdin is not a JSON object")
+    return data
+
+
+def _spawn_detached(kind, session_id, *, project, adapter, model, base_url, config_path) -> int:
+    """Run the hook again, inline, in a background process of its own session; return its pid."""
+    import subprocess
+
+    args = [sys.executable, "-m", "llmem"]
+    if config_path:
+        args += ["--config", config_path]
+    args += ["hook", "--type", kind, "--session-id", session_id, "--sync"]
+    for flag, value in (("--project", project), ("--adapter", adapter), ("--model", model),
+                        ("--base-url", base_url)):
+        if value:
+            args += [flag, value]
+    child = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    return child.pid
+
+
+def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=None, adapter=None,
+                  model=None, base_url=None, config_path=None) -> dict:
+    """Decide how a hook's work runs: the one place to change when enqueueing becomes the default.
+
+    Now: inline, or in a detached background process with --detach (never for `created`,
+    whose output is the point). The pipeline issue will enqueue here unless --sync is given.
+    """
+    if detach and not sync and kind != "created":
+        pid = _spawn_detached(kind, session_id, project=project, adapter=adapter, model=model,
+                              base_url=base_url, config_path=config_path)
+        log.info("%s %s: detached to process %d", kind, session_id, pid)
+        return {"kind": kind, "session_id": session_id, "detached": pid, "steps": {}, "errors": []}
+    from ..sessions import handle_session_event
+
+    return handle_session_event(app, kind, session_id, adapter_name=adapter, model=model,
+                                base_url=base_url, project=project, fail_open=True)
+
+
+def _summary(result: dict) -> str:
+    if "detached" in result:
+        return f"{result['kind']} {result['session_id']}: running in process {result['detached']}"
+    steps = ", ".join(f"{name} {info['result'] if isinstance(info['result'], str) else 'done'}"
+                      for name, info in result["steps"].items())
+    return f"{result['kind']} {result['session_id']}: {steps}"
+
+
+def _one_line(value, limit: int = 300) -> str:
+    from ..errors import LlmemError
+
+    if isinstance(value, LlmemError):
+        text = value.message + (f" (hint: {value.hint})" if value.hint else "")
+    elif isinstance(value, Exception):
+        text = f"{value.__class__.__name__}: {value}"
+    else:
+        text = str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@click.command()
+@click.option("--type", "kind", type=click.Choice(HOOK_TYPES), required=True, help="The lifecycle moment.")
+@click.option("--session-id", help="The agent's session id (default: sessionId of the JSON on stdin).")
+@click.option("--project", help="Project (repo root) of the session (default: the transcript's, or cwd on stdin).")
+@click.option("--sync", is_flag=True, help="Run the work inline and wait for it (the default for now).")
+@click.option("--detach", is_flag=True, help="Return at once; the work runs in a background process.")
+@click.option("--model", help="LLM model for extraction and introspection (default: llm.model).")
+@click.option("--base-url", help="LLM server URL (default: llm.base_url).")
+@click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "copilot"]), default="text",
+              show_default=True, help="copilot: answer sessionStart with {additionalContext}.")
+@click.pass_context
+def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter, fmt):
+    """Run a session lifecycle hook. Fails open: errors are logged, exit code is 0."""
+    app = ctx.obj
+    undo, log_path = _hook_logging(app)
+    try:
+        try:
+            if not session_id:
+                payload = _read_hook_input()
+                session_id = payload.get("sessionId") or payload.get("session_id")
+                if not project and isinstance(payload.get("cwd"), str) and payload["cwd"]:
+                    from ..context import project_root_of
+
+                    project = project_root_of(payload["cwd"])
+            if not session_id:
+                from ..errors import UsageError
+
+                raise UsageError("no session id: pass --session-id or the hook's JSON on stdin")
+            from ..adapters import validate_session_id
+
+            validate_session_id(session_id)
+            config_path = ctx.find_root().params.get("config_path")
+            result = dispatch_hook(app, kind, session_id, sync=sync, detach=detach, project=project,
+                                   adapter=adapter, model=model, base_url=base_url,
+                                   config_path=config_path)
+        except Exception as exc:
+            log.error("hook %s %s failed: %s", kind, session_id or "-", exc,
+                      exc_info=not _is_expected(exc))
+            where = f" (log: {log_path})" if log_path else ""
+            click.echo(f"llmem hook {kind}: {_one_line(exc)}{where}", err=True)
+            return
+        if result["errors"]:
+            more = f" (+{len(result['errors']) - 1} more)" if len(result["errors"]) > 1 else ""
+            where = f"; log: {log_path}" if log_path else ""
+            click.echo(f"llmem hook {kind}: {_one_line(result['errors'][0])}{more}{where}", err=True)
+        _print_result(kind, result, fmt)
+    finally:
+        undo()
+
+
+def _is_expected(exc: Exception) -> bool:
+    from ..errors import LlmemError
+
+    return isinstance(exc, LlmemError)
+
+
+def _print_result(kind: str, result: dict, fmt: str) -> None:
+    try:
+        if fmt == "copilot":
+            # Only sessionStart reads an answer; agentStop would read one as "keep going".
+            if kind == "created" and result.get("context"):
+                click.echo(json.dumps({"additionalContext": result["context"]}, ensure_ascii=False))
+        elif fmt == "json":
+            print_json(result)
+        elif kind in ("created", "compacting"):
+            if result.get("context"):  # stdout is the agent's input: the block or nothing
+                click.echo(result["context"])
+        else:
+            click.echo(_summary(result))
+    except BrokenPipeError:  # the agent stopped reading: nothing to fail about
+        pass
+
+
+# ---- install ---------------------------------------------------------------------------
+
+@click.group("install")
+def install_group():
+    """Connect llmem to an agent (OpenCode plugin, Copilot CLI hooks)."""
+
+
+def _report(result, as_json: bool) -> None:
+    if as_json:
+        print_json(result.as_dict())
+        return
+    agent = {"opencode": "OpenCode plugin", "copilot": "Copilot CLI hooks"}[result.agent]
+    message = {
+        "created": f"Installed the {agent}: {result.path}",
+        "updated": f"Updated the {agent}: {result.path}",
+        "unchanged": f"The {agent} is already installed: {result.path}",
+        "removed": f"Removed the {agent}: {result.path}",
+        "absent": f"The {agent} is not installed (no {result.path})",
+    }[result.action]
+    click.echo(message)
+
+
+@install_group.command("opencode")
+@click.option("--uninstall", is_flag=True, help="Remove the plugin llmem wrote.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+@click.pass_obj
+def install_opencode(app, uninstall, as_json):
+    """Write the llmem plugin into the OpenCode plugins folder (session.opencode.plugins_dir)."""
+    from .. import integrations
+
+    _report(integrations.install_opencode(app.config, uninstall=uninstall), as_json)
+
+
+@install_group.command("copilot")
+@click.option("--uninstall", is_flag=True, help="Remove the hooks file llmem wrote.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+@click.pass_obj
+def install_copilot(app, uninstall, as_json):
+    """Write the llmem hooks file for Copilot CLI (session.copilot.hooks_dir)."""
+    from .. import integrations
+
+    _report(integrations.install_copilot(app.config, uninstall=uninstall), as_json)

@@ -1,0 +1,168 @@
+"""Session events: the one entry point agent hooks (and later the pipeline worker) call.
+
+created → the context block; idle → extract + introspect the new part of the transcript;
+ending → introspect the session; compacting → extract what is about to be compacted, then
+the compaction context block. Extraction and introspection live in llmem.extract and
+llmem.introspect; while either module is missing its step is reported as "unavailable"
+and the event does the rest. Hooks call with fail_open=True; the worker lets errors raise
+so the queue can retry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from .adapters import NoTranscript, validate_session_id
+from .errors import LlmemError, UsageError
+
+log = logging.getLogger(__name__)
+
+EVENT_KINDS = ("created", "idle", "ending", "compacting")
+# What each event does, in order.
+STEPS = {
+    "created": ("context",),
+    "idle": ("extract", "introspect"),
+    "ending": ("introspect",),
+    "compacting": ("extract", "context"),
+}
+_STEP_FUNCTIONS = {"extract": ("llmem.extract", "extract_session"),
+                   "introspect": ("llmem.introspect", "introspect_session")}
+
+
+def step_function(step: str):
+    """extract_session / introspect_session when their module exists, else None."""
+    module_name, function_name = _STEP_FUNCTIONS[step]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise  # the module exists but one of its own imports is missing: a real error
+        return None
+    return getattr(module, function_name, None)
+
+
+def make_event_llm(app, model: str | None = None, base_url: str | None = None):
+    """The chat LLM for an event (llmem.llm.make_llm), or None when llmem.llm is not there yet."""
+    try:
+        module = importlib.import_module("llmem.llm")
+    except ModuleNotFoundError as exc:
+        if exc.name != "llmem.llm":
+            raise
+        return None
+    return module.make_llm(app.config, model=model, base_url=base_url)
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if hasattr(value, "_meta") and hasattr(value, "id"):  # a peewee row, e.g. a stored Memory
+        return {"id": value.id, "type": getattr(value, "type", None)}
+    if is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_jsonable(v) for v in value]
+    for attr in ("as_dict", "to_dict"):
+        method = getattr(value, attr, None)
+        if callable(method):
+            return _jsonable(method())
+    return str(value)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, LlmemError):
+        return " ".join(exc.message.split())
+    text = " ".join(str(exc).split())
+    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
+
+
+def next_local_midnight(at: float | None = None) -> float:
+    """When the daily token budget (counted per local calendar day) starts afresh."""
+    from datetime import datetime, timedelta
+
+    moment = datetime.fromtimestamp(time.time() if at is None else at)
+    midnight = (moment + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    return midnight.timestamp()
+
+
+class _EventLLM:
+    """The event's LLM, made on first use (created never needs one) and closed at the end."""
+
+    def __init__(self, app, model: str | None, base_url: str | None):
+        self.app, self.model, self.base_url = app, model, base_url
+        self.made, self.value = False, None
+
+    def get(self):
+        if not self.made:
+            self.made = True
+            self.value = make_event_llm(self.app, self.model, self.base_url)
+        return self.value
+
+    def close(self) -> None:
+        close = getattr(self.value, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # closing an HTTP client must not turn a done event into a failure
+                log.debug("closing the LLM client failed", exc_info=True)
+
+
+def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str | None = None,
+                         model: str | None = None, base_url: str | None = None,
+                         project: str | None = None, fail_open: bool = False) -> dict:
+    """Do what a session event asks; return what happened ({"context": …} for created/compacting).
+
+    An unknown kind or an invalid session id always raises. A failing extraction or
+    introspection raises too (the worker retries the event; every step is idempotent),
+    unless `fail_open` (hooks): then the failure is logged and listed under "errors", and
+    the remaining steps still run, so a compaction keeps its context block. The context
+    step never fails the event. When extraction was deferred by the daily token budget,
+    "deferred_until" says when to try again.
+    """
+    if kind not in EVENT_KINDS:
+        raise UsageError(f"unknown session event {kind!r}", hint="use one of: " + ", ".join(EVENT_KINDS))
+    validate_session_id(session_id)
+    result: dict[str, Any] = {"kind": kind, "session_id": session_id, "steps": {}, "errors": []}
+    llm = _EventLLM(app, model, base_url)
+    try:
+        for step in STEPS[kind]:
+            started = time.perf_counter()
+            try:
+                if step == "context":
+                    from .context import build_context
+
+                    result["context"] = build_context(app, session_id, project=project,
+                                                      compacting=kind == "compacting")
+                    outcome: Any = "done"
+                else:
+                    function = step_function(step)
+                    if function is None:
+                        log.info("%s %s: llmem.%s is not there yet; skipped", kind, session_id, step)
+                        outcome = "unavailable"
+                    else:
+                        outcome = _jsonable(function(app, session_id, adapter_name=adapter_name,
+                                                     llm=llm.get()))
+            except NoTranscript:
+                # session.adapter is none: nothing to read is the expected answer, not a failure.
+                outcome = "no_transcript"
+            except Exception as exc:
+                if step != "context" and not fail_open:
+                    raise
+                log.warning("%s %s: %s failed: %s", kind, session_id, step, _one_line(exc),
+                            exc_info=not isinstance(exc, LlmemError))
+                result["errors"].append(f"{step}: {_one_line(exc)}")
+                outcome = "failed"
+            result["steps"][step] = {"result": outcome,
+                                     "seconds": round(time.perf_counter() - started, 4)}
+            if isinstance(outcome, dict) and outcome.get("deferred"):
+                result["deferred_until"] = next_local_midnight()
+                result["deferred_reason"] = outcome.get("llm_error") or "llm.daily_token_budget is spent"
+    finally:
+        llm.close()
+    return result
+

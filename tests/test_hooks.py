@@ -1,0 +1,303 @@
+"""Session hooks: what each event does, Copilot's stdin JSON, and failing open on every error."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import free_port_url
+
+from llmem import sessions
+from llmem.app import App
+from llmem.errors import LLMUnavailable
+
+FIXTURES = Path(__file__).parent / "fixtures" / "copilot"
+SESSION = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"
+PROJECT = "/home/dev/acme-api"
+BASE = "embedding:\n  provider: none\nllm:\n  provider: none\n"
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    state = tmp_path / "copilot" / "session-state"
+    shutil.copytree(FIXTURES / "session-state", state)
+    return state
+
+
+@pytest.fixture
+def copilot_config(configure, state_dir):
+    configure(BASE + f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n")
+    return state_dir
+
+
+def seed(*memories):
+    app = App()
+    try:
+        return [app.store.add(c, t, project=p).memory.id for c, t, p in memories]
+    finally:
+        app.close()
+
+
+def one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("llmem hook "), lines[0]
+    return lines[0]
+
+
+# ---- what each event does ------------------------------------------------------------------
+
+@pytest.fixture
+def recorded_steps(monkeypatch):
+    """Stand-ins for extract_session / introspect_session that record their calls."""
+    calls = []
+
+    def fake(step):
+        def run(app, session_id, *, adapter_name=None, llm=None):
+            calls.append((step, session_id, adapter_name, llm))
+            return {"step": step, "memories_added": 1}
+        return run
+
+    monkeypatch.setattr(sessions, "step_function", fake)
+    monkeypatch.setattr(sessions, "make_event_llm", lambda app, model, base_url: f"llm:{model}:{base_url}")
+    return calls
+
+
+@pytest.mark.parametrize("kind, steps", [
+    ("created", []), ("idle", ["extract", "introspect"]), ("ending", ["introspect"]),
+    ("compacting", ["extract"]),
+])
+def test_each_event_runs_its_steps(copilot_config, recorded_steps, kind, steps):
+    app = App()
+    try:
+        result = sessions.handle_session_event(app, kind, SESSION, adapter_name="copilot",
+                                               model="m1", base_url="http://127.0.0.1:9")
+    finally:
+        app.close()
+    assert [c[0] for c in recorded_steps] == steps
+    assert all(c[1:] == (SESSION, "copilot", "llm:m1:http://127.0.0.1:9") for c in recorded_steps)
+    assert result["errors"] == []
+    assert ("context" in result) == (kind in ("created", "compacting"))
+    if kind == "compacting":
+        assert "preserve across compaction" in result["context"]
+
+
+def test_worker_mode_raises_hook_mode_collects(copilot_config, monkeypatch):
+    def broken(app, session_id, **kw):
+        raise LLMUnavailable("Could not reach Ollama")
+
+    monkeypatch.setattr(sessions, "step_function", lambda step: broken)
+    monkeypatch.setattr(sessions, "make_event_llm", lambda *a: None)
+    app = App()
+    try:
+        with pytest.raises(LLMUnavailable):  # the worker retries the event
+            sessions.handle_session_event(app, "compacting", SESSION)
+        result = sessions.handle_session_event(app, "compacting", SESSION, fail_open=True)
+    finally:
+        app.close()
+    assert result["errors"] == ["extract: Could not reach Ollama"]
+    assert result["steps"]["extract"]["result"] == "failed"
+    assert result["context"].startswith("<llmem-context>")  # the compaction still gets its block
+
+
+def test_deferred_extraction_says_when_to_retry(copilot_config, monkeypatch):
+    monkeypatch.setattr(sessions, "step_function",
+                        lambda step: lambda app, sid, **kw: {"deferred": True, "llm_error": "budget spent"})
+    monkeypatch.setattr(sessions, "make_event_llm", lambda *a: None)
+    app = App()
+    try:
+        result = sessions.handle_session_event(app, "idle", SESSION)
+    finally:
+        app.close()
+    assert result["deferred_until"] > time.time() and result["deferred_reason"] == "budget spent"
+
+
+def test_missing_extract_and_introspect_modules_are_skipped(copilot_config, monkeypatch):
+    monkeypatch.setitem(sys.modules, "llmem.extract", None)
+    monkeypatch.setitem(sys.modules, "llmem.introspect", None)
+    app = App()
+    try:
+        result = sessions.handle_session_event(app, "idle", SESSION)
+    finally:
+        app.close()
+    assert result["steps"]["extract"]["result"] == "unavailable"
+    assert result["steps"]["introspect"]["result"] == "unavailable"
+    assert result["errors"] == []
+
+
+def test_adapter_none_is_no_transcript_not_an_error(configure, cli):
+    configure(BASE + "session:\n  adapter: none\n")
+    code, out, err = cli("hook", "--type", "idle", "--session-id", "ses_1", "--format", "json")
+    assert code == 0 and err == ""
+    steps = json.loads(out)["steps"]
+    assert {s["result"] for s in steps.values()} <= {"no_transcript", "unavailable"}
+
+
+def test_unknown_kind_and_bad_id_raise_in_the_library(copilot_config):
+    from llmem.adapters import InvalidSessionId
+    from llmem.errors import UsageError
+
+    app = App()
+    try:
+        with pytest.raises(UsageError):
+            sessions.handle_session_event(app, "exploded", SESSION)
+        with pytest.raises(InvalidSessionId):
+            sessions.handle_session_event(app, "idle", "../../etc")
+    finally:
+        app.close()
+
+
+# ---- the hook command --------------------------------------------------------------------
+
+def test_created_prints_the_block_quickly(cli, copilot_config):
+    [decision] = seed(("Order pages by (created_at, id)", "decision", PROJECT))
+    started = time.perf_counter()
+    code, out, err = cli("hook", "--type", "created", "--session-id", SESSION)
+    elapsed = time.perf_counter() - started
+    assert code == 0 and err == ""
+    assert out.startswith("<llmem-context>") and f"[{decision[:8]}]" in out
+    assert elapsed < 1.0, elapsed
+
+
+def test_created_in_a_fresh_process(copilot_config):
+    seed(("Order pages by (created_at, id)", "decision", PROJECT))
+    timings = []
+    for _ in range(2):
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "llmem", "hook", "--type", "created",
+                               "--session-id", SESSION], capture_output=True, text=True, timeout=30)
+        timings.append(time.perf_counter() - started)
+        assert proc.returncode == 0 and proc.stderr == ""
+        assert "Order pages by (created_at, id)" in proc.stdout
+    assert min(timings) < 3.0, timings  # bench/hooks.py measures it properly
+
+
+def test_copilot_session_start_json_on_stdin(cli, copilot_config, monkeypatch, tmp_path):
+    [decision] = seed(("Order pages by (created_at, id)", "decision", PROJECT))
+    payload = {"sessionId": SESSION, "timestamp": 1, "cwd": PROJECT, "source": "new"}
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(payload)))
+    code, out, err = cli("hook", "--type", "created", "--format", "copilot")
+    assert code == 0 and err == ""
+    context = json.loads(out)["additionalContext"]
+    assert context.startswith("<llmem-context>") and decision[:8] in context
+
+    # a cwd inside the repo maps to its root (the scope memories are stored under)
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "src").mkdir()
+    [mine] = seed(("Repo rule: no print statements", "preference", str(repo)))
+    payload = {"sessionId": "ses_unknown1", "cwd": str(repo / "src")}
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(payload)))
+    code, out, err = cli("hook", "--type", "created", "--format", "copilot")
+    assert code == 0 and mine[:8] in json.loads(out)["additionalContext"]
+
+    # agentStop: nothing on stdout (Copilot would read an answer as "keep going")
+    payload = {"sessionId": SESSION, "cwd": PROJECT, "stopReason": "end_turn"}
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(payload)))
+    code, out, err = cli("hook", "--type", "idle", "--format", "copilot")
+    assert code == 0 and out == ""
+
+
+def test_idle_and_ending_run_on_the_transcript(cli, copilot_config):
+    code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--format", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert set(result["steps"]) == {"extract", "introspect"}
+    code, out, err = cli("hook", "--type", "ending", "--session-id", SESSION)
+    assert code == 0 and out.startswith(f"ending {SESSION}:")
+
+
+# ---- failing open ---------------------------------------------------------------------------
+
+def test_invalid_session_id_fails_open(cli, copilot_config, llmem_home):
+    code, out, err = cli("hook", "--type", "idle", "--session-id", "../../etc/passwd")
+    assert code == 0 and out == ""
+    assert "invalid session id" in one_line(err)
+    assert "invalid session id" in (llmem_home / "logs" / "hooks.log").read_text()
+
+
+def test_bad_config_fails_open(cli, configure, llmem_home):
+    configure("context:\n  max_tokens: lots\n")
+    code, out, err = cli("hook", "--type", "created", "--session-id", SESSION)
+    assert code == 0 and out == ""
+    assert "max_tokens" in one_line(err)
+    assert "max_tokens" in (llmem_home / "logs" / "hooks.log").read_text()
+
+
+def test_unopenable_store_fails_open(cli, configure, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    configure(BASE + f"db_path: {blocker}/memory.db\n")
+    for kind in ("created", "idle", "compacting"):
+        code, out, err = cli("hook", "--type", kind, "--session-id", SESSION)
+        assert code == 0, kind
+        one_line(err)
+
+
+def test_corrupt_store_fails_open(cli, configure, tmp_path):
+    garbage = tmp_path / "memory.db"
+    garbage.write_bytes(b"this is not a database" * 100)
+    configure(BASE + f"db_path: {garbage}\nsession:\n  adapter: none\n")
+    code, out, err = cli("hook", "--type", "created", "--session-id", SESSION)
+    assert code == 0 and out == ""
+    one_line(err)
+
+
+def test_locked_store_fails_open(cli, copilot_config, llmem_home, monkeypatch):
+    from llmem.db import connection
+
+    seed(("Order pages by (created_at, id)", "decision", PROJECT))
+    monkeypatch.setattr(connection, "BUSY_TIMEOUT_SECONDS", 0.2)
+    monkeypatch.setattr(connection, "PRAGMAS", tuple(
+        (name, 200 if name == "busy_timeout" else value) for name, value in connection.PRAGMAS))
+    # Another process holds the write lock (in-process, a second SQLite library copy would not
+    # see the lock: POSIX locks are per process).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); "
+         "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(30)",
+         str(llmem_home / "memory.db")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    try:
+        code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION)
+        assert code == 0
+        assert "locked" in one_line(err)
+        code, out, err = cli("hook", "--type", "created", "--session-id", SESSION)
+        assert code == 0  # a block, or one line: never a failure
+        assert out.startswith("<llmem-context>") or one_line(err)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_llm_down_fails_open(cli, configure, state_dir):
+    configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {free_port_url()}\n"
+              f"  timeout: 2\nsession:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n")
+    code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION)
+    assert code == 0
+    assert len([line for line in err.splitlines() if line.strip()]) <= 1, err
+
+
+@pytest.mark.parametrize("stdin", ["", "{not json", "[1, 2]", '{"cwd": "/tmp"}'])
+def test_no_usable_session_id_fails_open(cli, copilot_config, monkeypatch, stdin):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    code, out, err = cli("hook", "--type", "created", "--format", "copilot")
+    assert code == 0 and out == ""
+    one_line(err)
+
+
+def test_detach_returns_at_once_and_the_work_runs_in_background(cli, copilot_config, llmem_home):
+    code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--detach",
+                         "--format", "json")
+    assert code == 0, err
+    pid = json.loads(out)["detached"]
+    _, status = os.waitpid(pid, 0)  # our child: wait for it rather than sleep
+    assert os.waitstatus_to_exitcode(status) == 0
+    log_text = (llmem_home / "logs" / "hooks.log").read_text()
+    assert f" {pid} " in log_text  # the background process logged its own run

@@ -197,54 +197,60 @@ def undo_run(store, run_id: str) -> UndoResult:
     if run.status == "running":
         raise UsageError(f"run {run.id} is still running (or died: its lock is taken over by the next run)",
                          hint="wait for it to finish")
-    actions = list(DreamAction.select().where(DreamAction.run == run.id).order_by(DreamAction.id.desc()))
-    touched = {a.memory_id for a in actions if a.memory_id}
-    later = (DreamAction.select(DreamAction.run).join(DreamRun)
-             .where((DreamRun.started_at > run.started_at) & (DreamRun.status != "undone")
-                    & (DreamAction.memory_id.in_(list(touched))))
-             .distinct())
-    later_ids = sorted({a.run_id for a in later}) if touched else []
+    db = store.db
+    # Raw SQL and a streamed cursor: a big night journals ~100k actions with before-images.
+    later_ids = [r[0] for r in db.execute_sql(
+        "SELECT DISTINCT a.run_id FROM dream_action a JOIN dream_run r ON r.id = a.run_id "
+        "WHERE r.started_at > ? AND r.status != 'undone' AND a.memory_id IN "
+        "(SELECT memory_id FROM dream_action WHERE run_id = ? AND memory_id IS NOT NULL) ORDER BY 1",
+        (run.started_at, run.id))]
     if later_ids:
         raise UsageError(f"run {run.id} cannot be undone alone: later runs changed the same memories ({', '.join(later_ids)})",
                          hint="undo those runs first, newest first")
     result = UndoResult(run.id)
-    db = store.db
     file_actions = []
     with db.atomic():
-        for action in actions:
-            if action.op == "update":
-                before = action.before
-                params = [_dumps(before[f]) if f == "metadata" else before[f] for f in _ROW_FIELDS]
-                cursor = db.execute_sql(f"UPDATE memory SET {_ROW_ASSIGN} WHERE id = ?", (*params, action.memory_id))
-                result.restored += cursor.rowcount
-            elif action.op == "create":
-                memory = Memory.get_or_none(Memory.id == action.memory_id)
-                if memory is not None:
-                    vec.drop_vectors(db, [memory.seq])
-                    Relation.delete().where((Relation.source == memory.id) | (Relation.target == memory.id)).execute()
-                    RecallEvent.delete().where(RecallEvent.memory == memory.id).execute()
-                    memory.delete_instance(recursive=False)
-                    result.deleted += 1
-            elif action.op == "relate":
-                link = action.after
-                result.unlinked += Relation.delete().where(
-                    (Relation.source == link["source_id"]) & (Relation.target == link["target_id"])
-                    & (Relation.type == link["type"])).execute()
-            elif action.op == "row":
-                _restore_row(db, action.before)
-            elif action.op == "file":
-                file_actions.append(action)
+        rows = db.execute_sql("SELECT op, memory_id, before, after FROM dream_action WHERE run_id = ? "
+                              "ORDER BY id DESC", (run.id,))
+        while True:
+            chunk = rows.fetchmany(1000)
+            if not chunk:
+                break
+            for op, memory_id, before_text, after_text in chunk:
+                before = json.loads(before_text) if before_text else None
+                after = json.loads(after_text) if after_text else None
+                if op == "update":
+                    params = [_dumps(before[f]) if f == "metadata" else before[f] for f in _ROW_FIELDS]
+                    cursor = db.cursor()
+                    cursor.execute(f"UPDATE memory SET {_ROW_ASSIGN} WHERE id = ?", (*params, memory_id))
+                    result.restored += cursor.rowcount
+                elif op == "create":
+                    memory = Memory.get_or_none(Memory.id == memory_id)
+                    if memory is not None:
+                        vec.drop_vectors(db, [memory.seq])
+                        Relation.delete().where((Relation.source == memory.id) | (Relation.target == memory.id)).execute()
+                        RecallEvent.delete().where(RecallEvent.memory == memory.id).execute()
+                        memory.delete_instance(recursive=False)
+                        result.deleted += 1
+                elif op == "relate":
+                    result.unlinked += Relation.delete().where(
+                        (Relation.source == after["source_id"]) & (Relation.target == after["target_id"])
+                        & (Relation.type == after["type"])).execute()
+                elif op == "row":
+                    _restore_row(db, before)
+                elif op == "file":
+                    file_actions.append((before, after))
         run.status = "undone"
         run.undone_at = now()
         run.save()
     # Files after the store commit: a file changed by hand since the run is left alone.
-    for action in file_actions:
-        path = Path(action.after["path"])
+    for before, after in file_actions:
+        path = Path(after["path"])
         current = path.read_text(encoding="utf-8") if path.exists() else None
-        if file_hash(current) != action.after["sha256"]:
+        if file_hash(current) != after["sha256"]:
             result.skipped_files.append(str(path))
             continue
-        old = action.before.get("text")
+        old = before.get("text")
         if old is None:
             path.unlink(missing_ok=True)
         else:

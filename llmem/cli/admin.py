@@ -76,7 +76,10 @@ def init(app, ollama_url, adapter, as_json):
 @click.pass_obj
 def stats(app, as_json):
     """Counts of memories by type and state, embeddings, relations, store size."""
+    from ..llm import usage_summary
+
     data = app.store.stats()
+    data["llm"] = usage_summary()
     if as_json:
         print_json(data)
         return
@@ -89,6 +92,10 @@ def stats(app, as_json):
                f"model={data['embedding_model'] or '-'} dim={data['embedding_dim'] or '-'}")
     click.echo(f"recalls:   {data['recall_events']}")
     click.echo(f"store:     {data['db_path']} ({data['db_bytes'] / 1e6:.1f} MB, sqlite-vec {data['sqlite_vec']})")
+    llm = data["llm"]
+    click.echo(f"llm:       {llm['tokens_today']} tokens today, {llm['tokens_total']} in total ({llm['calls']} calls)")
+    for task, used in llm["by_task"].items():
+        click.echo(f"  {task:<16}{used['today']} today, {used['total']} total")
 
 
 @click.command()

@@ -1,0 +1,582 @@
+"""Extraction: the new slice of a session transcript (or plain text) into typed memories.
+
+Order of work, each step for a reason:
+1. read the transcript after the session's cursor (SessionCursor), so a slice is read once;
+2. strip `<llmem-context>` blocks, so llmem never re-learns what it injected;
+3. redact secrets, before anything reaches an LLM, an embedder or the store;
+4. chunk to a token budget and ask the LLM for memories (heuristics when it cannot answer);
+5. embed the candidates (HTTP, outside any transaction) to find near-duplicates;
+6. one IMMEDIATE transaction: add, update near-duplicates, relate, advance the cursor;
+7. store the vectors already computed (embedder down: the memories stay pending).
+Running the same slice twice adds nothing: the cursor has moved, and exact duplicates are
+dropped by content hash anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import asdict, dataclass, field
+
+from .db.models import MEMORY_TYPES, Memory, SessionCursor
+from .errors import EmbedderUnavailable, LLMUnavailable
+from .heuristics import STATED, Candidate, statements
+from .redact import redact
+from .store import content_hash
+
+log = logging.getLogger(__name__)
+
+CHARS_PER_TOKEN = 4
+# Transcript tokens per LLM call: small enough for an 8k-context local model with the prompt,
+# the existing memories and the reply.
+CHUNK_TOKENS = 3000
+TOOL_OUTPUT_CHARS = 300
+TOOL_INPUT_CHARS = 200
+EXISTING_IN_PROMPT = 20
+INFERRED = 0.7
+
+EXTRACT_TYPES = tuple(t for t in MEMORY_TYPES if t != "self_assessment")
+
+CONTEXT_BLOCK = re.compile(r"<llmem-context\b[^>]*>.*?(?:</llmem-context>|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens of a text, estimated as characters / 4 (no tokenizer dependency)."""
+    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def strip_context_blocks(text: str) -> str:
+    """Remove every `<llmem-context>…</llmem-context>` block (an unclosed one to the end)."""
+    if not text or "llmem-context" not in text.lower():
+        return text or ""
+    return CONTEXT_BLOCK.sub("", text)
+
+
+@dataclass
+class ExtractionReport:
+    """What one extraction did; `deferred` means the slice must be read again later."""
+
+    session_id: str | None
+    adapter: str | None = None
+    project: str | None = None
+    messages_read: int = 0
+    memories_added: int = 0
+    memories_updated: int = 0
+    duplicates: int = 0
+    relations: int = 0
+    redactions: int = 0
+    redactions_by_kind: dict[str, int] = field(default_factory=dict)
+    used_llm: bool = False
+    deferred: bool = False
+    cursor: str | None = None
+    chunks: int = 0
+    embedded: int = 0
+    pending_embedding: int = 0
+    llm_error: str | None = None
+    concurrent: bool = False  # another run processed this slice first; nothing was written
+    memory_ids: list[str] = field(default_factory=list)
+    updated_ids: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SliceLine:
+    """One transcript message, context-stripped and redacted, as the LLM will see it."""
+
+    message_id: str | None
+    role: str
+    text: str  # the message's own text (user statements are read from it)
+    rendered: str  # role label, text and abbreviated tool calls
+
+
+@dataclass
+class PreparedSlice:
+    lines: list[SliceLine]
+    redactions: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+
+def _redactor(config):
+    section = config.values["redaction"]
+    enabled, patterns = section["enabled"], tuple(section["patterns"])
+
+    def apply(text: str, tally: dict[str, int]) -> str:
+        if not enabled or not text:
+            return text
+        result = redact(text, patterns)
+        for kind, count in result.by_kind.items():
+            tally[kind] = tally.get(kind, 0) + count
+        return result.text
+
+    return apply
+
+
+def _tool_line(call) -> str:
+    status = f" {call.status}" if call.status else ""
+    args = f" {_cut(' '.join(call.input.split()), TOOL_INPUT_CHARS)}" if call.input else ""
+    output = f" → {_cut(' '.join(call.output.split()), TOOL_OUTPUT_CHARS)}" if call.output else ""
+    return f"  [tool {call.name}{status}]{args}{output}"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _redact_values(value, apply, tally):
+    if isinstance(value, str):
+        return apply(value, tally)
+    if isinstance(value, dict):
+        return {key: _redact_values(item, apply, tally) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_values(item, apply, tally) for item in value]
+    return value
+
+
+def redact_messages(config, messages) -> tuple[list, dict[str, int]]:
+    """Copies of transcript messages with context blocks stripped and secrets redacted.
+
+    Redaction runs on the full texts, before anything is cut short: a secret cut in half
+    would no longer match its pattern. Tool inputs become (redacted) JSON text.
+    """
+    from dataclasses import replace
+
+    apply = _redactor(config)
+    tally: dict[str, int] = {}
+    out = []
+    for message in messages:
+        calls = []
+        for call in message.tool_calls:
+            args = call.input
+            if args in (None, "", {}, []):
+                args = ""
+            elif not isinstance(args, str):
+                # Each string first (JSON escapes the quotes that `key = "value"` rules look
+                # for), then the JSON text (where a key and its value sit side by side).
+                args = json.dumps(_redact_values(args, apply, tally), ensure_ascii=False, default=str)
+            calls.append(replace(call, input=apply(args, tally),
+                                 output=apply(strip_context_blocks(call.output or ""), tally)))
+        out.append(replace(message, text=apply(strip_context_blocks(message.text or ""), tally),
+                           error=apply(message.error, tally) if message.error else message.error,
+                           reasoning="", tool_calls=tuple(calls)))
+    return out, tally
+
+
+def prepare_slice(config, messages) -> PreparedSlice:
+    """Transcript messages as redacted, context-free lines (the only form that goes on)."""
+    redacted, tally = redact_messages(config, messages)
+    lines = []
+    for message in redacted:
+        if message.kind not in ("message", "compaction_summary") or message.role == "system":
+            continue
+        text = message.text.strip()
+        parts = [f"{message.role}: {text}"] if text else []
+        parts += [_tool_line(call) for call in message.tool_calls]
+        if message.error:
+            parts.append(f"  [error] {_cut(message.error, TOOL_OUTPUT_CHARS)}")
+        if not parts:
+            continue
+        if not text:
+            parts.insert(0, f"{message.role}:")
+        role = "user" if message.role == "user" and not message.synthetic else message.role
+        if message.kind == "compaction_summary":
+            role = "summary"  # the agent's own summary: never read as user statements
+        lines.append(SliceLine(message.id, role, text, "\n".join(parts)))
+    return PreparedSlice(lines, sum(tally.values()), tally)
+
+
+def chunk_lines(lines: list[SliceLine], budget_tokens: int = CHUNK_TOKENS) -> list[list[SliceLine]]:
+    """Consecutive lines grouped to at most `budget_tokens` each (a huge line is cut)."""
+    chunks: list[list[SliceLine]] = []
+    current: list[SliceLine] = []
+    used = 0
+    limit_chars = max(1, budget_tokens - 1) * CHARS_PER_TOKEN  # a piece plus its separator fits
+    for line in lines:
+        pieces = [line]
+        if len(line.rendered) > limit_chars:
+            pieces = [SliceLine(line.message_id, line.role, line.text if i == 0 else "",
+                                line.rendered[i:i + limit_chars])
+                      for i in range(0, len(line.rendered), limit_chars)]
+        for piece in pieces:
+            cost = estimate_tokens(piece.rendered) + 1
+            if current and used + cost > budget_tokens:
+                chunks.append(current)
+                current, used = [], 0
+            current.append(piece)
+            used += cost
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+# ---- the LLM step ---------------------------------------------------------------------------
+
+EXTRACTION_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "memories": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "enum": list(EXTRACT_TYPES)},
+                    "content": {"type": "string"},
+                    "summary": {"type": "string"},
+                    "stated_by_user": {"type": "boolean"},
+                    "supersedes": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["type", "content"],
+            },
+        },
+    },
+    "required": ["memories"],
+}
+
+SYSTEM_PROMPT = """You read part of a conversation between a user and an AI coding agent and \
+extract durable memories that will help in future sessions.
+
+Memory types:
+- fact: objective truths about the project, code or environment
+- decision: a choice that was made, with its rationale
+- preference: how the user likes things done
+- procedure: how to do something here (build, test, deploy, conventions)
+- project_state: the current status of the project or a piece of work
+- event: something notable that happened at a point in time
+- conversation: a notable outcome or commitment of the conversation
+
+Rules:
+- Keep only what stays useful later; skip chit-chat, transient steps and guesses.
+- Each memory stands alone (name things; no "this" or "the above"), one idea, at most two sentences.
+- stated_by_user: true only when the user said it in so many words.
+- When a memory changes or replaces one of the existing memories listed, put that memory's id \
+(as shown in brackets) in supersedes.
+- Never copy secrets; text like [REDACTED:kind] must not appear in a memory.
+- Answer {"memories": []} when there is nothing durable."""
+
+
+def _existing_memories(project: str | None, limit: int = EXISTING_IN_PROMPT) -> list[Memory]:
+    """Recent valid memories of the scope, shown to the LLM so it can say what it supersedes."""
+    scope = Memory.project.is_null() if project is None else (
+        (Memory.project == project) | Memory.project.is_null())
+    return list(Memory.select().where(
+        Memory.invalidated_at.is_null() & scope & (Memory.type != "self_assessment")
+        & Memory.type.in_(("decision", "preference", "procedure", "project_state", "fact")))
+        .order_by(Memory.updated_at.desc()).limit(limit))
+
+
+def _llm_candidates(llm, chunk: list[SliceLine], project: str | None,
+                    existing: list[Memory]) -> list[Candidate]:
+    listing = "\n".join(f"[{m.id[:8]}] ({m.type}) {_cut(' '.join(m.content.split()), 300)}"
+                        for m in existing) or "(none)"
+    transcript = "\n".join(line.rendered for line in chunk)
+    user = (f"Project: {project or '(global)'}\n\nExisting memories:\n{listing}\n\n"
+            f"Conversation:\n{transcript}")
+    reply = llm.chat_json([{"role": "system", "content": SYSTEM_PROMPT},
+                           {"role": "user", "content": user}], EXTRACTION_SCHEMA, task="extract")
+    shown = {m.id[:8]: m.id for m in existing}
+    candidates = []
+    for item in reply["memories"]:
+        content = " ".join(item["content"].split())
+        if len(content) < 8:
+            continue
+        supersedes = []
+        for ref in item.get("supersedes") or []:
+            ref = ref.strip().strip("[]").lower()
+            # Only ids we showed: the model must not point at arbitrary memories.
+            target = shown.get(ref[:8]) if ref[:8] in shown and shown[ref[:8]].startswith(ref) else None
+            if target:
+                supersedes.append(target)
+        candidates.append(Candidate(
+            item["type"], content, summary=(item.get("summary") or "").strip() or None,
+            confidence=STATED if item.get("stated_by_user") else INFERRED,
+            supersedes=supersedes, rule="llm", message_id=chunk[-1].message_id))
+    return candidates
+
+
+def _heuristic_candidates(chunk: list[SliceLine], *, all_roles: bool = False) -> list[Candidate]:
+    found = []
+    for line in chunk:
+        if line.role == "user" or (all_roles and line.role != "summary"):
+            found.extend(statements(line.text, line.message_id))
+    return found
+
+
+# ---- storing --------------------------------------------------------------------------------
+
+
+def _embedding_text(content: str, summary: str | None) -> str:
+    # Same rule as vectors.embedding_text, so a candidate's vector can be stored as is.
+    if summary and summary.strip() and summary not in content:
+        return f"{summary}\n{content}"
+    return content
+
+
+def _near_duplicate(searcher, vector, memory_type: str, project: str | None,
+                    threshold: float) -> tuple[int, float] | None:
+    where = "m.invalidated_at IS NULL AND m.type = ? AND " + (
+        "m.project IS NULL" if project is None else "m.project = ?")
+    params = [memory_type] if project is None else [memory_type, project]
+    nearest = searcher.vector_candidates(vector, 1, where, params)
+    if nearest and 1.0 - nearest[0][1] >= threshold:
+        return nearest[0][0], 1.0 - nearest[0][1]
+    return None
+
+
+def _embed_candidates(app, candidates: list[Candidate]):
+    """Unit vectors of the candidates, or None when no embedder answers."""
+    embedder = app.embedder
+    if not candidates or not embedder.available:
+        return None
+    try:
+        return embedder.embed_documents([_embedding_text(c.content, c.summary) for c in candidates])
+    except EmbedderUnavailable as exc:
+        log.info("embedder unavailable, near-duplicates not checked: %s", exc.message)
+        return None
+
+
+def store_candidates(app, candidates: list[Candidate], report: ExtractionReport, *,
+                     project: str | None, session_id: str | None, source: str = "extraction",
+                     metadata: dict | None = None, cursor_update=None) -> list[Memory]:
+    """Dedupe, add or update, relate, run `cursor_update` — in one transaction — then embed."""
+    import numpy as np
+
+    from .search import Searcher
+    from .vectors import embed_memories, store_vectors
+
+    store = app.store
+    threshold = app.config.values["dream"]["similarity_threshold"]
+    redact_again = _redactor(app.config)
+    tally: dict[str, int] = {}
+    # The model saw only redacted text, but may still invent a secret-shaped string.
+    for candidate in candidates:
+        candidate.content = redact_again(candidate.content, tally)
+        if candidate.summary:
+            candidate.summary = redact_again(candidate.summary, tally)
+    for kind, count in tally.items():
+        report.redactions_by_kind[kind] = report.redactions_by_kind.get(kind, 0) + count
+    report.redactions += sum(tally.values())
+
+    vectors = _embed_candidates(app, candidates)
+    searcher = Searcher(store, app.embedder) if vectors is not None else None
+    touched: list[tuple[Memory, object, str]] = []  # (memory, candidate vector, its text)
+    written: list[Memory] = []
+    with store.db.atomic():
+        if cursor_update is not None and cursor_update(check=True) is False:
+            report.concurrent = True
+            return []
+        seen_hashes: set[str] = set()
+        accepted_vectors: list = []
+        for index, candidate in enumerate(candidates):
+            vector = vectors[index] if vectors is not None else None
+            text_hash = content_hash(candidate.content)
+            if text_hash in seen_hashes:
+                report.duplicates += 1
+                continue
+            seen_hashes.add(text_hash)
+            existing = store.find_duplicate(text_hash, project)
+            target = existing
+            if existing is not None:
+                report.duplicates += 1
+            elif vector is not None and any(float(np.dot(vector, v)) >= threshold for v in accepted_vectors):
+                report.duplicates += 1  # a near-duplicate of one added in this same run
+                continue
+            else:
+                near = _near_duplicate(searcher, vector, candidate.type, project, threshold) \
+                    if vector is not None else None
+                if near is not None:
+                    old = Memory.get(Memory.seq == near[0])
+                    meta = {"previous_content": _cut(old.content, 500), "near_duplicate_of_session": session_id,
+                            "similarity": round(near[1], 4)}
+                    target = store.update(old.id, content=candidate.content,
+                                          summary=candidate.summary if candidate.summary else None,
+                                          confidence=max(old.confidence, candidate.confidence),
+                                          metadata=meta)
+                    report.memories_updated += 1
+                    report.updated_ids.append(target.id)
+                    touched.append((target, vector, _embedding_text(candidate.content, candidate.summary)))
+                else:
+                    meta = {"rule": candidate.rule, **(metadata or {})}
+                    if candidate.message_id:
+                        meta["message_id"] = candidate.message_id
+                    result = store.add(candidate.content, candidate.type, summary=candidate.summary,
+                                       confidence=candidate.confidence, source=source,
+                                       project=project, session_id=session_id, metadata=meta)
+                    target = result.memory
+                    if result.created:
+                        report.memories_added += 1
+                        report.memory_ids.append(target.id)
+                        touched.append((target, vector, _embedding_text(candidate.content, candidate.summary)))
+                        written.append(target)
+                    else:
+                        report.duplicates += 1
+                if vector is not None:
+                    accepted_vectors.append(vector)
+            for old_id in candidate.supersedes:
+                if old_id != target.id and store.relate(target.id, old_id, "supersedes"):
+                    report.relations += 1
+        if cursor_update is not None:
+            cursor_update(check=False)
+    _embed_touched(app, touched, report, store_vectors, embed_memories)
+    return written
+
+
+def _embed_touched(app, touched, report: ExtractionReport, store_vectors, embed_memories) -> None:
+    """Store the candidates' vectors where the memory's text is what was embedded; embed the rest."""
+    if not touched:
+        return
+    from .vectors import embedding_text
+
+    reuse, fresh = [], []
+    for memory, vector, text in touched:
+        if vector is not None and embedding_text(memory) == text:
+            reuse.append((memory, vector))
+        else:
+            fresh.append(memory)
+    try:
+        if reuse:
+            import numpy as np
+
+            store_vectors(app.store, app.embedder, [m for m, _ in reuse], np.vstack([v for _, v in reuse]))
+            report.embedded += len(reuse)
+        if fresh and app.embedder.available:
+            report.embedded += embed_memories(app.store, app.embedder, fresh)
+    except EmbedderUnavailable as exc:
+        log.info("memories stored without embedding (%s); `llmem embed --pending` fills them in", exc.message)
+    report.pending_embedding = len(touched) - report.embedded
+
+
+# ---- the entry points ---------------------------------------------------------------------
+
+
+def _resolve_llm(app, llm, use_llm: bool):
+    """(llm, owned): the LLM to use and whether this call must close it."""
+    if not use_llm:
+        return None, False
+    if llm is not None:
+        return llm, False
+    from .llm import make_llm
+
+    made = make_llm(app.config)
+    return made, made is not None
+
+
+def _extract_chunks(app, llm, chunks, project, report: ExtractionReport, *,
+                    all_roles: bool = False) -> list[Candidate]:
+    """Candidates of every chunk: from the LLM when it answers, else from the heuristics."""
+    from .llm import BudgetExhausted
+
+    candidates: list[Candidate] = []
+    existing = _existing_memories(project) if llm is not None and chunks else []
+    llm_usable = llm is not None
+    for chunk in chunks:
+        if llm_usable:
+            try:
+                candidates.extend(_llm_candidates(llm, chunk, project, existing))
+                report.used_llm = True
+                continue
+            except BudgetExhausted as exc:
+                report.deferred = True
+                report.llm_error = exc.message
+                llm_usable = False
+            except LLMUnavailable as exc:
+                report.llm_error = exc.message
+                llm_usable = False  # do not wait for a dead server once per chunk
+                log.warning("LLM unavailable, extracting with heuristics: %s", exc.message)
+            except ValueError as exc:
+                report.llm_error = str(exc)
+                log.warning("LLM reply unusable, extracting this chunk with heuristics: %s", exc)
+        candidates.extend(_heuristic_candidates(chunk, all_roles=all_roles))
+    return candidates
+
+
+def extract_session(app, session_id: str, *, adapter_name: str | None = None, llm=None,
+                    use_llm: bool = True) -> ExtractionReport:
+    """Extract memories from a session's transcript after its cursor, then advance the cursor."""
+    from .adapters import adapter_from_config
+    from .times import now
+
+    started = time.perf_counter()
+    adapter = adapter_from_config(app.config, adapter_name)
+    app.store  # noqa: B018 - open the store (and bind the models) before anything else
+    row = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
+                                    & (SessionCursor.session_id == session_id))
+    start_cursor = row.cursor if row else None
+    transcript = adapter.read_transcript(session_id, after=start_cursor)
+    if start_cursor and not transcript.cursor_found:
+        log.warning("session %s: cursor %s not found in the transcript; reading it whole "
+                    "(exact duplicates are dropped)", session_id, start_cursor)
+    project = transcript.project_root or transcript.directory
+    report = ExtractionReport(session_id=session_id, adapter=adapter.name, project=project,
+                              messages_read=len(transcript.messages), cursor=start_cursor)
+    prepared = prepare_slice(app.config, transcript.messages)
+    report.redactions, report.redactions_by_kind = prepared.redactions, dict(prepared.by_kind)
+    chunks = chunk_lines(prepared.lines)
+    report.chunks = len(chunks)
+    llm, owned = _resolve_llm(app, llm, use_llm)
+    try:
+        candidates = _extract_chunks(app, llm, chunks, project, report)
+    finally:
+        if owned:
+            llm.close()
+    new_cursor = transcript.cursor or start_cursor
+
+    def cursor_update(check: bool):
+        current = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
+                                            & (SessionCursor.session_id == session_id))
+        if check:
+            # Another run (watcher and hook at once) advanced the cursor while we worked.
+            return (current.cursor if current else None) == start_cursor
+        if report.deferred:
+            cursor, status = start_cursor, "deferred"
+        else:
+            cursor, status = new_cursor, "done"
+        if current is None:
+            SessionCursor.create(adapter=adapter.name, session_id=session_id, project=project,
+                                 cursor=cursor, messages_read=0 if report.deferred else len(transcript.messages),
+                                 status=status, updated_at=now())
+        else:
+            current.project = project or current.project
+            current.cursor = cursor
+            current.status = status
+            if not report.deferred:
+                current.messages_read += len(transcript.messages)
+            current.updated_at = now()
+            current.save()
+        report.cursor = cursor
+        return True
+
+    store_candidates(app, candidates, report, project=project, session_id=session_id,
+                     metadata={"adapter": adapter.name}, cursor_update=cursor_update)
+    report.seconds = round(time.perf_counter() - started, 4)
+    log.info("extracted session %s: %d messages, %d added, %d updated, %d duplicates, %d redactions%s",
+             session_id, report.messages_read, report.memories_added, report.memories_updated,
+             report.duplicates, report.redactions, " (deferred)" if report.deferred else "")
+    return report
+
+
+def extract_text(app, text: str, *, project: str | None = None, session_id: str | None = None,
+                 llm=None, use_llm: bool = True) -> ExtractionReport:
+    """Extract memories from plain text (treated as what the user said)."""
+    from .adapters import TranscriptMessage
+
+    started = time.perf_counter()
+    app.store  # noqa: B018 - open the store (and bind the models) first
+    message = TranscriptMessage(id="text", index=0, role="user", text=text or "")
+    prepared = prepare_slice(app.config, [message])
+    report = ExtractionReport(session_id=session_id, project=project, messages_read=1,
+                              redactions=prepared.redactions, redactions_by_kind=dict(prepared.by_kind))
+    chunks = chunk_lines(prepared.lines)
+    report.chunks = len(chunks)
+    llm, owned = _resolve_llm(app, llm, use_llm)
+    try:
+        candidates = _extract_chunks(app, llm, chunks, project, report, all_roles=True)
+    finally:
+        if owned:
+            llm.close()
+    store_candidates(app, candidates, report, project=project, session_id=session_id)
+    report.seconds = round(time.perf_counter() - started, 4)
+    return report

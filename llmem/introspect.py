@@ -1,0 +1,543 @@
+"""Introspection: self_assessment memories in the seeds' nine-field format and error taxonomy.
+
+Four ways in: manual (`introspect --category …`), automatic over a session or a text (an LLM
+when one answers, else heuristics over error signals), `learn --wrong --right`, and
+`track-review`. `Recurring` is filled by looking up earlier self_assessments of the same
+category, so repeated mistakes become visible to the dream's behavioural insights.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+from .db.models import Memory, SessionCursor
+from .errors import EmbedderUnavailable, LLMUnavailable, UsageError
+from .extract import chunk_lines, prepare_slice, redact_messages, strip_context_blocks
+from .heuristics import categorize, error_signals, statements
+from .redact import redact
+from .times import now, to_iso
+
+log = logging.getLogger(__name__)
+
+# The seeds' error taxonomy (binding): category → what it covers.
+TAXONOMY: dict[str, str] = {
+    "NULL_SAFETY": "Missing null/None/undefined checks before property access or method calls",
+    "ERROR_HANDLING": "Missing try/except, bare except, swallowed errors, unhandled promise rejections",
+    "OFF_BY_ONE": "Boundary errors, wrong loop bounds, fencepost errors",
+    "RACE_CONDITION": "Concurrency issues, async/await problems, missing locks",
+    "AUTH_BYPASS": "Missing auth checks, SSRF, injection vulnerabilities, security oversights",
+    "DATA_INTEGRITY": "Stale derived fields, out-of-sync caches/embeddings/indexes, source-of-truth divergence",
+    "MISSING_VERIFICATION": "Skipped test steps, unverified outputs, assumed-it-works",
+    "EDGE_CASE": "Unhandled empty input, unexpected types, boundary values",
+    "PERFORMANCE": "N+1 queries, unnecessary recomputation, memory leaks",
+    "DESIGN": "Architectural issues, wrong abstraction level, coupling problems",
+    "REVIEW_PASSED": "Clean review with no findings — positive outcome for tracking purposes",
+}
+CATEGORIES = tuple(TAXONOMY)
+ERROR_CATEGORIES = tuple(c for c in CATEGORIES if c != "REVIEW_PASSED")
+
+# The nine fields, in the seeds' order; metadata uses their lower-case names.
+FIELDS = ("Category", "Context", "What_happened", "Outcomes", "What_caught_it",
+          "Estimates_vs_actual", "Recurring", "Proposed_update", "Iteration_count")
+
+# Deterministic Proposed_update when none is given and no LLM proposes one.
+DEFAULT_UPDATES: dict[str, str] = {
+    "NULL_SAFETY": "Check for None/null/undefined before accessing attributes or calling methods on values that may be missing.",
+    "ERROR_HANDLING": "Handle the specific exceptions a call can raise; never swallow errors silently or use a bare except.",
+    "OFF_BY_ONE": "Check loop bounds and slice ends against the first, last and empty cases before running.",
+    "RACE_CONDITION": "Identify shared state and guard it (locks, transactions, awaited tasks) before running concurrent code.",
+    "AUTH_BYPASS": "Check authorisation and validate untrusted input on every new entry point.",
+    "DATA_INTEGRITY": "Update or invalidate every derived copy (cache, index, embedding) in the same change as its source.",
+    "MISSING_VERIFICATION": "Run the relevant tests and check the actual output before reporting a task as done.",
+    "EDGE_CASE": "Consider empty input, unexpected types and boundary values before calling the change done.",
+    "PERFORMANCE": "Look for repeated queries and recomputation in loops; measure before and after.",
+    "DESIGN": "Sketch the responsibilities and dependencies of a change before writing it.",
+    "REVIEW_PASSED": "Keep the practices that produced a clean review.",
+}
+
+MANUAL_CONFIDENCE = 0.9  # stated by the user or the agent itself
+AUTO_CONFIDENCE = 0.7  # inferred
+RECURRING_LOOKUP = 10
+TRACK_REVIEW = "track-review"
+
+# Words that say something went wrong in a free text (introspect --auto --text).
+_TROUBLE = re.compile(
+    r"\b(?:error|errors|bug|bugs|exception|crash(?:ed|es)?|fail(?:ed|s|ure|ing)?|broke|broken|"
+    r"wrong|mistake|regression|traceback|null pointer|undefined|leak|deadlock|timeout|timed out|"
+    r"forgot|missed|missing|incorrect|flaky|race)\b", re.IGNORECASE)
+
+
+def check_category(category: str | None) -> str:
+    """The category in canonical form, or a usage error naming the allowed values."""
+    value = (category or "").strip().upper().replace("-", "_")
+    if value not in TAXONOMY:
+        raise UsageError(f"unknown category {category!r}",
+                         hint="use one of: " + ", ".join(CATEGORIES))
+    return value
+
+
+def format_self_assessment(fields: dict) -> str:
+    """The nine fields as `Name: value` lines (unknown values shown as '-')."""
+    lines = []
+    for name in FIELDS:
+        value = fields.get(name)
+        text = "-" if value is None or value == "" else " ".join(str(value).split())
+        lines.append(f"{name}: {text}")
+    return "\n".join(lines)
+
+
+def earlier_assessments(category: str, project: str | None = None) -> list[Memory]:
+    """Valid self_assessments of a category, newest first (what makes one `Recurring`)."""
+    import peewee as pw
+
+    query = (Memory.select().where(
+        (Memory.type == "self_assessment") & Memory.invalidated_at.is_null()
+        & (pw.fn.json_extract(Memory.metadata, "$.category") == category)))
+    if project is not None:
+        query = query.where((Memory.project == project) | Memory.project.is_null())
+    return list(query.order_by(Memory.created_at.desc(), Memory.seq.desc()).limit(RECURRING_LOOKUP))
+
+
+def _redact_fields(app, fields: dict) -> dict:
+    section = app.config.values["redaction"]
+    if not section["enabled"]:
+        return fields
+    patterns = tuple(section["patterns"])
+    return {k: (redact(v, patterns).text if isinstance(v, str) else v) for k, v in fields.items()}
+
+
+def _embed(app, memories: list[Memory]) -> None:
+    from .vectors import embed_memories
+
+    if not memories or not app.embedder.available:
+        return
+    try:
+        embed_memories(app.store, app.embedder, memories)
+    except EmbedderUnavailable as exc:
+        log.info("self_assessment stored without embedding (%s)", exc.message)
+
+
+def store_assessment(app, fields: dict, *, source: str, confidence: float, origin: str,
+                     project: str | None = None, session_id: str | None = None,
+                     extra: dict | None = None) -> Memory:
+    """Fill Recurring, then store one self_assessment (content and metadata carry the fields)."""
+    store = app.store  # opened first: the lookups below go through the bound models
+    fields = _redact_fields(app, {k: (strip_context_blocks(v) if isinstance(v, str) else v)
+                                  for k, v in fields.items()})
+    category = check_category(fields.get("Category"))
+    fields["Category"] = category
+    if not (fields.get("What_happened") or "").strip():
+        raise UsageError("a self_assessment needs What_happened", hint='pass --what-happened "…"')
+    recurring_ids: list[str] = []
+    if category != "REVIEW_PASSED":
+        recurring_ids = [m.id for m in earlier_assessments(category, project)]
+    fields["Recurring"] = ("yes (" + ", ".join(i[:8] for i in recurring_ids) + ")") if recurring_ids else "no"
+    iteration = fields.get("Iteration_count")
+    if iteration is not None:
+        try:
+            iteration = int(iteration)
+        except (TypeError, ValueError):
+            raise UsageError(f"Iteration_count must be an integer, not {iteration!r}") from None
+        if iteration < 1:
+            raise UsageError("Iteration_count counts attempts: 1 or more")
+        fields["Iteration_count"] = iteration
+    metadata = {name.lower(): fields.get(name) for name in FIELDS}
+    metadata.update({"recurring": "yes" if recurring_ids else "no", "recurring_ids": recurring_ids,
+                     "origin": origin, **(extra or {})})
+    summary = f"{category}: {' '.join(fields['What_happened'].split())}"
+    if len(summary) > 140:
+        summary = summary[:139] + "…"
+    result = store.add(format_self_assessment(fields), "self_assessment", summary=summary,
+                           confidence=confidence, source=source, project=project,
+                           session_id=session_id, metadata=metadata)
+    if result.created:
+        _embed(app, [result.memory])
+    return result.memory
+
+
+# ---- manual ---------------------------------------------------------------------------------
+
+PROPOSAL_SCHEMA = {
+    "type": "object",
+    "properties": {"proposed_update": {"type": "string"}, "outcomes": {"type": "string"}},
+    "required": ["proposed_update"],
+}
+
+
+def _propose_update(llm, category: str, what_happened: str, context: str | None) -> str | None:
+    prompt = (f"An AI coding agent made a mistake of category {category} "
+              f"({TAXONOMY[category]}).\nWhat happened: {what_happened}\n"
+              f"Context: {context or '-'}\n\nWrite proposed_update: one specific procedural "
+              "directive (imperative, one sentence) that would prevent it from recurring.")
+    try:
+        reply = llm.chat_json([{"role": "user", "content": prompt}], PROPOSAL_SCHEMA, task="introspect")
+    except (LLMUnavailable, ValueError) as exc:
+        log.warning("no LLM proposal, using the category's default: %s", getattr(exc, "message", exc))
+        return None
+    except Exception as exc:  # BudgetExhausted and the like: the default is fine
+        log.info("no LLM proposal: %s", exc)
+        return None
+    return reply["proposed_update"].strip() or None
+
+
+def introspect_manual(app, category: str, what_happened: str, *, context: str | None = None,
+                      caught_by: str | None = None, proposed_fix: str | None = None,
+                      outcomes: str | None = None, estimates_vs_actual: str | None = None,
+                      iteration_count: int | None = None, llm=None,
+                      project: str | None = None) -> list[Memory]:
+    """Store one self_assessment from fields given by hand (an LLM may propose the fix)."""
+    category = check_category(category)
+    if not (what_happened or "").strip():
+        raise UsageError("--what-happened is empty", hint="describe the behaviour, e.g. 'missing null check'")
+    if not proposed_fix and llm is not None:
+        proposed_fix = _propose_update(llm, category, what_happened, context)
+    fields = {
+        "Category": category, "Context": context, "What_happened": what_happened,
+        "Outcomes": outcomes, "What_caught_it": caught_by, "Estimates_vs_actual": estimates_vs_actual,
+        "Proposed_update": proposed_fix or DEFAULT_UPDATES[category], "Iteration_count": iteration_count,
+    }
+    return [store_assessment(app, fields, source="introspection", confidence=MANUAL_CONFIDENCE,
+                             origin="manual", project=project)]
+
+
+# ---- automatic --------------------------------------------------------------------------------
+
+AUTO_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "assessments": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "category": {"type": "string", "enum": list(ERROR_CATEGORIES)},
+                    "context": {"type": "string"},
+                    "what_happened": {"type": "string"},
+                    "outcomes": {"type": "string"},
+                    "what_caught_it": {"type": "string"},
+                    "estimates_vs_actual": {"type": "string"},
+                    "proposed_update": {"type": "string"},
+                    "iteration_count": {"type": "integer", "minimum": 1},
+                },
+                "required": ["category", "what_happened"],
+            },
+        },
+    },
+    "required": ["assessments"],
+}
+
+AUTO_PROMPT = """You review the work of an AI coding agent for its own mistakes, to learn from them.
+
+Error categories:
+""" + "\n".join(f"- {c}: {d}" for c, d in TAXONOMY.items() if c != "REVIEW_PASSED") + """
+
+Rules:
+- Record only real mistakes of the agent: failed attempts it caused, user corrections, bugs it \
+introduced, verification it skipped. Reproducing a bug the user reported is not a mistake.
+- what_happened: the behaviour, not a narrative ("called .name on a possibly-None user").
+- what_caught_it: self-review, test, user or CI.
+- proposed_update: one specific procedural directive that prevents it recurring.
+- iteration_count: attempts before success (1 = first try).
+- Answer {"assessments": []} when nothing went wrong."""
+
+
+def _llm_assessments(llm, text: str) -> list[dict]:
+    reply = llm.chat_json([{"role": "system", "content": AUTO_PROMPT},
+                           {"role": "user", "content": text}], AUTO_SCHEMA, task="introspect")
+    return reply["assessments"]
+
+
+def _fields_from_llm(item: dict, default_context: str | None) -> dict:
+    category = item["category"]
+    return {
+        "Category": category, "Context": item.get("context") or default_context,
+        "What_happened": item["what_happened"], "Outcomes": item.get("outcomes"),
+        "What_caught_it": item.get("what_caught_it"),
+        "Estimates_vs_actual": item.get("estimates_vs_actual"),
+        "Proposed_update": item.get("proposed_update") or DEFAULT_UPDATES[category],
+        "Iteration_count": item.get("iteration_count"),
+    }
+
+
+def _resolve_llm(app, llm, use_llm: bool):
+    if not use_llm:
+        return None, False
+    if llm is not None:
+        return llm, False
+    from .llm import make_llm
+
+    made = make_llm(app.config)
+    return made, made is not None
+
+
+def _run_llm(llm, texts: list[str]) -> list[dict] | None:
+    """Assessments from the LLM over each text, or None when it cannot answer (use heuristics)."""
+    from .llm import BudgetExhausted
+
+    if llm is None:
+        return None
+    found: list[dict] = []
+    try:
+        for text in texts:
+            found.extend(_llm_assessments(llm, text))
+    except BudgetExhausted as exc:
+        log.info("introspection with heuristics: %s", exc.message)
+        return None
+    except LLMUnavailable as exc:
+        log.warning("LLM unavailable, introspecting with heuristics: %s", exc.message)
+        return None
+    except ValueError as exc:
+        log.warning("LLM reply unusable, introspecting with heuristics: %s", exc)
+        return None
+    return found
+
+
+def _group_signals(signals) -> dict[str, list]:
+    grouped: dict[str, list] = {}
+    for signal in signals:
+        category = categorize(signal.text)
+        grouped.setdefault(category, []).append(signal)
+    return grouped
+
+
+def _fields_from_signals(category: str, signals, context: str | None) -> dict:
+    kinds = {s.kind for s in signals}
+    shown = "; ".join(" ".join(s.text.split())[:200] for s in signals[:3])
+    if len(signals) > 3:
+        shown += f"; and {len(signals) - 3} more"
+    if "correction" in kinds:
+        caught = "user"
+    elif any(re.search(r"\bfailed\b|FAILED|AssertionError|pytest|test", s.text) for s in signals):
+        caught = "test"
+    else:
+        caught = "tool error"
+    failures = sum(1 for s in signals if s.kind != "correction")
+    return {
+        "Category": category, "Context": context, "What_happened": shown,
+        "Outcomes": f"{len(signals)} error signal(s) before the work went on "
+                    f"({', '.join(sorted(kinds))})",
+        "What_caught_it": caught, "Estimates_vs_actual": None,
+        "Proposed_update": DEFAULT_UPDATES[category],
+        "Iteration_count": failures + 1 if failures else None,
+    }
+
+
+def introspect_text(app, text: str, *, llm=None, use_llm: bool = True,
+                    project: str | None = None) -> list[Memory]:
+    """self_assessments from a free text; nothing when it tells of nothing going wrong."""
+    if not (text or "").strip():
+        raise UsageError("--text is empty", hint='describe what happened, e.g. --text "null pointer in handler"')
+    app.store  # noqa: B018 - open the store (and bind the models) first
+    cleaned = _redact_fields(app, {"t": strip_context_blocks(text)})["t"]
+    llm, owned = _resolve_llm(app, llm, use_llm)
+    try:
+        items = _run_llm(llm, [cleaned])
+    finally:
+        if owned:
+            llm.close()
+    if items is not None:
+        return [store_assessment(app, _fields_from_llm(item, None), source="introspection",
+                                 confidence=AUTO_CONFIDENCE, origin="auto-text", project=project)
+                for item in items]
+    if not _TROUBLE.search(cleaned) and not any(c.rule.startswith("correction") for c in statements(cleaned)):
+        return []
+    category = categorize(cleaned, default="MISSING_VERIFICATION")
+    what = " ".join(cleaned.split())
+    fields = {"Category": category, "Context": None, "What_happened": what[:400],
+              "Outcomes": None, "What_caught_it": None, "Estimates_vs_actual": None,
+              "Proposed_update": DEFAULT_UPDATES[category], "Iteration_count": None}
+    return [store_assessment(app, fields, source="introspection", confidence=AUTO_CONFIDENCE,
+                             origin="auto-text", project=project)]
+
+
+def introspect_session(app, session_id: str, *, adapter_name: str | None = None, llm=None,
+                       use_llm: bool = True) -> list[Memory]:
+    """self_assessments from a session's transcript after its introspection cursor."""
+    from .adapters import adapter_from_config
+
+    adapter = adapter_from_config(app.config, adapter_name)
+    app.store  # noqa: B018 - open the store (and bind the models) first
+    row = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
+                                    & (SessionCursor.session_id == session_id))
+    start = row.introspect_cursor if row else None
+    transcript = adapter.read_transcript(session_id, after=start)
+    project = transcript.project_root or transcript.directory
+    context = f"session {session_id}" + (f" ({transcript.title})" if transcript.title else "")
+    if project:
+        context += f" in {project}"
+    memories: list[Memory] = []
+    if transcript.messages:
+        prepared = prepare_slice(app.config, transcript.messages)
+        texts = ["\n".join(line.rendered for line in chunk) for chunk in chunk_lines(prepared.lines)]
+        llm, owned = _resolve_llm(app, llm, use_llm)
+        try:
+            items = _run_llm(llm, texts) if texts else []
+        finally:
+            if owned:
+                llm.close()
+        if items is not None:
+            field_sets = [_fields_from_llm(item, context) for item in items]
+        else:
+            redacted, _ = redact_messages(app.config, transcript.messages)
+            grouped = _group_signals(error_signals(redacted))
+            field_sets = [_fields_from_signals(c, s, context) for c, s in grouped.items()]
+        memories = [store_assessment(app, fields, source="introspection", confidence=AUTO_CONFIDENCE,
+                                     origin="auto-session", project=project, session_id=session_id,
+                                     extra={"adapter": adapter.name})
+                    for fields in field_sets]
+    _advance_introspect_cursor(app, adapter.name, session_id, project, transcript.cursor or start)
+    return memories
+
+
+def _advance_introspect_cursor(app, adapter: str, session_id: str, project, cursor) -> None:
+    with app.store.db.atomic():
+        row = SessionCursor.get_or_none((SessionCursor.adapter == adapter)
+                                        & (SessionCursor.session_id == session_id))
+        if row is None:
+            SessionCursor.create(adapter=adapter, session_id=session_id, project=project,
+                                 introspect_cursor=cursor, status="idle", updated_at=now())
+        else:
+            row.introspect_cursor = cursor
+            row.updated_at = now()
+            row.save()
+
+
+# ---- learn and track-review ---------------------------------------------------------------------
+
+
+def learn(app, wrong: str, right: str, context: str | None = None) -> list[Memory]:
+    """Store a lesson from a wrong → right correction as a procedure memory."""
+    if not (wrong or "").strip() or not (right or "").strip():
+        raise UsageError("learn needs both --wrong and --right",
+                         hint='e.g. --wrong "called wrong function" --right "call correctFunction() instead"')
+    fields = _redact_fields(app, {"wrong": wrong.strip(), "right": right.strip(),
+                                  "context": (context or "").strip() or None})
+    content = f"Do: {fields['right']}\nInstead of: {fields['wrong']}"
+    if fields["context"]:
+        content += f"\nContext: {fields['context']}"
+    summary = " ".join(fields["right"].split())
+    summary = summary if len(summary) <= 120 else summary[:119] + "…"
+    result = app.store.add(content, "procedure", summary=summary, confidence=MANUAL_CONFIDENCE,
+                           source="learn", metadata={**fields, "origin": "learn"})
+    if result.created:
+        _embed(app, [result.memory])
+    return [result.memory]
+
+
+def review_memories() -> list[Memory]:
+    """Valid self_assessments that track-review stored."""
+    import peewee as pw
+
+    return list(Memory.select().where(
+        (Memory.type == "self_assessment") & Memory.invalidated_at.is_null()
+        & (pw.fn.json_extract(Memory.metadata, "$.origin") == TRACK_REVIEW)))
+
+
+def clean_reviews(app) -> int:
+    """Invalidate every track-review memory; return how many."""
+    app.store  # noqa: B018
+    stale = review_memories()
+    for memory in stale:
+        app.store.invalidate(memory.id, "cleaned by track-review --clean")
+    return len(stale)
+
+
+_FINDING_KEYS = {"category", "context", "what_happened", "description", "message", "file", "line",
+                 "proposed_fix", "proposed_update", "suggestion", "severity", "outcomes",
+                 "iteration_count", "title"}
+
+
+def _finding_fields(finding: dict, default_context: str | None, where: str) -> dict:
+    if not isinstance(finding, dict):
+        raise UsageError(f"{where}: a finding must be a JSON object")
+    category = check_category(finding.get("category"))
+    location = finding.get("context")
+    if not location and finding.get("file"):
+        location = str(finding["file"]) + (f":{finding['line']}" if finding.get("line") is not None else "")
+    location = location or default_context
+    what = (finding.get("what_happened") or finding.get("description") or finding.get("message")
+            or finding.get("title") or f"review finding: {TAXONOMY[category]}")
+    if finding.get("severity"):
+        what = f"[{finding['severity']}] {what}"
+    for key in ("what_happened", "description", "message", "context", "proposed_fix", "title"):
+        if finding.get(key) is not None and not isinstance(finding[key], str):
+            raise UsageError(f"{where}: '{key}' must be a string")
+    return {
+        "Category": category, "Context": location, "What_happened": what,
+        "Outcomes": finding.get("outcomes"), "What_caught_it": "review",
+        "Estimates_vs_actual": None,
+        "Proposed_update": (finding.get("proposed_fix") or finding.get("proposed_update")
+                            or finding.get("suggestion") or DEFAULT_UPDATES[category]),
+        "Iteration_count": finding.get("iteration_count"),
+    }
+
+
+def load_findings(path: str | Path, context: str | None) -> list[dict]:
+    """Check a findings file whole (a list, or {"findings": [...]}) and return the field sets."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"{path} is not valid JSON: {exc}",
+                         hint='expected [{"category": "NULL_SAFETY", "context": "handler.py:42", …}]') from None
+    findings = document.get("findings") if isinstance(document, dict) else document
+    if not isinstance(findings, list):
+        raise UsageError(f"{path}: expected a list of findings or {{\"findings\": [...]}}")
+    out, errors = [], []
+    for index, finding in enumerate(findings):
+        try:
+            out.append(_finding_fields(finding, context, f"{path} finding #{index + 1}"))
+        except UsageError as exc:
+            where = f"finding #{index + 1}"
+            message = exc.message if where in exc.message else f"{where}: {exc.message}"
+            errors.append(message + (f" ({exc.hint})" if exc.hint else ""))
+    if errors:
+        raise UsageError("; ".join(errors[:5]) + (f"; and {len(errors) - 5} more" if len(errors) > 5 else ""),
+                         hint="nothing was stored; fix the file and run again")
+    return out
+
+
+class ReviewMemories(list):
+    """The memories track-review stored; `invalidated` counts those --clean retired."""
+
+    invalidated = 0
+
+
+def track_review(app, *, single: dict | None = None, findings_file: str | Path | None = None,
+                 context: str | None = None, clean: bool = False) -> ReviewMemories:
+    """Persist review findings as self_assessments; no findings → one REVIEW_PASSED memory.
+
+    `clean` first invalidates every earlier track-review memory (alone, it stores nothing).
+    """
+    if single is not None and findings_file is not None:
+        raise UsageError("--single and --findings cannot be combined", hint="use one or the other")
+    field_sets: list[dict] | None = None
+    # Check everything before writing anything (the clean included).
+    if single is not None:
+        field_sets = [_finding_fields(single, context, "--single")]
+    elif findings_file is not None:
+        field_sets = load_findings(findings_file, context)
+    app.store  # noqa: B018
+    result = ReviewMemories()
+    if clean:
+        result.invalidated = clean_reviews(app)
+        log.info("track-review: invalidated %d earlier review memories", result.invalidated)
+        if field_sets is None:
+            return result
+    if not field_sets:
+        stamp = to_iso(now())
+        field_sets = [{"Category": "REVIEW_PASSED", "Context": context or f"review at {stamp}",
+                       "What_happened": "Review completed with no findings",
+                       "Outcomes": f"clean review ({stamp})", "What_caught_it": "review",
+                       "Estimates_vs_actual": None, "Proposed_update": DEFAULT_UPDATES["REVIEW_PASSED"],
+                       "Iteration_count": None}]
+    reviewed_at = to_iso(now())
+    result.extend(store_assessment(app, fields, source="review", confidence=MANUAL_CONFIDENCE,
+                                   origin=TRACK_REVIEW, extra={"reviewed_at": reviewed_at})
+                  for fields in field_sets)
+    return result

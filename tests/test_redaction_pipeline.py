@@ -1,0 +1,116 @@
+"""Planted secrets never reach the store, the embedder or the LLM, on every write path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_extract import CopilotSession, fast_model_server
+from test_redact import PLANTED
+
+from llmem.app import App
+from llmem.extract import extract_session, extract_text
+from llmem.introspect import (
+    introspect_manual,
+    introspect_session,
+    introspect_text,
+    learn,
+    track_review,
+)
+
+CUSTOM_SECRET = "ACME-INTERNAL-48151623"
+
+
+@pytest.fixture
+def model_server():
+    yield from fast_model_server()
+
+
+def planted_texts() -> list[tuple[str, str]]:
+    """(text to plant, secret) for every planted kind, plus one custom-pattern secret."""
+    texts = [((template or "token in text: {s} (end)").format(s=secret), secret)
+             for _, template, secret in PLANTED]
+    return [*texts, (f"the ticket system id is {CUSTOM_SECRET}", CUSTOM_SECRET)]
+
+
+def test_at_least_twenty_kinds_are_planted():
+    assert len({kind for kind, _, _ in PLANTED}) >= 20
+
+
+def test_no_planted_secret_reaches_the_store_or_any_request(configure, tmp_path, model_server):
+    state_dir = tmp_path / "session-state"
+    configure(f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"
+              f"llm:\n  provider: ollama\n  base_url: {model_server.url}\n"
+              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n"
+              f"redaction:\n  patterns: ['ACME-INTERNAL-[0-9]{{8}}']\n")
+    planted = planted_texts()
+    secrets = [secret for _, secret in planted]
+
+    # Session A goes through the LLM; B gets garbage twice, so the heuristics handle it.
+    for session_id in ("ses-secrets-a", "ses-secrets-b"):
+        session = CopilotSession(state_dir, session_id)
+        for number, (text, _) in enumerate(planted):
+            session.user(f"Remember that {text}")  # a statement the heuristics keep
+            session.assistant(f"Using it: {text}", [{
+                "name": "bash", "arguments": {"command": f"deploy --note '{text}'"},
+                "output": f"Traceback (most recent call last):\nValueError: bad value {text}",
+                "success": number % 2 == 0}])
+        session.assistant("Editing.", [{"name": "edit", "arguments": {"path": "x.py"}, "output": "ok"}])
+        session.assistant("", [{"name": "bash", "arguments": {"command": "pytest"},
+                                "output": f"1 failed: AssertionError {planted[0][0]}"}])
+
+    # A model that echoes secrets back (it never saw them, but may invent secret-shaped text;
+    # a bare value with nothing around it, such as a 40-character AWS secret, cannot be told
+    # from any other string, so the echo carries its context like a real leak would).
+    echo = " ; ".join(text for text, _ in planted[:5])
+    llm_memories = json.dumps({"memories": [
+        {"type": "fact", "content": f"Deployment uses these values: {text}", "summary": text}
+        for text, _ in planted[:8]] + [{"type": "fact", "content": f"Echo {echo}"}]})
+    model_server.chat_replies = [llm_memories] * 30
+
+    app = App()
+    try:
+        report_a = extract_session(app, "ses-secrets-a")
+        model_server.chat_replies = ["not json", "still not json"] * 30
+        report_b = extract_session(app, "ses-secrets-b")
+        introspect_session(app, "ses-secrets-a")
+        model_server.chat_replies = [json.dumps({"assessments": [{
+            "category": "AUTH_BYPASS", "what_happened": f"leaked {planted[1][0]}",
+            "proposed_update": f"rotate {planted[2][0]}"}]})]
+        introspect_text(app, f"I made a mistake and pasted {planted[3][0]}")
+        extract_text(app, "Remember: " + " and ".join(text for text, _ in planted[:10]))
+        introspect_manual(app, "AUTH_BYPASS", f"committed {planted[4][0]}", context=planted[5][0],
+                          proposed_fix=f"never paste {planted[6][0]}")
+        learn(app, f"used {planted[7][0]}", f"read it from the vault, not {planted[8][0]}",
+              context=planted[9][0])
+        track_review(app, single={"category": "AUTH_BYPASS", "context": planted[10][0],
+                                  "what_happened": f"hardcoded {planted[11][0]}"})
+        stored = app.store.list(limit=None, include_invalid=True)
+    finally:
+        app.close()
+
+    assert report_a.used_llm and report_a.memories_added > 0 and report_a.redactions >= len(planted)
+    assert not report_b.used_llm and report_b.memories_added > 0
+    assert len(stored) > 20
+    assert any("[REDACTED:" in m.content for m in stored)
+    assert {p for p, _ in model_server.requests} >= {"/api/chat", "/api/embed"}
+
+    home = Path(app.config.db_path).parent
+    store_bytes = b"".join(p.read_bytes() for p in home.glob("memory.db*"))
+    requests = json.dumps([body for _, body in model_server.requests], ensure_ascii=False)
+    leaks_store = [s for s in secrets if s.encode() in store_bytes]
+    leaks_requests = [s for s in secrets if s in requests]
+    assert leaks_store == [] and leaks_requests == []
+
+
+@pytest.mark.parametrize("enabled", [False])
+def test_redaction_can_be_turned_off(configure, enabled):
+    configure(f"embedding:\n  provider: none\nllm:\n  provider: none\nredaction:\n  enabled: {str(enabled).lower()}\n")
+    app = App()
+    try:
+        report = extract_text(app, "Remember that the staging password: hunter2!x is shared.")
+        (memory,) = app.store.list()
+    finally:
+        app.close()
+    assert report.redactions == 0 and "hunter2!x" in memory.content

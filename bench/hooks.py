@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Hook latency: fresh-process `llmem hook --type created` and `llmem context`, and extraction
+overhead on a 2,000-message transcript with a stub LLM (time outside the LLM).
+
+Prints figures; it is not a test. Everything lives in a temporary LLMEM_HOME. Example:
+    python bench/hooks.py
+    python bench/hooks.py --memories 5000 --runs 30 --fake-embedder
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+PROJECT = "/home/dev/acme-api"
+SESSION = "ses-bench-start"
+BIG_SESSION = "ses-bench-big"
+TYPES = ["fact", "decision", "preference", "event", "project_state", "procedure", "conversation",
+         "self_assessment"]
+CATEGORIES = ["NULL_SAFETY", "ERROR_HANDLING", "EDGE_CASE", "DESIGN", "PERFORMANCE"]
+WORDS = [
+    "pagination", "cursor", "keyset", "orders", "flaky", "test", "ordering", "created_at", "id",
+    "api", "handler", "retry", "timeout", "cache", "index", "migration", "schema", "token",
+    "budget", "embedding", "search", "rerank", "fts", "vector", "queue", "worker", "watcher",
+    "hook", "plugin", "compaction", "session", "transcript", "redact", "secret", "deploy",
+    "docker", "ci", "lint", "ruff", "pytest", "typing", "dataclass", "peewee", "sqlite", "wal",
+    "busy", "lock",
+]
+
+
+class SessionWriter:
+    """A Copilot CLI session-state dir (events.jsonl + workspace.yaml), message by message."""
+
+    def __init__(self, state_dir: Path, session_id: str, cwd: str = PROJECT, title: str = "bench"):
+        self.dir = state_dir / session_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.count = 0
+        self.lines: list[str] = []
+        (self.dir / "workspace.yaml").write_text(
+            f"id: {session_id}\ncwd: {cwd}\ngit_root: {cwd}\nname: {title}\n")
+        self._event({"type": "session.start", "data": {"sessionId": session_id, "version": 1,
+                                                        "context": {"cwd": cwd, "gitRoot": cwd}}})
+
+    def _event(self, event: dict) -> None:
+        self.count += 1
+        stamp = f"2026-10-01T{self.count // 3600 % 24:02d}:{self.count // 60 % 60:02d}:{self.count % 60:02d}.000Z"
+        self.lines.append(json.dumps({**event, "id": f"00000000-0000-4000-8000-{self.count:012d}",
+                                      "timestamp": stamp, "parentId": None}))
+
+    def user(self, text: str) -> None:
+        self._event({"type": "user.message", "data": {"content": text}})
+
+    def assistant(self, text: str, tool: str | None = None) -> None:
+        requests = [{"toolCallId": f"c{self.count}", "name": "bash", "type": "function",
+                     "arguments": {"command": tool}}] if tool else []
+        self._event({"type": "assistant.message", "data": {"messageId": f"m{self.count}",
+                                                            "content": text, "toolRequests": requests}})
+        for request in requests:
+            self._event({"type": "tool.execution_complete", "data": {
+                "toolCallId": request["toolCallId"], "success": True,
+                "result": {"content": "12 passed in 0.4s"}}})
+
+    def save(self) -> None:
+        (self.dir / "events.jsonl").write_text("\n".join(self.lines) + "\n")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def seed_store(count: int, rng: random.Random) -> None:
+    from llmem.app import App
+
+    app = App()
+    store = app.store
+    with store.db.atomic():
+        for i in range(count):
+            kind = TYPES[i % len(TYPES)]
+            text = f"{kind} {i}: " + " ".join(rng.choices(WORDS, k=rng.randint(8, 40)))
+            meta = {}
+            if kind == "self_assessment":
+                meta = {"category": rng.choice(CATEGORIES), "recurring": "no",
+                        "proposed_update": "Check " + " ".join(rng.choices(WORDS, k=8))}
+            project = rng.choice([PROJECT, None, "/home/dev/other", "/home/dev/third"])
+            store.add(text, kind, project=project, metadata=meta, source="import")
+    embedded = 0
+    if app.embedder.available:
+        from llmem.vectors import embed_pending
+
+        embedded = embed_pending(store, app.embedder)
+    app.close()
+    print(f"store: {count} memories ({embedded} embedded)")
+
+
+def time_command(args: list[str], runs: int, env: dict, stdin: str | None = None) -> list[float]:
+    timings = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        proc = subprocess.run(args, input=stdin, capture_output=True, text=True, env=env, timeout=120)
+        timings.append((time.perf_counter() - started) * 1000)
+        if proc.returncode != 0 or (proc.stderr and "hook" in args):
+            raise SystemExit(f"{' '.join(args)} failed: {proc.returncode} {proc.stderr}")
+    return timings
+
+
+def bench_processes(runs: int, env: dict) -> None:
+    llmem = [sys.executable, "-m", "llmem"]
+    start_payload = json.dumps({"sessionId": SESSION, "cwd": PROJECT, "source": "new"})
+    cases = [
+        ("python -c pass (interpreter floor)", [sys.executable, "-c", "pass"], None),
+        ("llmem --help", [*llmem, "--help"], None),
+        ("hook --type created (session known)", [*llmem, "hook", "--type", "created", "--session-id", SESSION], None),
+        ("hook --type created (unknown session)", [*llmem, "hook", "--type", "created", "--session-id", "ses-nope"], None),
+        ("hook created, Copilot JSON on stdin", [*llmem, "hook", "--type", "created", "--format", "copilot"], start_payload),
+        ("context --session-id (known)", [*llmem, "context", "--session-id", SESSION], None),
+        ("context --compacting", [*llmem, "context", "--session-id", SESSION, "--compacting"], None),
+        ("hook --type idle --detach (returns)", [*llmem, "hook", "--type", "idle", "--session-id", SESSION, "--detach"], None),
+    ]
+    print(f"\nfresh-process latency, {runs} runs each (ms)")
+    print(f"{'command':<42} {'p50':>7} {'p95':>7} {'min':>7}")
+    for label, args, stdin in cases:
+        time_command(args, 1, env, stdin)  # warm the page cache and .pyc files
+        timings = time_command(args, runs, env, stdin)
+        print(f"{label:<42} {statistics.median(timings):7.1f} {percentile(timings, 0.95):7.1f} {min(timings):7.1f}")
+    time.sleep(1.0)  # let detached idle runs finish before the store is measured again
+
+
+def bench_extraction(messages: int, state_dir: Path) -> None:
+    from llmem.app import App
+
+    try:
+        from llmem.extract import extract_session
+    except ImportError:
+        print("\nllmem.extract is not there yet: extraction overhead not measured")
+        return
+    writer = SessionWriter(state_dir, BIG_SESSION, title="big session")
+    rng = random.Random(7)
+    for i in range(messages // 2):
+        writer.user(f"Step {i}: please look at module_{i}.py; " + " ".join(rng.choices(WORDS, k=20)))
+        writer.assistant(f"Looked at module_{i}.py. " + " ".join(rng.choices(WORDS, k=30)),
+                         tool=f"pytest tests/test_{i}.py" if i % 3 == 0 else None)
+    writer.save()
+
+    class StubLLM:
+        calls = 0
+        seconds = 0.0
+
+        def chat_json(self, messages, schema, task):
+            started = time.perf_counter()
+            StubLLM.calls += 1
+            reply = {"memories": [{"type": "fact", "content": f"Chunk {StubLLM.calls} covers modules and tests."}]}
+            StubLLM.seconds += time.perf_counter() - started
+            return reply
+
+        def close(self):
+            pass
+
+    app = App()
+    _ = app.store  # open and migrate outside the timing
+    started = time.perf_counter()
+    report = extract_session(app, BIG_SESSION, llm=StubLLM())
+    total = time.perf_counter() - started
+    outside = total - StubLLM.seconds
+    print(f"\nextraction, {report.messages_read} messages, {report.chunks} chunks, stub LLM "
+          f"({report.memories_added} added)")
+    print(f"  outside the LLM: {outside * 1000:.0f} ms total, "
+          f"{outside * 1e6 / max(report.messages_read, 1):.0f} µs per message")
+    started = time.perf_counter()
+    again = extract_session(app, BIG_SESSION, llm=StubLLM())
+    print(f"  second run (cursor at the end, {again.messages_read} new): "
+          f"{(time.perf_counter() - started) * 1000:.0f} ms")
+    try:
+        from llmem.introspect import introspect_session
+
+        started = time.perf_counter()
+        found = introspect_session(app, BIG_SESSION, use_llm=False)
+        print(f"  introspection (heuristics, no LLM): {(time.perf_counter() - started) * 1000:.0f} ms, "
+              f"{len(found)} self_assessments")
+    except ImportError:
+        pass
+    app.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=3000)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--fake-embedder", action="store_true",
+                        help="embed through the fake Ollama on 127.0.0.1 (hybrid search path)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="llmem-bench-hooks-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        state_dir = Path(tmp) / "session-state"
+        os.environ["LLMEM_HOME"] = str(home)
+        # Fresh processes should load cached bytecode as an installed llmem does; keep the
+        # cache out of the source tree.
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+        os.environ.pop("LLMEM_CONFIG", None)
+        server = None
+        embedding = "embedding:\n  provider: none\n"
+        if args.fake_embedder:
+            from fakes import FakeModelServer
+
+            server = FakeModelServer().start()
+            embedding = f"embedding:\n  provider: ollama\n  base_url: {server.url}\n"
+        (home / "config.yaml").write_text(
+            embedding + "llm:\n  provider: none\n"
+            f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n")
+        start = SessionWriter(state_dir, SESSION, title="Fix flaky pagination test")
+        start.user("Why does test_list_orders_paginates fail intermittently? The cursor ordering "
+                   "looks wrong when created_at ties.")
+        start.save()
+        try:
+            seed_store(args.memories, random.Random(1))
+            bench_processes(args.runs, dict(os.environ))
+            bench_extraction(args.messages, state_dir)
+        finally:
+            if server:
+                server.stop()
+
+
+if __name__ == "__main__":
+    main()

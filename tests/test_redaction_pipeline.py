@@ -114,3 +114,29 @@ def test_redaction_can_be_turned_off(configure, enabled):
     finally:
         app.close()
     assert report.redactions == 0 and "hunter2!x" in memory.content
+
+
+def test_batched_redaction_matches_text_by_text(fts_config):
+    from llmem.adapters import ToolCall, TranscriptMessage
+    from llmem.extract import redact_messages
+    from llmem.redact import redact
+
+    app = App()
+    texts = [text for text, _ in planted_texts()[:-1]]
+    messages = [TranscriptMessage(id=f"m{i}", index=i, role="user", text=text,
+                                  tool_calls=(ToolCall("bash", {"cmd": text, "n": 3}, text),))
+                for i, text in enumerate(texts)]
+    redacted, tally = redact_messages(app.config, messages)
+    for original, message in zip(texts, redacted, strict=True):
+        assert message.text == redact(original).text
+        assert message.tool_calls[0].output == redact(original).text
+        assert json.loads(message.tool_calls[0].input) == {"cmd": redact(original).text, "n": 3}
+    assert sum(tally.values()) == 3 * len(texts)
+
+    # An unclosed <private> block swallows the separator: the batch falls back, and the
+    # next message is still there, redacted on its own.
+    unclosed = [TranscriptMessage(id="a", index=0, role="user", text="keep <private>secret stuff"),
+                TranscriptMessage(id="b", index=1, role="user", text="the next message")]
+    first, second = redact_messages(app.config, unclosed)[0]
+    assert first.text == "keep [REDACTED:private]" and second.text == "the next message"
+    app.close()

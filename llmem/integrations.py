@@ -80,6 +80,7 @@ function runLlmem(args, timeoutMs) {
         try { child.kill() } catch {}
         finish("")
       }, timeoutMs)
+      child.stdout?.setEncoding?.("utf8") // a character split across chunks stays whole
       child.stdout?.on("data", (chunk) => { out += chunk })
       child.on("error", () => finish(""))
       child.on("close", (code) => finish(code === 0 ? out.trim() : ""))

@@ -25,7 +25,8 @@ PLUGIN_MARK = "// Written by `llmem install opencode`"
 # How long the plugin waits for llmem before going on without it (fail open).
 CONTEXT_TIMEOUT_MS = 20_000
 COMPACTING_TIMEOUT_MS = 180_000
-# Copilot kills a hook command after timeoutSec; idle/compacting/ending detach at once.
+# Copilot kills a hook command after timeoutSec; idle/compacting/ending return at once
+# (queued for the worker, or detached when no worker runs).
 COPILOT_START_TIMEOUT_SEC = 30
 COPILOT_DETACHED_TIMEOUT_SEC = 15
 
@@ -166,9 +167,9 @@ def is_llmem_plugin(text: str) -> bool:
 
 COPILOT_EVENTS = {  # Copilot hook event -> (llmem hook type, extra flags, timeoutSec)
     "sessionStart": ("created", "", COPILOT_START_TIMEOUT_SEC),
-    "agentStop": ("idle", " --detach", COPILOT_DETACHED_TIMEOUT_SEC),
-    "preCompact": ("compacting", " --detach", COPILOT_DETACHED_TIMEOUT_SEC),
-    "sessionEnd": ("ending", " --detach", COPILOT_DETACHED_TIMEOUT_SEC),
+    "agentStop": ("idle", "", COPILOT_DETACHED_TIMEOUT_SEC),
+    "preCompact": ("compacting", "", COPILOT_DETACHED_TIMEOUT_SEC),
+    "sessionEnd": ("ending", "", COPILOT_DETACHED_TIMEOUT_SEC),
 }
 
 

@@ -134,7 +134,7 @@ def test_missing_extract_and_introspect_modules_are_skipped(copilot_config, monk
 
 def test_adapter_none_is_no_transcript_not_an_error(configure, cli):
     configure(BASE + "session:\n  adapter: none\n")
-    code, out, err = cli("hook", "--type", "idle", "--session-id", "ses_1", "--format", "json")
+    code, out, err = cli("hook", "--type", "idle", "--session-id", "ses_1", "--sync", "--format", "json")
     assert code == 0 and err == ""
     steps = json.loads(out)["steps"]
     assert {s["result"] for s in steps.values()} <= {"no_transcript", "unavailable"}
@@ -206,11 +206,11 @@ def test_copilot_session_start_json_on_stdin(cli, copilot_config, monkeypatch, t
 
 
 def test_idle_and_ending_run_on_the_transcript(cli, copilot_config):
-    code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--format", "json")
+    code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--sync", "--format", "json")
     assert code == 0, err
     result = json.loads(out)
     assert set(result["steps"]) == {"extract", "introspect"}
-    code, out, err = cli("hook", "--type", "ending", "--session-id", SESSION)
+    code, out, err = cli("hook", "--type", "ending", "--session-id", SESSION, "--sync")
     assert code == 0 and out.startswith(f"ending {SESSION}:")
 
 
@@ -265,7 +265,7 @@ def test_locked_store_fails_open(cli, copilot_config, llmem_home, monkeypatch):
          str(llmem_home / "memory.db")], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
     try:
-        code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION)
+        code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--sync")
         assert code == 0
         assert "locked" in one_line(err)
         code, out, err = cli("hook", "--type", "created", "--session-id", SESSION)
@@ -279,7 +279,7 @@ def test_locked_store_fails_open(cli, copilot_config, llmem_home, monkeypatch):
 def test_llm_down_fails_open(cli, configure, state_dir):
     configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {free_port_url()}\n"
               f"  timeout: 2\nsession:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n")
-    code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION)
+    code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--sync")
     assert code == 0
     assert len([line for line in err.splitlines() if line.strip()]) <= 1, err
 
@@ -301,3 +301,38 @@ def test_detach_returns_at_once_and_the_work_runs_in_background(cli, copilot_con
     assert os.waitstatus_to_exitcode(status) == 0
     log_text = (llmem_home / "logs" / "hooks.log").read_text()
     assert f" {pid} " in log_text  # the background process logged its own run
+
+
+# ---- enqueue by default -----------------------------------------------------------------------
+
+def test_hooks_enqueue_when_a_worker_is_alive(cli, copilot_config, llmem_home):
+    from llmem.cli.queueing import open_queue
+    from llmem.config import load_config
+    from llmem.db.models import Event
+    from llmem.events import worker_heartbeat
+    from llmem.store import Store
+
+    with Store.open(llmem_home / "memory.db") as store:
+        worker_heartbeat(store)
+    code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--format", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert "event_id" in result and "detached" not in result and result["steps"] == {}
+    code, out, err = cli("hook", "--type", "compacting", "--session-id", SESSION, "--format", "json")
+    result = json.loads(out)
+    assert "event_id" in result and result["context"].startswith("<llmem-context>")
+    with Store.open(llmem_home / "memory.db"):
+        kinds = [(e.kind, e.status) for e in Event.select().order_by(Event.id)]
+    assert kinds == [("idle", "pending"), ("compacting", "pending")]
+    huey, _ = open_queue(load_config())
+    assert huey.pending_count() == 2
+    # the same moment again while still pending is one event, one task
+    cli("hook", "--type", "idle", "--session-id", SESSION)
+    assert huey.pending_count() == 2
+
+
+def test_hooks_run_detached_when_no_worker_is_alive(cli, copilot_config):
+    code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--format", "json")
+    assert code == 0, err
+    pid = json.loads(out)["detached"]
+    os.waitpid(pid, 0)

@@ -95,6 +95,13 @@ def reconcile(enqueue_event=None) -> dict:
     return {"requeued": [e.id for e in stuck]}
 
 
+def heartbeat() -> None:
+    """Tell hooks a consumer is alive, so they enqueue instead of running work themselves."""
+    from llmem.events import worker_heartbeat
+
+    worker_heartbeat(current_app().store)
+
+
 def cron_parts(expression: str) -> dict:
     """A five-field cron expression as huey.crontab keyword arguments."""
     fields = expression.split()
@@ -117,6 +124,8 @@ def register(huey, config) -> SimpleNamespace:
     every = max(1, int(pipeline["reconcile_interval_minutes"]))
     tasks.reconcile_periodic = huey.periodic_task(crontab(minute=f"*/{every}"), name="reconcile_periodic")(
         lambda: reconcile(tasks.process_event))
+    tasks.heartbeat = huey.periodic_task(crontab(minute="*"), name="heartbeat")(heartbeat)
+
     @huey.signal(SIGNAL_INTERRUPTED)
     def requeue_interrupted(signal_name, task, *args):
         # SIGTERM interrupts a running task and huey drops it: put its event back to

@@ -24,10 +24,12 @@ def _start_watcher(app):
 def _consumer(app, workers: int):
     from workers.tasks import use_app
 
+    from ..events import worker_heartbeat
     from .queueing import open_queue
 
     use_app(app)
     huey, tasks = open_queue(app.config)
+    worker_heartbeat(app.store)
     tasks.reconcile()  # events a killed worker left behind go back on the queue first
     return huey.create_consumer(workers=workers, worker_type="thread", periodic=True,
                                 check_worker_health=True, initial_delay=0.1, backoff=1.15,

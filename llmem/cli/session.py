@@ -120,20 +120,40 @@ def _spawn_detached(kind, session_id, *, project, adapter, model, base_url, conf
 
 def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=None, adapter=None,
                   model=None, base_url=None, config_path=None) -> dict:
-    """Decide how a hook's work runs: the one place to change when enqueueing becomes the default.
+    """Decide how a hook's work runs: inline (--sync, and `created`), queued, or detached.
 
-    Now: inline, or in a detached background process with --detach (never for `created`,
-    whose output is the point). The pipeline issue will enqueue here unless --sync is given.
+    By default the event is recorded in the store and enqueued for the worker, so the agent
+    waits only for that. A compacting hook still prints its compaction block inline. With
+    no worker alive (none seen for a few minutes), or with per-hook --model/--base-url
+    (which a queued event does not carry), the work runs in a detached process instead.
     """
-    if detach and not sync and kind != "created":
-        pid = _spawn_detached(kind, session_id, project=project, adapter=adapter, model=model,
-                              base_url=base_url, config_path=config_path)
-        log.info("%s %s: detached to process %d", kind, session_id, pid)
-        return {"kind": kind, "session_id": session_id, "detached": pid, "steps": {}, "errors": []}
     from ..sessions import handle_session_event
 
-    return handle_session_event(app, kind, session_id, adapter_name=adapter, model=model,
-                                base_url=base_url, project=project, fail_open=True)
+    if sync or kind == "created":
+        return handle_session_event(app, kind, session_id, adapter_name=adapter, model=model,
+                                    base_url=base_url, project=project, fail_open=True)
+    result = {"kind": kind, "session_id": session_id, "steps": {}, "errors": []}
+    if detach or model or base_url or not _worker_alive(app):
+        result["detached"] = _spawn_detached(kind, session_id, project=project, adapter=adapter,
+                                             model=model, base_url=base_url, config_path=config_path)
+        log.info("%s %s: detached to process %d", kind, session_id, result["detached"])
+    else:
+        from ..diagnostics import detect_adapter_name
+        from .queueing import submit_event
+
+        result["event_id"] = submit_event(app, adapter or detect_adapter_name(app.config), session_id, kind)
+        log.info("%s %s: queued as event %d", kind, session_id, result["event_id"])
+    if kind == "compacting":
+        from ..context import build_context
+
+        result["context"] = build_context(app, session_id, compacting=True, project=project)
+    return result
+
+
+def _worker_alive(app) -> bool:
+    from ..events import worker_seen_recently
+
+    return worker_seen_recently(app.store)
 
 
 def _summary(result: dict) -> str:
@@ -161,7 +181,7 @@ def _one_line(value, limit: int = 300) -> str:
 @click.option("--type", "kind", type=click.Choice(HOOK_TYPES), required=True, help="The lifecycle moment.")
 @click.option("--session-id", help="The agent's session id (default: sessionId of the JSON on stdin).")
 @click.option("--project", help="Project (repo root) of the session (default: the transcript's, or cwd on stdin).")
-@click.option("--sync", is_flag=True, help="Run the work inline and wait for it (the default for now).")
+@click.option("--sync", is_flag=True, help="Run the work inline and wait for it (default: enqueue for the worker).")
 @click.option("--detach", is_flag=True, help="Return at once; the work runs in a background process.")
 @click.option("--model", help="LLM model for extraction and introspection (default: llm.model).")
 @click.option("--base-url", help="LLM server URL (default: llm.base_url).")

@@ -13,16 +13,23 @@ def add(cli, *args):
 
 
 def test_every_command_has_help(cli):
+    import click
+
     def walk(group, prefix):
-        for name, command in group.commands.items():
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
             yield [*prefix, name], command
-            if hasattr(command, "commands"):
+            if isinstance(command, click.Group):
                 yield from walk(command, [*prefix, name])
 
+    seen = []
     for path, command in walk(cli_group, []):
+        seen.append(" ".join(path))
         assert command.help, f"llmem {' '.join(path)} has no help text"
         code, out, _ = cli(*path, "--help")
         assert code == 0 and "Usage:" in out
+    assert {"search", "hook", "install systemd", "dream undo", "queue retry"} <= set(seen)
 
 
 def test_add_get_list_update_invalidate_delete(cli, fts_config):

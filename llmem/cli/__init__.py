@@ -17,11 +17,65 @@ from ..errors import LlmemError
 _state = {"verbose": False}
 
 
+# Every command, in the order `llmem --help` lists them: name -> (module, attribute).
+# Modules are imported only when their command runs (or --help lists them), so a hook pays
+# for its own command alone.
+COMMANDS = {
+    "init": ("admin", "init"),
+    "add": ("memory", "add"),
+    "get": ("memory", "get"),
+    "list": ("memory", "list_memories"),
+    "update": ("memory", "update"),
+    "invalidate": ("memory", "invalidate"),
+    "delete": ("memory", "delete"),
+    "search": ("search", "search"),
+    "stats": ("admin", "stats"),
+    "export": ("admin", "export"),
+    "import": ("admin", "import_memories"),
+    "metrics": ("admin", "metrics"),
+    "embed": ("admin", "embed"),
+    "doctor": ("admin", "doctor"),
+    "config": ("admin", "config_group"),
+    "context": ("session", "context"),
+    "hook": ("session", "hook"),
+    "install": ("session", "install_group"),
+    "introspect": ("introspect", "introspect"),
+    "learn": ("introspect", "learn"),
+    "track-review": ("introspect", "track_review"),
+    "run": ("pipeline", "run"),
+    "watch": ("pipeline", "watch"),
+    "worker": ("pipeline", "worker"),
+    "enqueue": ("pipeline", "enqueue"),
+    "queue": ("pipeline", "queue"),
+    "logs": ("pipeline", "logs"),
+    "dream": ("dream", "dream_group"),
+    "promote": ("dream", "promote"),
+    "promote-explain": ("dream", "promote_explain"),
+    "backfill": ("dream", "backfill"),
+}
+
+
 class LlmemGroup(click.Group):
-    """Lists commands in the order they were added (the README's order), not alphabetically."""
+    """Loads each command's module on first use; lists commands in the table's order."""
 
     def list_commands(self, ctx):
-        return list(self.commands)
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name in self.commands:
+            return self.commands[name]
+        if name not in COMMANDS:
+            return None
+        import importlib
+
+        module_name, attribute = COMMANDS[name]
+        command = getattr(importlib.import_module(f"{__name__}.{module_name}"), attribute)
+        if name == "install":  # the pipeline adds its systemd units to the agents' installers
+            from .pipeline import install_systemd
+
+            command.add_command(install_systemd)
+        self.add_command(command, name)
+        return command
 
 
 @click.group(cls=LlmemGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -51,38 +105,6 @@ def _setup_stderr_logging(verbose: bool) -> None:
     root.setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
-def _register() -> None:
-    from . import admin, memory, search
-
-    for command in (
-        admin.init, memory.add, memory.get, memory.list_memories, memory.update,
-        memory.invalidate, memory.delete, search.search, admin.stats, admin.export,
-        admin.import_memories, admin.metrics, admin.embed, admin.doctor, admin.config_group,
-    ):
-        cli.add_command(command)
-    from . import dream
-
-    for command in (dream.dream_group, dream.promote, dream.promote_explain, dream.backfill):
-        cli.add_command(command)
-    from . import session
-
-    for command in (session.context, session.hook, session.install_group):
-        cli.add_command(command)
-    from . import pipeline
-
-    for command in (pipeline.run, pipeline.watch, pipeline.worker, pipeline.enqueue,
-                    pipeline.queue, pipeline.logs):
-        cli.add_command(command)
-    install = cli.commands.get("install")
-    if install is not None:
-        install.add_command(pipeline.install_systemd)
-
-    from . import introspect
-
-    for command in (introspect.introspect, introspect.learn, introspect.track_review):
-        cli.add_command(command)
-
-_register()
 
 
 def main(argv: list[str] | None = None) -> None:

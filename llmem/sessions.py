@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from .adapters import NoTranscript, validate_session_id
+from .adapters.base import NoTranscript, validate_session_id
 from .errors import LlmemError, UsageError
 
 log = logging.getLogger(__name__)

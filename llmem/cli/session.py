@@ -42,8 +42,6 @@ def context(app, session_id, compacting, max_tokens, project, adapter, as_json):
 
 def _hook_logging(app):
     """Send llmem's log to hooks.log and keep stderr for the hook's one line; returns an undo."""
-    from logging.handlers import RotatingFileHandler
-
     from ..paths import default_paths, ensure_private_dir
 
     root = logging.getLogger("llmem")
@@ -61,8 +59,10 @@ def _hook_logging(app):
     file_handler = None
     try:
         ensure_private_dir(log_dir)
-        file_handler = RotatingFileHandler(log_dir / HOOK_LOG, maxBytes=settings["max_bytes"],
-                                           backupCount=settings["backups"], encoding="utf-8")
+        # Rotated by hand: logging.handlers (and the socket module it pulls in) costs a
+        # hook ~10 ms of start-up on every agent turn.
+        _rotate_if_big(log_dir / HOOK_LOG, settings["max_bytes"], settings["backups"])
+        file_handler = logging.FileHandler(log_dir / HOOK_LOG, encoding="utf-8")
         file_handler.setFormatter(logging.Formatter(
             "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
         level = getattr(logging, settings["level"], logging.INFO)
@@ -81,6 +81,25 @@ def _hook_logging(app):
             handler.setLevel(level)
 
     return undo, (log_dir / HOOK_LOG) if file_handler else None
+
+
+def _rotate_if_big(path, max_bytes: int, backups: int) -> None:
+    """hooks.log → hooks.log.1 → … once it passes max_bytes (a race between hooks is harmless)."""
+    import os
+
+    try:
+        if path.stat().st_size < max_bytes:
+            return
+        for number in range(backups - 1, 0, -1):
+            older = path.with_name(f"{path.name}.{number}")
+            if older.exists():
+                os.replace(older, path.with_name(f"{path.name}.{number + 1}"))
+        if backups > 0:
+            os.replace(path, path.with_name(f"{path.name}.1"))
+        else:
+            path.unlink()
+    except OSError:
+        pass
 
 
 def _read_hook_input() -> dict:
@@ -206,7 +225,7 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
                 from ..errors import UsageError
 
                 raise UsageError("no session id: pass --session-id or the hook's JSON on stdin")
-            from ..adapters import validate_session_id
+            from ..adapters.base import validate_session_id
 
             validate_session_id(session_id)
             config_path = ctx.find_root().params.get("config_path")

@@ -142,6 +142,9 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
     event = claim_event(app.store, event_id)
     if event is None:
         return EventOutcome(event_id, "skipped")
+    llm_allowed_at = _next_llm_extraction(app, event)
+    if llm_allowed_at is not None:
+        return _extract_heuristics_now(app, event, llm_allowed_at, started)
     try:
         result = handle_session_event(app, event.kind, event.session_id, adapter_name=event.adapter)
     except transient as exc:
@@ -160,6 +163,37 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
     summary = {k: v for k, v in (result or {}).items() if k != "context"} if isinstance(result, dict) else None
     finish_event(app.store, event_id, summary)
     return EventOutcome(event_id, "done", result=summary, seconds=time.perf_counter() - started)
+
+
+def _next_llm_extraction(app, event: Event) -> float | None:
+    """When this idle event may call the LLM, if the session's last extraction was too recent."""
+    import peewee as pw
+
+    interval = app.config.values["pipeline"]["min_extraction_interval_seconds"]
+    if event.kind != "idle" or interval <= 0 or app.config.values["llm"]["provider"] == "none":
+        return None
+    last = (Event.select(pw.fn.MAX(Event.finished_at))
+            .where((Event.adapter == event.adapter) & (Event.session_id == event.session_id)
+                   & Event.kind.in_(("idle", "compacting")) & (Event.status == "done")
+                   & (Event.id != event.id)).scalar())
+    if last is None or now() - last >= interval:
+        return None
+    return last + interval
+
+
+def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: float) -> EventOutcome:
+    """Within the interval: what costs no LLM call runs now, the LLM pass waits its turn."""
+    from .extract import extract_session
+
+    try:
+        report = extract_session(app, event.session_id, adapter_name=event.adapter,
+                                 use_llm=False, hold_cursor=True)
+        summary = {"heuristic_memories": report.memories_added, "deferred_until": llm_allowed_at}
+    except Exception as exc:  # the LLM pass later will try again
+        log.warning("event %s: heuristic extraction failed: %s", event.id, _describe(exc))
+        summary = {"deferred_until": llm_allowed_at}
+    defer_event(app.store, event.id, llm_allowed_at, "waiting for the session's extraction interval")
+    return EventOutcome(event.id, "pending", result=summary, seconds=time.perf_counter() - started)
 
 
 def _describe(exc: BaseException) -> str:

@@ -549,8 +549,12 @@ def _extract_chunks(app, llm, chunks, project, report: ExtractionReport, *,
 
 
 def extract_session(app, session_id: str, *, adapter_name: str | None = None, llm=None,
-                    use_llm: bool = True) -> ExtractionReport:
-    """Extract memories from a session's transcript after its cursor, then advance the cursor."""
+                    use_llm: bool = True, hold_cursor: bool = False) -> ExtractionReport:
+    """Extract memories from a session's transcript after its cursor, then advance the cursor.
+
+    `hold_cursor`: store what is found but leave the cursor where it was, so a later run
+    (with the LLM, once the session's extraction interval has passed) reads the slice again.
+    """
     from .adapters import adapter_from_config
     from .times import now
 
@@ -577,6 +581,8 @@ def extract_session(app, session_id: str, *, adapter_name: str | None = None, ll
     finally:
         if owned:
             llm.close()
+    if hold_cursor:
+        report.deferred = True
     new_cursor = transcript.cursor or start_cursor
 
     def cursor_update(check: bool):

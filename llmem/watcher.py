@@ -34,8 +34,7 @@ class SessionState:
     compacting: bool = False
     ended: bool = False
     seen_compaction_id: str | None = None
-    last_idle_emit: float = 0.0
-    recheck_at: float | None = None  # idle debounce, delayed idle, inactivity
+    recheck_at: float | None = None  # idle debounce, inactivity
 
 
 class SessionWatcher:
@@ -52,7 +51,6 @@ class SessionWatcher:
         self.use_polling = pipeline["use_polling"]
         self.idle_debounce_ms = int(pipeline["idle_debounce_seconds"] * 1000)
         self.inactivity_ms = int(pipeline["ending_inactivity_minutes"] * 60_000)
-        self.min_interval = float(pipeline["min_extraction_interval_seconds"])
         self.states: dict[tuple[str, str], SessionState] = {}
         self._dirty: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
@@ -318,7 +316,6 @@ class SessionWatcher:
             self._schedule_recheck(self.states[key], lifecycle)
             return
         state = self._apply_created(adapter, session_id)
-        at = self.clock()
         compacting = Moment.COMPACTING in lifecycle
         if compacting and not state.compacting:
             self._emit(adapter, session_id, "compacting")
@@ -331,13 +328,10 @@ class SessionWatcher:
 
         idle = Moment.IDLE in lifecycle
         if idle and not state.idle:
-            wait = state.last_idle_emit + self.min_interval - at
-            if wait > 0:  # coalesce: one extraction per interval, the latest state wins
-                state.recheck_at = at + wait
-            else:
-                state.idle = True
-                state.last_idle_emit = at
-                self._emit(adapter, session_id, "idle")
+            # Every idle is emitted at once: the worker runs what costs no LLM call now and
+            # holds the LLM pass to pipeline.min_extraction_interval_seconds per session.
+            state.idle = True
+            self._emit(adapter, session_id, "idle")
         elif not idle and Moment.BUSY in lifecycle:
             state.idle = False
             state.ended = False  # a resumed session can end again

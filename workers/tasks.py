@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from datetime import datetime
 from types import SimpleNamespace
 
 import peewee
@@ -48,7 +49,9 @@ def process_event(event_id: int) -> dict:
     outcome = run_event(current_app(), event_id, transient=TRANSIENT)
     log.info("event=%s outcome=%s duration=%.0fms%s", event_id, outcome.status,
              outcome.seconds * 1000, f" error={outcome.error}" if outcome.error else "")
-    return {"event_id": event_id, "status": outcome.status, "error": outcome.error}
+    retry_at = (outcome.result or {}).get("deferred_until") if outcome.status == "pending" else None
+    return {"event_id": event_id, "status": outcome.status, "error": outcome.error,
+            "retry_at": retry_at}
 
 
 def embed_pending() -> dict:
@@ -115,8 +118,14 @@ def register(huey, config) -> SimpleNamespace:
     """Attach llmem's tasks and periodic jobs to `huey`; return them by name."""
     pipeline = config.values["pipeline"]
     tasks = SimpleNamespace()
+    def process_event_and_reschedule(event_id: int) -> dict:
+        outcome = process_event(event_id)
+        if outcome["retry_at"]:  # deferred (extraction interval, token budget): come back then
+            tasks.process_event.schedule((event_id,), eta=datetime.fromtimestamp(outcome["retry_at"]))
+        return outcome
+
     tasks.process_event = huey.task(retries=4, retry_delay=15, retry_backoff=2,
-                                    name="process_event")(process_event)
+                                    name="process_event")(process_event_and_reschedule)
     tasks.embed_pending = huey.task(retries=3, retry_delay=30, retry_backoff=2,
                                     name="embed_pending")(embed_pending)
     tasks.dream = huey.task(name="dream")(huey.lock_task("llmem-dream")(dream))

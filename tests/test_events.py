@@ -1,0 +1,88 @@
+"""Session events as rows: dedupe, claim, retry, reconcile, and the per-session LLM interval."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from test_watcher import append, event_line, turn
+
+from llmem.app import App
+from llmem.db.models import Event, Memory
+from llmem.events import (
+    claim_event,
+    events_to_reconcile,
+    record_event,
+    release_event,
+    retry_events,
+    run_event,
+)
+from llmem.times import now
+
+
+@pytest.fixture
+def app(llmem_home, tmp_path, configure, model_server):
+    state = tmp_path / "state"
+    state.mkdir()
+    configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {model_server.url}\n"
+              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state}\n"
+              "pipeline:\n  min_extraction_interval_seconds: 60\n")
+    application = App()
+    application.state_dir = state
+    yield application
+    application.close()
+
+
+def test_record_reuses_a_waiting_event_and_claims_once(app):
+    first, new = record_event(app.store, "copilot", "s1", "idle")
+    again, new_again = record_event(app.store, "copilot", "s1", "idle")
+    assert new and not new_again and again.id == first.id
+    assert claim_event(app.store, first.id).attempts == 1
+    second, new = record_event(app.store, "copilot", "s1", "idle")  # the first one is running now
+    assert new and second.id != first.id
+
+
+def test_reconcile_finds_lost_and_released_events(app):
+    lost, _ = record_event(app.store, "copilot", "s1", "idle")
+    claim_event(app.store, lost.id)
+    Event.update(started_at=now() - 3600).where(Event.id == lost.id).execute()
+    waiting, _ = record_event(app.store, "copilot", "s2", "ending")
+    assert [e.id for e in events_to_reconcile(app.store, pending_after=60, running_after=600)] == [lost.id]
+    released, _ = record_event(app.store, "copilot", "s3", "idle")
+    claim_event(app.store, released.id)
+    release_event(app.store, released.id)
+    found = [e.id for e in events_to_reconcile(app.store, pending_after=60, running_after=600)]
+    assert released.id in found and waiting.id not in found
+    Event.update(status="failed").where(Event.id == waiting.id).execute()
+    assert [e.id for e in retry_events(app.store)] == [waiting.id]
+
+
+def test_within_the_interval_heuristics_run_now_and_the_llm_waits(app, model_server):
+    session_id = str(uuid.uuid4())
+    events_file = app.state_dir / session_id / "events.jsonl"
+    events_file.parent.mkdir()
+    append(events_file, event_line("session.start", {"sessionId": session_id, "context": {"cwd": "/w"}}),
+           *turn("we use black for formatting"))
+    model_server.chat_replies = [json.dumps({"memories": [
+        {"type": "decision", "content": "The team formats Python with black", "confidence": 0.7}]})]
+    first, _ = record_event(app.store, "copilot", session_id, "idle")
+    assert run_event(app, first.id).status == "done"
+    chats = len([p for p, _ in model_server.requests if p == "/api/chat"])
+    assert chats >= 1
+
+    append(events_file, *turn("remember that releases happen on thursdays"))
+    second, _ = record_event(app.store, "copilot", session_id, "idle")
+    outcome = run_event(app, second.id)
+    assert outcome.status == "pending" and outcome.result["deferred_until"] > now() + 50
+    assert len([p for p, _ in model_server.requests if p == "/api/chat"]) == chats  # no LLM call
+    assert Memory.select().where(Memory.content.contains("thursdays")).exists()  # heuristics now
+    assert Event.get_by_id(second.id).not_before == pytest.approx(outcome.result["deferred_until"])
+
+    # once the interval has passed, the same slice goes to the LLM
+    Event.update(finished_at=now() - 120).where(Event.id == first.id).execute()
+    model_server.chat_replies = [json.dumps({"memories": [
+        {"type": "procedure", "content": "Releases are cut on Thursdays", "confidence": 0.7}]})]
+    assert run_event(app, second.id).status == "done"
+    assert len([p for p, _ in model_server.requests if p == "/api/chat"]) > chats
+    assert Memory.select().where(Memory.content == "Releases are cut on Thursdays").exists()

@@ -196,3 +196,11 @@ def test_console_script_runs_in_a_fresh_process(llmem_home):
     command = [str(exe)] if exe.exists() else [sys.executable, "-m", "llmem"]
     done = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and "search" in done.stdout
+
+
+def test_readme_documents_every_command():
+    from llmem.cli import COMMANDS
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    missing = [name for name in COMMANDS if f"`{name}" not in readme and f"llmem {name}" not in readme]
+    assert not missing, f"README does not document: {missing}"

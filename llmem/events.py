@@ -108,14 +108,14 @@ WORKER_STALE_SECONDS = 180  # a live consumer beats every minute
 
 def worker_heartbeat(store) -> None:
     """Say a consumer is alive (hooks enqueue only when one is)."""
-    from .db.vec import set_setting
+    from .db.settings import set_setting
 
     with store.db.atomic():
         set_setting(store.db, WORKER_HEARTBEAT_KEY, repr(now()))
 
 
 def worker_seen_recently(store) -> bool:
-    from .db.vec import get_setting
+    from .db.settings import get_setting
 
     seen = get_setting(store.db, WORKER_HEARTBEAT_KEY)
     return seen is not None and now() - float(seen) < WORKER_STALE_SECONDS

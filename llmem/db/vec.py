@@ -12,6 +12,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from .settings import get_setting, set_setting
+
 if TYPE_CHECKING:  # numpy is imported lazily: FTS-only commands never pay for it
     import numpy as np
 
@@ -19,16 +21,6 @@ log = logging.getLogger(__name__)
 
 VEC_TABLE = "memory_vec"
 MAX_KNN = 4096  # vec0's limit on k
-
-
-def get_setting(db, key: str, default: str | None = None) -> str | None:
-    row = db.execute_sql("SELECT value FROM setting WHERE key = ?", (key,)).fetchone()
-    return row[0] if row else default
-
-
-def set_setting(db, key: str, value: str) -> None:
-    db.execute_sql("INSERT INTO setting(key, value) VALUES (?, ?) "
-                   "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
 
 
 def to_blob(vector: np.ndarray) -> bytes:

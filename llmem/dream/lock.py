@@ -12,7 +12,7 @@ import json
 import os
 import socket
 
-from ..db import vec
+from ..db.settings import get_setting, set_setting
 from ..errors import LlmemError
 from ..times import now, to_iso
 
@@ -37,7 +37,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def read_lock(db) -> dict | None:
-    raw = vec.get_setting(db, LOCK_KEY)
+    raw = get_setting(db, LOCK_KEY)
     if not raw:
         return None
     try:
@@ -75,7 +75,7 @@ class DreamLock:
                     f"started {to_iso(current.get('started_at'))})",
                     hint="wait for it to finish; a lock left by a dead process is taken over automatically")
             self.taken_over = current if current and not self._is_mine(current) else None
-            vec.set_setting(self.db, LOCK_KEY, json.dumps(self.holder))
+            set_setting(self.db, LOCK_KEY, json.dumps(self.holder))
         return self
 
     def _is_mine(self, holder: dict) -> bool:

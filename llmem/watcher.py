@@ -98,6 +98,16 @@ class SessionWatcher:
             conn.close()
         self._db_versions.clear()
 
+    def describe(self) -> str:
+        """What is watched, for the start-up line: each agent folder and whether it exists."""
+        parts = []
+        for adapter, folder in (("opencode", self.opencode_dir), ("copilot", self.copilot_dir)):
+            if not self._wants(adapter):
+                continue
+            state = "watching" if folder in self._watched else "not there yet, will attach when it appears"
+            parts.append(f"{adapter} {folder} ({state})")
+        return "; ".join(parts) or f"nothing (session.adapter is {self.adapter_setting})"
+
     def _attach_dirs(self, initial: bool = False) -> None:
         """Start watching agent folders that exist now (they may appear after start)."""
         from watchdog.events import FileSystemEventHandler

@@ -45,8 +45,7 @@ def watch(app):
     log_path = setup_file_logging(app.config, "watch")
     _ = app.store  # open (and migrate) before the first event arrives
     watcher = _start_watcher(app)
-    click.echo(f"llmem watch: watching {watcher.opencode_dir} and {watcher.copilot_dir} "
-               f"(log: {log_path}); Ctrl-C stops", err=True)
+    click.echo(f"llmem watch: {watcher.describe()}; log {log_path}; Ctrl-C stops", err=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -76,8 +75,8 @@ def run(app, workers):
     log_path = setup_file_logging(app.config, "run")
     consumer = _consumer(app, workers or app.config.values["pipeline"]["workers"])
     watcher = _start_watcher(app)
-    click.echo(f"llmem run: store {app.config.db_path}, queue {app.config.queue_path}, "
-               f"log {log_path}; Ctrl-C stops", err=True)
+    click.echo(f"llmem run: {watcher.describe()}\n  store {app.config.db_path}, queue "
+               f"{app.config.queue_path}, log {log_path}; Ctrl-C stops", err=True)
     try:
         consumer.run()
     finally:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .db import vec
-from .db.fts import match_expression
+from .db.fts import match_expression, semantic_text
 from .db.models import Memory, RecallEvent, Relation
 from .embedders import Embedder
 from .errors import EmbedderUnavailable, UsageError
@@ -23,6 +23,13 @@ TYPE_PRIORITY = {
 }
 # FTS5 column weights for bm25(): content, summary, identifier hints.
 BM25_WEIGHTS = (1.0, 0.6, 0.4)
+# The semantic query leaves out words found in more than this share of the memories.
+COMMON_WORD_SHARE = 0.10
+# In hybrid mode the top lexical hit's vector is added to the query vector with this weight
+# (pseudo-relevance feedback): it restates the query in the store's own words.
+FEEDBACK_WEIGHT = 0.3
+# A semantic candidate needs at least this share of the best candidate's cosine similarity.
+SEMANTIC_FLOOR = 0.5
 
 
 @dataclass
@@ -75,6 +82,7 @@ class SearchResult:
     hits: list[Hit]
     mode: str  # the mode that actually ran
     notice: str | None = None  # e.g. why hybrid became FTS-only
+    semantic_query: str | None = None  # the text that was embedded, when it differs
 
 
 def query_hash(query: str) -> str:
@@ -146,6 +154,16 @@ class Searcher:
         return [(int(s), float(b)) for s, b in self.db.execute_sql(sql, [expression, *params, depth])]
 
     def vector_candidates(self, query_vector, depth: int, where: str, params: list) -> list[tuple[int, float]]:
+        """(seq, cosine distance) best first, filtered, down to SEMANTIC_FLOOR of the best."""
+        nearest = self._nearest(query_vector, depth, where, params)
+        if not nearest:
+            return nearest
+        # Every memory has *some* cosine similarity to the query: without a floor, a small
+        # store puts all of them in the list, and RRF then treats the unrelated as evidence.
+        floor = SEMANTIC_FLOOR * (1.0 - nearest[0][1])
+        return [(s, d) for s, d in nearest if 1.0 - d >= floor]
+
+    def _nearest(self, query_vector, depth: int, where: str, params: list) -> list[tuple[int, float]]:
         """(seq, cosine distance) best first, filtered; over-fetches until `depth` pass the filters."""
         model, dim = vec.index_state(self.db)
         if model != self.embedder.identity or dim != len(query_vector):
@@ -186,7 +204,7 @@ class Searcher:
         where, params = self._filters(opts, at)
         depth = max(opts.limit * opts.candidate_multiplier, 50)
 
-        query_vector = None
+        query_vector = semantic_query = None
         if mode in ("hybrid", "semantic"):
             if self.embedder is None or not self.embedder.available:
                 if mode == "semantic":
@@ -195,7 +213,8 @@ class Searcher:
                 mode, notice = "fts", "no embedder configured: searching with FTS only"
             else:
                 try:
-                    query_vector = self.embedder.embed_query(query)
+                    semantic_query = semantic_text(self.db, query, share=COMMON_WORD_SHARE)
+                    query_vector = self.embedder.embed_query(semantic_query)
                 except EmbedderUnavailable as exc:
                     if mode == "semantic":
                         raise
@@ -203,6 +222,8 @@ class Searcher:
 
         lists: list[list[tuple[int, float]]] = []
         fts_list = self.fts_candidates(query, depth, where, params) if mode in ("hybrid", "fts") else []
+        if fts_list and query_vector is not None:
+            query_vector = self._with_feedback(query_vector, fts_list[0][0])
         vec_list = (self.vector_candidates(query_vector, depth, where, params)
                     if query_vector is not None else [])
         if mode in ("hybrid", "fts"):
@@ -220,7 +241,18 @@ class Searcher:
             hits += self._related(hits, opts, where, params)
         if opts.track and hits:
             self.record_recall(hits, query, opts.origin, at)
-        return SearchResult(hits, mode, notice)
+        return SearchResult(hits, mode, notice,
+                            semantic_query if semantic_query not in (None, query) else None)
+
+    def _with_feedback(self, query_vector, seq: int):
+        """The query vector nudged towards the top lexical hit's vector (when it has one)."""
+        row = self.db.execute_sql(
+            "SELECT e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
+            "WHERE m.seq = ? AND e.model = ? AND e.dim = ?",
+            (seq, self.embedder.identity, len(query_vector))).fetchone()
+        if row is None:
+            return query_vector
+        return vec.normalize(query_vector + FEEDBACK_WEIGHT * vec.from_blob(row[0]))
 
     def _fuse_and_rerank(self, fts_list, vec_list, list_count: int, opts: SearchOptions,
                          at: float) -> list[Hit]:

@@ -50,6 +50,10 @@ def query_terms(text: str) -> list[str]:
     return list(dict.fromkeys(terms))  # keep order, drop repeats
 
 
+def _quoted(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
 def match_expression(text: str) -> str | None:
     """A valid FTS5 MATCH expression for any user text (None when it has no words).
 
@@ -60,4 +64,47 @@ def match_expression(text: str) -> str | None:
     terms = query_terms(text)
     if not terms:
         return None
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    return " OR ".join(_quoted(t) for t in terms)
+
+
+def common_words(db, text: str, *, share: float, min_docs: int) -> set[str]:
+    """The words of `text` found in more than `share` of the memories (and in >= min_docs).
+
+    Such a word (a speaker's name in a chat log, the project's own name) cannot tell
+    memories apart. Counting stops at the threshold, so a check costs at most that many
+    index rows per word; stopwords are never counted.
+    """
+    words = [w for w in dict.fromkeys(w.lower() for w in _WORD.findall(text)) if w not in STOPWORDS]
+    if not words:
+        return set()
+    total = db.execute_sql("SELECT count(*) FROM memory").fetchone()[0]
+    threshold = max(int(share * total), min_docs)
+    if total <= threshold:
+        return set()
+    common = set()
+    for word in words:
+        found = db.execute_sql(
+            "SELECT count(*) FROM (SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
+            (_quoted(word), threshold + 1)).fetchone()[0]
+        if found > threshold:
+            common.add(word)
+    return common
+
+
+def semantic_text(db, text: str, *, share: float = 0.10, min_docs: int = 20) -> str:
+    """The query to embed: `text` without the words most memories share.
+
+    Embedding models weigh every word of a short query alike, so a word that is in a large
+    part of the store (a name, above all) pulls the query towards every memory that
+    mentions it and away from the topic; bm25 discounts such words by their IDF, the
+    semantic query drops them. Stopwords stay (they carry the question's grammar), and a
+    query with no other word left is kept whole.
+    """
+    common = common_words(db, text, share=share, min_docs=min_docs)
+    if not common:
+        return text
+    tokens = _WORD.findall(text)
+    kept = [t for t in tokens if t.lower() not in common]
+    if all(t.lower() in STOPWORDS for t in kept):
+        return text
+    return " ".join(kept)

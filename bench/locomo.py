@@ -171,7 +171,7 @@ def evidence_ids(raw: list, known: set[str]) -> set[str]:
 
 
 def document_vectors(embedder: Embedder, texts: list[str], cache_dir: str | None):
-    """The texts' vectors, from a cache folder (outside the repo) when one is given."""
+    """(vectors, whether they came from the cache folder given, which is outside the repo)."""
     import hashlib
 
     import numpy as np
@@ -181,12 +181,12 @@ def document_vectors(embedder: Embedder, texts: list[str], cache_dir: str | None
         digest = hashlib.sha256("\n".join([embedder.identity, *texts]).encode()).hexdigest()[:24]
         path = Path(cache_dir) / f"{digest}.npy"
         if path.exists():
-            return np.load(path)
+            return np.load(path), True
     vectors = embedder.embed_documents(texts)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, vectors)
-    return vectors
+    return vectors, False
 
 
 # ---- scoring -----------------------------------------------------------------------------
@@ -253,6 +253,7 @@ def run(args) -> None:
     scores = {mode: Scores(ks) for mode in modes}
     turns_total = import_s = embed_s = 0.0
     skipped = 0
+    any_cached = False
     with tempfile.TemporaryDirectory(prefix="llmem-locomo-") as tmp:
         for sample in data:
             store = Store.open(Path(tmp) / f"{sample['sample_id']}.db")
@@ -270,7 +271,9 @@ def run(args) -> None:
             dia_of = {m.seq: m.metadata["dia_id"] for m in memories}
             if embedder is not None:
                 start = time.perf_counter()
-                vectors = document_vectors(embedder, [m.content for m in memories], args.vector_cache)
+                vectors, was_cached = document_vectors(embedder, [m.content for m in memories],
+                                                       args.vector_cache)
+                any_cached = any_cached or was_cached
                 store_vectors(store, embedder, memories, vectors)
                 embed_s += time.perf_counter() - start
             searcher = Searcher(store, cached, vectors_in_memory=args.vectors_in_memory)
@@ -302,7 +305,8 @@ def run(args) -> None:
     count = len(scores[modes[0]].rr)
     print(f"questions: {count} (category {ADVERSARIAL} left out; {skipped} without a known evidence turn skipped)")
     print(f"import: {turns_total / import_s:,.0f} memories/s ({int(turns_total)} turns)"
-          + (f"; embedding: {turns_total / embed_s:,.0f} turns/s" if embed_s else ""))
+          + (f"; embedding: {turns_total / embed_s:,.0f} turns/s" if embed_s else "")
+          + (" (vectors partly from --vector-cache)" if any_cached else ""))
     if cached is not None and cached.query_ms:
         print(f"query embedding: p50 {statistics.median(cached.query_ms):.2f} ms, "
               f"p95 {percentile(cached.query_ms, 95):.2f} ms (not included below)")

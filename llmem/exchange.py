@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .db import vec
-from .db.fts import identifier_hints
+from .db.fts import index_hints
 from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Embedding, Memory, Relation
 from .errors import UsageError
 from .store import content_hash, memory_to_dict
@@ -219,7 +219,7 @@ def apply_import(store, plan: ImportPlan) -> dict[str, int]:
                                           "access_count", *_TIME_FIELDS)}
             row["created_at"] = row["created_at"] or stamp
             row["updated_at"] = row["updated_at"] or row["created_at"]
-            row["hints"] = identifier_hints(row["content"], row["summary"])
+            row["hints"] = index_hints(row["content"], row["summary"], row["metadata"])
             rows.append(row)
         for start in range(0, len(rows), 200):
             Memory.insert_many(rows[start:start + 200]).execute()

@@ -18,7 +18,7 @@ import peewee as pw
 
 from .db import vec
 from .db.connection import open_database
-from .db.fts import identifier_hints
+from .db.fts import index_hints
 from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, RecallEvent, Relation
 from .errors import AmbiguousId, NotFound, UsageError
 from .times import now, to_iso
@@ -168,7 +168,7 @@ class Store:
                 return AddResult(existing, False)
             memory = Memory.create(
                 id=memory_id or str(uuid.uuid4()), type=memory_type, content=content,
-                summary=summary, hints=identifier_hints(content, summary),
+                summary=summary, hints=index_hints(content, summary, metadata),
                 confidence=confidence, source=source, project=project, session_id=session_id,
                 metadata=metadata or {}, content_hash=text_hash,
                 created_at=created_at or stamp, updated_at=stamp,
@@ -190,16 +190,16 @@ class Store:
                 memory.content_hash = content_hash(content)
             if summary is not None:
                 memory.summary = summary or None
-            if content is not None or summary is not None:
-                memory.hints = identifier_hints(memory.content, memory.summary)
-            if confidence is not None:
-                memory.confidence = check_confidence(confidence)
-            if memory_type is not None:
-                memory.type = check_type(memory_type)
             if metadata is not None:
                 if not isinstance(metadata, dict):
                     raise UsageError("metadata must be a JSON object")
                 memory.metadata = {**(memory.metadata or {}), **metadata} if merge_metadata else metadata
+            if content is not None or summary is not None or metadata is not None:
+                memory.hints = index_hints(memory.content, memory.summary, memory.metadata)
+            if confidence is not None:
+                memory.confidence = check_confidence(confidence)
+            if memory_type is not None:
+                memory.type = check_type(memory_type)
             memory.updated_at = now()
             memory.save()
         return memory

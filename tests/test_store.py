@@ -134,3 +134,13 @@ def test_recall_events_are_recorded_and_get_is_read_only(store):
     assert event.memory_id == m.id and event.rank == 1 and event.origin == "search"
     Searcher(store, None).search("deploy", SearchOptions(mode="fts", track=False))
     assert store.get(m.id).access_count == 1
+
+
+def test_descriptive_metadata_is_searchable_structural_is_not(store):
+    said = store.add("I finally adopted a dog", "conversation",
+                     metadata={"speaker": "Caroline", "session_id_hint": "zzqx", "file": "notes/petCare.md"}).memory
+    assert fts(store, "Caroline") == [said.content]
+    assert fts(store, "care") == [said.content]  # the camelCase parts of a file name too
+    assert fts(store, "zzqx") == []
+    store.update(said.id, metadata={"speaker": "Melanie"})
+    assert fts(store, "Melanie") == [said.content] and fts(store, "Caroline") == []

@@ -2,7 +2,8 @@
 
 unicode61 already splits `handle_request` and `handler.py` at `_` and `.`; camelCase is one
 token to it, so each memory also carries `hints`: the parts of its camelCase identifiers
-(`correctFunction` → `correct function`), indexed in their own column.
+(`correctFunction` → `correct function`) and its descriptive metadata (who said it, which
+file), indexed in their own column.
 """
 
 from __future__ import annotations
@@ -35,6 +36,31 @@ def identifier_hints(*texts: str | None) -> str:
                     seen.add(low)
                     parts.append(low)
     return " ".join(parts)
+
+
+# Metadata that says what a memory is about (who said it, which file, which topic) is
+# indexed with it; structural metadata (ids, adapters, scores, timestamps) is not.
+DESCRIPTIVE_METADATA = ("speaker", "author", "title", "topic", "tags", "file", "files")
+
+
+def metadata_text(metadata: dict | None) -> str:
+    """The descriptive metadata values of a memory, as one text."""
+    if not isinstance(metadata, dict):
+        return ""
+    values: list[str] = []
+    for key in DESCRIPTIVE_METADATA:
+        value = metadata.get(key)
+        if isinstance(value, str):
+            values.append(value[:200])
+        elif isinstance(value, list):
+            values.extend(v[:200] for v in value[:20] if isinstance(v, str))
+    return " ".join(values)
+
+
+def index_hints(content: str, summary: str | None, metadata: dict | None) -> str:
+    """The `hints` column: identifier parts of the text, plus its descriptive metadata."""
+    described = metadata_text(metadata)
+    return " ".join(part for part in (identifier_hints(content, summary, described), described) if part)
 
 
 def query_terms(text: str) -> list[str]:

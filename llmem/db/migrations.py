@@ -61,6 +61,20 @@ def _create_session_tables(db) -> None:
     db.create_tables([SessionCursor, LlmUsage], safe=True)
 
 
+def _index_descriptive_metadata(db) -> None:
+    # Recompute every memory's hints now that they carry its descriptive metadata too;
+    # the update trigger re-indexes each changed row.
+    import json
+
+    from .fts import index_hints
+
+    rows = db.execute_sql("SELECT seq, content, summary, metadata, hints FROM memory").fetchall()
+    for seq, content, summary, metadata, hints in rows:
+        fresh = index_hints(content, summary, json.loads(metadata) if metadata else None)
+        if fresh != hints:
+            db.execute_sql("UPDATE memory SET hints = ? WHERE seq = ?", (fresh, seq))
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -69,6 +83,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0004_dream_tables", _create_dream_tables),
     ("0005_event_table", _create_event_table),
     ("0006_session_cursor_llm_usage", _create_session_tables),
+    ("0007_index_descriptive_metadata", _index_descriptive_metadata),
 ]
 
 

@@ -47,6 +47,8 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
         result = app.searcher().search(text, opts)
     if result.notice:
         notice(result.notice)
+    if explain and result.semantic_query:
+        notice(f"embedded query (words most memories share left out): {result.semantic_query!r}")
     if as_json:
         rows = []
         for hit in result.hits:

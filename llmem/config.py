@@ -298,21 +298,51 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
             raise ConfigError(f"config file {file} does not exist",
                               hint="run `llmem init` or pass an existing file")
         return Config(defaults(), None, paths)
-    import yaml  # lazily: most commands never need a YAML parser when there is no file
+    raw = _read_yaml(file)
+    values, warnings = validate_mapping(raw, str(file))
+    for warning in warnings:
+        log.warning(warning)
+    return Config(values, file, paths, warnings)
+
+
+def _read_yaml(file: Path) -> Any:
+    """The parsed config file, from a JSON copy kept beside it while the file is unchanged.
+
+    Hooks run on every agent turn and importing PyYAML costs ~15 ms of their start-up; the
+    copy is keyed on a hash of the file's bytes (mtimes are too coarse for quick edits) and
+    only ever replaces the parse, never the validation.
+    """
+    import hashlib
+    import json
+
+    from .paths import write_private_text
 
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
+    key = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    cache = file.with_name(f".{file.name}.parsed.json")
+    try:
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        if cached["key"] == key:
+            return cached["data"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    import yaml
+
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ConfigError(f"{file}: not valid YAML{where}",
                           hint="check indentation and quoting") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {file}: {exc.strerror}") from None
-    values, warnings = validate_mapping(raw, str(file))
-    for warning in warnings:
-        log.warning(warning)
-    return Config(values, file, paths, warnings)
+    try:
+        write_private_text(cache, json.dumps({"key": key, "data": raw}))
+    except (OSError, TypeError, ValueError):  # read-only folder, values JSON cannot hold
+        pass
+    return raw
 
 
 def render_example(schema: dict | None = None, indent: int = 0, values: dict | None = None) -> str:

@@ -17,17 +17,9 @@ def detect_adapter_name(config) -> str:
         return configured
     opencode_dir = expand(config.values["session"]["opencode"]["data_dir"])
     copilot_dir = expand(config.values["session"]["copilot"]["state_dir"])
-    try:
-        from .adapters import detect_adapter
-    except ImportError:
-        detect_adapter = None
-    if detect_adapter is not None:
-        return detect_adapter(opencode_dir, copilot_dir)
-    if opencode_dir.is_dir() and (any(opencode_dir.glob("opencode*.db")) or (opencode_dir / "storage").is_dir()):
-        return "opencode"
-    if copilot_dir.is_dir() and any(p.is_dir() for p in copilot_dir.iterdir()):
-        return "copilot"
-    return "none"
+    from .adapters.detect import detect_adapter
+
+    return detect_adapter(opencode_dir, copilot_dir)
 
 
 def _check(name: str, status: str, detail: str, **extra) -> dict[str, Any]:

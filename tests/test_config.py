@@ -102,3 +102,13 @@ def test_init_creates_private_files_and_is_idempotent(cli, llmem_home, configure
     assert code == 0 and "unchanged" in out
     assert config_file.read_text() == first
     assert (llmem_home / "memory.db").read_bytes() == db_before
+
+
+def test_parsed_copy_follows_every_edit(configure, llmem_home):
+    for limit in (7, 8, 9):  # same size, written within the same clock tick
+        configure(f"search:\n  limit: {limit}\n")
+        assert load_config().values["search"]["limit"] == limit
+    cache = llmem_home / ".config.yaml.parsed.json"
+    assert cache.exists() and stat.S_IMODE(cache.stat().st_mode) == 0o600
+    cache.write_text("{broken")
+    assert load_config().values["search"]["limit"] == 9

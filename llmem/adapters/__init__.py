@@ -18,8 +18,19 @@ from llmem.adapters.base import (
     TranscriptMessage,
     validate_session_id,
 )
-from llmem.adapters.copilot import CopilotAdapter, has_sessions
-from llmem.adapters.opencode import OpenCodeAdapter, find_databases, has_legacy_storage
+from llmem.adapters.detect import detect_adapter, find_databases, has_legacy_storage, has_sessions
+
+# The readers load on first use (PEP 562): a hook that only validates an id or detects the
+# adapter should not pay for importing both.
+_LAZY = {"CopilotAdapter": "llmem.adapters.copilot", "OpenCodeAdapter": "llmem.adapters.opencode"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 ADAPTER_NAMES = ("opencode", "copilot", "none")
 # `auto` is a config value, resolved by detect_adapter() to one of ADAPTER_NAMES.
@@ -66,19 +77,6 @@ class NoneAdapter:
         raise NoTranscript("no_transcript: session.adapter is 'none'")
 
 
-def detect_adapter(
-    opencode_data_dir: str | Path | None, copilot_state_dir: str | Path | None
-) -> str:
-    """Pick `opencode`, `copilot` or `none` from what exists on disk (session.adapter: auto)."""
-    if opencode_data_dir is not None:
-        data_dir = Path(opencode_data_dir).expanduser()
-        if find_databases(data_dir) or (data_dir / "storage").is_dir():
-            return "opencode"
-    if copilot_state_dir is not None and has_sessions(copilot_state_dir):
-        return "copilot"
-    return "none"
-
-
 def get_adapter(
     name: str,
     *,
@@ -94,10 +92,14 @@ def get_adapter(
             raise AdapterError(
                 "the opencode adapter needs the OpenCode data dir (session.opencode)"
             )
+        from llmem.adapters.opencode import OpenCodeAdapter
+
         return OpenCodeAdapter(opencode_data_dir)
     if name == "copilot":
         if copilot_state_dir is None:
             raise AdapterError("the copilot adapter needs copilot.state_dir (session-state dir)")
+        from llmem.adapters.copilot import CopilotAdapter
+
         return CopilotAdapter(copilot_state_dir, copilot_share_dir)
     if name == "none":
         return NoneAdapter()

@@ -26,6 +26,7 @@ from llmem.adapters.base import (
     output_text,
     validate_session_id,
 )
+from llmem.adapters.detect import EVENTS_FILE, WORKSPACE_FILE, has_sessions  # noqa: F401
 
 NAME = "copilot"
 
@@ -66,8 +67,6 @@ KNOWN_EVENT_TYPES = frozenset(
     }
 )
 
-EVENTS_FILE = "events.jsonl"
-WORKSPACE_FILE = "workspace.yaml"
 _SHARE_NAME_RE = re.compile(r"copilot-session-(.+)\.md")
 _LOCK_NAME_RE = re.compile(r"inuse\.(\d+)\.lock")
 
@@ -595,17 +594,3 @@ class CopilotAdapter:
         if not pids:
             return None
         return any(pid_is_alive(pid) for pid in pids)
-
-
-def has_sessions(state_dir: str | Path) -> bool:
-    """True if a Copilot session-state dir holds at least one session."""
-    directory = Path(state_dir).expanduser()
-    if not directory.is_dir():
-        return False
-    for entry in directory.iterdir():
-        if entry.is_dir() and is_valid_session_id(entry.name):
-            if (entry / EVENTS_FILE).is_file() or (entry / WORKSPACE_FILE).is_file():
-                return True
-        elif entry.suffix == ".jsonl" and is_valid_session_id(entry.stem):
-            return True
-    return False

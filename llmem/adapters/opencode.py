@@ -28,6 +28,7 @@ from llmem.adapters.base import (
     output_text,
     validate_session_id,
 )
+from llmem.adapters.detect import find_databases, has_legacy_storage  # noqa: F401 (re-exported)
 
 NAME = "opencode"
 
@@ -59,21 +60,6 @@ _T = TypeVar("_T")
 class _Counts:
     malformed: int = 0
     unknown: int = 0
-
-
-def find_databases(data_dir: str | Path) -> list[Path]:
-    """The `opencode*.db` files in an OpenCode data dir, `opencode.db` first."""
-    directory = Path(data_dir)
-    if not directory.is_dir():
-        return []
-    found = [path for path in directory.glob("opencode*.db") if path.is_file()]
-    return sorted(found, key=lambda path: (path.name != "opencode.db", path.name))
-
-
-def has_legacy_storage(data_dir: str | Path) -> bool:
-    """True if the pre-1.2 JSON `storage/` tree holds any session file."""
-    session_root = Path(data_dir) / "storage" / "session"
-    return session_root.is_dir() and any(session_root.glob("*/*.json"))
 
 
 class OpenCodeAdapter:

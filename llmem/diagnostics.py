@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from typing import Any
 
 from .paths import expand
@@ -116,6 +114,9 @@ def run_doctor(app) -> dict[str, Any]:
 
 
 def _service_states() -> dict[str, str]:
+    import shutil
+    import subprocess
+
     if not shutil.which("systemctl"):
         return {}
     states = {}

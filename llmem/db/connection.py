@@ -135,7 +135,7 @@ def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:
     # with the default deferred BEGIN, read-then-write transactions of concurrent
     # processes fail with "database is locked" despite the busy timeout.
     db = MemoryDatabase(None, pragmas=PRAGMAS, timeout=BUSY_TIMEOUT_SECONDS,
-                        rank_functions=True, lock_type="IMMEDIATE")
+                        lock_type="IMMEDIATE")
     db.vec_enabled = vec
     db.init(str(path))
     try:

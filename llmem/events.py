@@ -128,6 +128,8 @@ class EventOutcome:
     result: dict | None = None
     error: str | None = None
     seconds: float = 0.0
+    session_id: str | None = None
+    kind: str | None = None
 
 
 def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] = ()) -> EventOutcome:
@@ -155,14 +157,17 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
                    isinstance(exc, UsageError))
         log.warning("event %s (%s %s) failed: %s", event_id, event.kind, event.session_id, _describe(exc))
         return EventOutcome(event_id, "failed", error=_describe(exc),
-                            seconds=time.perf_counter() - started)
+                            seconds=time.perf_counter() - started, session_id=event.session_id,
+                            kind=event.kind)
     deferred_until = (result or {}).get("deferred_until") if isinstance(result, dict) else None
     if deferred_until:
         defer_event(app.store, event_id, deferred_until, str(result.get("deferred_reason", "deferred")))
-        return EventOutcome(event_id, "pending", result=result, seconds=time.perf_counter() - started)
+        return EventOutcome(event_id, "pending", result=result, seconds=time.perf_counter() - started,
+                            session_id=event.session_id, kind=event.kind)
     summary = {k: v for k, v in (result or {}).items() if k != "context"} if isinstance(result, dict) else None
     finish_event(app.store, event_id, summary)
-    return EventOutcome(event_id, "done", result=summary, seconds=time.perf_counter() - started)
+    return EventOutcome(event_id, "done", result=summary, seconds=time.perf_counter() - started,
+                        session_id=event.session_id, kind=event.kind)
 
 
 def _next_llm_extraction(app, event: Event) -> float | None:
@@ -193,7 +198,8 @@ def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: f
         log.warning("event %s: heuristic extraction failed: %s", event.id, _describe(exc))
         summary = {"deferred_until": llm_allowed_at}
     defer_event(app.store, event.id, llm_allowed_at, "waiting for the session's extraction interval")
-    return EventOutcome(event.id, "pending", result=summary, seconds=time.perf_counter() - started)
+    return EventOutcome(event.id, "pending", result=summary, seconds=time.perf_counter() - started,
+                        session_id=event.session_id, kind=event.kind)
 
 
 def _describe(exc: BaseException) -> str:

@@ -47,8 +47,9 @@ def process_event(event_id: int) -> dict:
     from llmem.events import run_event
 
     outcome = run_event(current_app(), event_id, transient=TRANSIENT)
-    log.info("event=%s outcome=%s duration=%.0fms%s", event_id, outcome.status,
-             outcome.seconds * 1000, f" error={outcome.error}" if outcome.error else "")
+    log.info("session=%s event=%s kind=%s duration=%.0fms outcome=%s%s", outcome.session_id or "-",
+             event_id, outcome.kind or "-", outcome.seconds * 1000, outcome.status,
+             f" error={outcome.error}" if outcome.error else "")
     retry_at = (outcome.result or {}).get("deferred_until") if outcome.status == "pending" else None
     return {"event_id": event_id, "status": outcome.status, "error": outcome.error,
             "retry_at": retry_at}

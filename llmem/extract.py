@@ -507,16 +507,6 @@ def _embed_touched(app, touched, report: ExtractionReport, store_vectors, embed_
 # ---- the entry points ---------------------------------------------------------------------
 
 
-def _resolve_llm(app, llm, use_llm: bool):
-    """(llm, owned): the LLM to use and whether this call must close it."""
-    if not use_llm:
-        return None, False
-    if llm is not None:
-        return llm, False
-    from .llm import make_llm
-
-    made = make_llm(app.config)
-    return made, made is not None
 
 
 def _extract_chunks(app, llm, chunks, project, report: ExtractionReport, *,
@@ -575,7 +565,9 @@ def extract_session(app, session_id: str, *, adapter_name: str | None = None, ll
     report.redactions, report.redactions_by_kind = prepared.redactions, dict(prepared.by_kind)
     chunks = chunk_lines(prepared.lines)
     report.chunks = len(chunks)
-    llm, owned = _resolve_llm(app, llm, use_llm)
+    from .llm import resolve_llm
+
+    llm, owned = resolve_llm(app, llm, use_llm)
     try:
         candidates = _extract_chunks(app, llm, chunks, project, report)
     finally:
@@ -632,7 +624,9 @@ def extract_text(app, text: str, *, project: str | None = None, session_id: str 
                               redactions=prepared.redactions, redactions_by_kind=dict(prepared.by_kind))
     chunks = chunk_lines(prepared.lines)
     report.chunks = len(chunks)
-    llm, owned = _resolve_llm(app, llm, use_llm)
+    from .llm import resolve_llm
+
+    llm, owned = resolve_llm(app, llm, use_llm)
     try:
         candidates = _extract_chunks(app, llm, chunks, project, report, all_roles=True)
     finally:

@@ -18,26 +18,11 @@ from .errors import EmbedderUnavailable, LLMUnavailable, UsageError
 from .extract import chunk_lines, prepare_slice, redact_messages, strip_context_blocks
 from .heuristics import categorize, error_signals, statements
 from .redact import redact
+from .taxonomy import CATEGORIES, ERROR_CATEGORIES, POSITIVE_CATEGORIES, TAXONOMY
 from .times import now, to_iso
 
 log = logging.getLogger(__name__)
 
-# The seeds' error taxonomy (binding): category → what it covers.
-TAXONOMY: dict[str, str] = {
-    "NULL_SAFETY": "Missing null/None/undefined checks before property access or method calls",
-    "ERROR_HANDLING": "Missing try/except, bare except, swallowed errors, unhandled promise rejections",
-    "OFF_BY_ONE": "Boundary errors, wrong loop bounds, fencepost errors",
-    "RACE_CONDITION": "Concurrency issues, async/await problems, missing locks",
-    "AUTH_BYPASS": "Missing auth checks, SSRF, injection vulnerabilities, security oversights",
-    "DATA_INTEGRITY": "Stale derived fields, out-of-sync caches/embeddings/indexes, source-of-truth divergence",
-    "MISSING_VERIFICATION": "Skipped test steps, unverified outputs, assumed-it-works",
-    "EDGE_CASE": "Unhandled empty input, unexpected types, boundary values",
-    "PERFORMANCE": "N+1 queries, unnecessary recomputation, memory leaks",
-    "DESIGN": "Architectural issues, wrong abstraction level, coupling problems",
-    "REVIEW_PASSED": "Clean review with no findings — positive outcome for tracking purposes",
-}
-CATEGORIES = tuple(TAXONOMY)
-ERROR_CATEGORIES = tuple(c for c in CATEGORIES if c != "REVIEW_PASSED")
 
 # The nine fields, in the seeds' order; metadata uses their lower-case names.
 FIELDS = ("Category", "Context", "What_happened", "Outcomes", "What_caught_it",
@@ -232,7 +217,7 @@ AUTO_SCHEMA = {
 AUTO_PROMPT = """You review the work of an AI coding agent for its own mistakes, to learn from them.
 
 Error categories:
-""" + "\n".join(f"- {c}: {d}" for c, d in TAXONOMY.items() if c != "REVIEW_PASSED") + """
+""" + "\n".join(f"- {c}: {d}" for c, d in TAXONOMY.items() if c not in POSITIVE_CATEGORIES) + """
 
 Rules:
 - Record only real mistakes of the agent: failed attempts it caused, user corrections, bugs it \
@@ -262,15 +247,6 @@ def _fields_from_llm(item: dict, default_context: str | None) -> dict:
     }
 
 
-def _resolve_llm(app, llm, use_llm: bool):
-    if not use_llm:
-        return None, False
-    if llm is not None:
-        return llm, False
-    from .llm import make_llm
-
-    made = make_llm(app.config)
-    return made, made is not None
 
 
 def _run_llm(llm, texts: list[str]) -> list[dict] | None:
@@ -332,7 +308,9 @@ def introspect_text(app, text: str, *, llm=None, use_llm: bool = True,
         raise UsageError("--text is empty", hint='describe what happened, e.g. --text "null pointer in handler"')
     app.store  # noqa: B018 - open the store (and bind the models) first
     cleaned = _redact_fields(app, {"t": strip_context_blocks(text)})["t"]
-    llm, owned = _resolve_llm(app, llm, use_llm)
+    from .llm import resolve_llm
+
+    llm, owned = resolve_llm(app, llm, use_llm)
     try:
         items = _run_llm(llm, [cleaned])
     finally:
@@ -372,7 +350,9 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
     if transcript.messages:
         prepared = prepare_slice(app.config, transcript.messages)
         texts = ["\n".join(line.rendered for line in chunk) for chunk in chunk_lines(prepared.lines)]
-        llm, owned = _resolve_llm(app, llm, use_llm)
+        from .llm import resolve_llm
+
+        llm, owned = resolve_llm(app, llm, use_llm)
         try:
             items = _run_llm(llm, texts) if texts else []
         finally:

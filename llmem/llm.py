@@ -386,3 +386,14 @@ def make_llm(config, *, model: str | None = None, base_url: str | None = None) -
 
         raise UsageError(f"unknown llm provider {provider!r}", hint="use ollama, openai or none")
     return llm
+
+
+def resolve_llm(app, llm, use_llm: bool):
+    """(llm, owned): the LLM a step uses (the caller's, or one made from config) and
+    whether the step must close it; (None, False) when it must not use one."""
+    if not use_llm:
+        return None, False
+    if llm is not None:
+        return llm, False
+    made = make_llm(app.config)
+    return made, made is not None

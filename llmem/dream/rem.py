@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ..db.models import Memory
+from ..taxonomy import POSITIVE_CATEGORIES, TAXONOMY
 from ..times import days_between, now
 from .journal import Action
 from .text import (
     NINE_FIELDS,
-    POSITIVE_CATEGORIES,
-    TAXONOMY,
     assessment_fields,
     category_of,
     distinct_terms,

@@ -13,22 +13,6 @@ _FIELD_LINE = re.compile(r"^[\s*_\-#>]*([A-Za-z_ ]{3,30}?)[\s*_]*:[\s*_]*(.*)$",
 NINE_FIELDS = ("Category", "Context", "What_happened", "Outcomes", "What_caught_it",
                "Estimates_vs_actual", "Recurring", "Proposed_update", "Iteration_count")
 
-# The seed's error taxonomy, with what each class of mistake is.
-TAXONOMY = {
-    "NULL_SAFETY": "Missing null/None/undefined checks before property access or method calls",
-    "ERROR_HANDLING": "Missing try/except, bare except, swallowed errors, unhandled promise rejections",
-    "OFF_BY_ONE": "Boundary errors, wrong loop bounds, fencepost errors",
-    "RACE_CONDITION": "Concurrency issues, async/await problems, missing locks",
-    "AUTH_BYPASS": "Missing auth checks, SSRF, injection vulnerabilities, security oversights",
-    "DATA_INTEGRITY": "Stale derived fields, out-of-sync caches/embeddings/indexes, source-of-truth divergence",
-    "MISSING_VERIFICATION": "Skipped test steps, unverified outputs, assumed-it-works",
-    "EDGE_CASE": "Unhandled empty input, unexpected types, boundary values",
-    "PERFORMANCE": "N+1 queries, unnecessary recomputation, memory leaks",
-    "DESIGN": "Architectural issues, wrong abstraction level, coupling problems",
-    "REVIEW_PASSED": "Clean review with no findings — positive outcome for tracking purposes",
-}
-POSITIVE_CATEGORIES = frozenset({"REVIEW_PASSED"})
-
 
 def distinct_terms(text: str) -> set[str]:
     """The content-bearing terms of a text (lowercased; identifiers, paths and numbers kept)."""

@@ -137,6 +137,18 @@ def bench_processes(runs: int, env: dict) -> None:
         timings = time_command(args, runs, env, stdin)
         print(f"{label:<42} {statistics.median(timings):7.1f} {percentile(timings, 0.95):7.1f} {min(timings):7.1f}")
     time.sleep(1.0)  # let detached idle runs finish before the store is measured again
+    # With a worker alive (its heartbeat in the store), idle hooks only record and enqueue.
+    subprocess.run([*llmem[:-2], "-c", "from llmem.app import App; from llmem.events import worker_heartbeat; "
+                    "a = App(); worker_heartbeat(a.store); a.close()"], env=env, check=True)
+    timings = []
+    for i in range(runs + 1):  # a new session each time, so every run records and enqueues
+        started = time.perf_counter()
+        subprocess.run([*llmem, "hook", "--type", "idle", "--session-id", f"ses_bench{i}"], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        timings.append((time.perf_counter() - started) * 1000)
+    timings = timings[1:]  # the first run warms the page cache
+    label = "hook --type idle (worker alive: enqueue)"
+    print(f"{label:<42} {statistics.median(timings):7.1f} {percentile(timings, 0.95):7.1f} {min(timings):7.1f}")
 
 
 def bench_extraction(messages: int, state_dir: Path) -> None:

@@ -9,7 +9,6 @@ LLM, the originals are concatenated.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass, field
@@ -253,7 +252,3 @@ def _apply_merge(store, journal: Journal, action: Action, llm, at: float) -> dic
     action.detail["merged_id"] = merged.id
     action.detail["method"] = method
     return {"merged_id": merged.id, "method": method, "note": why}
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -272,10 +272,9 @@ def _restore_row(db, before: dict[str, Any]) -> None:
                        [row[c] for c in names])
 
 
-def last_run(kind: str = "dream", phase: str | None = None, applied_only: bool = True) -> DreamRun | None:
-    query = DreamRun.select().where(DreamRun.kind == kind)
-    if applied_only:
-        query = query.where(DreamRun.status == "done")
+def last_run(kind: str = "dream", phase: str | None = None) -> DreamRun | None:
+    """The newest finished (applied, not undone) run of `kind`, optionally one that ran `phase`."""
+    query = DreamRun.select().where((DreamRun.kind == kind) & (DreamRun.status == "done"))
     if phase:
         query = query.where(DreamRun.phases.contains(phase))
     return query.order_by(DreamRun.started_at.desc()).first()

@@ -132,7 +132,7 @@ def score_candidate(c: Candidate, at: float, cfg: dict[str, Any]) -> Candidate:
 
 
 def candidates(store, cfg: dict[str, Any], *, at: float | None = None, memory_ids: list[str] | None = None,
-               phase_hits: dict[str, float] | None = None, include_all: bool = False) -> list[Candidate]:
+               phase_hits: dict[str, float] | None = None) -> list[Candidate]:
     """Scored candidates, best first: memories with user recalls (or exactly `memory_ids`)."""
     at = at or now()
     rows = {r[0]: r for r in _recall_rows(store.db, memory_ids)}
@@ -148,7 +148,7 @@ def candidates(store, cfg: dict[str, Any], *, at: float | None = None, memory_id
                           recall_days=int(r[3] or 0), mean_score=float(r[4] or 0.0), last_recall=r[5],
                           excluded_recalls=int(r[6] or 0), phase_hits=hits.get(memory.id, 0.0))
             score_candidate(c, at, cfg)
-            if include_all or memory_ids is not None or (not c.invalidated_at and not c.promoted_at):
+            if memory_ids is not None or (not c.invalidated_at and not c.promoted_at):
                 out.append(c)
     out.sort(key=lambda c: (-c.score, c.memory_id))
     return out

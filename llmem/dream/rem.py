@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..db.models import Memory
+from ..db.settings import get_setting
 from ..taxonomy import POSITIVE_CATEGORIES, TAXONOMY
 from ..times import days_between, now
 from .journal import Action
@@ -91,7 +92,7 @@ class RemResult:
                 "proposed_changes": self.proposed_text is not None}
 
 
-def _json_meta(value) -> dict:
+def _json_object(value) -> dict:
     if isinstance(value, dict):
         return value
     try:
@@ -158,7 +159,7 @@ def _assessments(db, since: float) -> list[dict[str, Any]]:
         "AND invalidated_at IS NULL AND created_at >= ? ORDER BY created_at", (since,)).fetchall()
     out = []
     for memory_id, content, metadata, created_at, project in rows:
-        meta = _json_meta(metadata)
+        meta = _json_object(metadata)
         fields = assessment_fields(content, meta)
         out.append({"id": memory_id, "category": category_of(content, meta), "fields": fields,
                     "iterations": iteration_count(fields), "created_at": created_at,
@@ -213,7 +214,7 @@ def _insight_procedures(db) -> dict[str, dict[str, Any]]:
         "AND json_extract(metadata, '$.insight_key') IS NOT NULL").fetchall()
     out = {}
     for memory_id, metadata, created_at in rows:
-        meta = _json_meta(metadata)
+        meta = _json_object(metadata)
         out[meta["insight_key"]] = {"id": memory_id, "category": meta.get("category", meta["insight_key"]),
                                     "introduced_at": float(meta.get("introduced_at") or created_at),
                                     "calibration_status": meta.get("calibration_status")}
@@ -238,12 +239,8 @@ PROPOSED_KEY = "dream_proposed_insights"  # setting row: {insight key: [tiers pr
 
 
 def proposed_insights(db) -> dict[str, list[int]]:
-    row = db.execute_sql("SELECT value FROM setting WHERE key = ?", (PROPOSED_KEY,)).fetchone()
-    try:
-        value = json.loads(row[0]) if row else {}
-    except ValueError:
-        value = {}
-    return value if isinstance(value, dict) else {}
+    """The tiers already proposed for each insight key (kept in the PROPOSED_KEY setting)."""
+    return _json_object(get_setting(db, PROPOSED_KEY))
 
 
 def insight_marker(key: str) -> str:

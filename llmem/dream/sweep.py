@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..db.models import DreamRun, Memory
+from ..db.settings import get_setting, set_setting
 from ..paths import write_private_text
 from ..times import now
 from . import diary
@@ -22,7 +23,7 @@ from .deep import DeepResult, apply_action, plan_deep
 from .journal import PHASES, Action, Journal, finish_run, last_run, new_run_id, start_run
 from .light import LightResult, find_candidates
 from .lock import DreamLock, lock_is_live, read_lock
-from .promote import recent_phase_hits
+from .promote import promotable, recent_phase_hits
 from .rem import PROPOSED_KEY, RemResult, plan_rem, type_counts
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,10 @@ def _simulate(before: dict[str, float], actions: list[Action]) -> list[float]:
     """Confidences after the planned actions (for a preview's 'after' histogram)."""
     after = dict(before)
     for action in actions:
-        if action.kind == "invalidate" or (action.kind == "dedupe"):
-            for memory_id in [action.memory_id] if action.kind == "invalidate" else action.detail["drop"]:
+        if action.kind == "invalidate":
+            after.pop(action.memory_id, None)
+        elif action.kind == "dedupe":
+            for memory_id in action.detail["drop"]:
                 after.pop(memory_id, None)
         elif action.kind == "merge":
             for memory_id in action.detail["ids"]:
@@ -109,10 +112,8 @@ def _simulate(before: dict[str, float], actions: list[Action]) -> list[float]:
 
 def _make_llm(config):
     """The chat LLM for merges, or None (merges then concatenate)."""
-    try:
-        from ..llm import make_llm
-    except ImportError:
-        return None
+    from ..llm import make_llm
+
     try:
         return make_llm(config)
     except Exception as exc:  # a misconfigured LLM must not stop the night's consolidation
@@ -169,8 +170,8 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
         run = start_run(store, "dream", chosen, run_id)
         outcome.run_id = run.id
         journal = Journal(store, run)
-        if use_llm and llm is None and "deep" in chosen:
-            llm = _make_llm(config)
+        made_llm = _make_llm(config) if use_llm and llm is None and "deep" in chosen else None
+        llm = llm if llm is not None else made_llm
         try:
             _plan_all(store, config, cfg, outcome, at, promote_limit, journal=journal, llm=llm)
             _write_outputs(config, outcome, journal)
@@ -178,6 +179,9 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
             outcome.finished_at = now()
             finish_run(store, run, outcome.summary(), error=f"{exc.__class__.__name__}: {exc}")
             raise
+        finally:
+            if made_llm is not None:  # its HTTP client and token-budget connection
+                made_llm.close()
         outcome.finished_at = now()
         outcome.confidence_after = list(_confidences().values())
         finish_run(store, run, outcome.summary())
@@ -245,11 +249,10 @@ def _apply_rem(store, journal: Journal, rem: RemResult, config) -> None:
                 journal.update("rem", action.kind, action.memory_id, action.changes)
     if rem.proposed_record is not None:
         with store.db.atomic():
-            old = store.db.execute_sql("SELECT key, value FROM setting WHERE key = ?", (PROPOSED_KEY,)).fetchone()
+            old = get_setting(store.db, PROPOSED_KEY)
             journal.record_row("rem", "proposed_changes", "setting", {"key": PROPOSED_KEY},
-                               {"key": old[0], "value": old[1]} if old else None)
-            store.db.execute_sql("INSERT INTO setting(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
-                                 "SET value = excluded.value", (PROPOSED_KEY, json.dumps(rem.proposed_record, sort_keys=True)))
+                               {"key": PROPOSED_KEY, "value": old} if old is not None else None)
+            set_setting(store.db, PROPOSED_KEY, json.dumps(rem.proposed_record, sort_keys=True))
     if rem.proposed_text is not None:
         journal.write_file("rem", "proposed_changes", config.paths.proposed_changes_path, rem.proposed_text)
 
@@ -293,8 +296,6 @@ class PromoteOutcome:
 
 def run_promote(store, config, *, apply: bool = False, limit: int | None = None) -> PromoteOutcome:
     """Promotion on its own (the deep phase's gates), previewed or applied and journaled."""
-    from .promote import promotable
-
     cfg = config.values["dream"]
     at = now()
     chosen, held = promotable(store, cfg, limit=limit, at=at)

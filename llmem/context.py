@@ -17,21 +17,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .db.models import Memory
+from .taxonomy import POSITIVE_CATEGORIES
 from .times import now
 
 log = logging.getLogger(__name__)
 
 OPEN_MARKER = "<llmem-context>"
 CLOSE_MARKER = "</llmem-context>"
-_BLOCK_RE = re.compile(r"<llmem-context>.*?(?:</llmem-context>|\Z)", re.DOTALL)
+# Case-insensitive and with attributes: an agent may echo the block back altered.
+_BLOCK_RE = re.compile(r"<llmem-context\b[^>]*>.*?(?:</llmem-context>|\Z)", re.DOTALL | re.IGNORECASE)
 _MARKER_RE = re.compile(r"</?\s*llmem-context\s*>", re.IGNORECASE)
 
+CHARS_PER_TOKEN = 4
 LINE_CHARS = 280  # one memory line at most (content is cut with an ellipsis)
 QUERY_CHARS = 1200  # the relevance query: title + recent user text
 RECENT_USER_MESSAGES = 3
 CORE_TYPES = ("preference", "procedure")
 STATE_TYPES = ("decision", "project_state")
-NO_LESSON = {"REVIEW_PASSED"}
 
 HEADER = ("## Memory from llmem\n"
           "Long-term memories from earlier sessions; the id in brackets is the memory's "
@@ -43,13 +45,15 @@ COMPACTING_HEADER = ("## llmem: preserve across compaction\n"
 
 
 def estimate_tokens(text: str) -> int:
-    """The token estimate used for every budget: one token per 4 characters."""
-    return math.ceil(len(text) / 4)
+    """The token estimate used for every budget (no tokenizer dependency): characters / 4."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
 def strip_context_blocks(text: str) -> str:
     """Remove `<llmem-context>` blocks (an unclosed one runs to the end of the text)."""
-    return _BLOCK_RE.sub("", text or "")
+    if not text or "llmem-context" not in text.lower():
+        return text or ""
+    return _BLOCK_RE.sub("", text)
 
 
 @dataclass
@@ -222,7 +226,7 @@ def lessons(project: str | None, at: float, limit: int = 5, scan: int = 300) -> 
         meta = _meta(memory)
         category = meta.get("category") or _field_from_content(memory.content, "category")
         category = str(category or "").strip().upper()
-        if not category or category in NO_LESSON:
+        if not category or category in POSITIVE_CATEGORIES:
             continue
         groups.setdefault(category, []).append((memory, meta))
     found = []
@@ -269,7 +273,7 @@ def lesson_line(lesson: Lesson) -> str:
 
 def _fit(header: str, sections: list[Section], max_tokens: int) -> tuple[str, dict[str, list[str]]]:
     """Choose lines within the budget: one per section, then each up to its share, then leftovers."""
-    budget = max_tokens * 4  # characters
+    budget = max_tokens * CHARS_PER_TOKEN  # characters
     frame = f"{OPEN_MARKER}\n{header}\n"
     tail = f"{CLOSE_MARKER}"
     used = len(frame) + len(tail)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from dataclasses import asdict, dataclass, field
 
+from .context import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
 from .db.models import MEMORY_TYPES, Memory, SessionCursor
 from .errors import EmbedderUnavailable, LLMUnavailable
 from .heuristics import STATED, Candidate, statements
@@ -28,7 +28,6 @@ from .store import content_hash
 
 log = logging.getLogger(__name__)
 
-CHARS_PER_TOKEN = 4
 # Transcript tokens per LLM call: small enough for an 8k-context local model with the prompt,
 # the existing memories and the reply.
 CHUNK_TOKENS = 3000
@@ -38,20 +37,6 @@ EXISTING_IN_PROMPT = 20
 INFERRED = 0.7
 
 EXTRACT_TYPES = tuple(t for t in MEMORY_TYPES if t != "self_assessment")
-
-CONTEXT_BLOCK = re.compile(r"<llmem-context\b[^>]*>.*?(?:</llmem-context>|\Z)", re.DOTALL | re.IGNORECASE)
-
-
-def estimate_tokens(text: str) -> int:
-    """Tokens of a text, estimated as characters / 4 (no tokenizer dependency)."""
-    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
-
-
-def strip_context_blocks(text: str) -> str:
-    """Remove every `<llmem-context>…</llmem-context>` block (an unclosed one to the end)."""
-    if not text or "llmem-context" not in text.lower():
-        return text or ""
-    return CONTEXT_BLOCK.sub("", text)
 
 
 @dataclass

@@ -38,7 +38,7 @@ from llmem.embedders import Embedder  # noqa: E402
 from llmem.exchange import apply_import, plan_import  # noqa: E402
 from llmem.search import Searcher, SearchOptions  # noqa: E402
 from llmem.store import Store  # noqa: E402
-from llmem.vectors import store_vectors  # noqa: E402
+from llmem.vectors import embedding_text, store_vectors  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 ADVERSARIAL = 5
@@ -271,7 +271,7 @@ def run(args) -> None:
             dia_of = {m.seq: m.metadata["dia_id"] for m in memories}
             if embedder is not None:
                 start = time.perf_counter()
-                vectors, was_cached = document_vectors(embedder, [m.content for m in memories],
+                vectors, was_cached = document_vectors(embedder, [embedding_text(m) for m in memories],
                                                        args.vector_cache)
                 any_cached = any_cached or was_cached
                 store_vectors(store, embedder, memories, vectors)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 import peewee as pw
 
 from .db import vec
+from .db.fts import metadata_text
 from .db.models import Embedding, Memory
 from .embedders import Embedder
 from .times import now
@@ -16,10 +17,13 @@ log = logging.getLogger(__name__)
 
 
 def embedding_text(memory: Memory) -> str:
-    """What is embedded for a memory: its content, with the summary when it adds words."""
+    """What is embedded for a memory: its content, with the summary when it adds words and
+    its descriptive metadata (who said it, which file) in front, as FTS indexes them too."""
+    text = memory.content
     if memory.summary and memory.summary.strip() and memory.summary not in memory.content:
-        return f"{memory.summary}\n{memory.content}"
-    return memory.content
+        text = f"{memory.summary}\n{text}"
+    described = metadata_text(memory.metadata)
+    return f"{described}: {text}" if described else text
 
 
 def pending_query(identity: str, everything: bool = False):

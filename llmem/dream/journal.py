@@ -21,8 +21,7 @@ from typing import Any
 
 import peewee as pw
 
-from ..db import vec
-from ..db.models import DreamAction, DreamRun, Memory, RecallEvent, Relation
+from ..db.models import DreamAction, DreamRun, Memory, Relation
 from ..errors import NotFound, UsageError
 from ..paths import write_private_text
 from ..times import now
@@ -225,12 +224,8 @@ def undo_run(store, run_id: str) -> UndoResult:
                     cursor.execute(f"UPDATE memory SET {_ROW_ASSIGN} WHERE id = ?", (*params, memory_id))
                     result.restored += cursor.rowcount
                 elif op == "create":
-                    memory = Memory.get_or_none(Memory.id == memory_id)
-                    if memory is not None:
-                        vec.drop_vectors(db, [memory.seq])
-                        Relation.delete().where((Relation.source == memory.id) | (Relation.target == memory.id)).execute()
-                        RecallEvent.delete().where(RecallEvent.memory == memory.id).execute()
-                        memory.delete_instance(recursive=False)
+                    if Memory.select().where(Memory.id == memory_id).exists():
+                        store.delete(memory_id)
                         result.deleted += 1
                 elif op == "relate":
                     result.unlinked += Relation.delete().where(

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 
+from ..adapters.copilot import pid_is_alive
 from ..db.settings import get_setting, set_setting
 from ..errors import LlmemError
 from ..times import now, to_iso
@@ -22,18 +23,6 @@ STALE_AFTER = 6 * 3600.0
 
 class DreamLocked(LlmemError):
     """Another dream (or undo) is running on this store."""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OSError:
-        return False
-    return True
 
 
 def read_lock(db) -> dict | None:
@@ -52,7 +41,7 @@ def lock_is_live(holder: dict | None) -> bool:
     if not holder:
         return False
     if holder.get("host") == socket.gethostname():
-        return _pid_alive(int(holder.get("pid", 0)))
+        return pid_is_alive(int(holder.get("pid", 0)))
     return now() - float(holder.get("started_at", 0)) < STALE_AFTER
 
 

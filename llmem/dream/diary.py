@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..db.models import Memory
+from .text import one_line
 
 if TYPE_CHECKING:
     from . import DreamOutcome
@@ -19,11 +20,6 @@ _EFFECT = {"decreasing": "effective", "stable": "not yet effective", "increasing
 
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _one_line(text: str, width: int = 120) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def diary_entry(outcome: DreamOutcome) -> str:
@@ -65,7 +61,7 @@ def diary_entry(outcome: DreamOutcome) -> str:
         lines.append("- " + (", ".join(f"{k} {v}" for k, v in sorted(deep_counts.items())) or "nothing to do"))
         for candidate in outcome.deep.promote[:10]:
             lines.append(f"- Promoted {candidate.memory_id[:8]} (score {candidate.score:.2f}): "
-                         f"{_one_line(candidate.content, 90)}")
+                         f"{one_line(candidate.content, 90)}")
         lines.append("")
     if rem is not None:
         lines += ["### Calibration", ""]
@@ -100,7 +96,7 @@ def memory_md() -> str:
     for project, memories in scopes.items():
         lines.append(f"## {'Global' if project is None else 'Project ' + project}\n")
         for memory in memories:
-            lines.append(f"- [{memory.type}] {_one_line(memory.content, 400)} (id {memory.id[:8]})")
+            lines.append(f"- [{memory.type}] {one_line(memory.content, 400)} (id {memory.id[:8]})")
         lines.append("")
     if not scopes:
         lines.append("_No promoted memories yet._\n")

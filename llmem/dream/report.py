@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..db.models import Memory
+from .text import one_line
 
 if TYPE_CHECKING:
     from .sweep import DreamOutcome
@@ -107,11 +108,6 @@ def _contents(ids: set[str]) -> dict[str, str]:
     return out
 
 
-def _short(text: str | None, width: int = 160) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def render_report(outcome: DreamOutcome) -> str:
     """The whole report as one HTML document."""
     light, rem, deep = outcome.light, outcome.rem, outcome.deep
@@ -168,8 +164,8 @@ def render_report(outcome: DreamOutcome) -> str:
             for p in pairs:
                 kind = "near-duplicate" if p in light.near_duplicates else "auto-link"
                 out.append(f"<tr><td>{p['similarity']:.3f}</td><td>{esc(kind)}</td>"
-                           f"<td><code>{esc(p['a'][:8])}</code> {esc(_short(text.get(p['a'])))}</td>"
-                           f"<td><code>{esc(p['b'][:8])}</code> {esc(_short(text.get(p['b'])))}</td></tr>")
+                           f"<td><code>{esc(p['a'][:8])}</code> {esc(one_line(text.get(p['a']), 160))}</td>"
+                           f"<td><code>{esc(p['b'][:8])}</code> {esc(one_line(text.get(p['b']), 160))}</td></tr>")
             out.append("</table>")
 
     if rem:
@@ -201,7 +197,7 @@ def render_report(outcome: DreamOutcome) -> str:
         for action in outcome.actions[:ROWS * 2]:
             memory = action.memory_id or ""
             out.append(f"<tr><td>{esc(action.phase)}</td><td>{esc(action.kind)}</td>"
-                       f"<td><code>{esc(memory[:8])}</code> {esc(_short(text.get(memory), 100))}</td>"
+                       f"<td><code>{esc(memory[:8])}</code> {esc(one_line(text.get(memory), 100))}</td>"
                        f"<td>{esc(action.text)}</td></tr>")
         if len(outcome.actions) > ROWS * 2:
             out.append(f"<tr><td colspan=4>… and {len(outcome.actions) - ROWS * 2} more</td></tr>")

@@ -1,4 +1,5 @@
-"""Word-level helpers shared by the phases: distinct terms, categories of self_assessments."""
+"""Word-level helpers shared by the phases: distinct terms, categories of self_assessments,
+one-line excerpts for the diary and the report."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def distinct_terms(text: str) -> set[str]:
             continue
         terms.add(term)
     return terms
+
+
+def one_line(text: str | None, width: int) -> str:
+    """The text on one line (whitespace collapsed), cut to `width` characters with an ellipsis."""
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def category_of(content: str, metadata: dict | None) -> str | None:

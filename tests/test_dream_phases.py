@@ -239,8 +239,8 @@ def test_merge_uses_llm_when_it_keeps_the_facts(env):
     outcome = run_dream(store, config, apply=True, phases=["light", "deep"], llm=llm)
     merged = Memory.get(Memory.id == outcome.merge_results[0]["merged_id"])
     assert merged.metadata["merge_method"] == "llm" and merged.content == BASE + " (today)"
-    store2 = FakeLLM({"content": "release stuff"})
-    assert llm_merge(store2, [BASE, BASE + " today"])[0] is None
+    vague = FakeLLM({"content": "release stuff"})
+    assert llm_merge(vague, [BASE, BASE + " today"])[0] is None
 
 
 def test_reviewed_and_deleted_proposals_are_not_proposed_again(env):

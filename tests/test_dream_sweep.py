@@ -118,7 +118,8 @@ def test_undo_cli_and_status(home):
     assert status["next_run"].endswith("03:00") or "T03:00" in status["next_run"]
     assert status["last_run"]["counts"]["deep"]["merge"] >= 1
     code, out, err = run_cli("dream", "undo", run_id)
-    assert code == 0, err and "Undid run" in out
+    assert code == 0, err
+    assert "Undid run" in out
     code, out, err = run_cli("dream", "undo", run_id)
     assert code != 0 and "already undone" in err
 

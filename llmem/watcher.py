@@ -169,8 +169,9 @@ class SessionWatcher:
             for db in sorted(folder.glob("opencode*.db")):
                 self._process_opencode(db, baseline=not announce)
         else:
+            horizon = self.clock() - self.inactivity_ms / 1000
             for child in sorted(folder.iterdir()):
-                if child.is_dir():
+                if child.is_dir() and (announce or _modified_after(child, horizon)):
                     self._process_copilot(child.name, baseline=not announce)
 
     # ---- the loop ------------------------------------------------------------------------
@@ -243,7 +244,9 @@ class SessionWatcher:
             conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=2.0,
                                    check_same_thread=False)
             conn.execute("PRAGMA query_only = ON")
-            entry = (conn, -1, 0)
+            # Sessions quiet for longer than the inactivity timeout have ended already:
+            # reading every old transcript at start would only cost time.
+            entry = (conn, -1, int(self.clock() * 1000) - self.inactivity_ms)
         conn, version, since_ms = entry
         current = conn.execute("PRAGMA data_version").fetchone()[0]
         if current == version:
@@ -370,3 +373,14 @@ class SessionWatcher:
         except Exception as exc:
             self.errors += 1
             log.warning("session=%s event=%s could not be recorded: %s", session_id, kind, exc)
+
+
+def _modified_after(session_dir: Path, horizon: float) -> bool:
+    """Was the session's folder or its events file written after `horizon` (epoch s)?"""
+    for path in (session_dir / "events.jsonl", session_dir):
+        try:
+            if path.stat().st_mtime > horizon:
+                return True
+        except OSError:
+            continue
+    return False

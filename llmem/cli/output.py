@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
@@ -48,7 +47,3 @@ def parse_json_object(text: str | None, flag: str) -> dict | None:
     if not isinstance(value, dict):
         raise UsageError(f"{flag} must be a JSON object", hint=f"""example: {flag} '{{"key": "value"}}'""")
     return value
-
-
-def stdout_is_tty() -> bool:
-    return sys.stdout.isatty()

@@ -23,6 +23,7 @@ from .context import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
 from .db.models import MEMORY_TYPES, Memory, SessionCursor
 from .errors import EmbedderUnavailable, LLMUnavailable
 from .heuristics import STATED, Candidate, statements
+from .llm import BudgetExhausted, step_llm
 from .redact import redact
 from .store import content_hash
 
@@ -494,11 +495,9 @@ def _embed_touched(app, touched, report: ExtractionReport, store_vectors, embed_
 
 
 
-def _extract_chunks(app, llm, chunks, project, report: ExtractionReport, *,
+def _extract_chunks(llm, chunks, project, report: ExtractionReport, *,
                     all_roles: bool = False) -> list[Candidate]:
     """Candidates of every chunk: from the LLM when it answers, else from the heuristics."""
-    from .llm import BudgetExhausted
-
     candidates: list[Candidate] = []
     existing = _existing_memories(project) if llm is not None and chunks else []
     llm_usable = llm is not None
@@ -550,14 +549,8 @@ def extract_session(app, session_id: str, *, adapter_name: str | None = None, ll
     report.redactions, report.redactions_by_kind = prepared.redactions, dict(prepared.by_kind)
     chunks = chunk_lines(prepared.lines)
     report.chunks = len(chunks)
-    from .llm import resolve_llm
-
-    llm, owned = resolve_llm(app, llm, use_llm)
-    try:
-        candidates = _extract_chunks(app, llm, chunks, project, report)
-    finally:
-        if owned:
-            llm.close()
+    with step_llm(app, llm, use_llm) as llm:
+        candidates = _extract_chunks(llm, chunks, project, report)
     if hold_cursor:
         report.deferred = True
     new_cursor = transcript.cursor or start_cursor
@@ -609,14 +602,8 @@ def extract_text(app, text: str, *, project: str | None = None, session_id: str 
                               redactions=prepared.redactions, redactions_by_kind=dict(prepared.by_kind))
     chunks = chunk_lines(prepared.lines)
     report.chunks = len(chunks)
-    from .llm import resolve_llm
-
-    llm, owned = resolve_llm(app, llm, use_llm)
-    try:
-        candidates = _extract_chunks(app, llm, chunks, project, report, all_roles=True)
-    finally:
-        if owned:
-            llm.close()
+    with step_llm(app, llm, use_llm) as llm:
+        candidates = _extract_chunks(llm, chunks, project, report, all_roles=True)
     store_candidates(app, candidates, report, project=project, session_id=session_id)
     report.seconds = round(time.perf_counter() - started, 4)
     return report

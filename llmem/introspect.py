@@ -17,6 +17,7 @@ from .db.models import Memory, SessionCursor
 from .errors import EmbedderUnavailable, LLMUnavailable, UsageError
 from .extract import chunk_lines, prepare_slice, redact_messages, strip_context_blocks
 from .heuristics import categorize, error_signals, statements
+from .llm import BudgetExhausted, step_llm
 from .redact import redact
 from .taxonomy import CATEGORIES, ERROR_CATEGORIES, POSITIVE_CATEGORIES, TAXONOMY
 from .times import now, to_iso
@@ -251,8 +252,6 @@ def _fields_from_llm(item: dict, default_context: str | None) -> dict:
 
 def _run_llm(llm, texts: list[str]) -> list[dict] | None:
     """Assessments from the LLM over each text, or None when it cannot answer (use heuristics)."""
-    from .llm import BudgetExhausted
-
     if llm is None:
         return None
     found: list[dict] = []
@@ -308,14 +307,8 @@ def introspect_text(app, text: str, *, llm=None, use_llm: bool = True,
         raise UsageError("--text is empty", hint='describe what happened, e.g. --text "null pointer in handler"')
     app.store  # noqa: B018 - open the store (and bind the models) first
     cleaned = _redact_fields(app, {"t": strip_context_blocks(text)})["t"]
-    from .llm import resolve_llm
-
-    llm, owned = resolve_llm(app, llm, use_llm)
-    try:
+    with step_llm(app, llm, use_llm) as llm:
         items = _run_llm(llm, [cleaned])
-    finally:
-        if owned:
-            llm.close()
     if items is not None:
         return [store_assessment(app, _fields_from_llm(item, None), source="introspection",
                                  confidence=AUTO_CONFIDENCE, origin="auto-text", project=project)
@@ -350,14 +343,8 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
     if transcript.messages:
         prepared = prepare_slice(app.config, transcript.messages)
         texts = ["\n".join(line.rendered for line in chunk) for chunk in chunk_lines(prepared.lines)]
-        from .llm import resolve_llm
-
-        llm, owned = resolve_llm(app, llm, use_llm)
-        try:
+        with step_llm(app, llm, use_llm) as llm:
             items = _run_llm(llm, texts) if texts else []
-        finally:
-            if owned:
-                llm.close()
         if items is not None:
             field_sets = [_fields_from_llm(item, context) for item in items]
         else:

@@ -13,10 +13,11 @@ import logging
 import os
 import re
 import time
+from contextlib import contextmanager
 from datetime import date
 from typing import Any
 
-from .errors import LlmemError, LLMUnavailable
+from .errors import LlmemError, LLMUnavailable, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -377,23 +378,25 @@ def make_llm(config, *, model: str | None = None, base_url: str | None = None) -
     common = dict(timeout=section["timeout"], daily_token_budget=section["daily_token_budget"],
                   db_path=config.db_path)
     if provider == "ollama":
-        llm: LLM = OllamaLLM(model or section["model"], base_url or section["base_url"], **common)
-    elif provider == "openai":
-        llm = OpenAILLM(model or section["model"], base_url or section["base_url"],
-                        api_key_env=section["api_key_env"], **common)
-    else:
-        from .errors import UsageError
-
-        raise UsageError(f"unknown llm provider {provider!r}", hint="use ollama, openai or none")
-    return llm
+        return OllamaLLM(model or section["model"], base_url or section["base_url"], **common)
+    if provider == "openai":
+        return OpenAILLM(model or section["model"], base_url or section["base_url"],
+                         api_key_env=section["api_key_env"], **common)
+    raise UsageError(f"unknown llm provider {provider!r}", hint="use ollama, openai or none")
 
 
-def resolve_llm(app, llm, use_llm: bool):
-    """(llm, owned): the LLM a step uses (the caller's, or one made from config) and
-    whether the step must close it; (None, False) when it must not use one."""
+@contextmanager
+def step_llm(app, llm, use_llm: bool):
+    """The LLM a step uses: the caller's (left open), one made from config (closed after),
+    or None when the step must not use one."""
     if not use_llm:
-        return None, False
-    if llm is not None:
-        return llm, False
-    made = make_llm(app.config)
-    return made, made is not None
+        yield None
+    elif llm is not None:
+        yield llm
+    else:
+        made = make_llm(app.config)
+        try:
+            yield made
+        finally:
+            if made is not None:
+                made.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from .context import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
 from .db.models import MEMORY_TYPES, Memory, SessionCursor
@@ -87,7 +87,8 @@ class PreparedSlice:
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
-def _redactor(config):
+def redactor(config):
+    """apply(text, tally): `text` redacted as config `redaction` says, counts added to `tally`."""
     section = config.values["redaction"]
     enabled, patterns = section["enabled"], tuple(section["patterns"])
 
@@ -132,7 +133,7 @@ def _redact_batch(config, texts: list[str], tally: dict[str, int]) -> list[str]:
             for kind, count in result.by_kind.items():
                 tally[kind] = tally.get(kind, 0) + count
             return pieces
-    apply = _redactor(config)
+    apply = redactor(config)
     return [apply(text, tally) for text in texts]
 
 
@@ -169,8 +170,6 @@ def redact_messages(config, messages) -> tuple[list, dict[str, int]]:
     is redacted first (JSON escapes the quotes that `key = "value"` rules look for), then
     the JSON text (where a key and its value sit side by side).
     """
-    from dataclasses import replace
-
     tally: dict[str, int] = {}
     texts: list[str] = []
     shapes = []
@@ -304,8 +303,7 @@ def _existing_memories(project: str | None, limit: int = EXISTING_IN_PROMPT) -> 
     scope = Memory.project.is_null() if project is None else (
         (Memory.project == project) | Memory.project.is_null())
     return list(Memory.select().where(
-        Memory.invalidated_at.is_null() & scope & (Memory.type != "self_assessment")
-        & Memory.type.in_(("decision", "preference", "procedure", "project_state", "fact")))
+        Memory.invalidated_at.is_null() & scope & Memory.type.in_(("decision", "preference", "procedure", "project_state", "fact")))
         .order_by(Memory.updated_at.desc()).limit(limit))
 
 
@@ -328,8 +326,8 @@ def _llm_candidates(llm, chunk: list[SliceLine], project: str | None,
         for ref in item.get("supersedes") or []:
             ref = ref.strip().strip("[]").lower()
             # Only ids we showed: the model must not point at arbitrary memories.
-            target = shown.get(ref[:8]) if ref[:8] in shown and shown[ref[:8]].startswith(ref) else None
-            if target:
+            target = shown.get(ref[:8])
+            if target and target.startswith(ref):
                 supersedes.append(target)
         candidates.append(Candidate(
             item["type"], content, summary=(item.get("summary") or "").strip() or None,
@@ -350,7 +348,8 @@ def _heuristic_candidates(chunk: list[SliceLine], *, all_roles: bool = False) ->
 
 
 def _embedding_text(content: str, summary: str | None) -> str:
-    # Same rule as vectors.embedding_text, so a candidate's vector can be stored as is.
+    # vectors.embedding_text without the metadata prefix: _embed_touched reuses a candidate's
+    # vector only when the stored memory embeds to this same text.
     if summary and summary.strip() and summary not in content:
         return f"{summary}\n{content}"
     return content
@@ -386,11 +385,10 @@ def store_candidates(app, candidates: list[Candidate], report: ExtractionReport,
     import numpy as np
 
     from .search import Searcher
-    from .vectors import embed_memories, store_vectors
 
     store = app.store
     threshold = app.config.values["dream"]["similarity_threshold"]
-    redact_again = _redactor(app.config)
+    redact_again = redactor(app.config)
     tally: dict[str, int] = {}
     # The model saw only redacted text, but may still invent a secret-shaped string.
     for candidate in candidates:
@@ -461,15 +459,15 @@ def store_candidates(app, candidates: list[Candidate], report: ExtractionReport,
                     report.relations += 1
         if cursor_update is not None:
             cursor_update(check=False)
-    _embed_touched(app, touched, report, store_vectors, embed_memories)
+    _embed_touched(app, touched, report)
     return written
 
 
-def _embed_touched(app, touched, report: ExtractionReport, store_vectors, embed_memories) -> None:
+def _embed_touched(app, touched, report: ExtractionReport) -> None:
     """Store the candidates' vectors where the memory's text is what was embedded; embed the rest."""
     if not touched:
         return
-    from .vectors import embedding_text
+    from .vectors import embed_memories, embedding_text, store_vectors
 
     reuse, fresh = [], []
     for memory, vector, text in touched:
@@ -491,8 +489,6 @@ def _embed_touched(app, touched, report: ExtractionReport, store_vectors, embed_
 
 
 # ---- the entry points ---------------------------------------------------------------------
-
-
 
 
 def _extract_chunks(llm, chunks, project, report: ExtractionReport, *,

@@ -15,10 +15,9 @@ from pathlib import Path
 
 from .db.models import Memory, SessionCursor
 from .errors import EmbedderUnavailable, LLMUnavailable, UsageError
-from .extract import chunk_lines, prepare_slice, redact_messages, strip_context_blocks
+from .extract import chunk_lines, prepare_slice, redact_messages, redactor, strip_context_blocks
 from .heuristics import categorize, error_signals, statements
 from .llm import BudgetExhausted, step_llm
-from .redact import redact
 from .taxonomy import CATEGORIES, ERROR_CATEGORIES, POSITIVE_CATEGORIES, TAXONOMY
 from .times import now, to_iso
 
@@ -88,11 +87,8 @@ def earlier_assessments(category: str, project: str | None = None) -> list[Memor
 
 
 def _redact_fields(app, fields: dict) -> dict:
-    section = app.config.values["redaction"]
-    if not section["enabled"]:
-        return fields
-    patterns = tuple(section["patterns"])
-    return {k: (redact(v, patterns).text if isinstance(v, str) else v) for k, v in fields.items()}
+    apply = redactor(app.config)
+    return {k: (apply(v, {}) if isinstance(v, str) else v) for k, v in fields.items()}
 
 
 def _embed(app, memories: list[Memory]) -> None:

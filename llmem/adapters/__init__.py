@@ -115,8 +115,5 @@ def adapter_from_config(config, name: str | None = None) -> SessionAdapter:
     session = config.values["session"]
     opencode_dir = expand(session["opencode"]["data_dir"])
     copilot_dir = expand(session["copilot"]["state_dir"])
-    chosen = name or session["adapter"]
-    if chosen == "auto":
-        chosen = detect_adapter(opencode_dir, copilot_dir)
-    return get_adapter(chosen, opencode_data_dir=opencode_dir, copilot_state_dir=copilot_dir,
+    return get_adapter(name or session["adapter"], opencode_data_dir=opencode_dir, copilot_state_dir=copilot_dir,
                        copilot_share_dir=expand(session["copilot"]["share_dir"]))

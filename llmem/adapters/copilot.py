@@ -26,7 +26,7 @@ from llmem.adapters.base import (
     output_text,
     validate_session_id,
 )
-from llmem.adapters.detect import EVENTS_FILE, WORKSPACE_FILE, has_sessions  # noqa: F401
+from llmem.adapters.detect import EVENTS_FILE, WORKSPACE_FILE
 
 NAME = "copilot"
 

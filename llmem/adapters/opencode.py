@@ -28,7 +28,7 @@ from llmem.adapters.base import (
     output_text,
     validate_session_id,
 )
-from llmem.adapters.detect import find_databases, has_legacy_storage  # noqa: F401 (re-exported)
+from llmem.adapters.detect import find_databases
 
 NAME = "opencode"
 

@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llmem.config import Config, defaults  # noqa: E402
-from llmem.db import vec  # noqa: E402
 from llmem.db.fts import identifier_hints  # noqa: E402
+from llmem.db.settings import set_setting  # noqa: E402
 from llmem.dream.deep import plan_deep  # noqa: E402
 from llmem.dream.journal import undo_run  # noqa: E402
 from llmem.dream.light import find_candidates  # noqa: E402
@@ -91,9 +91,9 @@ def build(path: Path, n: int, new: int, dim: int, seed: int = 7) -> float:
         db.cursor().executemany(
             "INSERT INTO embedding(memory_id, model, dim, vector, content_hash, created_at) VALUES (?,?,?,?,?,?)",
             embedding_rows)
-        vec.set_setting(db, "vec_model", MODEL)
-        vec.set_setting(db, "vec_dim", str(dim))
-        vec.set_setting(db, "vec_dirty", "1")
+        set_setting(db, "vec_model", MODEL)
+        set_setting(db, "vec_dim", str(dim))
+        set_setting(db, "vec_dirty", "1")
         # Recalls for promotion: 2 000 memories, 1–8 user recalls each over a few days.
         recalls = []
         for _ in range(2000):

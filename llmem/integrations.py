@@ -165,11 +165,11 @@ def is_llmem_plugin(text: str) -> bool:
 
 # ---- Copilot CLI -----------------------------------------------------------------------
 
-COPILOT_EVENTS = {  # Copilot hook event -> (llmem hook type, extra flags, timeoutSec)
-    "sessionStart": ("created", "", COPILOT_START_TIMEOUT_SEC),
-    "agentStop": ("idle", "", COPILOT_DETACHED_TIMEOUT_SEC),
-    "preCompact": ("compacting", "", COPILOT_DETACHED_TIMEOUT_SEC),
-    "sessionEnd": ("ending", "", COPILOT_DETACHED_TIMEOUT_SEC),
+COPILOT_EVENTS = {  # Copilot hook event -> (llmem hook type, timeoutSec)
+    "sessionStart": ("created", COPILOT_START_TIMEOUT_SEC),
+    "agentStop": ("idle", COPILOT_DETACHED_TIMEOUT_SEC),
+    "preCompact": ("compacting", COPILOT_DETACHED_TIMEOUT_SEC),
+    "sessionEnd": ("ending", COPILOT_DETACHED_TIMEOUT_SEC),
 }
 
 
@@ -179,9 +179,9 @@ def render_copilot_hooks(command: list[str] | None = None) -> str:
     exe = " ".join(shlex.quote(part) for part in command)
     hooks = {
         event: [{"type": "command",
-                 "bash": f"{exe} hook --type {kind} --format copilot{extra}",
+                 "bash": f"{exe} hook --type {kind} --format copilot",
                  "timeoutSec": timeout}]
-        for event, (kind, extra, timeout) in COPILOT_EVENTS.items()
+        for event, (kind, timeout) in COPILOT_EVENTS.items()
     }
     return json.dumps({"version": 1, "hooks": hooks}, indent=2) + "\n"
 

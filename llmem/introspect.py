@@ -133,8 +133,8 @@ def store_assessment(app, fields: dict, *, source: str, confidence: float, origi
     if len(summary) > 140:
         summary = summary[:139] + "…"
     result = store.add(format_self_assessment(fields), "self_assessment", summary=summary,
-                           confidence=confidence, source=source, project=project,
-                           session_id=session_id, metadata=metadata)
+                       confidence=confidence, source=source, project=project,
+                       session_id=session_id, metadata=metadata)
     if result.created:
         _embed(app, [result.memory])
     return result.memory
@@ -244,8 +244,6 @@ def _fields_from_llm(item: dict, default_context: str | None) -> dict:
     }
 
 
-
-
 def _run_llm(llm, texts: list[str]) -> list[dict] | None:
     """Assessments from the LLM over each text, or None when it cannot answer (use heuristics)."""
     if llm is None:
@@ -311,7 +309,7 @@ def introspect_text(app, text: str, *, llm=None, use_llm: bool = True,
                 for item in items]
     if not _TROUBLE.search(cleaned) and not any(c.rule.startswith("correction") for c in statements(cleaned)):
         return []
-    category = categorize(cleaned, default="MISSING_VERIFICATION")
+    category = categorize(cleaned)
     what = " ".join(cleaned.split())
     fields = {"Category": category, "Context": None, "What_happened": what[:400],
               "Outcomes": None, "What_caught_it": None, "Estimates_vs_actual": None,
@@ -406,11 +404,6 @@ def clean_reviews(app) -> int:
     for memory in stale:
         app.store.invalidate(memory.id, "cleaned by track-review --clean")
     return len(stale)
-
-
-_FINDING_KEYS = {"category", "context", "what_happened", "description", "message", "file", "line",
-                 "proposed_fix", "proposed_update", "suggestion", "severity", "outcomes",
-                 "iteration_count", "title"}
 
 
 def _finding_fields(finding: dict, default_context: str | None, where: str) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .output import notice, print_json
+from .session import ADAPTER_CHOICE
 
 
 def _llm_override(app, model, base_url):
@@ -48,7 +49,7 @@ def _report(memories, as_json: bool, empty: str) -> None:
 @click.option("--auto", is_flag=True, help="Introspect a session (--session) or a text (--text) automatically.")
 @click.option("--session", "session_id", help="Session id to introspect (with --auto).")
 @click.option("--text", help="Text to introspect (with --auto).")
-@click.option("--adapter", type=click.Choice(["opencode", "copilot", "none"]),
+@click.option("--adapter", type=ADAPTER_CHOICE,
               help="Session adapter (default: session.adapter in config.yaml).")
 @click.option("--model", help="LLM model for this run (overrides llm.model).")
 @click.option("--base-url", help="LLM server URL for this run (overrides llm.base_url).")

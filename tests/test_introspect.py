@@ -10,7 +10,7 @@ import pytest
 from test_extract import DONE, FIXTURES, CopilotSession, fast_model_server, session_config
 
 from llmem.app import App
-from llmem.db.models import Memory
+from llmem.db.models import Memory, SessionCursor
 from llmem.errors import UsageError
 from llmem.introspect import (
     CATEGORIES,
@@ -177,6 +177,8 @@ def test_auto_session_records_nothing_for_a_clean_session(configure, tmp_path, a
     session_config(configure, tmp_path / "copilot" / "session-state")
     # The failing run before any edit reproduces the reported bug: not a mistake.
     assert introspect_session(app, DONE) == []
+    # ...and the session was read: its introspection cursor moved past it.
+    assert SessionCursor.get(SessionCursor.session_id == DONE).introspect_cursor
 
 
 def test_auto_session_with_the_llm(configure, state_dir, app, model_server):
@@ -204,6 +206,7 @@ def test_auto_text_falls_back_to_heuristics_on_garbage(app, ollama_config):
     ollama_config.chat_replies = ["nope", "still nope"]
     (memory,) = introspect_text(app, "Race: two workers wrote the same row, database is locked")
     assert memory.metadata["category"] == "RACE_CONDITION"
+    assert [p for p, _ in ollama_config.requests].count("/api/chat") == 2  # asked, then retried
 
 
 def test_manual_with_model_override_asks_for_a_proposed_update(ollama_config, cli):

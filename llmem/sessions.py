@@ -1,16 +1,13 @@
-"""Session events: the one entry point agent hooks (and later the pipeline worker) call.
+"""Session events: the one entry point agent hooks and the pipeline worker call.
 
 created → the context block; idle → extract + introspect the new part of the transcript;
 ending → introspect the session; compacting → extract what is about to be compacted, then
-the compaction context block. Extraction and introspection live in llmem.extract and
-llmem.introspect; while either module is missing its step is reported as "unavailable"
-and the event does the rest. Hooks call with fail_open=True; the worker lets errors raise
+the compaction context block. Hooks call with fail_open=True; the worker lets errors raise
 so the queue can retry.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from dataclasses import asdict, is_dataclass
@@ -29,31 +26,24 @@ STEPS = {
     "ending": ("introspect",),
     "compacting": ("extract", "context"),
 }
-_STEP_FUNCTIONS = {"extract": ("llmem.extract", "extract_session"),
-                   "introspect": ("llmem.introspect", "introspect_session")}
 
 
 def step_function(step: str):
-    """extract_session / introspect_session when their module exists, else None."""
-    module_name, function_name = _STEP_FUNCTIONS[step]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise  # the module exists but one of its own imports is missing: a real error
-        return None
-    return getattr(module, function_name, None)
+    """extract_session or introspect_session, imported when an event needs it (not at hook start)."""
+    if step == "extract":
+        from .extract import extract_session
+
+        return extract_session
+    from .introspect import introspect_session
+
+    return introspect_session
 
 
 def make_event_llm(app, model: str | None = None, base_url: str | None = None):
-    """The chat LLM for an event (llmem.llm.make_llm), or None when llmem.llm is not there yet."""
-    try:
-        module = importlib.import_module("llmem.llm")
-    except ModuleNotFoundError as exc:
-        if exc.name != "llmem.llm":
-            raise
-        return None
-    return module.make_llm(app.config, model=model, base_url=base_url)
+    """The chat LLM for an event, with the hook's --model/--base-url (None: heuristics only)."""
+    from .llm import make_llm
+
+    return make_llm(app.config, model=model, base_url=base_url)
 
 
 def _jsonable(value: Any) -> Any:
@@ -141,12 +131,8 @@ def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str |
                     outcome: Any = "done"
                 else:
                     function = step_function(step)
-                    if function is None:
-                        log.info("%s %s: llmem.%s is not there yet; skipped", kind, session_id, step)
-                        outcome = "unavailable"
-                    else:
-                        outcome = _jsonable(function(app, session_id, adapter_name=adapter_name,
-                                                     llm=llm.get()))
+                    outcome = _jsonable(function(app, session_id, adapter_name=adapter_name,
+                                                 llm=llm.get()))
             except NoTranscript:
                 # session.adapter is none: nothing to read is the expected answer, not a failure.
                 outcome = "no_transcript"

@@ -133,7 +133,7 @@ def test_kill_9_during_a_task_loses_nothing_and_duplicates_nothing(home, model_s
     model_server.mode = "ok"
     worker = start("worker", "-w", "1")
     try:
-        wait_until(lambda: events(home)[0]["status"] == "done", timeout=40)
+        wait_until(lambda: events(home)[0]["status"] == "done", timeout=90)
     finally:
         stop(worker)
     contents = [m["content"] for m in memories(home)]
@@ -156,7 +156,7 @@ def test_sigterm_requeues_the_in_flight_event(home, model_server):
     model_server.mode = "ok"
     worker = start("worker", "-w", "1")
     try:
-        wait_until(lambda: events(home)[0]["status"] == "done", timeout=40)
+        wait_until(lambda: events(home)[0]["status"] == "done", timeout=90)
     finally:
         stop(worker)
 

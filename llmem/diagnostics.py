@@ -100,8 +100,10 @@ def run_doctor(app) -> dict[str, Any]:
     adapter = detect_adapter_name(config)
     checks.append(_check("adapter", "ok" if adapter != "none" else "warn",
                          f"{config.values['session']['adapter']} → {adapter}"))
-    queue_dir = config.queue_path.parent
-    writable = os.access(queue_dir if queue_dir.exists() else queue_dir.parent, os.W_OK)
+    existing = config.queue_path.parent  # the queue's folder is made on first use
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    writable = os.access(existing, os.W_OK)
     checks.append(_check("queue", "ok" if writable else "fail", f"{config.queue_path}"
                          + ("" if writable else " is not writable")))
     services = _service_states()

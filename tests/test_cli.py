@@ -204,3 +204,10 @@ def test_readme_documents_every_command():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     missing = [name for name in COMMANDS if f"`{name}" not in readme and f"llmem {name}" not in readme]
     assert not missing, f"README does not document: {missing}"
+
+
+def test_doctor_on_a_fresh_home_fails_nothing(cli, fts_config):
+    code, out, err = cli("doctor", "--json")
+    report = json.loads(out)
+    failed = [c for c in report["checks"] if c["status"] == "fail"]
+    assert code == 0 and not failed, failed

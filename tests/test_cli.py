@@ -206,7 +206,10 @@ def test_readme_documents_every_command():
     assert not missing, f"README does not document: {missing}"
 
 
-def test_doctor_on_a_fresh_home_fails_nothing(cli, fts_config):
+def test_doctor_on_a_fresh_home_fails_nothing(cli, configure, tmp_path):
+    # as on a new machine: the queue's folder and its parent do not exist yet
+    configure(f"embedding:\n  provider: none\nllm:\n  provider: none\n"
+              f"pipeline:\n  queue_path: {tmp_path}/share/llmem/queue.db\n")
     code, out, err = cli("doctor", "--json")
     report = json.loads(out)
     failed = [c for c in report["checks"] if c["status"] == "fail"]

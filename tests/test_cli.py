@@ -214,3 +214,17 @@ def test_doctor_on_a_fresh_home_fails_nothing(cli, configure, tmp_path):
     report = json.loads(out)
     failed = [c for c in report["checks"] if c["status"] == "fail"]
     assert code == 0 and not failed, failed
+
+
+def test_files_made_by_commands_are_private(cli, fts_config, llmem_home, tmp_path):
+    import os
+    import stat
+
+    cli("add", "--content", "a private memory")
+    cli("hook", "--type", "created", "--session-id", "ses_1")
+    cli("dream", "--apply", "--report", str(tmp_path / "report.html"))
+    made = [p for p in [*llmem_home.rglob("*"), tmp_path / "report.html"]
+            if p.is_file() and p.name != "config.yaml"]  # the test wrote config.yaml itself
+    assert any(p.name == "hooks.log" for p in made)
+    loose = [str(p) for p in made if stat.S_IMODE(os.stat(p).st_mode) & 0o077]
+    assert not loose, loose

@@ -109,6 +109,10 @@ def _setup_stderr_logging(verbose: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn every failure into a message and an exit code."""
+    import os
+
+    # Whatever llmem creates (stores, queue, WAL files, logs, reports) is the user's alone.
+    os.umask(0o077)
     try:
         cli.main(args=argv, prog_name="llmem", standalone_mode=False)
     except click.exceptions.Exit as exc:

@@ -175,9 +175,13 @@ def test_concurrent_workers_watcher_and_cli_never_lock(home):
             if code != 0:
                 errors.append(err)
             i += 1
-        wait_until(lambda: all(e["status"] == "done" for e in events(home)), timeout=40)
+        try:
+            wait_until(lambda: all(e["status"] == "done" for e in events(home)), timeout=120)
+        except AssertionError:
+            raise AssertionError(f"events not done: {[e for e in events(home) if e['status'] != 'done']}") from None
     finally:
         stop(runner)
     logs = "".join(p.read_text() for p in (llmem_home / "logs").glob("*.log"))
-    assert "database is locked" not in logs and not errors
+    locked = [line for line in logs.splitlines() if "database is locked" in line]
+    assert not locked and not errors, (locked[:5], errors[:5])
     assert not [e for e in events(home) if e["status"] == "failed"]

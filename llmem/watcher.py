@@ -167,12 +167,12 @@ class SessionWatcher:
         """Register the sessions already there; `announce` emits created for each."""
         if folder == self.opencode_dir:
             for db in sorted(folder.glob("opencode*.db")):
-                self._process_opencode(db, baseline=not announce)
+                self._safely(str(db), self._process_opencode, db, baseline=not announce)
         else:
             horizon = self.clock() - self.inactivity_ms / 1000
             for child in sorted(folder.iterdir()):
                 if child.is_dir() and (announce or _modified_after(child, horizon)):
-                    self._process_copilot(child.name, baseline=not announce)
+                    self._safely(child.name, self._process_copilot, child.name, baseline=not announce)
 
     # ---- the loop ------------------------------------------------------------------------
 
@@ -215,16 +215,20 @@ class SessionWatcher:
 
     def _process_key(self, key: str) -> None:
         kind, _, rest = key.partition(":")
+        if kind == "opencode":
+            self._safely(rest, self._process_opencode, Path(rest))
+        elif kind == "opencode-session":
+            self._safely(rest, self._evaluate_opencode, rest)
+        elif kind == "copilot":
+            self._safely(rest, self._process_copilot, rest)
+
+    def _safely(self, what: str, step, *args, **kwargs) -> None:
+        """Run one read; a locked DB or an unknown schema is logged and the watcher goes on."""
         try:
-            if kind == "opencode":
-                self._process_opencode(Path(rest))
-            elif kind == "opencode-session":
-                self._evaluate_opencode(rest)
-            elif kind == "copilot":
-                self._process_copilot(rest)
-        except Exception as exc:  # a locked DB, an unknown schema: log and go on
+            step(*args, **kwargs)
+        except Exception as exc:
             self.errors += 1
-            log.warning("watch: could not read %s: %s", rest, exc)
+            log.warning("watch: could not read %s: %s", what, exc)
 
     # ---- OpenCode --------------------------------------------------------------------------
 

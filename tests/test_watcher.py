@@ -176,3 +176,36 @@ def test_opencode_db_appearing_later_and_written_by_another_process(agent_dirs, 
         assert (opencode / "opencode.db").exists()
     finally:
         watcher.stop()
+
+
+def test_unknown_schema_and_locked_db_are_logged_and_the_watcher_goes_on(agent_dirs, caplog):
+    import sqlite3
+
+    opencode, copilot = agent_dirs
+    opencode.mkdir()
+    odd = sqlite3.connect(opencode / "opencode.db")
+    odd.execute("PRAGMA journal_mode=WAL")
+    odd.execute("CREATE TABLE something_else (x)")
+    odd.commit()
+    recorder = Recorder()
+    watcher = SessionWatcher(load_config(), recorder)
+    caplog.set_level("WARNING", logger="llmem.watcher")
+    watcher.start()
+    try:
+        odd.execute("INSERT INTO something_else VALUES (1)")  # a commit the watcher must read
+        odd.commit()
+        odd.execute("BEGIN EXCLUSIVE")  # and now nobody may read it at all
+        deadline = time.monotonic() + 8
+        while not watcher.errors and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert watcher.errors >= 1
+        assert any("could not read" in r.getMessage() for r in caplog.records)
+        session_id = str(uuid.uuid4())  # the other agent is still watched
+        (copilot / session_id).mkdir()
+        append(copilot / session_id / "events.jsonl",
+               event_line("session.start", {"sessionId": session_id}), *turn("hello"))
+        recorder.wait_for(("copilot", session_id, "idle"))
+    finally:
+        odd.rollback()
+        odd.close()
+        watcher.stop()

@@ -251,6 +251,7 @@ class SessionWatcher:
             # Sessions quiet for longer than the inactivity timeout have ended already:
             # reading every old transcript at start would only cost time.
             entry = (conn, -1, int(self.clock() * 1000) - self.inactivity_ms)
+            self._db_versions[db_path] = entry  # kept even if this read fails: one connection per DB
         conn, version, since_ms = entry
         current = conn.execute("PRAGMA data_version").fetchone()[0]
         if current == version:

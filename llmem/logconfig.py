@@ -15,6 +15,12 @@ from .paths import ensure_private_dir
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
+def _not_a_heartbeat(record: logging.LogRecord) -> bool:
+    # The consumer's once-a-minute heartbeat would be two INFO lines a minute, forever.
+    return not (record.name.startswith("huey") and record.levelno <= logging.INFO
+                and "heartbeat" in record.getMessage())
+
+
 def setup_file_logging(config, component: str) -> Path:
     """Send llmem's (and huey's) logs to <log_dir>/<component>.log, rotated."""
     log_dir = ensure_private_dir(config.log_dir)
@@ -24,6 +30,7 @@ def setup_file_logging(config, component: str) -> Path:
                                                    backupCount=section["backups"], encoding="utf-8")
     handler.setFormatter(logging.Formatter(FORMAT, datefmt="%Y-%m-%dT%H:%M:%S"))
     handler.setLevel(section["level"])
+    handler.addFilter(_not_a_heartbeat)
     for name in ("llmem", "workers", "huey"):
         logger = logging.getLogger(name)
         logger.addHandler(handler)

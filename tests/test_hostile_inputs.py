@@ -1,0 +1,96 @@
+"""The hostile-input corpus (tests/hostile/cases.yaml) run through the real CLI.
+
+Each case gets a fresh LLMEM_HOME (a config and a store holding one memory) and must end with
+the expected exit code, a message holding the expected fragment, no traceback, and nothing
+written: the home's files (log files and the parsed-config cache aside), the scratch folder and the input's folder are as
+they were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+CORPUS = Path(__file__).parent / "hostile"
+CASES = yaml.safe_load((CORPUS / "cases.yaml").read_text(encoding="utf-8"))
+BASE_CONFIG = "embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: none\n"
+
+
+def _run(home: Path, cwd: Path, args: list[str]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMEM_", "XDG_"))}
+    env.update(LLMEM_HOME=str(home), HOME=str(home.parent / "user-home"), PYTHONIOENCODING="utf-8")
+    return subprocess.run([sys.executable, "-m", "llmem", *args], cwd=cwd, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def pristine_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("pristine") / "llmem-home"
+    home.mkdir()
+    (home / "config.yaml").write_text(BASE_CONFIG)
+    for args in (["init"], ["add", "-c", "The billing service retries webhooks three times."]):
+        done = _run(home, home.parent, args)
+        assert done.returncode == 0, done.stderr
+    return home
+
+
+def _snapshot(folder: Path, *, own_files: bool = False) -> dict[str, str]:
+    """Every file under `folder` with a hash of its bytes.
+
+    own_files: leave out what llmem may rightly rewrite in its home while refusing an input:
+    its log files (they record the refusal) and the parsed-config cache.
+    """
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if own_files and (relative.parts[0] == "logs" or path.name.endswith(".parsed.json")):
+            continue
+        if path.is_file() or path.is_symlink():
+            files[str(relative)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            files[str(relative)] = "folder"
+    return files
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_hostile_input_is_refused_cleanly(case, pristine_home, tmp_path):
+    home = tmp_path / "llmem-home"
+    shutil.copytree(pristine_home, home)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    input_path = ""
+    if "input" in case:
+        source = CORPUS / case["input"]
+        input_path = str(inputs / source.name)
+        if source.is_dir():
+            shutil.copytree(source, input_path)
+        else:
+            shutil.copy(source, input_path)
+
+    def fill(text: str) -> str:
+        return text.replace("{input}", input_path).replace("{scratch}", str(scratch))
+
+    if "config" in case:
+        (home / "config.yaml").write_text(fill((CORPUS / case["config"]).read_text(encoding="utf-8")))
+    if "store" in case:
+        shutil.copy(CORPUS / case["store"], home / "memory.db")
+    before = (_snapshot(home, own_files=True), _snapshot(scratch), _snapshot(inputs))
+
+    done = _run(home, scratch, [fill(arg) for arg in case["args"]])
+
+    output = done.stderr + done.stdout
+    assert "Traceback" not in output, output
+    assert "unexpected failure" not in output, output
+    assert done.returncode == case["exit"], output
+    assert fill(case["message"]).lower() in output.lower(), output
+    after = (_snapshot(home, own_files=True), _snapshot(scratch), _snapshot(inputs))
+    assert after == before, "files changed"

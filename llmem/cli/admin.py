@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .output import notice, print_json
+from .output import bounded_int, notice, print_json
 
 
 @click.command()
@@ -184,7 +184,7 @@ def embed(app, mode, as_json):
 
 
 @click.command()
-@click.option("--sample", type=click.IntRange(min=10), default=2000, show_default=True,
+@click.option("--sample", type=bounded_int(10), default=2000, show_default=True,
               help="Memories sampled for the similarity figures.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.pass_obj

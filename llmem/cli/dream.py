@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .output import notice, print_json, short
+from .output import bounded_int, notice, print_json, short
 
 PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
 
@@ -132,7 +132,7 @@ def dream_undo(app, run_id, as_json):
 
 @click.command(name="promote")
 @click.option("--apply", "apply_", is_flag=True, help="Promote (default: preview).")
-@click.option("--limit", "-n", type=click.IntRange(min=1), help="Promote at most N memories.")
+@click.option("--limit", "-n", type=bounded_int(), help="Promote at most N memories.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.pass_obj
 def promote(app, apply_, limit, as_json):
@@ -158,7 +158,7 @@ def promote(app, apply_, limit, as_json):
 
 @click.command(name="promote-explain")
 @click.argument("target", nargs=-1, required=True)
-@click.option("--limit", "-n", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--limit", "-n", type=bounded_int(), default=5, show_default=True,
               help="Memories explained for a query.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.pass_obj
@@ -214,7 +214,7 @@ def _search_ids(app, text: str, limit: int) -> list[str]:
 @click.option("--adapter", "adapter_name", type=click.Choice(["opencode", "copilot"]),
               help="Which agent's sessions (default: session.adapter).")
 @click.option("--since", help="Only sessions active since this date (ISO, e.g. 2026-10-01).")
-@click.option("--limit", "-n", type=click.IntRange(min=1), help="At most N sessions (oldest first).")
+@click.option("--limit", "-n", type=bounded_int(), help="At most N sessions (oldest first).")
 @click.option("--no-llm", is_flag=True, help="Extract with heuristics only.")
 @click.option("--rollback", "rollback_id", metavar="RUN_ID", help="Remove what that backfill run added.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")

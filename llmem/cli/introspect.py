@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .output import notice, print_json
+from .output import bounded_int, notice, print_json
 from .session import ADAPTER_CHOICE
 
 
@@ -45,7 +45,7 @@ def _report(memories, as_json: bool, empty: str) -> None:
 @click.option("--proposed-fix", help="A procedural directive that prevents it recurring.")
 @click.option("--outcomes", help="What resulted; first try or several iterations?")
 @click.option("--estimates-vs-actual", help="Was the complexity estimate right?")
-@click.option("--iteration-count", type=click.IntRange(min=1), help="Attempts before success (1 = first try).")
+@click.option("--iteration-count", type=bounded_int(), help="Attempts before success (1 = first try).")
 @click.option("--auto", is_flag=True, help="Introspect a session (--session) or a text (--text) automatically.")
 @click.option("--session", "session_id", help="Session id to introspect (with --auto).")
 @click.option("--text", help="Text to introspect (with --auto).")

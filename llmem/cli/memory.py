@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .output import memory_line, notice, parse_json_object, print_json
+from .output import bounded_int, memory_line, notice, parse_json_object, print_json
 
 TYPE_CHOICE = click.Choice(["fact", "decision", "preference", "event", "project_state", "procedure",
                             "conversation", "self_assessment"])
@@ -91,7 +91,7 @@ def get(app, memory_id, as_json):
 @click.command("list")
 @click.option("--type", "-t", "memory_type", type=TYPE_CHOICE, help="Only this type.")
 @click.option("--project", help="Only this project.")
-@click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", "-n", type=bounded_int(), default=50, show_default=True)
 @click.option("--all", "include_all", is_flag=True, help="Include invalidated and expired memories.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.pass_obj

@@ -7,6 +7,16 @@ from typing import Any
 
 import click
 
+# Bounds of the integer options: far above any real use, far below SQLite's 64-bit integers
+# (`--limit 9223372036854775807` overflowed inside the query).
+MAX_COUNT = 1_000_000
+MAX_ROW_ID = 2**63 - 1
+
+
+def bounded_int(minimum: int = 1, maximum: int = MAX_COUNT) -> click.IntRange:
+    """The type of every integer option: out of range is a usage error stating both bounds."""
+    return click.IntRange(minimum, maximum)
+
 
 def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from .output import print_json
+from .output import MAX_ROW_ID, bounded_int, print_json
 
 
 def _start_watcher(app):
@@ -122,7 +122,7 @@ def enqueue(app, task, args, adapter, as_json):
 
 @click.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
-@click.option("-n", "--recent", type=click.IntRange(min=1), default=15, show_default=True,
+@click.option("-n", "--recent", type=bounded_int(), default=15, show_default=True,
               help="Recent events shown.")
 @click.pass_context
 def queue(ctx, as_json, recent):
@@ -155,7 +155,7 @@ def queue(ctx, as_json, recent):
 
 
 @queue.command("retry")
-@click.argument("event_ids", nargs=-1, type=int)
+@click.argument("event_ids", nargs=-1, type=bounded_int(1, MAX_ROW_ID))
 @click.option("--failed", is_flag=True, help="Retry every failed event.")
 @click.pass_obj
 def queue_retry(app, event_ids, failed):
@@ -175,7 +175,7 @@ def queue_retry(app, event_ids, failed):
 
 @click.command()
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
-@click.option("-n", "--lines", type=click.IntRange(min=0), default=50, show_default=True)
+@click.option("-n", "--lines", type=bounded_int(0), default=50, show_default=True)
 @click.option("--level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="Minimum level.")
 @click.pass_obj
 def logs(app, follow, lines, level):

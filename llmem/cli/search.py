@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from .memory import TYPE_CHOICE
-from .output import memory_line, notice, print_json
+from .output import bounded_int, memory_line, notice, print_json
 
 
 @click.command()
 @click.argument("query", nargs=-1, required=True)
-@click.option("--limit", "-n", type=click.IntRange(min=1), help="Results (default: search.limit, 10).")
+@click.option("--limit", "-n", type=bounded_int(), help="Results (default: search.limit, 10).")
 @click.option("--type", "-t", "memory_type", type=TYPE_CHOICE, help="Only this type.")
 @click.option("--project", help="This project's memories and the global ones.")
 @click.option("--fts-only", is_flag=True, help="Keyword search only (no embedder needed).")

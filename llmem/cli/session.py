@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .output import print_json
+from .output import bounded_int, print_json
 
 # Spelled out here (not imported from llmem.sessions) so `llmem --help` imports nothing heavy.
 HOOK_TYPES = ("created", "idle", "ending", "compacting")
@@ -21,7 +21,7 @@ log = logging.getLogger("llmem.hooks")
 @click.command()
 @click.option("--session-id", help="The agent's session id (its title and recent text guide the search).")
 @click.option("--compacting", is_flag=True, help="The block for a compaction: decisions and state to keep.")
-@click.option("--max-tokens", type=click.IntRange(min=50), help="Token budget (default: context.max_tokens, 1500).")
+@click.option("--max-tokens", type=bounded_int(50), help="Token budget (default: context.max_tokens, 1500).")
 @click.option("--project", help="Project (repo root) whose memories to include (default: the session's).")
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
 @click.option("--json", "as_json", is_flag=True, help="Print the block and the ids in it as JSON.")

@@ -20,9 +20,11 @@ class App:
 
     @cached_property
     def store(self):
+        from .redact import Redactor
         from .store import Store
 
-        return Store.open(self.config.db_path)
+        return Store.open(self.config.db_path,
+                          redactor=Redactor.from_section(self.config.values["redaction"]))
 
     @cached_property
     def embedder(self):

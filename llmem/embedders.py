@@ -1,7 +1,9 @@
 """Embedding clients (httpx): Ollama, OpenAI-compatible, local sentence-transformers, none.
 
 Every embedder returns unit-length float32 vectors; the dimension comes from the model's
-answer, never from a constant.
+answer, never from a constant. Every text is redacted before it is embedded: whatever calls
+an embedder (search queries built from a session's title and turns, memory texts), no secret
+leaves llmem through one.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 from typing import TYPE_CHECKING
 
 from .errors import EmbedderUnavailable, UsageError
+from .redact import Redactor
 
 if TYPE_CHECKING:
     import numpy as np
@@ -23,10 +26,12 @@ class Embedder:
 
     provider = "none"
 
-    def __init__(self, model: str = "", query_prefix: str = "", document_prefix: str = ""):
+    def __init__(self, model: str = "", query_prefix: str = "", document_prefix: str = "",
+                 redactor: Redactor | None = None):
         self.model = model
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
+        self.redactor = redactor or Redactor()
         self.dim: int | None = None
 
     @property
@@ -48,7 +53,7 @@ class Embedder:
 
         if not texts:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
-        raw = self._embed(texts)
+        raw = self._embed([self.redactor.text(text) for text in texts])
         if len(raw) != len(texts):
             raise EmbedderUnavailable(
                 f"{self.provider} returned {len(raw)} vectors for {len(texts)} texts")
@@ -213,20 +218,24 @@ def make_embedder(cfg) -> Embedder:
         query_prefix = section["query_prefix"]
     if section["document_prefix"] is not None:
         document_prefix = section["document_prefix"]
+    redactor = Redactor.from_section(cfg.values.get("redaction"))
     common = dict(query_prefix=query_prefix, document_prefix=document_prefix)
+    sent = dict(common, redactor=redactor)
     if provider == "none":
         return NoEmbedder()
     if provider == "ollama":
         return OllamaEmbedder(section["model"], section["base_url"], section["timeout"],
-                              section["batch_size"], **common)
+                              section["batch_size"], **sent)
     if provider == "openai":
         return OpenAIEmbedder(section["model"], section["base_url"], section["timeout"],
-                              section["batch_size"], api_key_env=section["api_key_env"], **common)
+                              section["batch_size"], api_key_env=section["api_key_env"], **sent)
     if provider == "local":
         try:
             from .local_embedder import LocalEmbedder
         except ImportError as exc:
             raise UsageError(f"the local embedder is not available: {exc}",
                              hint="pip install 'llmem[local]'") from None
-        return LocalEmbedder(section["model"], batch_size=section["batch_size"], **common)
+        local = LocalEmbedder(section["model"], batch_size=section["batch_size"], **common)
+        local.redactor = redactor
+        return local
     raise UsageError(f"unknown embedding provider {provider!r}")

@@ -3,6 +3,7 @@
 Every reply must be JSON matching a schema. An invalid reply gets one retry that shows the
 model its error; a second failure raises ValueError so the caller can fall back to its
 heuristics. The unusable reply is written to the log (truncated), never dropped silently.
+Every message is redacted before it is sent, whoever built it.
 Every call's tokens go to the LlmUsage table, which the daily token budget is checked against.
 """
 
@@ -18,6 +19,7 @@ from datetime import date
 from typing import Any
 
 from .errors import LlmemError, LLMUnavailable, UsageError
+from .redact import Redactor
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +171,9 @@ class LLM:
     provider = "none"
 
     def __init__(self, model: str, base_url: str, *, timeout: float = 120.0,
-                 daily_token_budget: int = 0, db_path=None):
+                 daily_token_budget: int = 0, db_path=None, redactor: Redactor | None = None):
         self.model = model
+        self.redactor = redactor or Redactor()
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.daily_token_budget = daily_token_budget
@@ -273,7 +276,8 @@ class LLM:
         conversation = list(messages)
         last_error = ""
         for attempt in (1, 2):
-            content, prompt_tokens, completion_tokens, raw = self._request(conversation, schema)
+            content, prompt_tokens, completion_tokens, raw = self._request(
+                self._redacted(conversation), schema)
             self._record(task, prompt_tokens, completion_tokens)
             try:
                 if content is None:
@@ -292,6 +296,10 @@ class LLM:
                                  f"a JSON object matching this schema:\n{json.dumps(schema)}"}]
                 self.check_budget()
         raise ValueError(f"{self.provider} {self.model} gave no usable reply for {task}: {last_error}")
+
+    def _redacted(self, messages: list[dict]) -> list[dict]:
+        return [{**message, "content": self.redactor.text(message.get("content"))}
+                if isinstance(message.get("content"), str) else message for message in messages]
 
     def close(self) -> None:
         if self._client is not None:
@@ -376,7 +384,8 @@ def make_llm(config, *, model: str | None = None, base_url: str | None = None) -
     if provider == "none":
         return None
     common = dict(timeout=section["timeout"], daily_token_budget=section["daily_token_budget"],
-                  db_path=config.db_path)
+                  db_path=config.db_path,
+                  redactor=Redactor.from_section(config.values.get("redaction")))
     if provider == "ollama":
         return OllamaLLM(model or section["model"], base_url or section["base_url"], **common)
     if provider == "openai":

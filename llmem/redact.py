@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -252,3 +253,61 @@ def _custom_patterns(
         SecretPattern("custom", item if isinstance(item, re.Pattern) else re.compile(item))
         for item in extra
     )
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """Redaction as a config's `redaction` section sets it, for every text that leaves llmem
+    (embedder, LLM) or is stored; applying it twice changes nothing (markers are skipped)."""
+
+    enabled: bool = True
+    patterns: tuple[str, ...] = ()
+
+    @classmethod
+    def from_section(cls, section: dict | None) -> Redactor:
+        """The redactor of a `redaction:` config section (None: built-in patterns, enabled)."""
+        if section is None:
+            return cls()
+        return cls(bool(section.get("enabled", True)), tuple(section.get("patterns") or ()))
+
+    def text(self, value: str) -> str:
+        if not self.enabled or not value or not isinstance(value, str):
+            return value
+        return redact(value, self.patterns).text
+
+    def tree(self, value):
+        """JSON-like data with every string redacted, and every value whose key names a secret
+        (`{"password": "hunter2"}` is `password: hunter2` written as data)."""
+        if not self.enabled:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list | tuple):
+            return [self.tree(item) for item in value]
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, item in value.items():
+            key = self.text(key) if isinstance(key, str) else key
+            if isinstance(item, dict | list | tuple):
+                out[key] = self.tree(item)
+                continue
+            item = self.text(item) if isinstance(item, str) else item
+            out[key] = self._pair_value(key, item)
+        return out
+
+    def _pair_value(self, key, item):
+        try:
+            pair = json.dumps({key: item}, ensure_ascii=False)
+        except (TypeError, ValueError):
+            return item
+        redacted = self.text(pair)
+        if redacted == pair:
+            return item
+        try:
+            parsed = json.loads(redacted)
+        except ValueError:  # an unquoted value (a number) replaced by a marker
+            return MARKER.format(kind="secret")
+        if isinstance(parsed, dict) and len(parsed) == 1:
+            return next(iter(parsed.values()))
+        return MARKER.format(kind="secret")

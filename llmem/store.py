@@ -21,6 +21,7 @@ from .db.connection import open_database
 from .db.fts import index_hints
 from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, RecallEvent, Relation
 from .errors import AmbiguousId, NotFound, UsageError
+from .redact import Redactor
 from .times import now, to_iso
 
 log = logging.getLogger(__name__)
@@ -81,12 +82,15 @@ class AddResult:
 class Store:
     """The memory store: a peewee database plus the operations that write it."""
 
-    def __init__(self, db):
+    def __init__(self, db, redactor: Redactor | None = None):
         self.db = db
+        # Every write path redacts (add, update, import; extraction already has): what a user
+        # types or imports is stored as carefully as what llmem extracts.
+        self.redactor = redactor or Redactor()
 
     @classmethod
-    def open(cls, path: Path, *, vec_enabled: bool = True) -> Store:
-        return cls(open_database(Path(path), vec=vec_enabled))
+    def open(cls, path: Path, *, vec_enabled: bool = True, redactor: Redactor | None = None) -> Store:
+        return cls(open_database(Path(path), vec=vec_enabled), redactor)
 
     def close(self) -> None:
         if not self.db.is_closed():
@@ -151,15 +155,17 @@ class Store:
             valid_from: float | None = None, valid_until: float | None = None,
             memory_id: str | None = None, created_at: float | None = None) -> AddResult:
         """Store a memory; an exact duplicate in the same scope returns the existing one."""
-        content = (content or "").strip()
+        content = self.redactor.text((content or "").strip())
         if not content:
             raise UsageError("the memory content is empty", hint="pass --content TEXT")
+        summary = self.redactor.text(summary)
         check_type(memory_type)
         if source not in SOURCES:
             raise UsageError(f"unknown source {source!r}", hint="use one of: " + ", ".join(SOURCES))
         confidence = check_confidence(0.7 if confidence is None else confidence)
         if metadata is not None and not isinstance(metadata, dict):
             raise UsageError("metadata must be a JSON object")
+        metadata = self.redactor.tree(metadata)
         text_hash = content_hash(content)
         stamp = now()
         with self.db.atomic():
@@ -183,16 +189,17 @@ class Store:
         with self.db.atomic():
             memory = Memory.get(Memory.id == memory_id)
             if content is not None:
-                content = content.strip()
+                content = self.redactor.text(content.strip())
                 if not content:
                     raise UsageError("the new content is empty")
                 memory.content = content
                 memory.content_hash = content_hash(content)
             if summary is not None:
-                memory.summary = summary or None
+                memory.summary = self.redactor.text(summary) or None
             if metadata is not None:
                 if not isinstance(metadata, dict):
                     raise UsageError("metadata must be a JSON object")
+                metadata = self.redactor.tree(metadata)
                 memory.metadata = {**(memory.metadata or {}), **metadata} if merge_metadata else metadata
             if content is not None or summary is not None or metadata is not None:
                 memory.hints = index_hints(memory.content, memory.summary, memory.metadata)
@@ -214,7 +221,8 @@ class Store:
             stamp = now()
             memory.invalidated_at = stamp
             memory.updated_at = stamp
-            memory.metadata = {**(memory.metadata or {}), "invalidation_reason": reason.strip()}
+            memory.metadata = {**(memory.metadata or {}),
+                               "invalidation_reason": self.redactor.text(reason.strip())}
             memory.save()
         return memory
 

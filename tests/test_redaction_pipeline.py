@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,91 @@ def test_batched_redaction_matches_text_by_text(fts_config):
     first, second = redact_messages(app.config, unclosed)[0]
     assert first.text == "keep [REDACTED:private]" and second.text == "the next message"
     app.close()
+
+
+# ---- every text that leaves llmem, and every other write path (issue 14.3) -----------------
+
+def _leaks(secrets: list[str], haystack: str) -> list[str]:
+    return [secret for secret in secrets if secret in haystack]
+
+
+def _planted_turns() -> tuple[str, str, list[str]]:
+    """A session title holding a token, one user turn holding every other planted secret."""
+    planted = planted_texts()
+    title_token = planted[6][1]  # a GitHub token
+    title = f"Deploy with {title_token} tonight"
+    turn = "Please help. " + " ; ".join(text for text, _ in planted)
+    return title, turn, [secret for _, secret in planted]
+
+
+def test_session_title_and_turns_never_reach_the_embedder(cli, configure, tmp_path, model_server):
+    """`context`, the created hook and the compacting hook build a search query from the session
+    (its title and recent user turns): the query is embedded, redacted."""
+    import yaml
+    from test_adapters_opencode import MAIN, build_db
+    from test_extract import CopilotSession
+
+    title, turn, secrets = _planted_turns()
+    state_dir = tmp_path / "session-state"
+    copilot = CopilotSession(state_dir, "ses-title-token")
+    (copilot.dir / "workspace.yaml").write_text(yaml.safe_dump(
+        {"id": copilot.session_id, "cwd": "/home/dev/acme", "git_root": "/home/dev/acme", "name": title}))
+    copilot.user(turn)
+    opencode_dir = tmp_path / "opencode"
+    opencode_dir.mkdir()
+    connection = sqlite3.connect(build_db(opencode_dir / "opencode.db"))
+    connection.execute("UPDATE session SET title = ? WHERE id = ?", (title, MAIN))
+    connection.commit()
+    connection.close()
+    configure(f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"
+              f"llm:\n  provider: none\n"
+              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n"
+              f"  opencode:\n    data_dir: {opencode_dir}\n"
+              f"redaction:\n  patterns: ['ACME-INTERNAL-[0-9]{{8}}']\n")
+    # A stored vector: from now on the session's query is embedded, not only matched by words.
+    assert cli("add", "--content", "Deploys go out on Tuesdays")[0] == 0
+
+    runs = [("context", "--session-id", copilot.session_id),
+            ("context", "--session-id", copilot.session_id, "--compacting"),
+            ("hook", "--type", "created", "--session-id", copilot.session_id),
+            ("hook", "--type", "compacting", "--session-id", copilot.session_id, "--sync"),
+            ("context", "--session-id", MAIN, "--adapter", "opencode")]
+    for args in runs:
+        before = len(model_server.embed_requests())
+        code, _, err = cli(*args)
+        assert code == 0, err
+        assert len(model_server.embed_requests()) > before, f"{args} embedded no query"
+    sent = json.dumps(model_server.embed_requests(), ensure_ascii=False)
+    assert "[REDACTED:github_token]" in sent
+    assert _leaks(secrets, sent) == []
+
+
+def test_the_clients_redact_whatever_they_send(configure, model_server):
+    """The embedder and the LLM redact at the one place they send from, whoever calls them."""
+    from llmem.config import load_config
+    from llmem.embedders import make_embedder
+    from llmem.llm import make_llm
+
+    _, turn, secrets = _planted_turns()
+    configure(f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"
+              f"llm:\n  provider: ollama\n  base_url: {model_server.url}\n"
+              f"redaction:\n  patterns: ['ACME-INTERNAL-[0-9]{{8}}']\n")
+    config = load_config()
+    embedder = make_embedder(config)
+    llm = make_llm(config)
+    try:
+        embedder.embed_query(turn)
+        embedder.embed_documents([turn, "nothing secret here"])
+        model_server.chat_replies = ['{"ok": true}']
+        llm.chat_json([{"role": "system", "content": "Answer in JSON."},
+                       {"role": "user", "content": turn}],
+                      {"type": "object"}, task="test")
+    finally:
+        embedder.close()
+        llm.close()
+    paths = {path for path, _ in model_server.requests}
+    assert {"/api/embed", "/api/chat"} <= paths
+    sent = json.dumps([body for _, body in model_server.requests], ensure_ascii=False)
+    assert _leaks(secrets, sent) == []
+    assert "nothing secret here" in sent
+

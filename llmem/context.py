@@ -123,9 +123,9 @@ def read_session(app, session_id: str | None, adapter_name: str | None = None) -
     if not session_id:
         return view
     try:
-        from .adapters import adapter_from_config
+        from .adapters import resolve_adapter
 
-        transcript = adapter_from_config(app.config, adapter_name).read_transcript(session_id)
+        transcript = resolve_adapter(app.config, session_id, adapter_name).read_transcript(session_id)
     except Exception as exc:  # unknown session, adapter none, locked or corrupt store
         view.error = f"{exc.__class__.__name__}: {exc}"
         log.debug("context for session %s without its transcript: %s", session_id, view.error)

@@ -153,8 +153,7 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
         fail_event(app.store, event_id, _describe(exc), final=False)
         raise
     except Exception as exc:
-        fail_event(app.store, event_id, _describe(exc), final=not isinstance(exc, LlmemError) or
-                   isinstance(exc, UsageError))
+        fail_event(app.store, event_id, _describe(exc), final=_can_never_succeed(exc))
         log.warning("event %s (%s %s) failed: %s", event_id, event.kind, event.session_id, _describe(exc))
         return EventOutcome(event_id, "failed", error=_describe(exc),
                             seconds=time.perf_counter() - started, session_id=event.session_id,
@@ -200,6 +199,15 @@ def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: f
     defer_event(app.store, event.id, llm_allowed_at, "waiting for the session's extraction interval")
     return EventOutcome(event.id, "pending", result=summary, seconds=time.perf_counter() - started,
                         session_id=event.session_id, kind=event.kind)
+
+
+def _can_never_succeed(exc: Exception) -> bool:
+    """Errors a retry cannot cure: bugs, bad input, a session no store holds, an unknown adapter."""
+    from .adapters.base import InvalidSessionId, SessionNotFound, UnknownAdapter
+
+    if isinstance(exc, SessionNotFound | UnknownAdapter | InvalidSessionId | UsageError):
+        return True
+    return not isinstance(exc, LlmemError)
 
 
 def _describe(exc: BaseException) -> str:

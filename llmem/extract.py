@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from .context import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
-from .db.models import MEMORY_TYPES, Memory, SessionCursor
+from .db.models import MEMORY_TYPES, Memory
 from .errors import EmbedderUnavailable, LLMUnavailable
 from .heuristics import STATED, Candidate, statements
 from .llm import BudgetExhausted, step_llm
@@ -298,8 +298,9 @@ Rules:
 - Answer {"memories": []} when there is nothing durable."""
 
 
-def _existing_memories(project: str | None, limit: int = EXISTING_IN_PROMPT) -> list[Memory]:
+def _existing_memories(store, project: str | None, limit: int = EXISTING_IN_PROMPT) -> list[Memory]:
     """Recent valid memories of the scope, shown to the LLM so it can say what it supersedes."""
+    Memory = store.models.Memory
     scope = Memory.project.is_null() if project is None else (
         (Memory.project == project) | Memory.project.is_null())
     return list(Memory.select().where(
@@ -427,7 +428,7 @@ def store_candidates(app, candidates: list[Candidate], report: ExtractionReport,
                 near = _near_duplicate(searcher, vector, candidate.type, project, threshold) \
                     if vector is not None else None
                 if near is not None:
-                    old = Memory.get(Memory.seq == near[0])
+                    old = store.models.Memory.get(store.models.Memory.seq == near[0])
                     meta = {"previous_content": _cut(old.content, 500), "near_duplicate_of_session": session_id,
                             "similarity": round(near[1], 4)}
                     target = store.update(old.id, content=candidate.content,
@@ -491,11 +492,11 @@ def _embed_touched(app, touched, report: ExtractionReport) -> None:
 # ---- the entry points ---------------------------------------------------------------------
 
 
-def _extract_chunks(llm, chunks, project, report: ExtractionReport, *,
+def _extract_chunks(store, llm, chunks, project, report: ExtractionReport, *,
                     all_roles: bool = False) -> list[Candidate]:
     """Candidates of every chunk: from the LLM when it answers, else from the heuristics."""
     candidates: list[Candidate] = []
-    existing = _existing_memories(project) if llm is not None and chunks else []
+    existing = _existing_memories(store, project) if llm is not None and chunks else []
     llm_usable = llm is not None
     for chunk in chunks:
         if llm_usable:
@@ -525,12 +526,12 @@ def extract_session(app, session_id: str, *, adapter_name: str | None = None, ll
     `hold_cursor`: store what is found but leave the cursor where it was, so a later run
     (with the LLM, once the session's extraction interval has passed) reads the slice again.
     """
-    from .adapters import adapter_from_config
+    from .adapters import resolve_adapter
     from .times import now
 
     started = time.perf_counter()
-    adapter = adapter_from_config(app.config, adapter_name)
-    app.store  # noqa: B018 - open the store (and bind the models) before anything else
+    adapter = resolve_adapter(app.config, session_id, adapter_name)
+    SessionCursor = app.store.models.SessionCursor
     row = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
                                     & (SessionCursor.session_id == session_id))
     start_cursor = row.cursor if row else None
@@ -546,7 +547,7 @@ def extract_session(app, session_id: str, *, adapter_name: str | None = None, ll
     chunks = chunk_lines(prepared.lines)
     report.chunks = len(chunks)
     with step_llm(app, llm, use_llm) as llm:
-        candidates = _extract_chunks(llm, chunks, project, report)
+        candidates = _extract_chunks(app.store, llm, chunks, project, report)
     if hold_cursor:
         report.deferred = True
     new_cursor = transcript.cursor or start_cursor
@@ -591,7 +592,6 @@ def extract_text(app, text: str, *, project: str | None = None, session_id: str 
     from .adapters import TranscriptMessage
 
     started = time.perf_counter()
-    app.store  # noqa: B018 - open the store (and bind the models) first
     message = TranscriptMessage(id="text", index=0, role="user", text=text or "")
     prepared = prepare_slice(app.config, [message])
     report = ExtractionReport(session_id=session_id, project=project, messages_read=1,
@@ -599,7 +599,7 @@ def extract_text(app, text: str, *, project: str | None = None, session_id: str 
     chunks = chunk_lines(prepared.lines)
     report.chunks = len(chunks)
     with step_llm(app, llm, use_llm) as llm:
-        candidates = _extract_chunks(llm, chunks, project, report, all_roles=True)
+        candidates = _extract_chunks(app.store, llm, chunks, project, report, all_roles=True)
     store_candidates(app, candidates, report, project=project, session_id=session_id)
     report.seconds = round(time.perf_counter() - started, 4)
     return report

@@ -59,6 +59,8 @@ const LLMEM = __COMMAND__
 const CONTEXT_TIMEOUT_MS = __CONTEXT_TIMEOUT__
 const COMPACTING_TIMEOUT_MS = __COMPACTING_TIMEOUT__
 const MARKER = "<llmem-context>"
+// Every session id this plugin sees is OpenCode's: llmem need not look it up in other agents.
+const AGENT = ["--adapter", "opencode"]
 
 // Run llmem and resolve with its output ("" on any failure or timeout). Never rejects.
 function runLlmem(args, timeoutMs) {
@@ -117,7 +119,7 @@ export const LlmemPlugin = async ({ directory, worktree } = {}) => {
         const id = input?.sessionID
         if (typeof id !== "string" || !id || !Array.isArray(output?.system)) return
         if (!contexts.has(id)) {
-          contexts.set(id, runLlmem(["context", "--session-id", id, ...where], CONTEXT_TIMEOUT_MS))
+          contexts.set(id, runLlmem(["context", "--session-id", id, ...AGENT, ...where], CONTEXT_TIMEOUT_MS))
         }
         const text = contextBlock(await contexts.get(id))
         if (text) output.system.push(text)
@@ -128,7 +130,7 @@ export const LlmemPlugin = async ({ directory, worktree } = {}) => {
         const id = input?.sessionID
         if (typeof id !== "string" || !id || !Array.isArray(output?.context)) return
         const text = contextBlock(await runLlmem(
-          ["hook", "--type", "compacting", "--session-id", id, ...where], COMPACTING_TIMEOUT_MS))
+          ["hook", "--type", "compacting", "--session-id", id, ...AGENT, ...where], COMPACTING_TIMEOUT_MS))
         if (text) output.context.push(text)
       } catch {}
     },
@@ -137,11 +139,11 @@ export const LlmemPlugin = async ({ directory, worktree } = {}) => {
         const id = event?.properties?.sessionID
         if (typeof id !== "string" || !id) return
         if (event.type === "session.idle") {
-          startLlmem(["hook", "--type", "idle", "--session-id", id])
+          startLlmem(["hook", "--type", "idle", "--session-id", id, ...AGENT])
         } else if (event.type === "session.compacted") {
           // Catch up on what came after the compaction; the next turn gets a fresh block.
           contexts.delete(id)
-          startLlmem(["hook", "--type", "idle", "--session-id", id])
+          startLlmem(["hook", "--type", "idle", "--session-id", id, ...AGENT])
         }
       } catch {}
     },
@@ -179,7 +181,7 @@ def render_copilot_hooks(command: list[str] | None = None) -> str:
     exe = " ".join(shlex.quote(part) for part in command)
     hooks = {
         event: [{"type": "command",
-                 "bash": f"{exe} hook --type {kind} --format copilot",
+                 "bash": f"{exe} hook --type {kind} --adapter copilot --format copilot",
                  "timeoutSec": timeout}]
         for event, (kind, timeout) in COPILOT_EVENTS.items()
     }

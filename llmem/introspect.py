@@ -321,9 +321,9 @@ def introspect_text(app, text: str, *, llm=None, use_llm: bool = True,
 def introspect_session(app, session_id: str, *, adapter_name: str | None = None, llm=None,
                        use_llm: bool = True) -> list[Memory]:
     """self_assessments from a session's transcript after its introspection cursor."""
-    from .adapters import adapter_from_config
+    from .adapters import resolve_adapter
 
-    adapter = adapter_from_config(app.config, adapter_name)
+    adapter = resolve_adapter(app.config, session_id, adapter_name)
     app.store  # noqa: B018 - open the store (and bind the models) first
     row = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
                                     & (SessionCursor.session_id == session_id))

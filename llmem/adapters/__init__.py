@@ -16,9 +16,11 @@ from llmem.adapters.base import (
     ToolCall,
     Transcript,
     TranscriptMessage,
+    UnknownAdapter,
     validate_session_id,
 )
 from llmem.adapters.detect import detect_adapter, find_databases, has_legacy_storage, has_sessions
+from llmem.adapters.resolve import id_shape, present_adapters, present_agents, resolve_adapter
 
 # The readers load on first use (PEP 562): a hook that only validates an id or detects the
 # adapter should not pay for importing both.
@@ -59,6 +61,11 @@ __all__ = [
     "get_adapter",
     "has_legacy_storage",
     "has_sessions",
+    "id_shape",
+    "present_adapters",
+    "present_agents",
+    "resolve_adapter",
+    "UnknownAdapter",
     "validate_session_id",
 ]
 
@@ -71,6 +78,10 @@ class NoneAdapter:
     def list_sessions(self) -> list[SessionInfo]:
         """Always empty."""
         return []
+
+    def has_session(self, session_id: str) -> bool:
+        """Never: there is no store."""
+        return False
 
     def read_transcript(self, session_id: str, after: Cursor = None) -> Transcript:
         """Raise NoTranscript: with session.adapter = none there is nothing to read."""
@@ -103,7 +114,7 @@ def get_adapter(
         return CopilotAdapter(copilot_state_dir, copilot_share_dir)
     if name == "none":
         return NoneAdapter()
-    raise AdapterError(
+    raise UnknownAdapter(
         f"unknown session adapter {name!r}; choose one of: {', '.join(CONFIG_CHOICES)}"
     )
 

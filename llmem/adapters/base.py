@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,12 +12,19 @@ from typing import Any, Protocol
 
 from llmem.errors import LlmemError
 
+log = logging.getLogger("llmem.adapters")
+
 # Tool output is kept only as a reminder of what happened; the full text can be megabytes.
 TOOL_OUTPUT_CAP = 2000
 # Tool inputs (e.g. an edit's oldString/newString or a write's content) are capped per value.
 TOOL_INPUT_VALUE_CAP = 2000
 
 ROLES = ("user", "assistant", "system", "tool")
+
+# Deeper JSON than this is no transcript record (real ones nest a few dozen levels at most) and
+# would overflow the stack of the recursive code that walks it (tool inputs, JSON dumps).
+MAX_JSON_DEPTH = 200
+NOT_JSON = "not valid JSON"
 
 # Session ids come from file and directory names: letters, digits, '_' and '-' only, so an id
 # can never name a path outside the directory it is looked up in (no '/', '..', '~', NUL).
@@ -33,6 +41,10 @@ class InvalidSessionId(AdapterError, ValueError):
 
 class SessionNotFound(AdapterError, LookupError):
     """The adapter's store has no session with this id."""
+
+
+class UnknownAdapter(AdapterError, ValueError):
+    """An adapter name llmem does not have (a typo, or an event recorded by another version)."""
 
 
 class StoreLocked(AdapterError):
@@ -141,6 +153,10 @@ class SessionAdapter(Protocol):
         """The session's transcript, only messages after `after` (message id or index)."""
         ...
 
+    def has_session(self, session_id: str) -> bool:
+        """True if this adapter's store holds the session (a cheap lookup, no transcript read)."""
+        ...
+
 
 def validate_session_id(session_id: object) -> str:
     """Return the id unchanged if it is a plain token, else raise InvalidSessionId."""
@@ -155,6 +171,71 @@ def validate_session_id(session_id: object) -> str:
 def is_valid_session_id(session_id: object) -> bool:
     """True if `validate_session_id` would accept it."""
     return isinstance(session_id, str) and _SESSION_ID_RE.fullmatch(session_id) is not None
+
+
+def json_depth_exceeds(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True if lists/dicts nest deeper than `limit` (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+class UndecodableText(bytes):
+    """A TEXT value from an agent's database that is not valid UTF-8, kept as raw bytes."""
+
+
+def decode_text(raw: bytes) -> str | UndecodableText:
+    """SQLite text_factory: UTF-8 text, or the bytes marked undecodable (never a failed query)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return UndecodableText(raw)
+
+
+def read_json_object(text: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """(object, None) for one record's JSON text, else (None, why not) — the reason, no text."""
+    if isinstance(text, UndecodableText):
+        return None, "not valid UTF-8"
+    if not isinstance(text, str):
+        return None, "not text"
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        # Nested deeper than the parser's stack: a hostile or corrupt record.
+        return None, f"nested deeper than {MAX_JSON_DEPTH} levels"
+    except ValueError:
+        return None, NOT_JSON
+    if not isinstance(value, dict):
+        return None, "not a JSON object"
+    if json_depth_exceeds(value):
+        return None, f"nested deeper than {MAX_JSON_DEPTH} levels"
+    return value, None
+
+
+# Records already reported as skipped: the watcher re-reads a session on every write, and one
+# bad row should make one log line, not one per read. Bounded so a huge store cannot grow it.
+_REPORTED_SKIPS: set[tuple[str, str]] = set()
+_REPORTED_SKIPS_CAP = 10_000
+
+
+def report_skipped(source: str, record: str, reason: str) -> None:
+    """Log once that a record was skipped: where, which record and why — never its text."""
+    key = (source, record)
+    if key in _REPORTED_SKIPS:
+        return
+    if len(_REPORTED_SKIPS) < _REPORTED_SKIPS_CAP:
+        _REPORTED_SKIPS.add(key)
+    log.warning("%s: skipped %s: %s", source, record, reason)
 
 
 def abbreviate(text: str, cap: int = TOOL_OUTPUT_CAP) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from llmem.adapters.base import (
+    NOT_JSON,
     AdapterError,
     Cursor,
     SessionInfo,
@@ -24,6 +24,8 @@ from llmem.adapters.base import (
     iso_to_ms,
     messages_after,
     output_text,
+    read_json_object,
+    report_skipped,
     validate_session_id,
 )
 from llmem.adapters.detect import EVENTS_FILE, WORKSPACE_FILE
@@ -86,24 +88,22 @@ class CopilotEventLog:
         return [event for _, event in self.events]
 
 
-def parse_events(text: str) -> CopilotEventLog:
+def parse_events(text: str, source: str = "Copilot events") -> CopilotEventLog:
     """Parse JSON lines; skip and count malformed lines, including a truncated last line."""
     log = CopilotEventLog()
     lines = text.split("\n")
     for index, line in enumerate(lines):
         if not line.strip():
             continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            # Also the usual fate of the last line while Copilot is still appending it.
+        event, problem = read_json_object(line)
+        if event is None:
             log.skipped_malformed += 1
+            # Bad JSON is also the usual state of the last line while Copilot still appends
+            # it: not worth a log line. Anything else (too deep, not an object) is.
+            if problem != NOT_JSON:
+                report_skipped(source, f"line {index + 1}", f"it is {problem}")
             continue
-        if (
-            not isinstance(event, dict)
-            or not isinstance(event.get("type"), str)
-            or not isinstance(event.get("data", {}), dict)
-        ):
+        if not isinstance(event.get("type"), str) or not isinstance(event.get("data", {}), dict):
             log.skipped_malformed += 1
             continue
         log.events.append((index, event))
@@ -117,7 +117,7 @@ def read_events_file(path: str | Path) -> CopilotEventLog:
     except OSError as error:
         raise AdapterError(f"cannot read Copilot events file {path}: {error}") from error
     # A write cut mid-character must not fail the whole file; the damaged line is skipped.
-    log = parse_events(raw.decode("utf-8", errors="replace"))
+    log = parse_events(raw.decode("utf-8", errors="replace"), f"Copilot events file {path}")
     log.path = str(path)
     return log
 
@@ -493,6 +493,14 @@ class CopilotAdapter:
             return None
         path = self.share_dir / f"copilot-session-{validate_session_id(session_id)}.md"
         return path if path.is_file() else None
+
+    def has_session(self, session_id: str) -> bool:
+        """True if session-state (or a `--share` export) holds this session."""
+        return (
+            self.session_dir(session_id).is_dir()
+            or self.events_path(session_id) is not None
+            or self.share_path(session_id) is not None
+        )
 
     def read_events(self, session_id: str) -> CopilotEventLog:
         """The session's raw persisted events (for the lifecycle rules)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -23,9 +22,12 @@ from llmem.adapters.base import (
     abbreviate,
     abbreviate_input,
     as_int,
+    decode_text,
     is_valid_session_id,
     messages_after,
     output_text,
+    read_json_object,
+    report_skipped,
     validate_session_id,
 )
 from llmem.adapters.detect import find_databases
@@ -100,7 +102,7 @@ class OpenCodeAdapter:
         validate_session_id(session_id)
         for db_path in find_databases(self.data_dir):
             transcript = self._read_db(
-                db_path, lambda conn: _read_db_transcript(conn, session_id, after)
+                db_path, lambda conn, path=db_path: _read_db_transcript(conn, path, session_id, after)
             )
             if transcript is not None:
                 transcript.source_path = str(db_path)
@@ -109,6 +111,15 @@ class OpenCodeAdapter:
         if transcript is not None:
             return transcript
         raise SessionNotFound(f"OpenCode session {session_id} not found under {self.data_dir}")
+
+    def has_session(self, session_id: str) -> bool:
+        """True if a database or the legacy tree holds this session (one indexed lookup each)."""
+        validate_session_id(session_id)
+        for db_path in find_databases(self.data_dir):
+            if self._read_db(db_path, lambda conn: _db_has_session(conn, session_id)):
+                return True
+        # The id is a plain token (validated above), so it is no glob pattern.
+        return any((self.storage_dir / "session").glob(f"*/{session_id}.json"))
 
     def _read_db(self, db_path: Path, read: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run `read` in one read transaction, retrying briefly while the DB is locked."""
@@ -147,6 +158,9 @@ def _connect_read_only(db_path: Path, busy_timeout_ms: int) -> sqlite3.Connectio
     # mode=ro, not immutable=1: immutable would ignore the -wal file and miss recent commits.
     uri = db_path.resolve().as_uri() + "?mode=ro"
     conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_ms / 1000, isolation_level=None)
+    # A row whose text is not UTF-8 must cost that row only: the default decoder fails the
+    # whole query, with the row's text (secrets and all) in the error message.
+    conn.text_factory = decode_text
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         conn.execute("PRAGMA query_only = ON")
@@ -192,20 +206,43 @@ def _session_select(conn: sqlite3.Connection, session_columns: set[str]) -> str:
     return f"SELECT {', '.join(picks)} FROM {source}"
 
 
+def _db_has_session(conn: sqlite3.Connection, session_id: str) -> bool:
+    _require_tables(conn)
+    return conn.execute("SELECT 1 FROM session WHERE id = ?", (session_id,)).fetchone() is not None
+
+
 def _list_db_sessions(conn: sqlite3.Connection) -> list[SessionInfo]:
     session_columns = _require_tables(conn)
     rows = conn.execute(_session_select(conn, session_columns)).fetchall()
     return [
         SessionInfo(
-            id=row[0], title=row[1], directory=row[2], updated_ms=row[4], parent_session_id=row[5]
+            id=row[0],
+            title=_text(row[1]),
+            directory=_text(row[2]),
+            updated_ms=row[4],
+            parent_session_id=_text(row[5]),
         )
         for row in rows
         if is_valid_session_id(row[0])
     ]
 
 
+def _text(value: Any) -> str | None:
+    """A text column's value, or None when it is not valid UTF-8 (or not text)."""
+    return value if isinstance(value, str) else None
+
+
+def _row_object(db_path: Path, table: str, row_id: Any, text: Any) -> dict[str, Any] | None:
+    """A row's `data` JSON; a bad one is reported by id and reason (never its text) and skipped."""
+    value, problem = read_json_object(text)
+    if problem is not None:
+        label = row_id if isinstance(row_id, str) else "with an id that is not valid UTF-8"
+        report_skipped(f"OpenCode database {db_path}", f"{table} row {label}", f"data is {problem}")
+    return value
+
+
 def _read_db_transcript(
-    conn: sqlite3.Connection, session_id: str, after: Cursor
+    conn: sqlite3.Connection, db_path: Path, session_id: str, after: Cursor
 ) -> Transcript | None:
     session_columns = _require_tables(conn)
     row = conn.execute(
@@ -216,14 +253,14 @@ def _read_db_transcript(
     transcript = Transcript(
         adapter=NAME,
         session_id=row[0],
-        title=row[1],
-        directory=row[2],
+        title=_text(row[1]),
+        directory=_text(row[2]),
         created_ms=row[3],
         updated_ms=row[4],
-        parent_session_id=row[5],
+        parent_session_id=_text(row[5]),
         archived_ms=row[7],
         compacting_ms=row[8],
-        project_root=row[9],
+        project_root=_text(row[9]),
     )
     where, params, first_index, cursor_found = _cursor_clause(conn, session_id, after)
     transcript.cursor_found = cursor_found
@@ -242,9 +279,13 @@ def _read_db_transcript(
         parts_by_message.setdefault(message_id, []).append((part_id, data))
     counts = _Counts()
     for offset, (message_id, time_created, time_updated, data) in enumerate(message_rows):
-        info = _load_json_object(data)
+        info = _row_object(db_path, "message", message_id, data)
+        if not isinstance(message_id, str):
+            counts.malformed += 1
+            continue
         parts = [
-            _load_json_object(part_data) for _, part_data in parts_by_message.get(message_id, [])
+            _row_object(db_path, "part", part_id, part_data)
+            for part_id, part_data in parts_by_message.get(message_id, [])
         ]
         message = _build_message(
             message_id, first_index + offset, info, parts, time_created, time_updated, counts
@@ -293,16 +334,6 @@ def _cursor_clause(
         seen,
         True,
     )
-
-
-def _load_json_object(text: Any) -> dict[str, Any] | None:
-    if not isinstance(text, str | bytes):
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _build_message(
@@ -407,7 +438,7 @@ def _tool_call(part: dict[str, Any]) -> ToolCall:
 
 def _read_json_file(path: Path) -> dict[str, Any] | None:
     try:
-        return _load_json_object(path.read_text(encoding="utf-8"))
+        return read_json_object(path.read_text(encoding="utf-8"))[0]
     except (OSError, UnicodeDecodeError):
         return None
 

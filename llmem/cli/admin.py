@@ -8,11 +8,12 @@ from pathlib import Path
 
 import click
 
+from . import http_url
 from .output import bounded_int, notice, print_json
 
 
 @click.command()
-@click.option("--ollama-url", help="Ollama URL for embeddings and the LLM (default http://localhost:11434).")
+@click.option("--ollama-url", callback=http_url, help="Ollama URL for embeddings and the LLM (default http://localhost:11434).")
 @click.option("--adapter", type=click.Choice(["auto", "opencode", "copilot", "none"]),
               help="Session adapter (default: auto-detected).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
@@ -106,14 +107,16 @@ def stats(app, as_json):
 def export(app, output, embeddings):
     """Export every memory and relation as JSON."""
     from ..exchange import export_data
-    from ..paths import write_private_text
+    from ..paths import check_output_folder, write_output_file
 
+    if output != "-":
+        check_output_folder(Path(output))  # before the work: a typo fails at once
     data = export_data(app.store, include_embeddings=embeddings)
     text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     if output == "-":
         sys.stdout.write(text)
         return
-    write_private_text(Path(output), text)
+    write_output_file(Path(output), text)
     click.echo(f"Exported {len(data['memories'])} memories and {len(data['relations'])} relations to {output}")
 
 
@@ -245,9 +248,26 @@ def config_show(app, as_json):
 
 
 @config_group.command("check")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON (also when invalid).")
 @click.pass_obj
-def config_check(app):
+def config_check(app, as_json):
     """Validate the config file: exit 2 with the reason when it is invalid."""
-    config = app.config  # raises ConfigError (exit 2) on an invalid value; warnings are logged
-    click.echo(f"{config.source or 'no config file: defaults'}: valid"
+    from ..errors import ConfigError
+
+    try:
+        config = app.config  # raises ConfigError (exit 2) on an invalid value; warnings are logged
+    except ConfigError as exc:
+        if not as_json:
+            raise
+        from ..paths import default_paths
+
+        print_json({"file": app._config_path or str(default_paths().config_file), "valid": False,
+                    "error": exc.message, "hint": exc.hint, "warnings": []})
+        sys.exit(exc.exit_code)
+    file = str(config.source) if config.source else None
+    if as_json:
+        print_json({"file": file, "valid": True, "error": None, "hint": None,
+                    "warnings": list(config.warnings)})
+        return
+    click.echo(f"{file or 'no config file: defaults'}: valid"
                + (f" ({len(config.warnings)} warning(s))" if config.warnings else ""))

@@ -212,7 +212,7 @@ def _search_ids(app, text: str, limit: int) -> list[str]:
 
 @click.command(name="backfill")
 @click.option("--adapter", "adapter_name", type=click.Choice(["opencode", "copilot"]),
-              help="Which agent's sessions (default: session.adapter).")
+              help="Which agent's sessions (default: session.adapter; auto reads every agent found).")
 @click.option("--since", help="Only sessions active since this date (ISO, e.g. 2026-10-01).")
 @click.option("--limit", "-n", type=bounded_int(), help="At most N sessions (oldest first).")
 @click.option("--no-llm", is_flag=True, help="Extract with heuristics only.")
@@ -221,7 +221,7 @@ def _search_ids(app, text: str, limit: int) -> list[str]:
 @click.pass_obj
 def backfill(app, adapter_name, since, limit, no_llm, rollback_id, as_json):
     """Extract memories from past sessions (resumable); --rollback RUN_ID undoes one."""
-    from ..dream.backfill import pick_sessions, rollback_backfill, run_backfill
+    from ..dream.backfill import backfill_adapters, pick_sessions, rollback_backfill, run_backfill
     from ..errors import UsageError
     from ..times import from_iso
 
@@ -237,22 +237,25 @@ def backfill(app, adapter_name, since, limit, no_llm, rollback_id, as_json):
         since_ts = from_iso(since)
     except ValueError:
         raise UsageError(f"--since {since!r} is not a date", hint="use ISO form, e.g. 2026-10-01") from None
-    from ..adapters import adapter_from_config
-
-    sessions = pick_sessions(adapter_from_config(app.config, adapter_name), since=since_ts, limit=limit)
+    adapters = backfill_adapters(app.config, adapter_name)
+    sessions = pick_sessions(adapters, since=since_ts, limit=limit)
     if not sessions:
-        click.echo("No sessions to backfill.")
+        where = ", ".join(adapter.name for adapter in adapters) or "no agent's store was found"
+        click.echo(f"No sessions to backfill ({where}).")
         return
-    with click.progressbar(length=len(sessions), label="Backfilling sessions", file=sys.stderr,
+    label = f"Backfilling {', '.join(adapter.name for adapter in adapters)} sessions"
+    with click.progressbar(length=len(sessions), label=label, file=sys.stderr,
                            show_pos=True) as bar:
         outcome = run_backfill(app, adapter_name=adapter_name, use_llm=not no_llm, sessions=sessions,
                                progress=lambda _info: bar.update(1))
     if as_json:
         print_json(outcome.as_dict())
         return
-    click.echo(f"Backfill {outcome.run_id}: {outcome.sessions} sessions, {outcome.added} memories added, "
+    per_agent = ", ".join(f"{name} {outcome.sessions_by_adapter.get(name, 0)}" for name in outcome.adapters)
+    click.echo(f"Backfill {outcome.run_id}: {outcome.sessions} sessions ({per_agent}), "
+               f"{outcome.added} memories added, "
                f"{outcome.updated} updated, {outcome.duplicates} duplicates skipped"
                + (f", {outcome.deferred} deferred (token budget)" if outcome.deferred else ""))
     for error in outcome.errors:
-        notice(f"session {error['session_id']}: {error['error']}")
+        notice(f"{error['adapter']} session {error['session_id']}: {error['error']}")
     click.echo(f"Roll back with: llmem backfill --rollback {outcome.run_id}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from . import http_url
 from .output import bounded_int, notice, print_json
 from .session import ADAPTER_CHOICE
 
@@ -52,7 +53,7 @@ def _report(memories, as_json: bool, empty: str) -> None:
 @click.option("--adapter", type=ADAPTER_CHOICE,
               help="Session adapter (default: session.adapter in config.yaml).")
 @click.option("--model", help="LLM model for this run (overrides llm.model).")
-@click.option("--base-url", help="LLM server URL for this run (overrides llm.base_url).")
+@click.option("--base-url", callback=http_url, help="LLM server URL for this run (overrides llm.base_url).")
 @click.option("--json", "as_json", is_flag=True, help="Print the stored memories as JSON.")
 @click.pass_obj
 def introspect(app, category, what_happened, context, caught_by, proposed_fix, outcomes,

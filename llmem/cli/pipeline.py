@@ -10,6 +10,7 @@ import time
 import click
 
 from .output import MAX_ROW_ID, bounded_int, print_json
+from .session import ADAPTER_CHOICE
 
 
 def _start_watcher(app):
@@ -87,7 +88,8 @@ def run(app, workers):
 @click.argument("task", type=click.Choice(["process_event", "embed_pending", "dream", "reconcile",
                                            "created", "idle", "ending", "compacting"]))
 @click.argument("args", nargs=-1)
-@click.option("--adapter", default=None, help="For session events: the adapter (default: detected).")
+@click.option("--adapter", type=ADAPTER_CHOICE,
+              help="For session events: the agent (default: the one whose store holds the session).")
 @click.option("--json", "as_json", is_flag=True, help="Print the task id as JSON.")
 @click.pass_obj
 def enqueue(app, task, args, adapter, as_json):
@@ -100,11 +102,10 @@ def enqueue(app, task, args, adapter, as_json):
     if task in ("created", "idle", "ending", "compacting"):
         if len(args) != 1:
             raise UsageError(f"enqueue {task} takes one SESSION_ID", hint=f"llmem enqueue {task} ses_abc123")
-        from ..adapters.base import validate_session_id
-        from ..diagnostics import detect_adapter_name
+        from ..adapters import resolve_adapter
 
-        validate_session_id(args[0])
-        event_id = submit_event(app, adapter or detect_adapter_name(app.config), args[0], task)
+        owner = resolve_adapter(app.config, args[0], adapter).name
+        event_id = submit_event(app, owner, args[0], task)
         task_id = f"event:{event_id}"
     elif task == "process_event":
         if len(args) != 1 or not args[0].isdigit():

@@ -120,53 +120,64 @@ def _read_hook_input() -> dict:
     return data
 
 
-def _spawn_detached(kind, session_id, *, project, adapter, model, base_url, config_path) -> int:
-    """Run the hook again, inline, in a background process of its own session; return its pid."""
-    import subprocess
-
-    args = [sys.executable, "-m", "llmem"]
-    if config_path:
-        args += ["--config", config_path]
-    args += ["hook", "--type", kind, "--session-id", session_id, "--sync"]
-    for flag, value in (("--project", project), ("--adapter", adapter), ("--model", model),
-                        ("--base-url", base_url)):
-        if value:
-            args += [flag, value]
-    child = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
-    return child.pid
-
-
 def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=None, adapter=None,
-                  model=None, base_url=None, config_path=None) -> dict:
+                  model=None, base_url=None, config_path=None, run_lock_fd=None) -> dict:
     """Decide how a hook's work runs: inline (--sync, and `created`), queued, or detached.
 
     By default the event is recorded in the store and enqueued for the worker, so the agent
     waits only for that. A compacting hook still prints its compaction block inline. With
     no worker alive (none seen for a few minutes), or with per-hook --model/--base-url
-    (which a queued event does not carry), the work runs in a detached process instead.
+    (which a queued event does not carry), the work runs in a detached process instead: one
+    per session at a time, later hooks coalesce into it (llmem.detached).
     """
     from ..sessions import handle_session_event
 
-    if sync or kind == "created":
-        return handle_session_event(app, kind, session_id, adapter_name=adapter, model=model,
+    def run_inline(run_kind):
+        return handle_session_event(app, run_kind, session_id, adapter_name=adapter, model=model,
                                     base_url=base_url, project=project, fail_open=True)
+
+    if sync and run_lock_fd is not None and kind != "created":
+        from ..detached import run_coalesced
+
+        return run_coalesced(app.config, kind, session_id, run_lock_fd, run_inline)
+    if sync or kind == "created":
+        return run_inline(kind)
     result = {"kind": kind, "session_id": session_id, "steps": {}, "errors": []}
     if detach or model or base_url or not _worker_alive(app):
-        result["detached"] = _spawn_detached(kind, session_id, project=project, adapter=adapter,
-                                             model=model, base_url=base_url, config_path=config_path)
-        log.info("%s %s: detached to process %d", kind, session_id, result["detached"])
+        from ..detached import start_detached
+
+        hook_args = []
+        for flag, value in (("--project", project), ("--adapter", adapter), ("--model", model),
+                            ("--base-url", base_url)):
+            if value:
+                hook_args += [flag, value]
+        how, pid = start_detached(app.config, kind, session_id, hook_args, config_path)
+        result[how] = pid
+        log.info("%s %s: %s", kind, session_id, _status_line(result))
     else:
         from ..diagnostics import detect_adapter_name
         from .queueing import submit_event
 
         result["event_id"] = submit_event(app, adapter or detect_adapter_name(app.config), session_id, kind)
-        log.info("%s %s: queued as event %d", kind, session_id, result["event_id"])
+        log.info("%s %s: %s", kind, session_id, _status_line(result))
     if kind == "compacting":
         from ..context import build_context
 
         result["context"] = build_context(app, session_id, compacting=True, project=project)
     return result
+
+
+def _status_line(result: dict) -> str | None:
+    """What a hook that did not run its work inline did with it (None when it ran inline)."""
+    if "event_id" in result:
+        return f"queued as event {result['event_id']}"
+    if "detached" in result:
+        return f"running in the background (pid {result['detached']})"
+    if "coalesced" in result:
+        pid = result["coalesced"]
+        return ("joined the background run already going for this session"
+                + (f" (pid {pid})" if pid else ""))
+    return None
 
 
 def _worker_alive(app) -> bool:
@@ -176,8 +187,6 @@ def _worker_alive(app) -> bool:
 
 
 def _summary(result: dict) -> str:
-    if "detached" in result:
-        return f"{result['kind']} {result['session_id']}: running in process {result['detached']}"
     steps = ", ".join(f"{name} {info['result'] if isinstance(info['result'], str) else 'done'}"
                       for name, info in result["steps"].items())
     return f"{result['kind']} {result['session_id']}: {steps}"
@@ -207,8 +216,10 @@ def _one_line(value, limit: int = 300) -> str:
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "copilot"]), default="text",
               show_default=True, help="copilot: answer sessionStart with {additionalContext}.")
+# Internal: the session's run lock a worker-less hook hands to the process it detaches.
+@click.option("--run-lock-fd", type=bounded_int(3, 2**31 - 1), hidden=True)
 @click.pass_context
-def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter, fmt):
+def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter, fmt, run_lock_fd):
     """Run a session lifecycle hook. Fails open: errors are logged, exit code is 0."""
     app = ctx.obj
     undo, log_path = _hook_logging(app)
@@ -231,7 +242,7 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
             config_path = ctx.find_root().params.get("config_path")
             result = dispatch_hook(app, kind, session_id, sync=sync, detach=detach, project=project,
                                    adapter=adapter, model=model, base_url=base_url,
-                                   config_path=config_path)
+                                   config_path=config_path, run_lock_fd=run_lock_fd)
         except Exception as exc:
             log.error("hook %s %s failed: %s", kind, session_id or "-", exc,
                       exc_info=not _is_expected(exc))
@@ -242,6 +253,9 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
             more = f" (+{len(result['errors']) - 1} more)" if len(result["errors"]) > 1 else ""
             where = f"; log: {log_path}" if log_path else ""
             click.echo(f"llmem hook {kind}: {_one_line(result['errors'][0])}{more}{where}", err=True)
+        status = _status_line(result)
+        if status:
+            click.echo(f"llmem hook {kind}: {status}", err=True)
         _print_result(kind, result, fmt)
     finally:
         undo()
@@ -264,7 +278,7 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
         elif kind in ("created", "compacting"):
             if result.get("context"):  # stdout is the agent's input: the block or nothing
                 click.echo(result["context"])
-        else:
+        elif _status_line(result) is None:  # queued or detached: the line on stderr says so
             click.echo(_summary(result))
     except BrokenPipeError:  # the agent stopped reading: nothing to fail about
         pass

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import peewee
 
-from ..errors import StoreError
+from ..errors import StoreError, store_failure
 from ..paths import ensure_private_dir, private_file
 
 log = logging.getLogger(__name__)
@@ -140,9 +140,10 @@ def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:
     db.init(str(path))
     try:
         db.connect()
-    except peewee.OperationalError as exc:
-        raise StoreError(f"cannot open the memory store {path}: {exc}",
-                         hint="check the path (db_path in config.yaml) and its permissions") from None
+    except peewee.DatabaseError as exc:
+        raise store_failure(exc, path) or StoreError(
+            f"cannot open the memory store {path}: {exc}",
+            hint="check the path (db_path in config.yaml) and its permissions") from None
     if new_file:
         private_file(path)
     bind_models(db)
@@ -150,6 +151,7 @@ def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:
         migrate(db)
     except peewee.DatabaseError as exc:
         db.close()
-        raise StoreError(f"cannot migrate the memory store {path}: {exc}",
-                         hint="is it an llmem database? `llmem doctor` checks it") from None
+        raise store_failure(exc, path) or StoreError(
+            f"cannot migrate the memory store {path}: {exc}",
+            hint="is it an llmem database? `llmem doctor` checks it") from None
     return db

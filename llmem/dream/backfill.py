@@ -1,6 +1,7 @@
 """Backfill: extract memories from past agent sessions, journaled so a rollback removes them.
 
-Sessions are read oldest first through the configured adapter; extraction itself works from
+Sessions are read oldest first through the configured adapter — under `auto`, every agent
+whose store is present, interleaved by time; extraction itself works from
 each session's cursor, so an interrupted backfill resumes where it stopped and a session
 already extracted adds nothing. Every memory a backfill adds is journaled as `create` and
 every session cursor it moves as a `row` before-image: `--rollback RUN_ID` (the journal's
@@ -28,8 +29,10 @@ _CURSOR_COLUMNS = RESTORABLE_TABLES["session_cursor"]
 @dataclass
 class BackfillOutcome:
     run_id: str
-    adapter: str
+    # The agents whose sessions were read (every present one under session.adapter auto).
+    adapters: list[str]
     sessions: int = 0
+    sessions_by_adapter: dict[str, int] = field(default_factory=dict)
     added: int = 0
     updated: int = 0
     duplicates: int = 0
@@ -48,40 +51,53 @@ def _cursor_row(db, adapter: str, session_id: str) -> dict[str, Any] | None:
     return dict(zip(_CURSOR_COLUMNS, row, strict=True)) if row else None
 
 
-def pick_sessions(adapter, *, since: float | None, limit: int | None) -> list:
-    """The adapter's sessions active since `since`, oldest first, at most `limit`."""
-    sessions = [s for s in adapter.list_sessions()
+def backfill_adapters(config, adapter_name: str | None = None) -> list:
+    """The adapters a backfill reads: the one named (or configured), else every present agent's."""
+    from ..adapters import adapter_from_config, present_adapters
+
+    name = adapter_name or config.values["session"]["adapter"]
+    return present_adapters(config) if name == "auto" else [adapter_from_config(config, name)]
+
+
+def pick_sessions(adapters, *, since: float | None, limit: int | None) -> list[tuple[str, Any]]:
+    """(adapter name, session) pairs active since `since`, oldest first, at most `limit`."""
+    sessions = [(adapter.name, s) for adapter in adapters for s in adapter.list_sessions()
                 if since is None or (s.updated_ms or 0) / 1000.0 >= since]
-    sessions.sort(key=lambda s: (s.updated_ms or 0, s.id))
+    sessions.sort(key=lambda pair: (pair[1].updated_ms or 0, pair[1].id))
     return sessions[:limit] if limit else sessions
 
 
 def run_backfill(app, *, adapter_name: str | None = None, since: float | None = None,
                  limit: int | None = None, use_llm: bool = True, llm=None,
                  progress: Callable[[Any], None] | None = None, sessions: list | None = None) -> BackfillOutcome:
-    """Extract every picked session; journal what was added. Keeps going past a failing session."""
-    from ..adapters import adapter_from_config
+    """Extract every picked session; journal what was added. Keeps going past a failing session.
+
+    `sessions`: (adapter name, session) pairs picked from backfill_adapters(); default: every
+    session since `since`, at most `limit`.
+    """
     from ..extract import extract_session
 
-    adapter = adapter_from_config(app.config, adapter_name)
-    picked = sessions if sessions is not None else pick_sessions(adapter, since=since, limit=limit)
+    adapters = backfill_adapters(app.config, adapter_name)
+    if sessions is None:
+        sessions = pick_sessions(adapters, since=since, limit=limit)
     store = app.store
     run = start_run(store, "backfill", ["backfill"])
     journal = Journal(store, run)
-    outcome = BackfillOutcome(run.id, adapter.name)
+    outcome = BackfillOutcome(run.id, [adapter.name for adapter in adapters])
     try:
-        for info in picked:
-            before = _cursor_row(store.db, adapter.name, info.id)
+        for adapter, info in sessions:
+            before = _cursor_row(store.db, adapter, info.id)
             try:
-                report = extract_session(app, info.id, adapter_name=adapter.name, llm=llm, use_llm=use_llm)
+                report = extract_session(app, info.id, adapter_name=adapter, llm=llm, use_llm=use_llm)
             except LlmemError as exc:
-                outcome.errors.append({"session_id": info.id, "error": exc.message})
+                outcome.errors.append({"adapter": adapter, "session_id": info.id, "error": exc.message})
                 log.warning("backfill: session %s failed: %s", info.id, exc.message)
                 continue
             finally:
                 if progress:
                     progress(info)
             outcome.sessions += 1
+            outcome.sessions_by_adapter[adapter] = outcome.sessions_by_adapter.get(adapter, 0) + 1
             outcome.updated += len(report.updated_ids)
             outcome.duplicates += report.duplicates
             outcome.deferred += int(report.deferred)
@@ -89,10 +105,10 @@ def run_backfill(app, *, adapter_name: str | None = None, since: float | None = 
                 for memory in Memory.select().where(Memory.id.in_(report.memory_ids)):
                     journal.create("backfill", "add", memory)
                     outcome.added += 1
-                after = _cursor_row(store.db, adapter.name, info.id)
+                after = _cursor_row(store.db, adapter, info.id)
                 if after != before:
                     journal.record_row("backfill", "cursor", "session_cursor",
-                                       {"adapter": adapter.name, "session_id": info.id}, before)
+                                       {"adapter": adapter, "session_id": info.id}, before)
     except KeyboardInterrupt:
         outcome.interrupted = True
         finish_run(store, run, outcome.as_dict(), error="interrupted (run backfill again to resume)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..db.models import DreamRun, Memory
+from ..db.models import DreamRun
 from ..times import now, to_iso
 from .journal import action_counts, last_run
 from .lock import lock_is_live, read_lock
@@ -13,24 +13,25 @@ from .promote import promotable
 from .schedule import next_run
 
 
-def _run_info(run: DreamRun | None) -> dict[str, Any] | None:
+def _run_info(store, run: DreamRun | None) -> dict[str, Any] | None:
     if run is None:
         return None
     return {"id": run.id, "kind": run.kind, "phases": run.phases.split(",") if run.phases else [],
             "status": run.status, "started_at": to_iso(run.started_at),
             "finished_at": to_iso(run.finished_at), "error": run.error,
-            "counts": action_counts(run.id)}
+            "counts": action_counts(store, run.id)}
 
 
 def dream_status(store, config, *, recent: int = 5) -> dict[str, Any]:
     """Everything `dream status` shows, as data."""
     cfg = config.values["dream"]
+    DreamRun, Memory = store.models.DreamRun, store.models.Memory
     last_any = DreamRun.select().where(DreamRun.kind == "dream").order_by(DreamRun.started_at.desc()).first()
-    last_applied = last_run("dream")
+    last_applied = last_run(store, "dream")
     schedule = cfg["schedule"]
     upcoming = next_run(schedule, datetime.now().astimezone())
     waiting_pairs = 0
-    light_run = last_run("dream", "light")
+    light_run = last_run(store, "dream", "light")
     if light_run is not None:
         light = (light_run.summary or {}).get("light") or {}
         pairs = light.get("near_duplicates", [])
@@ -44,12 +45,12 @@ def dream_status(store, config, *, recent: int = 5) -> dict[str, Any]:
     holder = read_lock(store.db)
     runs = DreamRun.select().order_by(DreamRun.started_at.desc()).limit(recent)
     return {
-        "last_run": _run_info(last_any),
-        "last_applied_run": _run_info(last_applied),
+        "last_run": _run_info(store, last_any),
+        "last_applied_run": _run_info(store, last_applied),
         "schedule": schedule,
         "next_run": upcoming.isoformat(timespec="minutes") if upcoming else None,
         "running": holder if lock_is_live(holder) else None,
         "candidates": {"merge_pairs": waiting_pairs, "promotion_ready": len(chosen),
                        "promotion_held": len(held)},
-        "recent_runs": [_run_info(r) for r in runs],
+        "recent_runs": [_run_info(store, r) for r in runs],
     }

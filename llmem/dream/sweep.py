@@ -16,7 +16,7 @@ from typing import Any
 
 from ..db.models import DreamRun, Memory
 from ..db.settings import get_setting, set_setting
-from ..paths import write_private_text
+from ..paths import write_output_file
 from ..times import now
 from . import diary
 from .deep import DeepResult, apply_action, plan_deep
@@ -283,7 +283,7 @@ def _write_outputs(config, outcome: DreamOutcome, journal: Journal) -> None:
 def _write_report(path: Path, outcome: DreamOutcome) -> None:
     from .report import render_report
 
-    write_private_text(Path(path).expanduser(), render_report(outcome))
+    write_output_file(Path(path).expanduser(), render_report(outcome))
 
 
 @dataclass

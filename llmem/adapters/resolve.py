@@ -1,0 +1,92 @@
+"""Which agent owns a session: by the shape of its id, then by looking in each present store.
+
+Every command that takes a session id (enqueue, introspect, context, hook) and the worker
+resolve through `resolve_adapter`, so under `session.adapter: auto` a Copilot id is read by
+the Copilot adapter even when OpenCode is installed too.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from llmem.adapters.base import AdapterError, SessionAdapter, SessionNotFound, validate_session_id
+from llmem.adapters.detect import find_databases
+
+# FORMATS.md §1.6: OpenCode ids are `ses_` + 26 characters; §2.1: Copilot's are UUID v4.
+_OPENCODE_ID_RE = re.compile(r"ses_[0-9A-Za-z]+")
+_COPILOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+
+_LABELS = {"opencode": "OpenCode", "copilot": "Copilot"}
+
+
+def id_shape(session_id: str) -> str | None:
+    """The agent whose ids look like this one (`opencode`, `copilot`), or None for neither."""
+    if _OPENCODE_ID_RE.fullmatch(session_id):
+        return "opencode"
+    if _COPILOT_ID_RE.fullmatch(session_id):
+        return "copilot"
+    return None
+
+
+def _store_paths(config) -> dict[str, Path]:
+    from llmem.paths import expand
+
+    session = config.values["session"]
+    return {"opencode": expand(session["opencode"]["data_dir"]),
+            "copilot": expand(session["copilot"]["state_dir"])}
+
+
+def present_agents(config) -> list[str]:
+    """The agents whose stores exist on this machine (what `auto` reads), OpenCode first."""
+    paths = _store_paths(config)
+    present = []
+    if find_databases(paths["opencode"]) or (paths["opencode"] / "storage").is_dir():
+        present.append("opencode")
+    if paths["copilot"].is_dir():
+        present.append("copilot")
+    return present
+
+
+def present_adapters(config) -> list[SessionAdapter]:
+    """One adapter per present store (empty when no agent is installed)."""
+    from llmem.adapters import adapter_from_config
+
+    return [adapter_from_config(config, name) for name in present_agents(config)]
+
+
+def resolve_adapter(config, session_id: str, name: str | None = None) -> SessionAdapter:
+    """The adapter that owns `session_id`.
+
+    A name given here (`--adapter`, an event's recorded adapter) or a session.adapter other
+    than auto is used as it is. Under auto the present stores are asked in turn, the one whose
+    id shape matches first, and the first that holds the session wins. With no store present
+    the `none` adapter answers (nothing to read). When stores are present but none holds the
+    id, SessionNotFound names every store looked in; a store that could not be read (locked,
+    damaged) raises its own error instead, since the session may well be in it.
+    """
+    from llmem.adapters import adapter_from_config
+
+    validate_session_id(session_id)
+    chosen = name or config.values["session"]["adapter"]
+    if chosen != "auto":
+        return adapter_from_config(config, chosen)
+    agents = present_agents(config)
+    if not agents:
+        return adapter_from_config(config, "none")
+    shape = id_shape(session_id)
+    agents.sort(key=lambda agent: agent != shape)
+    paths = _store_paths(config)
+    unreadable: AdapterError | None = None
+    for agent in agents:
+        adapter = adapter_from_config(config, agent)
+        try:
+            if adapter.has_session(session_id):
+                return adapter
+        except AdapterError as exc:
+            unreadable = unreadable or exc
+    if unreadable is not None:
+        raise unreadable
+    looked_in = " and ".join(f"{_LABELS[agent]} ({paths[agent]})" for agent in agents)
+    raise SessionNotFound(f"session {session_id} not found: looked in {looked_in}",
+                          hint="check the id, or name the agent with --adapter opencode|copilot")

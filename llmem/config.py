@@ -7,6 +7,7 @@ an error naming the file, the key and what is allowed.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,9 @@ from .errors import ConfigError
 from .paths import Paths, default_paths, expand
 
 log = logging.getLogger(__name__)
+
+# The parsed copy of the config file, in llmem's config folder (see _read_yaml).
+PARSED_CONFIG_CACHE = ".config.yaml.parsed.json"
 
 MEMORY_TYPES = (
     "fact", "decision", "preference", "event", "project_state", "procedure",
@@ -28,7 +32,7 @@ class Setting:
     """One configurable key: its default, what values it allows and what it means."""
 
     default: Any
-    kind: str  # str | int | float | bool | path | list | choice
+    kind: str  # str | url | int | float | bool | path | list | choice
     doc: str
     choices: tuple = ()
     minimum: float | None = None
@@ -48,12 +52,14 @@ class Setting:
             text = "true or false"
         elif self.kind == "list":
             text = "a list of strings"
+        elif self.kind == "url":
+            text = "an http:// or https:// URL"
         else:
             text = "a path" if self.kind == "path" else "a string"
         return text + (" or null" if self.nullable else "")
 
     def check(self, value: Any) -> Any:
-        """Return the value coerced to this setting's kind, or raise ValueError."""
+        """Return the value coerced to this setting's kind, or raise ValueError (why, if not obvious)."""
         if value is None:
             if self.nullable:
                 return None
@@ -65,6 +71,11 @@ class Setting:
         if self.kind in ("int", "float"):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError
+            # NaN passes every comparison below and makes every score NaN; infinity overflows.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError("not a finite number")
+            if isinstance(value, int) and abs(value) > INT64_MAX:  # SQLite's limit; float() overflows
+                raise ValueError("too large")
             if self.kind == "int" and not float(value).is_integer():
                 raise ValueError
             value = int(value) if self.kind == "int" else float(value)
@@ -83,7 +94,28 @@ class Setting:
             return list(value)
         if not isinstance(value, str):
             raise ValueError
+        if self.kind == "url":
+            return check_http_url(value)
         return value
+
+
+INT64_MAX = 2**63 - 1
+
+
+def check_http_url(value: str) -> str:
+    """An http(s) URL with a host, or ValueError: other schemes (file:, ftp:) are never fetched."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value.strip())
+        parts.port  # noqa: B018 - a malformed port raises here
+    except ValueError:
+        raise ValueError("not a URL") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValueError("only http and https are allowed")
+    if not parts.hostname:
+        raise ValueError("no host")
+    return value.strip()
 
 
 def _s(default, kind, doc, **kw) -> Setting:
@@ -96,7 +128,7 @@ SCHEMA: dict[str, Any] = {
     "embedding": {
         "provider": _s("ollama", "choice", "Embedder: ollama, openai (any OpenAI-compatible /v1/embeddings), local (sentence-transformers, extra llmem[local]) or none", choices=("ollama", "openai", "local", "none")),
         "model": _s("nomic-embed-text", "str", "Embedding model name (for local: a folder, or the name of an installed model package)"),
-        "base_url": _s("http://localhost:11434", "str", "Embedder server URL (Ollama, or the OpenAI-compatible base URL)"),
+        "base_url": _s("http://localhost:11434", "url", "Embedder server URL (Ollama, or the OpenAI-compatible base URL)"),
         "api_key_env": _s("OPENAI_API_KEY", "str", "Environment variable holding the API key for provider openai"),
         "query_prefix": _s(None, "str", "Text put before a query. null: 'search_query: ' for nomic models, else nothing", nullable=True),
         "document_prefix": _s(None, "str", "Text put before a memory. null: 'search_document: ' for nomic models, else nothing", nullable=True),
@@ -106,7 +138,7 @@ SCHEMA: dict[str, Any] = {
     "llm": {
         "provider": _s("ollama", "choice", "Chat LLM for extraction, introspection and merges: ollama, openai or none (heuristics only)", choices=("ollama", "openai", "none")),
         "model": _s("llama3.1:8b", "str", "Chat model name"),
-        "base_url": _s("http://localhost:11434", "str", "LLM server URL"),
+        "base_url": _s("http://localhost:11434", "url", "LLM server URL"),
         "api_key_env": _s("OPENAI_API_KEY", "str", "Environment variable holding the API key for provider openai"),
         "timeout": _s(120.0, "float", "Seconds to wait for one LLM reply", minimum=1),
         "daily_token_budget": _s(0, "int", "Tokens per day before extraction is deferred; 0 = no limit", minimum=0),
@@ -167,7 +199,7 @@ SCHEMA: dict[str, Any] = {
         "behavioral_lookback_days": _s(30, "int", "Days of self_assessment memories considered for behavioural insights", minimum=1),
         "auto_link_threshold": _s(None, "float", "Cosine similarity for auto-linking related memories (null: off)", minimum=0, maximum=1, nullable=True),
         "skill_patch_threshold": _s(3, "int", "Occurrences of a category before a [SKILL PATCH] is proposed", minimum=1),
-        "stale_procedure_days": _s(60, "int", "Never-accessed procedures older than this are stale and decay twice as fast", minimum=1),
+        "stale_procedure_days": _s(30, "int", "Never-accessed procedures older than this are stale and decay twice as fast", minimum=1),
         "min_score": _s(0.6, "float", "Promotion gate: minimum weighted score", minimum=0, maximum=1),
         "min_recall_count": _s(3, "int", "Promotion gate: minimum user recalls", minimum=0),
         "min_unique_queries": _s(2, "int", "Promotion gate: minimum distinct queries that recalled it", minimum=0),
@@ -250,9 +282,10 @@ def _validate(raw: dict, schema: dict, prefix: str, source: str, warnings: list[
             continue
         try:
             out[key] = spec.check(value)
-        except ValueError:
+        except ValueError as exc:
+            why = f" ({exc})" if str(exc) else ""
             raise ConfigError(
-                f"{source}: '{dotted}' is {value!r}; allowed: {spec.allowed()}",
+                f"{source}: '{dotted}' is {value!r}{why}; allowed: {spec.allowed()}",
                 hint=f"fix or remove '{dotted}' (default: {spec.default!r})",
             ) from None
     return out
@@ -306,11 +339,13 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
 
 
 def _read_yaml(file: Path) -> Any:
-    """The parsed config file, from a JSON copy kept beside it while the file is unchanged.
+    """The parsed config file, from a JSON copy kept in llmem's config folder while it is unchanged.
 
     Hooks run on every agent turn and importing PyYAML costs ~15 ms of their start-up; the
-    copy is keyed on a checksum of the file's bytes (mtimes are too coarse for quick edits) and
-    only ever replaces the parse, never the validation.
+    copy is keyed on the file's path and a checksum of its bytes (mtimes are too coarse for
+    quick edits) and only ever replaces the parse, never the validation. It lives in llmem's
+    own config folder, and only once that exists: a `--config /tmp/x.yaml` leaves nothing in
+    /tmp.
     """
     import json
     import zlib
@@ -318,12 +353,16 @@ def _read_yaml(file: Path) -> Any:
     from .paths import write_private_text
 
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
-    data = text.encode("utf-8")
-    key = f"{zlib.crc32(data):08x}-{len(data)}"  # zlib imports in µs, hashlib in ~5 ms
-    cache = file.with_name(f".{file.name}.parsed.json")
+        data = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {file}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read {file}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start})",
+                          hint="save the file as UTF-8") from None
+    key = f"{file.resolve()}:{zlib.crc32(data):08x}-{len(data)}"  # zlib imports in µs, hashlib in ~5 ms
+    cache = default_paths().config_dir / PARSED_CONFIG_CACHE
     try:
         cached = json.loads(cache.read_text(encoding="utf-8"))
         if cached["key"] == key:
@@ -339,10 +378,11 @@ def _read_yaml(file: Path) -> Any:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ConfigError(f"{file}: not valid YAML{where}",
                           hint="check indentation and quoting") from None
-    try:
-        write_private_text(cache, json.dumps({"key": key, "data": raw}))
-    except (OSError, TypeError, ValueError):  # read-only folder, values JSON cannot hold
-        pass
+    if cache.parent.is_dir():
+        try:
+            write_private_text(cache, json.dumps({"key": key, "data": raw}))
+        except (OSError, TypeError, ValueError):  # read-only folder, values JSON cannot hold
+            pass
     return raw
 
 

@@ -26,7 +26,10 @@ class ConfigError(UsageError):
 
 
 class NotFound(UsageError):
-    """No memory matches the given id or prefix."""
+    """No memory (or run, or event) has the given id or prefix."""
+
+    # The README's exit codes: bad input 2, but an id that names nothing is "not found", 1.
+    exit_code = 1
 
 
 class AmbiguousId(UsageError):
@@ -43,3 +46,40 @@ class LLMUnavailable(LlmemError):
 
 class StoreError(LlmemError):
     """The memory store could not be opened, migrated or written."""
+
+
+def store_failure(exc: BaseException, db_path) -> StoreError | None:
+    """A SQLite failure said in the user's terms (a damaged file, a full disk), or None.
+
+    SQLite's own words ("database disk image is malformed", or after a full disk "cannot
+    rollback - no transaction is active", the failure of the rollback that followed) do not
+    say what happened to the user's store nor what to do. Walks the exception's chain, since
+    the first failure is often the context of the one that surfaced.
+    """
+    import shutil
+    from pathlib import Path
+
+    messages = []
+    seen = exc
+    while seen is not None and len(messages) < 10:
+        if any(cls.__name__ == "DatabaseError" for cls in type(seen).__mro__):
+            messages.append(str(seen).lower())
+        seen = seen.__cause__ or seen.__context__
+    if not messages:
+        return None
+    path = Path(db_path)
+    try:
+        disk_full = shutil.disk_usage(path.parent).free == 0
+    except OSError:
+        disk_full = False
+    if any("database or disk is full" in m for m in messages) or (
+            disk_full and any(("disk i/o error" in m or "cannot rollback" in m) for m in messages)):
+        return StoreError(f"the disk holding the memory store {path} is full; the change was not saved",
+                          hint=f"free some space on that disk (`df -h {path.parent}`) and run the command again")
+    if any(("malformed" in m or "file is not a database" in m) for m in messages):
+        return StoreError(
+            f"the memory store {path} is damaged ({messages[-1]})",
+            hint=f"check it with `sqlite3 {path} \"PRAGMA integrity_check\"`; save what can still be "
+                 "read with `llmem export -o rescue.json`; then restore the file from a backup, or move "
+                 "it aside, run `llmem init` and `llmem import rescue.json`")
+    return None

@@ -57,29 +57,111 @@ def expand(path: str | os.PathLike) -> Path:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create a directory (and parents) readable by the user alone (0700)."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        path.chmod(0o700)
-    except OSError:  # a directory we do not own (e.g. a shared tmp): leave it be
-        pass
+    """Create one of llmem's own folders, and any missing parent, readable by the user alone.
+
+    Only folders this call creates get mode 0700: an existing folder keeps its mode, since it
+    may be shared (a 1777 /tmp losing its sticky bit) or the user's own choice.
+    """
+    missing = []
+    folder = path
+    while not folder.exists():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:  # made by a concurrent process meanwhile
+            continue
+        os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path} is not a folder")
     return path
 
 
 def private_file(path: Path) -> Path:
-    """Make sure an existing file is readable by the user alone (0600)."""
+    """Make sure an existing file of llmem's own is readable by the user alone (0600).
+
+    A symlink planted in its place is not followed: its target is not ours to change.
+    """
     try:
-        path.chmod(0o600)
-    except OSError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # a symlink, or gone
+        return path
+    try:
+        os.fchmod(fd, 0o600)
+    except OSError:  # a file we do not own
         pass
+    finally:
+        os.close(fd)
     return path
 
 
+def open_own_file(path: Path, flags: int, mode: int = 0o600) -> int:
+    """Open one of llmem's own files without following a symlink planted in its place.
+
+    A symlink there (someone else's link, or a mistake) would make llmem append to or chmod
+    whatever it points at, so it is refused: OSError naming the file. Refusing rather than
+    replacing the link leaves the evidence for the user and never deletes what llmem did not make.
+    """
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise OSError(exc.errno, f"{path} is a symlink; llmem does not follow links for its own "
+                                     "files (remove it to let llmem recreate the file)") from None
+        raise
+
+
 def write_private_text(path: Path, text: str) -> None:
-    """Write a file atomically with mode 0600 (temp file + rename: never half-written)."""
+    """Write one of llmem's own files atomically, mode 0600, creating its folder if needed."""
     ensure_private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    _write_atomically(path, text)
+
+
+def write_output_file(path: Path, text: str) -> None:
+    """Write a file the user named (an export, a report) atomically, mode 0600.
+
+    Its folder must exist: a mistyped path is an error, not a new folder somewhere (`-o
+    /nonexistent/dir/x.json` must not create /nonexistent). UsageError names the folder.
+    """
+    from .errors import UsageError
+
+    check_output_folder(path)
+    try:
+        _write_atomically(path, text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def check_output_folder(path: Path) -> None:
+    """UsageError unless `path` can be a file the user named: its folder exists, it is no folder."""
+    from .errors import UsageError
+
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise UsageError(f"cannot write {path}: the folder {folder} {what}",
+                         hint="create the folder first or choose another path")
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder", hint="give a file name")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Temp file beside `path`, then rename: a failure (full disk, kill) leaves no half file."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

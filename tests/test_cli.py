@@ -228,3 +228,38 @@ def test_files_made_by_commands_are_private(cli, fts_config, llmem_home, tmp_pat
     assert any(p.name == "hooks.log" for p in made)
     loose = [str(p) for p in made if stat.S_IMODE(os.stat(p).st_mode) & 0o077]
     assert not loose, loose
+
+
+def test_outputs_go_only_into_existing_folders_and_leave_their_mode(cli, fts_config, tmp_path):
+    import os
+    import stat
+
+    add(cli, "--content", "a memory to export")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    code, _, err = cli("export", "-o", str(shared / "b.json"))
+    assert code == 0, err
+    code, _, err = cli("dream", "--apply", "--report", str(shared / "r.html"))
+    assert code == 0, err
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert sorted(p.name for p in shared.iterdir()) == ["b.json", "r.html"]  # no temp files left
+
+    missing = tmp_path / "nonexistent" / "dir"
+    for args in (["export", "-o", str(missing / "x.json")],
+                 ["dream", "--apply", "--report", str(missing / "r.html")]):
+        code, _, err = cli(*args)
+        assert code == 2 and str(missing) in err and "does not exist" in err, err
+    assert not (tmp_path / "nonexistent").exists()
+
+
+def test_an_existing_home_keeps_its_mode(cli, configure, llmem_home):
+    import os
+    import stat
+
+    configure("embedding:\n  provider: none\n")
+    os.chmod(llmem_home, 0o750)
+    code, _, err = cli("add", "--content", "a memory in a home the user set up")
+    assert code == 0, err
+    assert stat.S_IMODE(llmem_home.stat().st_mode) == 0o750
+    assert stat.S_IMODE((llmem_home / "memory.db").stat().st_mode) == 0o600

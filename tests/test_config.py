@@ -112,3 +112,71 @@ def test_parsed_copy_follows_every_edit(configure, llmem_home):
     assert cache.exists() and stat.S_IMODE(cache.stat().st_mode) == 0o600
     cache.write_text("{broken")
     assert load_config().values["search"]["limit"] == 9
+
+
+@pytest.mark.parametrize("text, key", [
+    ("search:\n  rerank_blend: .nan\n", "search.rerank_blend"),
+    ("embedding:\n  timeout: .inf\n", "embedding.timeout"),
+    ("llm:\n  timeout: -.inf\n", "llm.timeout"),
+    ("dream:\n  auto_link_threshold: .nan\n", "dream.auto_link_threshold"),
+    ("search:\n  rrf_k: 99999999999999999999999\n", "search.rrf_k"),
+])
+def test_non_finite_and_huge_numbers_are_rejected_naming_the_key(configure, text, key):
+    configure(text)
+    with pytest.raises(ConfigError) as info:
+        load_config()
+    assert f"'{key}'" in str(info.value)
+
+
+@pytest.mark.parametrize("url, accepted", [
+    ("http://localhost:11434", True),
+    ("https://api.example.com/v1", True),
+    ("file:///etc/passwd", False),
+    ("ftp://localhost:11434", False),
+    ("http://", False),
+    ("localhost:11434", False),
+    ("http://localhost:port", False),
+])
+def test_base_urls_accept_only_http_and_https(configure, url, accepted):
+    configure(f"embedding:\n  base_url: '{url}'\nllm:\n  base_url: '{url}'\n")
+    if accepted:
+        assert load_config().values["llm"]["base_url"] == url
+    else:
+        with pytest.raises(ConfigError, match="embedding.base_url"):
+            load_config()
+
+
+def test_init_ollama_url_accepts_only_http_and_https(cli, llmem_home):
+    code, _, err = cli("init", "--adapter", "none", "--ollama-url", "file:///etc/passwd")
+    assert code == 2 and "--ollama-url" in err and "Traceback" not in err
+    assert not (llmem_home / "config.yaml").exists()
+
+
+def test_stale_procedure_days_defaults_to_the_seed_value():
+    assert defaults()["dream"]["stale_procedure_days"] == 30
+
+
+def test_config_check_json(cli, configure):
+    configure("search:\n  limit: 7\n  bogus: 1\n")
+    code, out, _ = cli("config", "check", "--json")
+    report = yaml.safe_load(out)
+    assert code == 0 and report["valid"] and len(report["warnings"]) == 1
+    path = configure("search:\n  rerank_blend: .nan\n")
+    code, out, _ = cli("config", "check", "--json")
+    report = yaml.safe_load(out)
+    assert code == 2 and report["valid"] is False and report["file"] == str(path)
+    assert "search.rerank_blend" in report["error"]
+
+
+def test_config_check_leaves_a_shared_folder_as_it_was(cli, tmp_path):
+    import os
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    config = shared / "c.yaml"
+    config.write_text("search:\n  limit: 7\n")
+    code, out, err = cli("--config", str(config), "config", "check")
+    assert code == 0, err
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert [p.name for p in shared.iterdir()] == ["c.yaml"]  # no parsed copy beside it

@@ -80,7 +80,8 @@ def test_hostile_input_is_refused_cleanly(case, pristine_home, tmp_path):
         return text.replace("{input}", input_path).replace("{scratch}", str(scratch))
 
     if "config" in case:
-        (home / "config.yaml").write_text(fill((CORPUS / case["config"]).read_text(encoding="utf-8")))
+        config = (CORPUS / case["config"]).read_bytes()  # bytes: some are not UTF-8 on purpose
+        (home / "config.yaml").write_bytes(config.replace(b"{input}", input_path.encode()))
     if "store" in case:
         shutil.copy(CORPUS / case["store"], home / "memory.db")
     before = (_snapshot(home, own_files=True), _snapshot(scratch), _snapshot(inputs))

@@ -90,8 +90,21 @@ def cli(ctx, verbose, config_path):
 
     _state["verbose"] = verbose
     _setup_stderr_logging(verbose)
-    ctx.obj = App(config_path=config_path)
+    ctx.obj = _state["app"] = App(config_path=config_path)
     ctx.call_on_close(ctx.obj.close)
+
+
+def http_url(ctx, param, value: str | None) -> str | None:
+    """Option callback: the value is an http(s) URL with a host (never file:, ftp:, …)."""
+    if value is None:
+        return None
+    from ..config import check_http_url
+
+    try:
+        return check_http_url(value).rstrip("/")
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r} is not an http:// or https:// URL ({exc})",
+                                 ctx=ctx, param=param) from None
 
 
 def _setup_stderr_logging(verbose: bool) -> None:
@@ -113,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # Whatever llmem creates (stores, queue, WAL files, logs, reports) is the user's alone.
     os.umask(0o077)
+    _state["app"] = None  # tests run main() many times in one process
     try:
         cli.main(args=argv, prog_name="llmem", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -124,19 +138,15 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except LlmemError as exc:
-        if _state["verbose"]:
-            import traceback
-
-            traceback.print_exc()
-        click.echo(f"Error: {exc.message}", err=True)
-        if exc.hint:
-            click.echo(f"  hint: {exc.hint}", err=True)
-        sys.exit(exc.exit_code)
+        _fail(exc)
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:
+        translated = _store_failure(exc)
+        if translated is not None:
+            _fail(translated)
         if _state["verbose"]:
             import traceback
 
@@ -145,3 +155,26 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("  hint: run again with -v for the traceback", err=True)
         sys.exit(1)
     sys.exit(0)
+
+
+def _fail(exc: LlmemError) -> None:
+    if _state["verbose"]:
+        import traceback
+
+        traceback.print_exc()
+    click.echo(f"Error: {exc.message}", err=True)
+    if exc.hint:
+        click.echo(f"  hint: {exc.hint}", err=True)
+    sys.exit(exc.exit_code)
+
+
+def _store_failure(exc: Exception) -> LlmemError | None:
+    """A SQLite error met while the command ran, said as what it means for the store."""
+    from ..errors import store_failure
+
+    app = _state.get("app")
+    try:
+        db_path = app.config.db_path if app is not None else None
+    except Exception:  # the config itself is broken: that was reported already
+        db_path = None
+    return store_failure(exc, db_path) if db_path is not None else None

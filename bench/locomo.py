@@ -265,8 +265,7 @@ def run(args) -> None:
             apply_import(store, plan)
             import_s += time.perf_counter() - start
             turns_total += len(document["memories"])
-            from llmem.db.models import Memory
-
+            Memory = store.models.Memory
             memories = list(Memory.select().order_by(Memory.seq))
             dia_of = {m.seq: m.metadata["dia_id"] for m in memories}
             if embedder is not None:

@@ -119,7 +119,7 @@ def main() -> None:
     vectors = nrng.normal(size=(args.memories, args.dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     embedder = FixedQuery(args.dim)
-    from llmem.db.models import Memory
+    Memory = store.models.Memory
     memories = list(Memory.select().order_by(Memory.seq))
     start = time.perf_counter()
     for i in range(0, len(memories), 2000):

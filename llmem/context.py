@@ -148,8 +148,8 @@ def read_session(app, session_id: str | None, adapter_name: str | None = None) -
 
 # ---- reading memories ------------------------------------------------------------------
 
-def _valid(project: str | None, at: float):
-    """Valid, unexpired memories of the project and the global scope."""
+def _valid(Memory, project: str | None, at: float):
+    """Valid, unexpired memories (of the bound model `Memory`) of the project and the global scope."""
     scope = Memory.project.is_null()
     if project:
         scope = scope | (Memory.project == project)
@@ -161,10 +161,11 @@ def _meta(memory: Memory) -> dict:
     return {str(k).lower(): v for k, v in (memory.metadata or {}).items()}
 
 
-def core_memories(project: str | None, at: float, limit: int = 60) -> list[Memory]:
+def core_memories(store, project: str | None, at: float, limit: int = 60) -> list[Memory]:
     """Promoted memories, preferences and procedures: promoted first, the project's before global."""
+    Memory = store.models.Memory
     query = (Memory.select()
-             .where(_valid(project, at)
+             .where(_valid(Memory, project, at)
                     & (Memory.promoted_at.is_null(False) | Memory.type.in_(CORE_TYPES)))
              .order_by(Memory.promoted_at.is_null(), Memory.project.is_null(),
                        Memory.confidence.desc(), Memory.updated_at.desc())
@@ -172,10 +173,11 @@ def core_memories(project: str | None, at: float, limit: int = 60) -> list[Memor
     return [m for m in query if not _meta(m).get("stale_procedure")]
 
 
-def state_memories(project: str | None, at: float, *, session_id: str | None = None,
+def state_memories(store, project: str | None, at: float, *, session_id: str | None = None,
                    types=STATE_TYPES, limit: int = 20) -> list[Memory]:
     """Decisions and project state (optionally only those recorded in one session), newest first."""
-    where = _valid(project, at) & Memory.type.in_(types)
+    Memory = store.models.Memory
+    where = _valid(Memory, project, at) & Memory.type.in_(types)
     if session_id:
         where = where & (Memory.session_id == session_id)
     query = (Memory.select().where(where)
@@ -217,9 +219,10 @@ def _field_from_content(content: str, name: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
-def lessons(project: str | None, at: float, limit: int = 5, scan: int = 300) -> list[Lesson]:
+def lessons(store, project: str | None, at: float, limit: int = 5, scan: int = 300) -> list[Lesson]:
     """Lessons from self_assessments, one per category: recurring ones first, then the rest."""
-    rows = (Memory.select().where(_valid(project, at) & (Memory.type == "self_assessment"))
+    Memory = store.models.Memory
+    rows = (Memory.select().where(_valid(Memory, project, at) & (Memory.type == "self_assessment"))
             .order_by(Memory.created_at.desc()).limit(scan))
     groups: dict[str, list[tuple[Memory, dict]]] = {}
     for memory in rows:
@@ -339,7 +342,7 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
     project = project or view.project
     at = now()
     seen: set[str] = set()
-    _ = app.store  # open (and bind the models to) the store before the queries below
+    store = app.store
 
     relevant: list[Memory] = []
     if view.query.strip():
@@ -352,22 +355,22 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
     if compacting:
         sections = [
             _section("Recorded in this session", state_memories(
-                project, at, session_id=session_id,
+                store, project, at, session_id=session_id,
                 types=("decision", "project_state", "fact", "preference", "procedure", "event"),
                 limit=40) if session_id else [], seen, 0.35, project),
-            _section("Project decisions and state", state_memories(project, at), seen, 0.25, project),
-            _section("Core memories and preferences", core_memories(project, at), seen, 0.25, project),
+            _section("Project decisions and state", state_memories(store, project, at), seen, 0.25, project),
+            _section("Core memories and preferences", core_memories(store, project, at), seen, 0.25, project),
             _section("Related", relevant, seen, 0.15, project),
         ]
         header = COMPACTING_HEADER
     else:
-        core = _section("Core memories and preferences", core_memories(project, at), seen, 0.4, project)
+        core = _section("Core memories and preferences", core_memories(store, project, at), seen, 0.4, project)
         related = _section("Relevant to this session", relevant, seen, 0.4, project)
         if not related.lines:  # nothing to search on (a new or unknown session): the latest state
             related = _section("Recent decisions and project state",
-                               state_memories(project, at, limit=12), seen, 0.4, project)
+                               state_memories(store, project, at, limit=12), seen, 0.4, project)
         learned = Section("Lessons from past sessions", share=0.2)
-        for lesson in lessons(project, at):
+        for lesson in lessons(store, project, at):
             learned.lines.append((lesson.memory.id, lesson_line(lesson)))
         sections = [core, related, learned]
         header = HEADER

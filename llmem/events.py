@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from .db.models import Event
+from .db.models import Event  # for type hints; queries use store.models
 from .errors import LlmemError, UsageError
 from .times import now
 
@@ -22,6 +22,7 @@ MAX_ATTEMPTS = 5
 
 def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event, bool]:
     """Record a moment; an identical event still waiting is reused. Returns (event, is_new)."""
+    Event = store.models.Event
     if kind not in KINDS:
         raise UsageError(f"unknown event kind {kind!r}", hint="use one of: " + ", ".join(KINDS))
     with store.db.atomic():
@@ -35,6 +36,7 @@ def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event
 
 def claim_event(store, event_id: int) -> Event | None:
     """Mark an event running (attempts + 1); None when it is already done or unknown."""
+    Event = store.models.Event
     with store.db.atomic():
         event = Event.get_or_none(Event.id == event_id)
         if event is None or event.status == "done":
@@ -46,6 +48,7 @@ def claim_event(store, event_id: int) -> Event | None:
 
 
 def finish_event(store, event_id: int, result: dict | None = None) -> None:
+    Event = store.models.Event
     with store.db.atomic():
         Event.update(status="done", finished_at=now(), last_error=None, result=result).where(
             Event.id == event_id).execute()
@@ -53,6 +56,7 @@ def finish_event(store, event_id: int, result: dict | None = None) -> None:
 
 def fail_event(store, event_id: int, error: str, *, final: bool) -> None:
     """Record an error; the event goes back to pending unless this was its last chance."""
+    Event = store.models.Event
     with store.db.atomic():
         event = Event.get_or_none(Event.id == event_id)
         if event is None:
@@ -65,6 +69,7 @@ def fail_event(store, event_id: int, error: str, *, final: bool) -> None:
 
 def release_event(store, event_id: int) -> None:
     """A running event whose worker was stopped goes back to pending, attempt not counted."""
+    Event = store.models.Event
     with store.db.atomic():
         Event.update(status="pending", attempts=Event.attempts - 1, not_before=now(),
                      last_error="interrupted by a worker stop; requeued").where(
@@ -73,6 +78,7 @@ def release_event(store, event_id: int) -> None:
 
 def defer_event(store, event_id: int, until: float, reason: str) -> None:
     """Put an event back to pending, not to run before `until` (reconcile picks it up)."""
+    Event = store.models.Event
     with store.db.atomic():
         Event.update(status="pending", not_before=until, last_error=reason,
                      attempts=Event.attempts - 1).where(Event.id == event_id).execute()
@@ -80,6 +86,7 @@ def defer_event(store, event_id: int, until: float, reason: str) -> None:
 
 def events_to_reconcile(store, *, pending_after: float, running_after: float) -> list[Event]:
     """Events whose task was lost: pending for long, or running longer than any task runs."""
+    Event = store.models.Event
     at = now()
     return list(Event.select().where(
         # pending with no task for long, or released / deferred until a time now passed
@@ -92,6 +99,7 @@ def events_to_reconcile(store, *, pending_after: float, running_after: float) ->
 
 def retry_events(store, event_ids: list[int] | None = None) -> list[Event]:
     """Put failed events (or the given ones) back to pending; return them."""
+    Event = store.models.Event
     with store.db.atomic():
         query = Event.select().where(Event.status == "failed") if event_ids is None else \
             Event.select().where(Event.id.in_(event_ids))
@@ -172,6 +180,7 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
 def _next_llm_extraction(app, event: Event) -> float | None:
     """When this idle event may call the LLM, if the session's last extraction was too recent."""
     import peewee as pw
+    Event = app.store.models.Event
 
     interval = app.config.values["pipeline"]["min_extraction_interval_seconds"]
     if event.kind != "idle" or interval <= 0 or app.config.values["llm"]["provider"] == "none":

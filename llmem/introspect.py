@@ -13,7 +13,7 @@ import logging
 import re
 from pathlib import Path
 
-from .db.models import Memory, SessionCursor
+from .db.models import Memory
 from .errors import EmbedderUnavailable, LLMUnavailable, UsageError
 from .extract import chunk_lines, prepare_slice, redact_messages, redactor, strip_context_blocks
 from .heuristics import categorize, error_signals, statements
@@ -74,10 +74,11 @@ def format_self_assessment(fields: dict) -> str:
     return "\n".join(lines)
 
 
-def earlier_assessments(category: str, project: str | None = None) -> list[Memory]:
+def earlier_assessments(store, category: str, project: str | None = None) -> list[Memory]:
     """Valid self_assessments of a category, newest first (what makes one `Recurring`)."""
     import peewee as pw
 
+    Memory = store.models.Memory
     query = (Memory.select().where(
         (Memory.type == "self_assessment") & Memory.invalidated_at.is_null()
         & (pw.fn.json_extract(Memory.metadata, "$.category") == category)))
@@ -106,7 +107,7 @@ def store_assessment(app, fields: dict, *, source: str, confidence: float, origi
                      project: str | None = None, session_id: str | None = None,
                      extra: dict | None = None) -> Memory:
     """Fill Recurring, then store one self_assessment (content and metadata carry the fields)."""
-    store = app.store  # opened first: the lookups below go through the bound models
+    store = app.store
     fields = _redact_fields(app, {k: (strip_context_blocks(v) if isinstance(v, str) else v)
                                   for k, v in fields.items()})
     category = check_category(fields.get("Category"))
@@ -115,7 +116,7 @@ def store_assessment(app, fields: dict, *, source: str, confidence: float, origi
         raise UsageError("a self_assessment needs What_happened", hint='pass --what-happened "…"')
     recurring_ids: list[str] = []
     if category != "REVIEW_PASSED":
-        recurring_ids = [m.id for m in earlier_assessments(category, project)]
+        recurring_ids = [m.id for m in earlier_assessments(store, category, project)]
     fields["Recurring"] = ("yes (" + ", ".join(i[:8] for i in recurring_ids) + ")") if recurring_ids else "no"
     iteration = fields.get("Iteration_count")
     if iteration is not None:
@@ -299,7 +300,6 @@ def introspect_text(app, text: str, *, llm=None, use_llm: bool = True,
     """self_assessments from a free text; nothing when it tells of nothing going wrong."""
     if not (text or "").strip():
         raise UsageError("--text is empty", hint='describe what happened, e.g. --text "null pointer in handler"')
-    app.store  # noqa: B018 - open the store (and bind the models) first
     cleaned = _redact_fields(app, {"t": strip_context_blocks(text)})["t"]
     with step_llm(app, llm, use_llm) as llm:
         items = _run_llm(llm, [cleaned])
@@ -324,7 +324,7 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
     from .adapters import resolve_adapter
 
     adapter = resolve_adapter(app.config, session_id, adapter_name)
-    app.store  # noqa: B018 - open the store (and bind the models) first
+    SessionCursor = app.store.models.SessionCursor
     row = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
                                     & (SessionCursor.session_id == session_id))
     start = row.introspect_cursor if row else None
@@ -354,6 +354,7 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
 
 
 def _advance_introspect_cursor(app, adapter: str, session_id: str, project, cursor) -> None:
+    SessionCursor = app.store.models.SessionCursor
     with app.store.db.atomic():
         row = SessionCursor.get_or_none((SessionCursor.adapter == adapter)
                                         & (SessionCursor.session_id == session_id))
@@ -388,10 +389,11 @@ def learn(app, wrong: str, right: str, context: str | None = None) -> list[Memor
     return [result.memory]
 
 
-def review_memories() -> list[Memory]:
+def review_memories(store) -> list[Memory]:
     """Valid self_assessments that track-review stored."""
     import peewee as pw
 
+    Memory = store.models.Memory
     return list(Memory.select().where(
         (Memory.type == "self_assessment") & Memory.invalidated_at.is_null()
         & (pw.fn.json_extract(Memory.metadata, "$.origin") == TRACK_REVIEW)))
@@ -399,8 +401,7 @@ def review_memories() -> list[Memory]:
 
 def clean_reviews(app) -> int:
     """Invalidate every track-review memory; return how many."""
-    app.store  # noqa: B018
-    stale = review_memories()
+    stale = review_memories(app.store)
     for memory in stale:
         app.store.invalidate(memory.id, "cleaned by track-review --clean")
     return len(stale)
@@ -478,7 +479,6 @@ def track_review(app, *, single: dict | None = None, findings_file: str | Path |
         field_sets = [_finding_fields(single, context, "--single")]
     elif findings_file is not None:
         field_sets = load_findings(findings_file, context)
-    app.store  # noqa: B018
     result = ReviewMemories()
     if clean:
         result.invalidated = clean_reviews(app)

@@ -126,23 +126,21 @@ def today() -> str:
     return date.today().isoformat()
 
 
-def tokens_spent(day: str | None = None) -> int:
-    """Tokens recorded on `day` (default today) over all tasks."""
+def tokens_spent(store, day: str | None = None) -> int:
+    """Tokens recorded in `store` on `day` (default today) over all tasks."""
     import peewee as pw
 
-    from .db.models import LlmUsage
-
+    LlmUsage = store.models.LlmUsage
     total = (LlmUsage.select(pw.fn.COALESCE(pw.fn.SUM(LlmUsage.prompt_tokens + LlmUsage.completion_tokens), 0))
              .where(LlmUsage.day == (day or today())).scalar())
     return int(total or 0)
 
 
-def usage_summary(day: str | None = None) -> dict:
+def usage_summary(store, day: str | None = None) -> dict:
     """Tokens today and in total, by task: the `llm` block of `llmem stats`."""
     import peewee as pw
 
-    from .db.models import LlmUsage
-
+    LlmUsage = store.models.LlmUsage
     day = day or today()
     tokens = LlmUsage.prompt_tokens + LlmUsage.completion_tokens
     by_task: dict[str, dict[str, int]] = {}
@@ -171,14 +169,16 @@ class LLM:
     provider = "none"
 
     def __init__(self, model: str, base_url: str, *, timeout: float = 120.0,
-                 daily_token_budget: int = 0, db_path=None, redactor: Redactor | None = None):
+                 daily_token_budget: int = 0, db_path=None, store=None,
+                 redactor: Redactor | None = None):
         self.model = model
         self.redactor = redactor or Redactor()
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.daily_token_budget = daily_token_budget
-        # Usage rows go through the peewee models, bound to the store the process opened;
-        # only an LLM used with no store open opens one itself (from `db_path`).
+        # Usage rows go to `store` (the caller's); an LLM made without one opens the store
+        # at `db_path` itself, and without either records nothing.
+        self._store = store
         self._db_path = db_path
         self._own_store = None
         self._client = None
@@ -229,42 +229,38 @@ class LLM:
 
     # -- accounting
 
-    def _usage_db(self):
-        from .db.models import LlmUsage
+    def _usage_store(self):
+        # A store's database reconnects by itself (peewee autoconnect), in any thread.
+        if self._store is not None:
+            return self._store
+        if self._own_store is None:
+            if self._db_path is None:
+                return None
+            from .store import Store
 
-        db = LlmUsage._meta.database
-        # A bound database reconnects by itself (peewee autoconnect), in any thread.
-        if db is None:
-            if self._own_store is None:
-                if self._db_path is None:
-                    return None
-                from .store import Store
-
-                self._own_store = Store.open(self._db_path)
-            db = self._own_store.db
-        return db
+            self._own_store = Store.open(self._db_path)
+        return self._own_store
 
     def check_budget(self) -> None:
         """Raise BudgetExhausted when today's token budget is spent."""
-        if self.daily_token_budget <= 0 or self._usage_db() is None:
+        store = self._usage_store() if self.daily_token_budget > 0 else None
+        if store is None:
             return
-        spent = tokens_spent()
+        spent = tokens_spent(store)
         if spent >= self.daily_token_budget:
             raise BudgetExhausted(
                 f"today's LLM token budget is spent ({spent} of {self.daily_token_budget} tokens)",
                 hint="the work is deferred until tomorrow; raise llm.daily_token_budget to go on")
 
     def _record(self, task: str, prompt_tokens: int, completion_tokens: int) -> None:
-        from .db.models import LlmUsage
-
-        db = self._usage_db()
-        if db is None:
+        store = self._usage_store()
+        if store is None:
             log.debug("no store open: %s tokens of task %s not recorded",
                       prompt_tokens + completion_tokens, task)
             return
         stamp = time.time()
-        with db.atomic():
-            LlmUsage.create(time=stamp, day=today(), task=task, provider=self.provider,
+        with store.db.atomic():
+            store.models.LlmUsage.create(time=stamp, day=today(), task=task, provider=self.provider,
                             model=self.model, prompt_tokens=prompt_tokens,
                             completion_tokens=completion_tokens)
 
@@ -377,14 +373,16 @@ def _count(value: Any) -> int:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
-def make_llm(config, *, model: str | None = None, base_url: str | None = None) -> LLM | None:
-    """The chat LLM of the `llm:` config section (None when llm.provider is none)."""
+def make_llm(config, *, model: str | None = None, base_url: str | None = None,
+             store=None) -> LLM | None:
+    """The chat LLM of the `llm:` config section (None when llm.provider is none); its token
+    use is recorded in `store`, or in the store at config.db_path opened on first use."""
     section = config.values["llm"]
     provider = section["provider"]
     if provider == "none":
         return None
     common = dict(timeout=section["timeout"], daily_token_budget=section["daily_token_budget"],
-                  db_path=config.db_path,
+                  db_path=config.db_path, store=store,
                   redactor=Redactor.from_section(config.values.get("redaction")))
     if provider == "ollama":
         return OllamaLLM(model or section["model"], base_url or section["base_url"], **common)
@@ -403,7 +401,7 @@ def step_llm(app, llm, use_llm: bool):
     elif llm is not None:
         yield llm
     else:
-        made = make_llm(app.config)
+        made = make_llm(app.config, store=app.store)
         try:
             yield made
         finally:

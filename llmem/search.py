@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from .db import vec
 from .db.fts import match_expression, semantic_text
-from .db.models import Memory, RecallEvent, Relation
+from .db.models import Memory
 from .embedders import Embedder
 from .errors import EmbedderUnavailable, UsageError
 from .times import days_between, now
@@ -251,6 +251,7 @@ class Searcher:
             notice = "no memory is embedded with this model yet: run `llmem embed --pending`"
 
         hits = self._fuse_and_rerank(fts_list, vec_list, len(lists), opts, at)[:opts.limit]
+        Memory = self.store.models.Memory
         memories = {m.seq: m for m in Memory.select().where(Memory.seq.in_([h.seq for h in hits]))}
         for hit in hits:
             hit.memory = memories[hit.seq]
@@ -308,6 +309,7 @@ class Searcher:
         """One hop of relations from the results, each marked with how it was reached."""
         shown = {h.memory.id for h in hits}
         extra: dict[str, Hit] = {}
+        Memory, Relation = self.store.models.Memory, self.store.models.Relation
         rows = Relation.select().where(Relation.source.in_(list(shown)) | Relation.target.in_(list(shown)))
         at = now()
         for relation in rows:
@@ -328,10 +330,8 @@ class Searcher:
         qhash = query_hash(query)
         try:
             with self.db.atomic():
-                ids = [h.memory.id for h in hits]
-                Memory.update(access_count=Memory.access_count + 1, accessed_at=at).where(
-                    Memory.id.in_(ids)).execute()
-                RecallEvent.insert_many([
+                self.store.touch_accessed([h.memory.id for h in hits], at)
+                self.store.models.RecallEvent.insert_many([
                     {"memory": h.memory.id, "query_hash": qhash, "rank": i, "score": h.score,
                      "origin": origin, "created_at": at}
                     for i, h in enumerate(hits, start=1)]).execute()

@@ -43,7 +43,7 @@ def make_event_llm(app, model: str | None = None, base_url: str | None = None):
     """The chat LLM for an event, with the hook's --model/--base-url (None: heuristics only)."""
     from .llm import make_llm
 
-    return make_llm(app.config, model=model, base_url=base_url)
+    return make_llm(app.config, model=model, base_url=base_url, store=app.store)
 
 
 def _jsonable(value: Any) -> Any:

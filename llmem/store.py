@@ -19,7 +19,7 @@ import peewee as pw
 from .db import vec
 from .db.connection import open_database
 from .db.fts import index_hints
-from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, RecallEvent, Relation
+from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, Models, Relation, bound_models
 from .errors import AmbiguousId, NotFound, UsageError
 from .redact import Redactor
 from .times import now, to_iso
@@ -34,6 +34,11 @@ def content_hash(content: str) -> str:
     """Hash of the normalised content: case and runs of whitespace do not make a new memory."""
     normalised = _WS.sub(" ", content.strip().lower())
     return hashlib.sha256(normalised.encode("utf-8")).hexdigest()
+
+
+def derived_fields(content: str, summary: str | None, metadata: dict | None) -> dict[str, Any]:
+    """The columns derived from a memory's text, rewritten with it on every write: FTS hints."""
+    return {"hints": index_hints(content, summary, metadata)}
 
 
 def check_type(memory_type: str) -> str:
@@ -84,6 +89,8 @@ class Store:
 
     def __init__(self, db, redactor: Redactor | None = None):
         self.db = db
+        # This store's own models: two stores in one process never share a binding.
+        self.models: Models = bound_models(db)
         # Every write path redacts (add, update, import; extraction already has): what a user
         # types or imports is stored as carefully as what llmem extracts.
         self.redactor = redactor or Redactor()
@@ -113,6 +120,7 @@ class Store:
         if not re.fullmatch(r"[0-9a-f-]+", prefix):
             raise NotFound(f"no memory with id {prefix!r}", hint="ids are hexadecimal UUIDs; `llmem list` shows them")
         # Range scan on the unique index instead of LIKE (whose escaping and case rules vary).
+        Memory = self.models.Memory
         rows = list(Memory.select(Memory.id).where(
             (Memory.id >= prefix) & (Memory.id < prefix + "\U0010ffff")).limit(11).tuples())
         if not rows:
@@ -125,10 +133,12 @@ class Store:
 
     def get(self, id_or_prefix: str) -> Memory:
         """A memory by id or unique prefix. Read-only: access is not tracked."""
+        Memory = self.models.Memory
         return Memory.get(Memory.id == self.resolve_id(id_or_prefix))
 
     def list(self, *, memory_type: str | None = None, project: str | None = None,
              limit: int | None = 50, include_invalid: bool = False) -> list[Memory]:
+        Memory = self.models.Memory
         query = Memory.select()
         if memory_type:
             query = query.where(Memory.type == check_type(memory_type))
@@ -143,6 +153,7 @@ class Store:
 
     def find_duplicate(self, text_hash: str, project: str | None) -> Memory | None:
         """A valid memory with the same normalised content in the same scope."""
+        Memory = self.models.Memory
         scope = Memory.project.is_null() if project is None else (Memory.project == project)
         return (Memory.select().where((Memory.content_hash == text_hash) & scope
                                       & Memory.invalidated_at.is_null()).first())
@@ -172,9 +183,9 @@ class Store:
             existing = self.find_duplicate(text_hash, project)
             if existing is not None:
                 return AddResult(existing, False)
-            memory = Memory.create(
+            memory = self.models.Memory.create(
                 id=memory_id or str(uuid.uuid4()), type=memory_type, content=content,
-                summary=summary, hints=index_hints(content, summary, metadata),
+                summary=summary, **derived_fields(content, summary, metadata),
                 confidence=confidence, source=source, project=project, session_id=session_id,
                 metadata=metadata or {}, content_hash=text_hash,
                 created_at=created_at or stamp, updated_at=stamp,
@@ -186,6 +197,7 @@ class Store:
                memory_type: str | None = None, merge_metadata: bool = True) -> Memory:
         """Change a memory's fields; a content change marks its embedding stale."""
         memory_id = self.resolve_id(id_or_prefix)
+        Memory = self.models.Memory
         with self.db.atomic():
             memory = Memory.get(Memory.id == memory_id)
             if content is not None:
@@ -202,7 +214,8 @@ class Store:
                 metadata = self.redactor.tree(metadata)
                 memory.metadata = {**(memory.metadata or {}), **metadata} if merge_metadata else metadata
             if content is not None or summary is not None or metadata is not None:
-                memory.hints = index_hints(memory.content, memory.summary, memory.metadata)
+                for name, value in derived_fields(memory.content, memory.summary, memory.metadata).items():
+                    setattr(memory, name, value)
             if confidence is not None:
                 memory.confidence = check_confidence(confidence)
             if memory_type is not None:
@@ -211,11 +224,62 @@ class Store:
             memory.save()
         return memory
 
+    def write_fields(self, memory_id: str, values: dict[str, Any], *, current: dict[str, Any]) -> dict[str, Any]:
+        """Set columns of a memory from plain values (the dream journal's fast path), with the
+        columns derived from its text; `current` is its row as stored (journal.row_snapshot).
+
+        Returns every column written. `updated_at` is now unless given. Call inside a transaction.
+        """
+        values = dict(values)
+        text = {name: values.get(name, current[name]) for name in ("content", "summary", "metadata")}
+        if "content" in values:
+            values["content_hash"] = content_hash(values["content"])
+        if values.keys() & text.keys():
+            values.update(derived_fields(**text))
+        values.setdefault("updated_at", now())
+        self._write_columns(memory_id, values)
+        return values
+
+    def restore_row(self, memory_id: str, row: dict[str, Any]) -> int:
+        """Write a memory's row back as it was (dream undo), its derived columns recomputed from
+        the restored text rather than trusted; return 1, or 0 when the memory is gone."""
+        values = {**row, "content_hash": content_hash(row["content"]),
+                  **derived_fields(row["content"], row["summary"], row["metadata"])}
+        return self._write_columns(memory_id, values)
+
+    def _write_columns(self, memory_id: str, values: dict[str, Any]) -> int:
+        # Raw SQL: a big dream night writes ~100k rows, and a peewee save costs ~30× more.
+        fields = self.models.Memory._meta.fields
+        assignments = ", ".join(f'"{fields[name].column_name}" = ?' for name in values)
+        params = [fields[name].db_value(value) for name, value in values.items()]
+        cursor = self.db.cursor()
+        cursor.execute(f"UPDATE memory SET {assignments} WHERE id = ?", (*params, memory_id))
+        return cursor.rowcount
+
+    def insert_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Insert whole memory rows (import: ids, times and counts as given), with the columns
+        derived from their text. Call inside a transaction."""
+        Memory = self.models.Memory
+        full = [{**row, "content_hash": content_hash(row["content"]),
+                 **derived_fields(row["content"], row.get("summary"), row.get("metadata"))}
+                for row in rows]
+        for start in range(0, len(full), 200):
+            Memory.insert_many(full[start:start + 200]).execute()
+
+    def touch_accessed(self, memory_ids: list[str], at: float) -> None:
+        """Count one access of each memory (shown in a result). Not a change of the memory:
+        `updated_at` stays."""
+        Memory = self.models.Memory
+        with self.db.atomic():
+            Memory.update(access_count=Memory.access_count + 1, accessed_at=at).where(
+                Memory.id.in_(memory_ids)).execute()
+
     def invalidate(self, id_or_prefix: str, reason: str) -> Memory:
         """Soft-delete: the memory stays for reference but search no longer returns it."""
         if not (reason or "").strip():
             raise UsageError("an invalidation needs a reason", hint='pass --reason "why"')
         memory_id = self.resolve_id(id_or_prefix)
+        Memory = self.models.Memory
         with self.db.atomic():
             memory = Memory.get(Memory.id == memory_id)
             stamp = now()
@@ -229,6 +293,7 @@ class Store:
     def delete(self, id_or_prefix: str) -> str:
         """Delete a memory for good, with its relations, embedding and recall events."""
         memory_id = self.resolve_id(id_or_prefix)
+        Memory, Relation, RecallEvent = self.models.Memory, self.models.Relation, self.models.RecallEvent
         with self.db.atomic():
             memory = Memory.get(Memory.id == memory_id)
             vec.drop_vectors(self.db, [memory.seq])
@@ -250,7 +315,7 @@ class Store:
         with self.db.atomic():
             try:
                 with self.db.atomic():
-                    Relation.create(source=source_id, target=target_id, type=relation_type, created_at=now())
+                    self.models.Relation.create(source=source_id, target=target_id, type=relation_type, created_at=now())
             except pw.IntegrityError:
                 return False
         return True
@@ -258,11 +323,13 @@ class Store:
     def relations_of(self, memory_ids: list[str]) -> list[Relation]:
         if not memory_ids:
             return []
+        Relation = self.models.Relation
         return list(Relation.select().where(Relation.source.in_(memory_ids) | Relation.target.in_(memory_ids)))
 
     # ---- statistics ------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
+        Memory = self.models.Memory
         total = Memory.select().count()
         valid = Memory.select().where(Memory.invalidated_at.is_null())
         by_type = {t: c for t, c in valid.select(Memory.type, pw.fn.COUNT(Memory.id))
@@ -281,12 +348,12 @@ class Store:
             "invalidated": total - valid_count,
             "by_type": dict(sorted(by_type.items())),
             "promoted": Memory.select().where(Memory.promoted_at.is_null(False)).count(),
-            "relations": Relation.select().count(),
+            "relations": self.models.Relation.select().count(),
             "embedded": embedded,
             "pending_embedding": valid_count - embedded,
             "embedding_model": model,
             "embedding_dim": dim,
-            "recall_events": RecallEvent.select().count(),
+            "recall_events": self.models.RecallEvent.select().count(),
             "db_path": self.db.database,
             "db_bytes": Path(self.db.database).stat().st_size if Path(self.db.database).exists() else 0,
             "sqlite_vec": "loaded" if self.db.vec_loaded else "unavailable",

@@ -9,7 +9,7 @@ import peewee as pw
 
 from .db import vec
 from .db.fts import metadata_text
-from .db.models import Embedding, Memory
+from .db.models import Memory
 from .embedders import Embedder
 from .times import now
 
@@ -26,8 +26,9 @@ def embedding_text(memory: Memory) -> str:
     return f"{described}: {text}" if described else text
 
 
-def pending_query(identity: str, everything: bool = False):
+def pending_query(store, identity: str, everything: bool = False):
     """Valid memories with no current embedding under `identity` (or all valid ones)."""
+    Memory, Embedding = store.models.Memory, store.models.Embedding
     query = Memory.select().where(Memory.invalidated_at.is_null())
     if everything:
         return query.order_by(Memory.seq)
@@ -41,6 +42,7 @@ def store_vectors(store, embedder: Embedder, memories: list[Memory], vectors) ->
     """Write vectors for memories (one transaction), rebuilding the index on a model change."""
     identity, dim = embedder.identity, int(vectors.shape[1])
     stamp = now()
+    Embedding = store.models.Embedding
     with store.db.atomic():
         vec.ensure_index(store.db, identity, dim)
         rows = []
@@ -72,9 +74,10 @@ def embed_pending(store, embedder: Embedder, *, everything: bool = False,
     """Embed every memory whose vector is missing or stale; return how many were embedded."""
     done = 0
     last_seq = 0
+    Memory = store.models.Memory
     while True:
         chunk: Iterable[Memory] = list(
-            pending_query(embedder.identity, everything).where(Memory.seq > last_seq).limit(batch))
+            pending_query(store, embedder.identity, everything).where(Memory.seq > last_seq).limit(batch))
         if not chunk:
             return done
         done += embed_memories(store, embedder, chunk)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from llmem.config import load_config
-from llmem.db.models import Memory, RecallEvent
+from llmem.db.models import Memory
 from llmem.embedders import Embedder
 from llmem.store import Store
 from llmem.times import now
@@ -48,6 +48,7 @@ def open_store(home: Path, config_text: str = "") -> tuple[Store, object]:
 
 def add(store: Store, content: str, memory_type: str = "fact", *, embedder: Embedder | None = None,
         age_days: float = 0.0, **kw) -> Memory:
+    Memory = store.models.Memory
     created = now() - age_days * DAY
     memory = store.add(content, memory_type, created_at=created, **kw).memory
     if age_days:
@@ -58,9 +59,10 @@ def add(store: Store, content: str, memory_type: str = "fact", *, embedder: Embe
     return memory
 
 
-def recall(memory: Memory, queries: list[str], *, origin: str = "search", score: float = 0.9,
+def recall(store, memory: Memory, queries: list[str], *, origin: str = "search", score: float = 0.9,
            days_ago: list[float] | None = None) -> None:
     """Record recalls as the search would (one per query)."""
+    Memory, RecallEvent = store.models.Memory, store.models.RecallEvent
     days_ago = days_ago or [0.0] * len(queries)
     at = now()
     for i, (query, ago) in enumerate(zip(queries, days_ago, strict=True)):

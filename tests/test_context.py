@@ -19,7 +19,6 @@ from llmem.context import (
     project_root_of,
     strip_context_blocks,
 )
-from llmem.db.models import Memory, RecallEvent
 
 FIXTURES = Path(__file__).parent / "fixtures" / "copilot"
 SESSION = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"  # "Fix flaky pagination test" in /home/dev/acme-api
@@ -47,6 +46,7 @@ def add(app, content, memory_type="fact", **kw):
 
 
 def test_block_has_markers_ids_and_sections_in_order(copilot_config, app):
+    Memory = app.store.models.Memory
     pref = add(app, "Prefer pnpm over npm for JavaScript packages", "preference")
     proc = add(app, "Run pytest -q before every commit", "procedure", project=PROJECT)
     core = add(app, "The orders API paginates with keyset cursors", "fact", project=PROJECT)
@@ -76,6 +76,7 @@ def test_block_has_markers_ids_and_sections_in_order(copilot_config, app):
 
 
 def test_scope_validity_and_recall_origin(copilot_config, app):
+    RecallEvent = app.store.models.RecallEvent
     mine = add(app, "Decided: flaky pagination fixed by ordering on id too", "decision", project=PROJECT)
     other = add(app, "Decided: pagination in the other project uses offsets", "decision",
                 project="/home/dev/other")

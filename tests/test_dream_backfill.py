@@ -9,7 +9,6 @@ import pytest
 from dream_support import run_cli
 
 from llmem.app import App
-from llmem.db.models import DreamRun, Memory, SessionCursor
 from llmem.dream.backfill import rollback_backfill, run_backfill
 from llmem.errors import UsageError
 
@@ -45,6 +44,7 @@ def app(tmp_path, monkeypatch):
 
 
 def test_backfill_resumes_and_rolls_back(app):
+    Memory, DreamRun, SessionCursor = app.store.models.Memory, app.store.models.DreamRun, app.store.models.SessionCursor
     llm = StubLLM()
     first = run_backfill(app, llm=llm)
     assert first.sessions >= 1 and first.added >= 1 and not first.errors

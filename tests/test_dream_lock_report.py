@@ -13,7 +13,6 @@ from html.parser import HTMLParser
 import pytest
 from dream_support import WordEmbedder, add, open_store, run_cli
 
-from llmem.db.models import bind_models
 from llmem.dream import DreamLock, DreamLocked, run_dream
 from llmem.dream.lock import LOCK_KEY, read_lock
 from llmem.dream.schedule import CronSchedule
@@ -23,7 +22,6 @@ HOLD = """
 import sys, time
 from pathlib import Path
 from llmem.store import Store
-from llmem.db.models import bind_models
 from llmem.dream import DreamLock
 store = Store.open(Path(sys.argv[1]))
 with DreamLock(store.db, "holder0000"):
@@ -48,7 +46,6 @@ def test_second_run_refused_while_another_process_holds_the_lock(home):
             run_dream(store, config, apply=True)
         code, _, err = run_cli("dream", "--apply")
         assert code == 1 and "another dream run is in progress" in err and "holder0000" in err
-        bind_models(store.db)  # the CLI bound the models to its own (now closed) database
         # A preview still works, and says a run is going on.
         assert any("in progress" in n for n in run_dream(store, config).notes)
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from dream_support import DAY, WordEmbedder, add, open_store, recall
 
-from llmem.db.models import Memory, RecallEvent
 from llmem.dream import run_dream
 from llmem.dream.deep import MAX_TERM_LOSS, llm_merge, term_loss
 from llmem.dream.light import find_candidates
@@ -45,6 +44,7 @@ def test_light_pairs_respect_type_and_scope(env):
 
 def test_light_exact_duplicates(env):
     store, config, emb = env
+    Memory = store.models.Memory
     a = add(store, "the API listens on port 8080")
     b = add(store, "the API listens on port 9090")
     store.update(b.id, content="The API listens on   port 8080")
@@ -78,6 +78,7 @@ def _assessment(store, category, age_days, *, iterations=None, in_metadata=False
 
 def test_rem_tiers_once_and_never_for_review_passed(env):
     store, config, _ = env
+    Memory = store.models.Memory
     for i in range(2):
         _assessment(store, "EDGE_CASE", i + 1, in_metadata=True)
     _assessment(store, "EDGE_CASE", 3)
@@ -115,6 +116,7 @@ def test_skill_patch_threshold_is_separate(home):
 @pytest.mark.parametrize("before, after, status", [(6, 1, "decreasing"), (2, 2, "stable"), (1, 6, "increasing")])
 def test_calibration_trend(env, before, after, status):
     store, config, _ = env
+    Memory = store.models.Memory
     introduced = now() - 10 * DAY
     add(store, "check for nulls", "procedure", age_days=10,
         metadata={"insight_key": "NULL_SAFETY", "category": "NULL_SAFETY", "introduced_at": introduced})
@@ -146,10 +148,11 @@ def test_calibration_falls_back_to_iterations(env):
 
 def test_stale_procedures_decay_twice_as_fast(env):
     store, config, _ = env
+    Memory = store.models.Memory
     stale = add(store, "rotate the key by hand", "procedure", age_days=61)
     fact = add(store, "the old server was called zeus", age_days=61)
     used = add(store, "run make release", "procedure", age_days=61)
-    recall(used, ["release"])
+    recall(store, used, ["release"])
     outcome = run_dream(store, config, apply=True, phases=["rem", "deep"])
     assert outcome.rem.stale_procedures == [stale.id]
     stale = Memory.get(Memory.id == stale.id)
@@ -160,10 +163,11 @@ def test_stale_procedures_decay_twice_as_fast(env):
 
 def test_decay_boost_and_floor(env):
     store, config, _ = env
+    Memory = store.models.Memory
     idle = add(store, "idle one", age_days=95)
     weak = add(store, "weak one", confidence=0.33, age_days=31)
     popular = add(store, "popular one")
-    recall(popular, [f"q{i}" for i in range(5)], origin="context")
+    recall(store, popular, [f"q{i}" for i in range(5)], origin="context")
     promoted = add(store, "core one", age_days=200)
     Memory.update(promoted_at=now()).where(Memory.id == promoted.id).execute()
     run_dream(store, config, apply=True, phases=["deep"])
@@ -178,11 +182,12 @@ def test_decay_boost_and_floor(env):
 
 def test_promotion_counts_only_user_recalls(env):
     store, config, _ = env
+    Memory, RecallEvent = store.models.Memory, store.models.RecallEvent
     by_context = add(store, "the staging URL is https://staging.example.test behind the VPN")
-    recall(by_context, [f"context {i}" for i in range(8)], origin="context", days_ago=[0, 1, 2, 3, 4, 5, 6, 7])
-    recall(by_context, ["dream"], origin="dream")
+    recall(store, by_context, [f"context {i}" for i in range(8)], origin="context", days_ago=[0, 1, 2, 3, 4, 5, 6, 7])
+    recall(store, by_context, ["dream"], origin="dream")
     by_user = add(store, "the staging URL is https://staging.example.test; log in with the VPN profile ops")
-    recall(by_user, ["staging url", "vpn profile", "staging login", "staging url"], days_ago=[0, 1, 2, 3])
+    recall(store, by_user, ["staging url", "vpn profile", "staging login", "staging url"], days_ago=[0, 1, 2, 3])
     ranked = {c.memory_id: c for c in candidates(store, config.values["dream"],
                                                  memory_ids=[by_context.id, by_user.id])}
     assert ranked[by_context.id].recalls == 0 and ranked[by_context.id].excluded_recalls == 9
@@ -198,7 +203,7 @@ def test_promotion_counts_only_user_recalls(env):
 def test_promotion_gates(home):
     store, config = open_store(home, "dream:\n  min_recall_count: 5\n")
     memory = add(store, "use uv to manage the python environments of this project")
-    recall(memory, ["uv", "python env", "venv"], days_ago=[0, 1, 2])
+    recall(store, memory, ["uv", "python env", "venv"], days_ago=[0, 1, 2])
     (c,) = candidates(store, config.values["dream"], memory_ids=[memory.id])
     assert c.gates["min_recall_count"]["passed"] is False and c.gates["min_unique_queries"]["passed"]
     assert c.verdict == "hold: fails min_recall_count"
@@ -233,6 +238,7 @@ def test_llm_merge_accepted_rejected_or_unavailable():
 
 def test_merge_uses_llm_when_it_keeps_the_facts(env):
     store, config, emb = env
+    Memory = store.models.Memory
     add(store, BASE, embedder=emb)
     add(store, BASE + " today", embedder=emb)
     llm = FakeLLM({"content": BASE + " (today)"})

@@ -7,7 +7,6 @@ import json
 import pytest
 from dream_support import DAY, WordEmbedder, add, open_store, recall, run_cli, snapshot
 
-from llmem.db.models import DreamRun, Memory, Relation
 from llmem.dream import run_dream, undo_run
 from llmem.exchange import export_data
 from llmem.times import now
@@ -41,7 +40,7 @@ def build(home):
     add(store, "an idle fact nobody reads about the old build server", age_days=70)
     add(store, "a weak guess about the cache layout", confidence=0.32, age_days=31)
     busy = add(store, "ruff is the linter and formatter for this repo")
-    recall(busy, [f"lint {i}" for i in range(6)], days_ago=[0, 0, 1, 1, 2, 3])
+    recall(store, busy, [f"lint {i}" for i in range(6)], days_ago=[0, 0, 1, 1, 2, 3])
     add(store, "procedure to rotate the signing key by hand", "procedure", age_days=90)
     store.close()
     return config
@@ -85,6 +84,7 @@ def test_apply_then_undo_restores_exactly(home):
     from llmem.store import Store
 
     store = Store.open(config.db_path)
+    DreamRun = store.models.DreamRun
     before_export = _export(store)
     before_files = {k: v for k, v in snapshot(home).items() if not k.startswith("memory.db")}
     outcome = run_dream(store, config, apply=True)
@@ -129,6 +129,7 @@ def test_merge_keeps_originals_linked(home):
     from llmem.store import Store
 
     store = Store.open(config.db_path)
+    Memory, Relation = store.models.Memory, store.models.Relation
     outcome = run_dream(store, config, apply=True, phases=["light", "deep"])
     merged_id = outcome.merge_results[0]["merged_id"]
     merged = Memory.get(Memory.id == merged_id)
@@ -180,6 +181,7 @@ def test_failed_run_is_recorded_and_lock_released(home, monkeypatch):
     from llmem.store import Store
 
     store = Store.open(config.db_path)
+    DreamRun = store.models.DreamRun
 
     def boom(*a, **k):
         raise RuntimeError("disk on fire")

@@ -9,7 +9,6 @@ import pytest
 from test_watcher import append, event_line, turn
 
 from llmem.app import App
-from llmem.db.models import Event, Memory
 from llmem.events import (
     claim_event,
     events_to_reconcile,
@@ -44,6 +43,7 @@ def test_record_reuses_a_waiting_event_and_claims_once(app):
 
 
 def test_reconcile_finds_lost_and_released_events(app):
+    Event = app.store.models.Event
     lost, _ = record_event(app.store, "copilot", "s1", "idle")
     claim_event(app.store, lost.id)
     Event.update(started_at=now() - 3600).where(Event.id == lost.id).execute()
@@ -59,6 +59,7 @@ def test_reconcile_finds_lost_and_released_events(app):
 
 
 def test_within_the_interval_heuristics_run_now_and_the_llm_waits(app, model_server):
+    Memory, Event = app.store.models.Memory, app.store.models.Event
     session_id = str(uuid.uuid4())
     events_file = app.state_dir / session_id / "events.jsonl"
     events_file.parent.mkdir()

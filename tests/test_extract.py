@@ -13,7 +13,6 @@ import pytest
 from fakes import FakeModelServer
 
 from llmem.app import App
-from llmem.db.models import LlmUsage, Memory, Relation, SessionCursor
 from llmem.extract import (
     SliceLine,
     chunk_lines,
@@ -176,6 +175,7 @@ def test_heuristics_capture_explicit_statements_without_an_llm(configure, state_
 
 
 def test_same_slice_twice_adds_nothing_and_new_messages_are_read_once(configure, state_dir, app):
+    Memory, SessionCursor = app.store.models.Memory, app.store.models.SessionCursor
     session = CopilotSession(state_dir, "ses-idem")
     session.user("Remember that builds run on Python 3.12.")
     session_config(configure, state_dir)
@@ -215,6 +215,7 @@ def test_injected_context_is_never_relearned(configure, state_dir, app, model_se
 
 
 def test_llm_extraction_types_confidence_embeddings_and_usage(configure, state_dir, app, model_server):
+    LlmUsage = app.store.models.LlmUsage
     session = CopilotSession(state_dir, "ses-llm")
     session.user("Let's paginate with keyset cursors; offsets drift under concurrent inserts.")
     session.assistant("Switching list_orders to keyset pagination.",
@@ -242,6 +243,7 @@ def test_llm_extraction_types_confidence_embeddings_and_usage(configure, state_d
 
 
 def test_changed_decision_supersedes_the_old_one(configure, state_dir, app, model_server):
+    Memory, Relation = app.store.models.Memory, app.store.models.Relation
     session_config(configure, state_dir, server=model_server)
     old = app.store.add("The orders service stores data in MySQL 8.", "decision", project=PROJECT).memory
     session = CopilotSession(state_dir, "ses-sup")
@@ -318,6 +320,7 @@ def test_unreachable_llm_means_heuristics(configure, state_dir, app):
 
 
 def test_spent_budget_defers_but_heuristics_still_run(configure, state_dir, app, model_server):
+    SessionCursor, LlmUsage = app.store.models.SessionCursor, app.store.models.LlmUsage
     session = CopilotSession(state_dir, "ses-budget")
     session.user("Never log request bodies.")
     session_config(configure, state_dir, server=model_server, extra="")

@@ -295,7 +295,6 @@ def test_detach_returns_at_once_and_the_work_runs_in_background(cli, copilot_con
 def test_hooks_enqueue_when_a_worker_is_alive(cli, copilot_config, llmem_home):
     from llmem.cli.queueing import open_queue
     from llmem.config import load_config
-    from llmem.db.models import Event
     from llmem.events import worker_heartbeat
     from llmem.store import Store
 
@@ -308,7 +307,8 @@ def test_hooks_enqueue_when_a_worker_is_alive(cli, copilot_config, llmem_home):
     code, out, err = cli("hook", "--type", "compacting", "--session-id", SESSION, "--format", "json")
     result = json.loads(out)
     assert "event_id" in result and result["context"].startswith("<llmem-context>")
-    with Store.open(llmem_home / "memory.db"):
+    with Store.open(llmem_home / "memory.db") as store:
+        Event = store.models.Event
         kinds = [(e.kind, e.status) for e in Event.select().order_by(Event.id)]
     assert kinds == [("idle", "pending"), ("compacting", "pending")]
     huey, _ = open_queue(load_config())
@@ -319,7 +319,6 @@ def test_hooks_enqueue_when_a_worker_is_alive(cli, copilot_config, llmem_home):
 
 
 def test_hooks_run_detached_when_no_worker_is_alive(cli, copilot_config, llmem_home):
-    from llmem.db.models import SessionCursor
     from llmem.store import Store
 
     code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--format", "json")
@@ -327,5 +326,6 @@ def test_hooks_run_detached_when_no_worker_is_alive(cli, copilot_config, llmem_h
     pid = json.loads(out)["detached"]
     _, status = os.waitpid(pid, 0)
     assert status == 0
-    with Store.open(llmem_home / "memory.db"):  # the detached run read the session
+    with Store.open(llmem_home / "memory.db") as store:  # the detached run read the session
+        SessionCursor = store.models.SessionCursor
         assert SessionCursor.get(SessionCursor.session_id == SESSION).cursor

@@ -10,7 +10,7 @@ import pytest
 from test_extract import DONE, FIXTURES, CopilotSession, fast_model_server, session_config
 
 from llmem.app import App
-from llmem.db.models import Memory, SessionCursor
+from llmem.db.models import Memory
 from llmem.errors import UsageError
 from llmem.introspect import (
     CATEGORIES,
@@ -35,7 +35,8 @@ def app():
     application.close()
 
 
-def assessments() -> list[Memory]:
+def assessments(store) -> list[Memory]:
+    Memory = store.models.Memory
     return list(Memory.select().where(Memory.type == "self_assessment").order_by(Memory.seq))
 
 
@@ -106,6 +107,7 @@ def test_learn_stores_a_procedure(app, fts_config):
 
 
 def test_track_review_modes(app, fts_config, tmp_path, cli):
+    Memory = app.store.models.Memory
     (passed,) = track_review(app)
     assert fields_of(passed)["Category"] == "REVIEW_PASSED" and passed.source == "review"
     (single,) = track_review(app, single={"category": "NULL_SAFETY", "context": "handler.py:42"})
@@ -135,7 +137,7 @@ def test_track_review_modes(app, fts_config, tmp_path, cli):
 
     code, out, _ = cli("track-review", "--clean")
     assert code == 0 and "Invalidated 4 earlier track-review memories" in out
-    assert all(m.invalidated_at for m in assessments())
+    assert all(m.invalidated_at for m in assessments(app.store))
     code, out, _ = cli("track-review")
     assert code == 0 and "REVIEW_PASSED" in out
 
@@ -173,6 +175,7 @@ def test_auto_session_heuristics_find_the_agents_mistakes(configure, state_dir, 
 
 
 def test_auto_session_records_nothing_for_a_clean_session(configure, tmp_path, app):
+    SessionCursor = app.store.models.SessionCursor
     shutil.copytree(FIXTURES / "copilot", tmp_path / "copilot")
     session_config(configure, tmp_path / "copilot" / "session-state")
     # The failing run before any edit reproduces the reported bug: not a mistake.

@@ -10,7 +10,6 @@ from conftest import free_port_url
 from test_extract import fast_model_server
 
 from llmem.app import App
-from llmem.db.models import LlmUsage
 from llmem.errors import LLMUnavailable
 from llmem.llm import (
     BudgetExhausted,
@@ -44,7 +43,6 @@ def model_server():
 @pytest.fixture
 def app(ollama_config):
     application = App()
-    application.store  # noqa: B018 - bind the models: usage rows go there
     yield application
     application.close()
 
@@ -75,6 +73,7 @@ def test_parse_reply_accepts_fences_and_surrounding_prose():
 
 
 def test_ollama_chat_sends_the_schema_as_format_and_records_tokens(app, ollama_config):
+    LlmUsage = app.store.models.LlmUsage
     ollama_config.chat_replies = ['{"items": [{"kind": "a"}]}']
     llm = make_llm(app.config)
     try:
@@ -94,7 +93,6 @@ def test_openai_compatible_provider(configure, model_server, monkeypatch):
     configure(f"embedding:\n  provider: none\nllm:\n  provider: openai\n  model: gpt-x\n"
               f"  base_url: {model_server.url}/v1\n  api_key_env: TEST_LLM_KEY\n")
     application = App()
-    application.store  # noqa: B018
     model_server.chat_replies = ['{"items": []}']
     llm = make_llm(application.config)
     try:
@@ -102,13 +100,14 @@ def test_openai_compatible_provider(configure, model_server, monkeypatch):
         (body,) = chats(model_server, "/v1/chat/completions")
         assert body["response_format"] == {"type": "json_object"}
         assert json.dumps(SCHEMA) in body["messages"][0]["content"]
-        assert usage_summary()["by_task"]["merge"] == {"today": 15, "total": 15, "calls": 1}
+        assert usage_summary(application.store)["by_task"]["merge"] == {"today": 15, "total": 15, "calls": 1}
     finally:
         llm.close()
         application.close()
 
 
 def test_invalid_reply_is_retried_once_with_the_error_shown(app, ollama_config, caplog):
+    LlmUsage = app.store.models.LlmUsage
     ollama_config.chat_replies = ['{"items": [{"kind": "zzz"}]}', '{"items": [{"kind": "b"}]}']
     llm = make_llm(app.config)
     with caplog.at_level("WARNING", logger="llmem"):
@@ -168,7 +167,8 @@ def test_timeout_raises_llm_unavailable(app, ollama_config):
 
 
 def test_daily_budget_is_enforced_per_local_day(app, ollama_config):
-    llm = OllamaLLM("llama3.1:8b", ollama_config.url, daily_token_budget=20)
+    LlmUsage = app.store.models.LlmUsage
+    llm = OllamaLLM("llama3.1:8b", ollama_config.url, daily_token_budget=20, store=app.store)
     ollama_config.chat_replies = ['{"items": []}', '{"items": []}', '{"items": []}']
     llm.chat_json([], SCHEMA, task="extract")  # 15 tokens
     llm.chat_json([], SCHEMA, task="extract")  # 30: now over

@@ -7,7 +7,6 @@ from fakes import fake_vector
 
 from llmem.config import load_config
 from llmem.db import vec
-from llmem.db.models import Embedding, Memory
 from llmem.embedders import Embedder, NoEmbedder, OllamaEmbedder, make_embedder
 from llmem.errors import EmbedderUnavailable, UsageError
 from llmem.search import Searcher, SearchOptions, memory_signal
@@ -79,6 +78,7 @@ def test_rrf_is_normalised_and_blend_means_what_it_says(store):
 
 
 def test_signal_follows_the_seed_formula(store):
+    Memory = store.models.Memory
     memory = Memory.get(Memory.type == "decision")
     signal, parts = memory_signal(memory, memory.created_at + 86400)
     assert parts["recency"] == 0 and parts["frequency"] == 0  # never accessed
@@ -170,6 +170,7 @@ def test_no_embedder_means_fts_only_with_a_notice(store):
 
 
 def test_filters_and_invalid_memories(store):
+    Memory = store.models.Memory
     embed_pending(store, WordEmbedder())
     searcher = Searcher(store, WordEmbedder())
     assert {h.memory.type for h in searcher.search("billing", SearchOptions(memory_type="fact")).hits} == {"fact"}
@@ -192,6 +193,7 @@ def test_valid_only_drops_expired_and_superseded(store):
 
 
 def test_related_adds_one_hop(store):
+    Memory = store.models.Memory
     a = Memory.get(Memory.content == CORPUS[0][1])
     b = Memory.get(Memory.content == CORPUS[5][1])
     store.relate(a.id, b.id, "related_to")
@@ -245,6 +247,7 @@ def test_embedder_down_slow_or_failing_gives_clear_errors(model_server):
 
 def test_memory_is_stored_when_the_embedder_is_down_and_embedded_later(tmp_path, model_server):
     store = Store.open(tmp_path / "m.db")
+    Memory, Embedding = store.models.Memory, store.models.Embedding
     memory = store.add("remember the api rate limit is 100 per minute").memory
     model_server.mode = "error"
     embedder = OllamaEmbedder("nomic-embed-text", model_server.url, 2.0, 8)

@@ -4,7 +4,6 @@ import pytest
 
 from llmem.db.connection import open_database
 from llmem.db.migrations import MIGRATIONS, applied_migrations
-from llmem.db.models import Memory, RecallEvent, Relation
 from llmem.errors import AmbiguousId, NotFound, UsageError
 from llmem.search import Searcher, SearchOptions
 from llmem.store import Store
@@ -22,6 +21,7 @@ def fts(store, text):
 
 
 def test_add_dedupes_exact_content_in_the_same_scope(store):
+    Memory = store.models.Memory
     first = store.add("Use  Postgres for the API", "decision")
     again = store.add("use postgres for the api", "decision")
     other_project = store.add("Use Postgres for the API", "decision", project="/repo/b")
@@ -31,6 +31,7 @@ def test_add_dedupes_exact_content_in_the_same_scope(store):
 
 
 def test_unknown_type_and_bad_confidence_are_rejected(store):
+    Memory = store.models.Memory
     with pytest.raises(UsageError, match="unknown memory type"):
         store.add("x", "opinion")
     with pytest.raises(UsageError, match="out of range"):
@@ -56,6 +57,7 @@ def test_id_prefixes(store):
 
 
 def test_delete_removes_relations_on_both_sides(store):
+    Memory, Relation = store.models.Memory, store.models.Relation
     a = store.add("alpha").memory
     b = store.add("beta").memory
     c = store.add("gamma").memory
@@ -100,6 +102,7 @@ def test_code_identifiers_are_found_by_their_parts(store, query, content):
 @pytest.mark.parametrize("query", ['"unbalanced', "a -b", "*", "x:y", "((", "NEAR(a b)",
                                    "'; DROP TABLE memory; --", "AND OR NOT", "", "🙂", "col:value*"])
 def test_any_query_text_just_searches(store, query):
+    Memory = store.models.Memory
     store.add("a memory about tables and values")
     fts(store, query)  # must not raise
     assert Memory.select().count() == 1
@@ -124,6 +127,7 @@ def test_migrations_are_recorded_and_an_old_schema_upgrades(tmp_path):
 
 
 def test_recall_events_are_recorded_and_get_is_read_only(store):
+    RecallEvent = store.models.RecallEvent
     m = store.add("the deploy script lives in ops/deploy.sh").memory
     store.get(m.id)
     assert store.get(m.id).access_count == 0

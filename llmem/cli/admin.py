@@ -80,7 +80,7 @@ def stats(app, as_json):
     from ..llm import usage_summary
 
     data = app.store.stats()
-    data["llm"] = usage_summary()
+    data["llm"] = usage_summary(app.store)
     if as_json:
         print_json(data)
         return

@@ -15,7 +15,7 @@ def _llm_override(app, model, base_url):
         return None
     from ..llm import make_llm
 
-    llm = make_llm(app.config, model=model, base_url=base_url)
+    llm = make_llm(app.config, model=model, base_url=base_url, store=app.store)
     if llm is None:
         notice("llm.provider is none in config.yaml: --model/--base-url are ignored")
     return llm

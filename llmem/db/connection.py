@@ -127,7 +127,6 @@ PRAGMAS = (
 def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:
     """Open (creating if needed) the store at `path` and bring its schema up to date."""
     from .migrations import migrate
-    from .models import bind_models
 
     new_file = not path.exists()
     ensure_private_dir(path.parent)
@@ -146,7 +145,6 @@ def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:
             hint="check the path (db_path in config.yaml) and its permissions") from None
     if new_file:
         private_file(path)
-    bind_models(db)
     try:
         migrate(db)
     except peewee.DatabaseError as exc:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .models import Embedding, Memory, RecallEvent, Relation, Setting
+from .models import bound_models
+
+# Steps create tables through the models bound to the database being migrated (the
+# module-level models are unbound declarations).
 
 
 def _create_core_tables(db) -> None:
-    db.create_tables([Memory, Relation, Embedding, RecallEvent, Setting], safe=True)
+    models = bound_models(db)
+    db.create_tables([models.Memory, models.Relation, models.Embedding, models.RecallEvent,
+                      models.Setting], safe=True)
 
 
 def _create_fts(db) -> None:
@@ -44,21 +49,17 @@ def _index_recall_queries(db) -> None:
 
 
 def _create_dream_tables(db) -> None:
-    from .models import DreamAction, DreamRun
-
-    db.create_tables([DreamRun, DreamAction], safe=True)
+    models = bound_models(db)
+    db.create_tables([models.DreamRun, models.DreamAction], safe=True)
 
 
 def _create_event_table(db) -> None:
-    from .models import Event
-
-    db.create_tables([Event], safe=True)
+    db.create_tables([bound_models(db).Event], safe=True)
 
 
 def _create_session_tables(db) -> None:
-    from .models import LlmUsage, SessionCursor
-
-    db.create_tables([SessionCursor, LlmUsage], safe=True)
+    models = bound_models(db)
+    db.create_tables([models.SessionCursor, models.LlmUsage], safe=True)
 
 
 def _index_descriptive_metadata(db) -> None:
@@ -75,6 +76,21 @@ def _index_descriptive_metadata(db) -> None:
             db.execute_sql("UPDATE memory SET hints = ? WHERE seq = ?", (fresh, seq))
 
 
+def _create_watch_session_table(db) -> None:
+    # The watcher's per-session state (llmem/watcher.py SavedStates): what it emitted, so a
+    # restart announces no session twice and catches up on what was written meanwhile.
+    db.execute_sql("""CREATE TABLE IF NOT EXISTS watch_session (
+                          adapter TEXT NOT NULL,
+                          session_id TEXT NOT NULL,
+                          idle_reply TEXT,
+                          compacting INTEGER NOT NULL DEFAULT 0,
+                          ended INTEGER NOT NULL DEFAULT 0,
+                          ended_turn TEXT,
+                          seen_compaction_id TEXT,
+                          updated_at REAL NOT NULL,
+                          PRIMARY KEY (adapter, session_id))""")
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -84,6 +100,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0005_event_table", _create_event_table),
     ("0006_session_cursor_llm_usage", _create_session_tables),
     ("0007_index_descriptive_metadata", _index_descriptive_metadata),
+    ("0009_watch_session", _create_watch_session_table),
 ]
 
 

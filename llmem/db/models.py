@@ -1,6 +1,13 @@
-"""peewee models of the memory store (SPEC §2). Tables are created by migrations, not here."""
+"""peewee models of the memory store (SPEC §2). Tables are created by migrations, not here.
+
+The classes below are declarations only and are never bound to a database: two stores open
+in one process must not share models, so each Store queries through its own bound set,
+`store.models` (see `bound_models`). Querying a declaration fails loudly.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import peewee as pw
 
@@ -27,9 +34,33 @@ class JSONText(pw.TextField):
         return None if value is None else json.loads(value)
 
 
+class UnboundModelError(pw.InterfaceError):
+    """A query ran on a module-level model instead of a store's bound one."""
+
+
+class _Unbound(pw.SqliteDatabase):
+    """The database of the declarations: any query names the fix instead of hitting some store."""
+
+    def __init__(self):
+        super().__init__(None)  # deferred: it never connects
+
+    def execute(self, query, **kwargs):
+        model = getattr(query, "model", None)
+        if model is None:  # count() and friends wrap the model's query
+            raise UnboundModelError("the models of llmem.db.models are unbound declarations; "
+                                    "query through store.models (bound to that store's database)")
+        raise UnboundModelError(
+            f"{model.__name__} from llmem.db.models is an unbound declaration; "
+            f"query store.models.{model.__name__} (bound to that store's database)")
+
+    def execute_sql(self, sql, params=None, **kwargs):
+        raise UnboundModelError("the models of llmem.db.models are unbound declarations; "
+                                "query through store.models (bound to that store's database)")
+
+
 class BaseModel(pw.Model):
     class Meta:
-        database = None  # bound at open time (deferred), so tests can point anywhere
+        database = _Unbound()
 
 
 class Memory(BaseModel):
@@ -206,6 +237,50 @@ class LlmUsage(BaseModel):
 ALL_MODELS = [Memory, Relation, Embedding, RecallEvent, Setting, DreamRun, DreamAction, Event, SessionCursor, LlmUsage]
 
 
-def bind_models(db) -> None:
-    """Bind every model to an opened database."""
-    db.bind(ALL_MODELS, bind_refs=False, bind_backrefs=False)
+@dataclass(frozen=True)
+class Models:
+    """Every model, bound to one database (a Store's `models`)."""
+
+    Memory: type[Memory]
+    Relation: type[Relation]
+    Embedding: type[Embedding]
+    RecallEvent: type[RecallEvent]
+    Setting: type[Setting]
+    DreamRun: type[DreamRun]
+    DreamAction: type[DreamAction]
+    Event: type[Event]
+    SessionCursor: type[SessionCursor]
+    LlmUsage: type[LlmUsage]
+
+    def all(self) -> list[type[BaseModel]]:
+        return [getattr(self, model.__name__) for model in ALL_MODELS]
+
+
+def _rebound_foreign_key(field: pw.ForeignKeyField, target: type[BaseModel]) -> pw.ForeignKeyField:
+    """`field` pointing at `target` (the bound subclass of its model), so lazy access and
+    joins stay inside the same database."""
+    rebound = pw.ForeignKeyField(
+        target, field=target._meta.fields[field.rel_field.name], column_name=field.column_name,
+        backref=field.backref, on_delete=field.on_delete, on_update=field.on_update,
+        primary_key=field.primary_key, null=field.null, index=field.index, unique=field.unique,
+        lazy_load=field.lazy_load)
+    # Keep the declared column order (CREATE TABLE of a new store, SELECT lists).
+    rebound._order, rebound._sort_key = field._order, field._sort_key
+    return rebound
+
+
+def bound_models(db: pw.Database) -> Models:
+    """Subclasses of every model bound to `db` (same tables, indexes and foreign keys).
+
+    Each call builds a fresh set: a Store builds its set once and keeps it.
+    """
+    bound: dict[str, type[BaseModel]] = {}
+    for model in ALL_MODELS:  # targets of foreign keys come first in ALL_MODELS
+        meta = type("Meta", (), {"database": db, "table_name": model._meta.table_name,
+                                 "indexes": model._meta.indexes})
+        attrs: dict = {"Meta": meta, "__module__": model.__module__, "__doc__": model.__doc__}
+        for field in model._meta.sorted_fields:
+            if isinstance(field, pw.ForeignKeyField):
+                attrs[field.name] = _rebound_foreign_key(field, bound[field.rel_model.__name__])
+        bound[model.__name__] = type(model.__name__, (model,), attrs)
+    return Models(**bound)

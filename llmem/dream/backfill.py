@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..db.models import Memory
 from ..errors import LlmemError, UsageError
 from .journal import RESTORABLE_TABLES, Journal, find_run, finish_run, start_run, undo_run
 
@@ -102,6 +101,7 @@ def run_backfill(app, *, adapter_name: str | None = None, since: float | None = 
             outcome.duplicates += report.duplicates
             outcome.deferred += int(report.deferred)
             with store.db.atomic():
+                Memory = store.models.Memory
                 for memory in Memory.select().where(Memory.id.in_(report.memory_ids)):
                     journal.create("backfill", "add", memory)
                     outcome.added += 1
@@ -119,7 +119,7 @@ def run_backfill(app, *, adapter_name: str | None = None, since: float | None = 
 
 def rollback_backfill(store, run_id: str):
     """Remove what a backfill run added and put its session cursors back."""
-    run = find_run(run_id)
+    run = find_run(store, run_id)
     if run.kind != "backfill":
         raise UsageError(f"run {run.id} is a {run.kind} run, not a backfill",
                          hint=f"use `llmem dream undo {run.id}` for dream and promote runs")

@@ -121,6 +121,7 @@ def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any
     busy: set[str] = set()  # memories already handled by a merge or dedupe
 
     involved = {m for g in exact_duplicates for m in g} | {p[k] for p in near_duplicates + auto_links for k in ("a", "b")}
+    Memory = store.models.Memory
     info: dict[str, Memory] = {}
     ids = list(involved)
     for start in range(0, len(ids), 500):
@@ -225,6 +226,7 @@ def apply_action(store, journal: Journal, action: Action, *, llm=None, at: float
 
 def _apply_merge(store, journal: Journal, action: Action, llm, at: float) -> dict[str, Any]:
     ids = action.detail["ids"]
+    Memory = store.models.Memory
     originals = {m.id: m for m in Memory.select().where(Memory.id.in_(ids) & Memory.invalidated_at.is_null())}
     if len(originals) < 2:
         return {"skipped": "originals changed since planning"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..db.models import Memory
 from .text import one_line
 
 if TYPE_CHECKING:
+    from ..db.models import Memory
     from . import DreamOutcome
 
 DIARY_HEAD = "# Dream diary\n\nWhat `llmem dream` noticed and did, newest last.\n"
@@ -85,8 +85,9 @@ def append_entry(existing: str | None, entry: str) -> str:
     return base.rstrip("\n") + "\n\n" + entry
 
 
-def memory_md() -> str:
+def memory_md(store) -> str:
     """MEMORY.md from the store: every valid promoted memory, grouped by scope."""
+    Memory = store.models.Memory
     rows = (Memory.select().where(Memory.promoted_at.is_null(False) & Memory.invalidated_at.is_null())
             .order_by(Memory.project.asc(nulls="first"), Memory.type, Memory.promoted_at, Memory.seq))
     scopes: dict[str | None, list[Memory]] = {}

@@ -21,7 +21,7 @@ from typing import Any
 
 import peewee as pw
 
-from ..db.models import DreamAction, DreamRun, Memory, Relation
+from ..db.models import DreamRun, Memory
 from ..errors import NotFound, UsageError
 from ..paths import write_private_text
 from ..times import now
@@ -35,7 +35,6 @@ RESTORABLE_TABLES = {"session_cursor": ("adapter", "session_id", "project", "cur
                       "setting": ("key", "value")}
 # Columns restored by undo (everything but the keys).
 _ROW_FIELDS = [f.name for f in Memory._meta.sorted_fields if f.name not in ("seq", "id")]
-_ROW_ASSIGN = ", ".join(f'"{Memory._meta.fields[name].column_name}" = ?' for name in _ROW_FIELDS)
 _ROW_SQL = ", ".join(f'"{Memory._meta.fields[name].column_name}"' for name in _ROW_FIELDS)
 
 
@@ -59,11 +58,10 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def row_snapshot(memory_id: str, db=None) -> dict[str, Any]:
+def row_snapshot(memory_id: str, db) -> dict[str, Any]:
     """The memory's row as stored (what `update` journals as its before-image)."""
     # Raw SQL: this runs once per journaled action (100k times on a big night), and a
     # peewee .get() costs ~30× more than the query itself.
-    db = db or Memory._meta.database
     row = db.execute_sql(f"SELECT {_ROW_SQL} FROM memory WHERE id = ?", (memory_id,)).fetchone()
     if row is None:
         raise NotFound(f"no memory with id {memory_id!r}")
@@ -103,11 +101,8 @@ class Journal:
         values = dict(changes)
         if "metadata" in values:
             values["metadata"] = {**(before.get("metadata") or {}), **values["metadata"]}
-        values.setdefault("updated_at", now())
-        columns = [Memory._meta.fields[name].column_name for name in values]
-        params = [_dumps(v) if name == "metadata" else v for name, v in values.items()]
-        self.db.execute_sql(f"UPDATE memory SET {', '.join(f'{c} = ?' for c in columns)} WHERE id = ?",
-                            (*params, memory_id))
+        # Through the store: a changed text re-derives its hints and hashes with it.
+        values = self.store.write_fields(memory_id, values, current=before)
         self._record(phase, kind, "update", memory_id, before, _jsonable(values))
 
     def create(self, phase: str, kind: str, memory: Memory) -> None:
@@ -116,6 +111,7 @@ class Journal:
 
     def relate(self, phase: str, kind: str, source_id: str, target_id: str, relation_type: str) -> bool:
         """Add a relation unless it exists; journal it when added."""
+        Relation = self.store.models.Relation
         exists = Relation.select().where((Relation.source == source_id) & (Relation.target == target_id)
                                          & (Relation.type == relation_type)).exists()
         if exists:
@@ -150,7 +146,7 @@ def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
 
 def start_run(store, kind: str, phases: list[str], run_id: str | None = None) -> DreamRun:
     with store.db.atomic():
-        return DreamRun.create(id=run_id or new_run_id(), kind=kind, phases=",".join(phases),
+        return store.models.DreamRun.create(id=run_id or new_run_id(), kind=kind, phases=",".join(phases),
                                status="running", started_at=now(), summary={})
 
 
@@ -163,10 +159,11 @@ def finish_run(store, run: DreamRun, summary: dict, error: str | None = None) ->
         run.save()
 
 
-def find_run(run_id: str) -> DreamRun:
+def find_run(store, run_id: str) -> DreamRun:
     run_id = (run_id or "").strip().lower()
     if len(run_id) < 4:
         raise UsageError(f"run id {run_id!r} is too short", hint="give at least 4 characters; `llmem dream status` lists runs")
+    DreamRun = store.models.DreamRun
     rows = list(DreamRun.select().where((DreamRun.id >= run_id) & (DreamRun.id < run_id + "\U0010ffff")).limit(2))
     if not rows:
         raise NotFound(f"no dream run {run_id!r}", hint="`llmem dream status` lists recent runs")
@@ -190,7 +187,7 @@ class UndoResult:
 
 def undo_run(store, run_id: str) -> UndoResult:
     """Restore everything a run wrote, newest write first, in one transaction."""
-    run = find_run(run_id)
+    run = find_run(store, run_id)
     if run.status == "undone":
         raise UsageError(f"run {run.id} was already undone")
     if run.status == "running":
@@ -207,6 +204,7 @@ def undo_run(store, run_id: str) -> UndoResult:
         raise UsageError(f"run {run.id} cannot be undone alone: later runs changed the same memories ({', '.join(later_ids)})",
                          hint="undo those runs first, newest first")
     result = UndoResult(run.id)
+    Memory, Relation = store.models.Memory, store.models.Relation
     file_actions = []
     with db.atomic():
         rows = db.execute_sql("SELECT op, memory_id, before, after FROM dream_action WHERE run_id = ? "
@@ -219,10 +217,7 @@ def undo_run(store, run_id: str) -> UndoResult:
                 before = json.loads(before_text) if before_text else None
                 after = json.loads(after_text) if after_text else None
                 if op == "update":
-                    params = [_dumps(before[f]) if f == "metadata" else before[f] for f in _ROW_FIELDS]
-                    cursor = db.cursor()
-                    cursor.execute(f"UPDATE memory SET {_ROW_ASSIGN} WHERE id = ?", (*params, memory_id))
-                    result.restored += cursor.rowcount
+                    result.restored += store.restore_row(memory_id, {f: before[f] for f in _ROW_FIELDS})
                 elif op == "create":
                     if Memory.select().where(Memory.id == memory_id).exists():
                         store.delete(memory_id)
@@ -267,15 +262,17 @@ def _restore_row(db, before: dict[str, Any]) -> None:
                        [row[c] for c in names])
 
 
-def last_run(kind: str = "dream", phase: str | None = None) -> DreamRun | None:
+def last_run(store, kind: str = "dream", phase: str | None = None) -> DreamRun | None:
     """The newest finished (applied, not undone) run of `kind`, optionally one that ran `phase`."""
+    DreamRun = store.models.DreamRun
     query = DreamRun.select().where((DreamRun.kind == kind) & (DreamRun.status == "done"))
     if phase:
         query = query.where(DreamRun.phases.contains(phase))
     return query.order_by(DreamRun.started_at.desc()).first()
 
 
-def action_counts(run_id: str) -> dict[str, dict[str, int]]:
+def action_counts(store, run_id: str) -> dict[str, dict[str, int]]:
+    DreamAction = store.models.DreamAction
     rows = (DreamAction.select(DreamAction.phase, DreamAction.kind, pw.fn.COUNT(DreamAction.id))
             .where(DreamAction.run == run_id).group_by(DreamAction.phase, DreamAction.kind).tuples())
     out: dict[str, dict[str, int]] = {}

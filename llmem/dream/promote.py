@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..db.models import DreamRun, Memory
 from ..times import days_between, now
 from .text import distinct_terms
 
@@ -66,8 +65,9 @@ class Candidate:
         }
 
 
-def recent_phase_hits(at: float, window_days: float = 28.0) -> dict[str, float]:
+def recent_phase_hits(store, at: float, window_days: float = 28.0) -> dict[str, float]:
     """Light/REM appearances from recent applied runs, each weighted by how recent it is."""
+    DreamRun = store.models.DreamRun
     hits: dict[str, float] = {}
     runs = (DreamRun.select().where((DreamRun.kind == "dream") & (DreamRun.status == "done")
                                     & (DreamRun.started_at >= at - window_days * 86400)))
@@ -137,7 +137,8 @@ def candidates(store, cfg: dict[str, Any], *, at: float | None = None, memory_id
     at = at or now()
     rows = {r[0]: r for r in _recall_rows(store.db, memory_ids)}
     wanted = list(memory_ids) if memory_ids is not None else [k for k, r in rows.items() if r[1]]
-    hits = recent_phase_hits(at) if phase_hits is None else phase_hits
+    hits = recent_phase_hits(store, at) if phase_hits is None else phase_hits
+    Memory = store.models.Memory
     out = []
     for start in range(0, len(wanted), 500):
         chunk = wanted[start:start + 500]

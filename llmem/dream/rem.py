@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..db.models import Memory
 from ..db.settings import get_setting
 from ..taxonomy import POSITIVE_CATEGORIES, TAXONOMY
 from ..times import days_between, now
@@ -146,7 +145,8 @@ def clusters(db, pairs: list[dict[str, Any]], limit: int = 10) -> list[dict[str,
     ranked = sorted((g for g in groups.values() if len(g) > 1), key=lambda g: (-len(g), g[0]))[:limit]
     out = []
     for ids in ranked:
-        contents = [c for (c,) in Memory.select(Memory.content).where(Memory.id.in_(ids)).tuples()]
+        contents = [c for (c,) in db.execute_sql(
+            f"SELECT content FROM memory WHERE id IN ({', '.join('?' * len(ids))})", ids)]
         shared = Counter(t for c in contents for t in distinct_terms(c))
         out.append({"ids": sorted(ids), "size": len(ids),
                     "terms": [t for t, n in shared.most_common(5) if n > 1]})

@@ -10,7 +10,6 @@ import html
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..db.models import Memory
 from .text import one_line
 
 if TYPE_CHECKING:
@@ -100,7 +99,8 @@ def histogram(values: list[float], bins: int = 10) -> list[int]:
     return counts
 
 
-def _contents(ids: set[str]) -> dict[str, str]:
+def _contents(store, ids: set[str]) -> dict[str, str]:
+    Memory = store.models.Memory
     ids_list = [i for i in ids if i]
     out: dict[str, str] = {}
     for start in range(0, len(ids_list), 500):
@@ -108,14 +108,14 @@ def _contents(ids: set[str]) -> dict[str, str]:
     return out
 
 
-def render_report(outcome: DreamOutcome) -> str:
+def render_report(store, outcome: DreamOutcome) -> str:
     """The whole report as one HTML document."""
     light, rem, deep = outcome.light, outcome.rem, outcome.deep
     pairs = (light.near_duplicates[:ROWS] + light.auto_links[:ROWS]) if light else []
     ids = {p[k] for p in pairs for k in ("a", "b")} | {a.memory_id for a in outcome.actions[:ROWS * 2] if a.memory_id}
     if deep:
         ids |= {c.memory_id for c in deep.promote}
-    text = _contents(ids)
+    text = _contents(store, ids)
     mode = f"applied, run {outcome.run_id}" if outcome.applied else "preview (nothing was written)"
 
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

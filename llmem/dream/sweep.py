@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..db.models import DreamRun, Memory
 from ..db.settings import get_setting, set_setting
 from ..paths import write_output_file
 from ..times import now
@@ -88,7 +87,8 @@ class DreamOutcome:
         return out
 
 
-def _confidences() -> dict[str, float]:
+def _confidences(store) -> dict[str, float]:
+    Memory = store.models.Memory
     return dict(Memory.select(Memory.id, Memory.confidence).where(Memory.invalidated_at.is_null()).tuples())
 
 
@@ -110,20 +110,20 @@ def _simulate(before: dict[str, float], actions: list[Action]) -> list[float]:
     return list(after.values())
 
 
-def _make_llm(config):
+def _make_llm(store, config):
     """The chat LLM for merges, or None (merges then concatenate)."""
     from ..llm import make_llm
 
     try:
-        return make_llm(config)
+        return make_llm(config, store=store)
     except Exception as exc:  # a misconfigured LLM must not stop the night's consolidation
         log.warning("dream: no LLM for merges (%s); concatenating instead", exc)
         return None
 
 
-def _light_from_last_run() -> LightResult:
+def _light_from_last_run(store) -> LightResult:
     """Candidates the last applied light run found (for `--phase deep` on its own)."""
-    run = last_run("dream", "light")
+    run = last_run(store, "dream", "light")
     result = LightResult(since=None, model=None)
     if run is None:
         result.notes.append("no earlier light run: run the light phase first to find merge candidates")
@@ -147,15 +147,15 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
     holder = read_lock(store.db)
     if not apply and lock_is_live(holder):
         outcome.notes.append(f"a dream run is in progress (run {holder.get('run_id')}); this preview may be out of date")
-    outcome.confidence_before = list(_confidences().values())
+    outcome.confidence_before = list(_confidences(store).values())
     outcome.type_counts = type_counts(store.db)
 
     if not apply:
         _plan_all(store, config, cfg, outcome, at, promote_limit)
-        outcome.confidence_after = _simulate(dict(_confidences()), outcome.actions)
+        outcome.confidence_after = _simulate(dict(_confidences(store)), outcome.actions)
         outcome.finished_at = now()
         if report_path:
-            _write_report(report_path, outcome)
+            _write_report(store, report_path, outcome)
         return outcome
 
     run_id = new_run_id()
@@ -165,16 +165,17 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
             outcome.notes.append(f"took over a stale lock left by run {lock.taken_over.get('run_id')} "
                                  f"(pid {lock.taken_over.get('pid')})")
             # A run that died holding the lock never finished: say so in its row.
+            DreamRun = store.models.DreamRun
             DreamRun.update(status="failed", error="the process died during the run", finished_at=at).where(
                 (DreamRun.id == lock.taken_over.get("run_id")) & (DreamRun.status == "running")).execute()
         run = start_run(store, "dream", chosen, run_id)
         outcome.run_id = run.id
         journal = Journal(store, run)
-        made_llm = _make_llm(config) if use_llm and llm is None and "deep" in chosen else None
+        made_llm = _make_llm(store, config) if use_llm and llm is None and "deep" in chosen else None
         llm = llm if llm is not None else made_llm
         try:
             _plan_all(store, config, cfg, outcome, at, promote_limit, journal=journal, llm=llm)
-            _write_outputs(config, outcome, journal)
+            _write_outputs(store, config, outcome, journal)
         except Exception as exc:
             outcome.finished_at = now()
             finish_run(store, run, outcome.summary(), error=f"{exc.__class__.__name__}: {exc}")
@@ -183,13 +184,13 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
             if made_llm is not None:  # its HTTP client and token-budget connection
                 made_llm.close()
         outcome.finished_at = now()
-        outcome.confidence_after = list(_confidences().values())
+        outcome.confidence_after = list(_confidences(store).values())
         finish_run(store, run, outcome.summary())
     finally:
         lock.release()
     report = report_path or (Path(cfg["report_path"]).expanduser() if cfg.get("report_path") else None)
     if report:
-        _write_report(report, outcome)
+        _write_report(store, report, outcome)
     return outcome
 
 
@@ -199,7 +200,7 @@ def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limi
     light: LightResult | None = None
     if "light" in outcome.phases:
         started = time.perf_counter()
-        previous = last_run("dream", "light")
+        previous = last_run(store, "dream", "light")
         light = find_candidates(store, similarity_threshold=cfg["similarity_threshold"],
                                 auto_link_threshold=cfg["auto_link_threshold"],
                                 since=previous.started_at if previous else None)
@@ -216,10 +217,10 @@ def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limi
         outcome.phase_seconds["rem"] = round(time.perf_counter() - started, 3)
     if "deep" in outcome.phases:
         started = time.perf_counter()
-        source = light if light is not None else _light_from_last_run()
+        source = light if light is not None else _light_from_last_run(store)
         if light is None:
             outcome.notes += source.notes
-        hits = recent_phase_hits(at)
+        hits = recent_phase_hits(store, at)
         for memory_id, count in outcome.phase_hits().items():
             hits[memory_id] = hits.get(memory_id, 0.0) + count
         stale = set(outcome.rem.stale_procedures) if outcome.rem else set()
@@ -269,7 +270,7 @@ def _apply_deep(store, journal: Journal, deep: DeepResult, llm, at: float, outco
                 apply_action(store, journal, action, at=at)
 
 
-def _write_outputs(config, outcome: DreamOutcome, journal: Journal) -> None:
+def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal) -> None:
     """Diary entry and MEMORY.md mirror, journaled like every other write."""
     diary_path = config.diary_path
     old = diary_path.read_text(encoding="utf-8") if diary_path.exists() else None
@@ -277,13 +278,13 @@ def _write_outputs(config, outcome: DreamOutcome, journal: Journal) -> None:
                        diary.append_entry(old, diary.diary_entry(outcome)))
     memory_md_path = config.paths.memory_md_path
     if (outcome.deep and outcome.deep.promote) or memory_md_path.exists():
-        journal.write_file("deep", "memory_md", memory_md_path, diary.memory_md())
+        journal.write_file("deep", "memory_md", memory_md_path, diary.memory_md(store))
 
 
-def _write_report(path: Path, outcome: DreamOutcome) -> None:
+def _write_report(store, path: Path, outcome: DreamOutcome) -> None:
     from .report import render_report
 
-    write_output_file(Path(path).expanduser(), render_report(outcome))
+    write_output_file(Path(path).expanduser(), render_report(store, outcome))
 
 
 @dataclass
@@ -308,7 +309,7 @@ def run_promote(store, config, *, apply: bool = False, limit: int | None = None)
         with store.db.atomic():
             for candidate in chosen:
                 journal.update("deep", "promote", candidate.memory_id, {"promoted_at": at})
-        journal.write_file("deep", "memory_md", config.paths.memory_md_path, diary.memory_md())
+        journal.write_file("deep", "memory_md", config.paths.memory_md_path, diary.memory_md(store))
         finish_run(store, run, {"counts": {"deep": {"promote": len(chosen)}},
                                 "promoted": [c.memory_id for c in chosen]})
     return PromoteOutcome(True, run_id, chosen, held)

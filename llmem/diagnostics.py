@@ -106,6 +106,14 @@ def run_doctor(app) -> dict[str, Any]:
     writable = os.access(existing, os.W_OK)
     checks.append(_check("queue", "ok" if writable else "fail", f"{config.queue_path}"
                          + ("" if writable else " is not writable")))
+    if store_ok:
+        from .dream.lock import stale_lock
+
+        stale = stale_lock(app.store.db)
+        checks.append(_check("locks", "warn" if stale else "ok", (
+            f"the dream lock is held by process {stale.get('pid')} on {stale.get('host')}, which is gone "
+            f"(run {stale.get('run_id')}); the next dream takes it over, "
+            "`llmem queue --clear-stale-locks` removes it now") if stale else "no stale locks"))
     services = _service_states()
     if services:
         active = [n for n, s in services.items() if s == "active"]

@@ -11,10 +11,9 @@ def build_huey(config) -> SqliteHuey:
     """A huey on the configured queue file; tasks are attached by workers.tasks.register."""
     path = config.queue_path
     ensure_private_dir(path.parent)
-    # store_intermediate_errors=False: Result.get() waits for a task's final outcome, not
-    # for the error of each retry (TECH-NOTES).
-    huey = SqliteHuey("llmem", filename=str(path), results=True, store_none=False, utc=False,
-                      timeout=10.0, store_intermediate_errors=False)
+    # results=False: nothing reads a task's return value (the store records each event's
+    # outcome), and huey would keep one row per task in queue.db forever.
+    huey = SqliteHuey("llmem", filename=str(path), results=False, utc=False, timeout=10.0)
     if path.exists():
         private_file(path)
     return huey

@@ -129,7 +129,9 @@ def register(huey, config) -> SimpleNamespace:
                                     name="process_event")(process_event_and_reschedule)
     tasks.embed_pending = huey.task(retries=3, retry_delay=30, retry_backoff=2,
                                     name="embed_pending")(embed_pending)
-    tasks.dream = huey.task(name="dream")(huey.lock_task("llmem-dream")(dream))
+    # No huey.lock_task here: its lock outlives a killed worker and refuses every later dream.
+    # run_dream's DreamLock records its owner (pid, host, start) and takes over a dead one's.
+    tasks.dream = huey.task(name="dream")(dream)
     tasks.reconcile = huey.task(name="reconcile")(lambda: reconcile(tasks.process_event))
     every = max(1, int(pipeline["reconcile_interval_minutes"]))
     tasks.reconcile_periodic = huey.periodic_task(crontab(minute=f"*/{every}"), name="reconcile_periodic")(
@@ -146,8 +148,7 @@ def register(huey, config) -> SimpleNamespace:
             release_event(current_app().store, task.args[0])
 
     tasks.dream_periodic = huey.periodic_task(
-        crontab(**cron_parts(config.values["dream"]["schedule"])), name="dream_periodic")(
-        huey.lock_task("llmem-dream")(dream))
+        crontab(**cron_parts(config.values["dream"]["schedule"])), name="dream_periodic")(dream)
     return tasks
 
 

@@ -30,6 +30,8 @@ def _consumer(app, workers: int):
 
     use_app(app)
     huey, tasks = open_queue(app.config)
+    # Results and locks an older llmem left in queue.db: nothing reads or takes them now.
+    huey.storage.flush_results()
     worker_heartbeat(app.store)
     tasks.reconcile()  # events a killed worker left behind go back on the queue first
     return huey.create_consumer(workers=workers, worker_type="thread", periodic=True,
@@ -97,7 +99,7 @@ def enqueue(app, task, args, adapter, as_json):
     from ..errors import UsageError
     from .queueing import open_queue, submit_event
 
-    _, tasks = open_queue(app.config)
+    huey, tasks = open_queue(app.config)
     event_id = None
     if task in ("created", "idle", "ending", "compacting"):
         if len(args) != 1:
@@ -110,32 +112,41 @@ def enqueue(app, task, args, adapter, as_json):
     elif task == "process_event":
         if len(args) != 1 or not args[0].isdigit():
             raise UsageError("enqueue process_event takes one EVENT_ID (see `llmem queue`)")
-        task_id = tasks.process_event(int(args[0])).id
+        task_id = _enqueue(huey, tasks.process_event.s(int(args[0])))
     elif args:
         raise UsageError(f"{task} takes no arguments")
     else:
-        task_id = getattr(tasks, task)().id
+        task_id = _enqueue(huey, getattr(tasks, task).s())
     if as_json:
         print_json({"task": task, "id": task_id, "event_id": event_id})
     else:
         click.echo(task_id)
 
 
+def _enqueue(huey, task) -> str:
+    """Put a task on the queue; its id (huey keeps no results, so it returns none)."""
+    huey.enqueue(task)
+    return task.id
+
+
 @click.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.option("-n", "--recent", type=bounded_int(), default=15, show_default=True,
               help="Recent events shown.")
+@click.option("--clear-stale-locks", is_flag=True,
+              help="Remove a dream lock whose process died (the next dream would take it over).")
 @click.pass_context
-def queue(ctx, as_json, recent):
-    """Show the queue: pending, scheduled, running and failed work, recent events."""
+def queue(ctx, as_json, recent, clear_stale_locks):
+    """Show the queue: pending, scheduled, running and failed work, recent events, locks."""
     if ctx.invoked_subcommand is not None:
         return
-    from ..db.models import Event
+    from ..dream.lock import clear_stale_lock, lock_is_live, read_lock
     from ..times import to_iso
     from .queueing import open_queue
 
     app = ctx.obj
-    _ = app.store  # binds the models
+    Event = app.store.models.Event
+    cleared = clear_stale_lock(app.store.db) if clear_stale_locks else None
     huey, _ = open_queue(app.config)
     counts = {status: Event.select().where(Event.status == status).count()
               for status in ("pending", "running", "done", "failed")}
@@ -143,8 +154,12 @@ def queue(ctx, as_json, recent):
                "status": e.status, "attempts": e.attempts, "error": e.last_error,
                "detected_at": to_iso(e.detected_at), "finished_at": to_iso(e.finished_at)}
               for e in Event.select().order_by(Event.id.desc()).limit(recent)]
+    holder = read_lock(app.store.db)
+    locks = [_lock_info(holder, stale=not lock_is_live(holder))] if holder else []
     data = {"queue": {"pending": huey.pending_count(), "scheduled": huey.scheduled_count()},
-            "events": counts, "recent": events}
+            "events": counts, "recent": events, "locks": locks}
+    if clear_stale_locks:
+        data["cleared_locks"] = [_lock_info(cleared, stale=True)] if cleared else []
     if as_json:
         print_json(data)
         return
@@ -153,6 +168,28 @@ def queue(ctx, as_json, recent):
     for e in events:
         line = f"  #{e['id']:<5} {e['status']:<8} {e['kind']:<10} {e['adapter']:<8} {e['session_id']}"
         click.echo(line + (f"  ({e['attempts']} tries: {e['error']})" if e["error"] else ""))
+    for lock in data.get("cleared_locks", []):
+        click.echo(f"cleared stale {_describe_lock(lock)}")
+    for lock in locks:
+        if lock["stale"]:
+            click.echo(f"lock:   STALE {_describe_lock(lock)}; the next dream takes it over, "
+                       "`llmem queue --clear-stale-locks` removes it now")
+        else:
+            click.echo(f"lock:   {_describe_lock(lock)}")
+
+
+def _lock_info(holder: dict, *, stale: bool) -> dict:
+    from ..times import to_iso
+
+    return {"name": "dream", "what": holder.get("what", "dream"), "run_id": holder.get("run_id"),
+            "pid": holder.get("pid"), "host": holder.get("host"),
+            "started_at": to_iso(holder.get("started_at")), "stale": stale}
+
+
+def _describe_lock(lock: dict) -> str:
+    owner = "dead process" if lock["stale"] else "process"
+    return (f"dream lock: {lock['what']} run {lock['run_id']}, {owner} {lock['pid']} on {lock['host']}, "
+            f"since {lock['started_at']}")
 
 
 @queue.command("retry")

@@ -3,7 +3,10 @@
 The worker's periodic dream, the systemd timer and a user's `llmem dream --apply` may start
 at the same moment; the first to take the row wins and the others are refused. A lock left
 by a process that died (kill -9, power loss) is taken over: on this host we ask the kernel
-whether its pid still lives; a lock from another host is trusted for STALE_AFTER seconds.
+whether its pid still lives (and, where /proc tells, whether that process is the one that
+took the lock rather than a later one given the same pid); a lock from another host is
+trusted for STALE_AFTER seconds. `llmem queue` and `llmem doctor` show a stale lock, and
+`llmem queue --clear-stale-locks` removes it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from pathlib import Path
 
 from ..adapters.copilot import pid_is_alive
 from ..db.settings import get_setting, set_setting
@@ -36,13 +40,63 @@ def read_lock(db) -> dict | None:
     return holder if isinstance(holder, dict) else None
 
 
+def _process_state(pid: int) -> tuple[str, float] | None:
+    """(state letter, start time in epoch seconds) of a process, from /proc; None if unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, StopIteration, ValueError):
+        return None
+
+
 def lock_is_live(holder: dict | None) -> bool:
     """Whether a lock row belongs to a run that is still going."""
     if not holder:
         return False
-    if holder.get("host") == socket.gethostname():
-        return pid_is_alive(int(holder.get("pid", 0)))
-    return now() - float(holder.get("started_at", 0)) < STALE_AFTER
+    try:
+        pid, started_at = int(holder.get("pid", 0)), float(holder.get("started_at", 0))
+    except (TypeError, ValueError):
+        return False
+    if holder.get("host") != socket.gethostname():
+        return now() - started_at < STALE_AFTER
+    if not pid_is_alive(pid):
+        return False
+    state = _process_state(pid)
+    if state is None:
+        return True
+    letter, process_started = state
+    # A zombie has finished; a process younger than the lock got a recycled pid (boot time
+    # and clock ticks round to a second or so).
+    return letter != "Z" and process_started <= started_at + 2.0
+
+
+def stale_lock(db) -> dict | None:
+    """The lock row when its owner is gone (it is taken over by the next run anyway)."""
+    holder = read_lock(db)
+    return holder if holder and not lock_is_live(holder) else None
+
+
+def clear_stale_lock(db) -> dict | None:
+    """Remove a dead owner's lock and mark its run failed; return the lock removed, if any."""
+    with db.atomic():
+        holder = stale_lock(db)
+        if holder is None:
+            return None
+        db.execute_sql("DELETE FROM setting WHERE key = ?", (LOCK_KEY,))
+        mark_run_interrupted(db, holder.get("run_id"))
+    return holder
+
+
+INTERRUPTED = "the process died during the run"
+
+
+def mark_run_interrupted(db, run_id: str | None) -> None:
+    """A run whose process died holding the lock never finished: say so in its row."""
+    if run_id:
+        db.execute_sql("UPDATE dream_run SET status = 'failed', error = ?, finished_at = ? "
+                       "WHERE id = ? AND status = 'running'", (INTERRUPTED, now(), run_id))
 
 
 class DreamLock:

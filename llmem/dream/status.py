@@ -5,27 +5,30 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..db.models import DreamRun
 from ..times import now, to_iso
 from .journal import action_counts, last_run
-from .lock import lock_is_live, read_lock
+from .lock import INTERRUPTED, lock_is_live, read_lock
 from .promote import promotable
 from .schedule import next_run
 
 
-def _run_info(store, run: DreamRun | None) -> dict[str, Any] | None:
+def _run_info(store, run, live_run_id: str | None) -> dict[str, Any] | None:
     if run is None:
         return None
+    status, error = run.status, run.error
+    if status == "running" and run.id != live_run_id:
+        # Its process died without finishing (the next run's takeover records it as failed).
+        status, error = "interrupted", error or INTERRUPTED
     return {"id": run.id, "kind": run.kind, "phases": run.phases.split(",") if run.phases else [],
-            "status": run.status, "started_at": to_iso(run.started_at),
-            "finished_at": to_iso(run.finished_at), "error": run.error,
+            "status": status, "started_at": to_iso(run.started_at),
+            "finished_at": to_iso(run.finished_at), "error": error,
             "counts": action_counts(store, run.id)}
 
 
 def dream_status(store, config, *, recent: int = 5) -> dict[str, Any]:
     """Everything `dream status` shows, as data."""
-    cfg = config.values["dream"]
     DreamRun, Memory = store.models.DreamRun, store.models.Memory
+    cfg = config.values["dream"]
     last_any = DreamRun.select().where(DreamRun.kind == "dream").order_by(DreamRun.started_at.desc()).first()
     last_applied = last_run(store, "dream")
     schedule = cfg["schedule"]
@@ -43,14 +46,17 @@ def dream_status(store, config, *, recent: int = 5) -> dict[str, Any]:
         waiting_pairs = sum(1 for p in pairs if p["a"] in valid and p["b"] in valid)
     chosen, held = promotable(store, cfg, at=now())
     holder = read_lock(store.db)
+    running = holder if lock_is_live(holder) else None
+    live_run_id = running.get("run_id") if running else None
     runs = DreamRun.select().order_by(DreamRun.started_at.desc()).limit(recent)
     return {
-        "last_run": _run_info(store, last_any),
-        "last_applied_run": _run_info(store, last_applied),
+        "last_run": _run_info(store, last_any, live_run_id),
+        "last_applied_run": _run_info(store, last_applied, live_run_id),
         "schedule": schedule,
         "next_run": upcoming.isoformat(timespec="minutes") if upcoming else None,
-        "running": holder if lock_is_live(holder) else None,
+        "running": running,
+        "stale_lock": holder if holder and not running else None,
         "candidates": {"merge_pairs": waiting_pairs, "promotion_ready": len(chosen),
                        "promotion_held": len(held)},
-        "recent_runs": [_run_info(store, r) for r in runs],
+        "recent_runs": [_run_info(store, r, live_run_id) for r in runs],
     }

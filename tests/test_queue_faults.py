@@ -1,0 +1,150 @@
+"""The queue after faults, with a real consumer process: a worker killed mid-dream does not
+stop later dreams, and queue.db does not grow with every task run (issue 14 items 4, 9)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from llmem.dream.lock import LOCK_KEY, read_lock
+from llmem.store import Store
+
+LLMEM = [sys.executable, "-m", "llmem"]
+# A worker whose dream hangs once it has taken the lock and written its run row (a slow
+# night), so the test can kill it mid-dream.
+SLOW_DREAM_WORKER = """
+import time
+from llmem.dream import sweep
+
+def hang(*args, **kwargs):
+    time.sleep(120)
+
+sweep._plan_all = hang
+from llmem.cli import main
+main(["worker", "-w", "1"])
+"""
+
+
+def wait_until(predicate, timeout=60.0, interval=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not reached in time")
+
+
+def run_cli(*args):
+    done = subprocess.run([*LLMEM, *args], capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout, done.stderr
+
+
+def dream_runs(llmem_home):
+    with Store.open(llmem_home / "memory.db") as store:
+        DreamRun = store.models.DreamRun
+        return [(r.id, r.status, r.error) for r in DreamRun.select().order_by(DreamRun.started_at)]
+
+
+def stop(worker):
+    worker.send_signal(signal.SIGINT)
+    try:
+        return worker.wait(30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+@pytest.fixture
+def home(configure, tmp_path):
+    return configure("embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: none\n").parent
+
+
+def test_a_worker_killed_mid_dream_does_not_stop_the_next_dream(home):
+    assert run_cli("enqueue", "dream")[0] == 0
+    worker = subprocess.Popen([sys.executable, "-c", SLOW_DREAM_WORKER], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: [r for r in dream_runs(home) if r[1] == "running"])
+    finally:
+        worker.kill()  # kill -9 in the middle of the dream
+        worker.wait()
+    [(dead_run, _, _)] = dream_runs(home)
+
+    code, out, _ = run_cli("queue", "--json")
+    [lock] = json.loads(out)["locks"]
+    assert (lock["stale"], lock["pid"], lock["run_id"]) == (True, worker.pid, dead_run)
+    code, out, _ = run_cli("queue")
+    assert "STALE dream lock" in out and "--clear-stale-locks" in out
+    code, out, _ = run_cli("dream", "status", "--json")
+    assert json.loads(out)["last_run"]["status"] == "interrupted"
+    code, out, _ = run_cli("doctor", "--json")
+    [check] = [c for c in json.loads(out)["checks"] if c["name"] == "locks"]
+    assert check["status"] == "warn" and str(worker.pid) in check["detail"]
+
+    assert run_cli("enqueue", "dream")[0] == 0
+    worker = subprocess.Popen([*LLMEM, "worker", "-w", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: [r for r in dream_runs(home) if r[1] == "done"])
+    finally:
+        assert stop(worker) == 0
+    statuses = {run_id: (status, error) for run_id, status, error in dream_runs(home)}
+    assert statuses[dead_run] == ("failed", "the process died during the run")
+    assert "unable to acquire lock" not in "".join(p.read_text() for p in (home / "logs").glob("*.log"))
+
+
+def test_clear_stale_locks_removes_a_dead_owners_lock(cli, home):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with Store.open(home / "memory.db") as store:
+        store.models.DreamRun.create(id="deadrun00001", kind="dream", phases="light", status="running",
+                                     started_at=time.time(), summary={})
+        store.db.execute_sql("INSERT INTO setting(key, value) VALUES (?, ?)", (LOCK_KEY, json.dumps(
+            {"pid": dead.pid, "host": socket.gethostname(), "run_id": "deadrun00001", "what": "dream",
+             "started_at": time.time()})))
+    code, out, _ = cli("dream", "status", "--json")
+    assert json.loads(out)["recent_runs"][0]["status"] == "interrupted"
+    code, out, _ = cli("queue", "--clear-stale-locks")
+    assert code == 0 and f"cleared stale dream lock: dream run deadrun00001, dead process {dead.pid}" in out
+    with Store.open(home / "memory.db") as store:
+        assert read_lock(store.db) is None
+        run = store.models.DreamRun.get_by_id("deadrun00001")
+        assert (run.status, run.error) == ("failed", "the process died during the run")
+    code, out, _ = cli("queue", "--json")
+    assert json.loads(out)["locks"] == []
+
+
+def test_a_live_lock_from_a_recycled_pid_is_stale():
+    from llmem.dream.lock import lock_is_live
+
+    # A process started after the lock was taken cannot be the one that took it.
+    younger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        holder = {"pid": younger.pid, "host": socket.gethostname(), "run_id": "r", "started_at": time.time() - 600}
+        assert not lock_is_live(holder)
+        assert lock_is_live({**holder, "started_at": time.time() + 5})
+    finally:
+        younger.kill()
+        younger.wait()
+
+
+def test_queue_db_keeps_no_task_results(home):
+    for task in ("embed_pending", "reconcile") * 5 + ("dream",):
+        assert run_cli("enqueue", task)[0] == 0
+    worker = subprocess.Popen([*LLMEM, "worker", "-w", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # one worker thread: the dream, queued last, runs last
+        wait_until(lambda: [r for r in dream_runs(home) if r[1] == "done"])
+        time.sleep(0.5)
+    finally:
+        assert stop(worker) == 0
+    with sqlite3.connect(home / "queue.db") as queue:
+        assert queue.execute("SELECT count(*) FROM task").fetchone()[0] == 0
+        assert queue.execute("SELECT count(*) FROM kv").fetchone()[0] == 0

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .db import vec
-from .db.fts import index_hints
-from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Embedding, Memory, Relation
+from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES
 from .errors import UsageError
 from .store import content_hash, memory_to_dict
 from .times import from_iso, now, to_iso
@@ -24,6 +23,7 @@ _TIME_FIELDS = ("created_at", "updated_at", "accessed_at", "valid_from", "valid_
 
 def export_data(store, *, include_embeddings: bool = False) -> dict[str, Any]:
     """Every memory (invalid ones too) and every relation, optionally with vectors."""
+    Memory, Relation, Embedding = store.models.Memory, store.models.Relation, store.models.Embedding
     memories = []
     vectors = {}
     if include_embeddings:
@@ -149,6 +149,7 @@ def plan_import(store, document: Any) -> ImportPlan:
     if plan.errors:
         return plan
 
+    Memory = store.models.Memory
     existing: dict[str, str] = {}
     valid_by_hash: dict[tuple[str, str | None], str] = {}
     for memory in checked:
@@ -209,20 +210,19 @@ def apply_import(store, plan: ImportPlan) -> dict[str, int]:
     """Write a validated plan in one transaction."""
     if plan.errors:
         raise UsageError("the import file has errors; nothing was written")
+    Relation, Embedding = store.models.Relation, store.models.Embedding
     stamp = now()
     embedded = []
     with store.db.atomic():
         rows = []
         for memory in plan.new:
             row = {k: memory[k] for k in ("id", "type", "content", "summary", "confidence", "source",
-                                          "project", "session_id", "metadata", "content_hash",
-                                          "access_count", *_TIME_FIELDS)}
+                                          "project", "session_id", "metadata", "access_count",
+                                          *_TIME_FIELDS)}
             row["created_at"] = row["created_at"] or stamp
             row["updated_at"] = row["updated_at"] or row["created_at"]
-            row["hints"] = index_hints(row["content"], row["summary"], row["metadata"])
             rows.append(row)
-        for start in range(0, len(rows), 200):
-            Memory.insert_many(rows[start:start + 200]).execute()
+        store.insert_rows(rows)
         for memory in plan.new:
             if "embedding" in memory:
                 e = memory["embedding"]

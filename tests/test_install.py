@@ -72,6 +72,19 @@ def test_an_older_llmem_file_is_updated(dirs):
     assert integrations.install_copilot(config).action == "updated"
 
 
+def test_a_hooks_file_from_before_adapters_were_named_is_updated(dirs):
+    from llmem.config import load_config
+
+    _, hooks = dirs
+    hooks.mkdir(parents=True)
+    # What `llmem install copilot` wrote before its commands named the adapter.
+    old = {"version": 1, "hooks": {"agentStop": [
+        {"type": "command", "bash": "/old/llmem hook --type idle --format copilot", "timeoutSec": 15}]}}
+    (hooks / "llmem.json").write_text(json.dumps(old))
+    assert integrations.install_copilot(load_config()).action == "updated"
+    assert "--adapter copilot" in (hooks / "llmem.json").read_text()
+
+
 def test_install_copilot_writes_the_hooks_file(cli, dirs):
     _, hooks = dirs
     path = hooks / "llmem.json"
@@ -87,6 +100,8 @@ def test_install_copilot_writes_the_hooks_file(cli, dirs):
         [entry] = entries
         assert entry["type"] == "command" and entry["timeoutSec"] > 0
         assert entry["bash"].startswith("/") and "--format copilot" in entry["bash"]
+        # The session ids Copilot hands over are its own: no lookup in other agents' stores.
+        assert "--adapter copilot" in entry["bash"]
         kinds[event] = entry["bash"].split("--type ", 1)[1].split()[0]
     assert kinds == {"sessionStart": "created", "agentStop": "idle", "preCompact": "compacting",
                      "sessionEnd": "ending"}
@@ -230,16 +245,19 @@ def test_plugin_runs_the_right_llmem_commands_and_never_throws(plugin_file, tmp_
     assert r["hookNames"] == ["event", "experimental.chat.system.transform",
                               "experimental.session.compacting"]
     exe = "/opt/llmem/bin/llmem"
-    context_args = ["context", "--session-id", "ses_A", "--project", "/work/proj"]
+    # Every command names its agent: the ids the plugin sees are OpenCode's.
+    context_args = ["context", "--session-id", "ses_A", "--adapter", "opencode", "--project", "/work/proj"]
     # once per session, not per turn; the block is pushed on every turn
     assert r["turnCalls"] == [{"cmd": exe, "args": context_args, "detached": False}]
     for turn in ("turn1", "turn2"):
         assert r[turn]["system"][0] == "base" and r[turn]["system"][1].startswith("<llmem-context>")
     assert r["compactCalls"] == [{"cmd": exe, "args": ["hook", "--type", "compacting", "--session-id",
-                                                        "ses_A", "--project", "/work/proj"],
+                                                        "ses_A", "--adapter", "opencode",
+                                                        "--project", "/work/proj"],
                                   "detached": False}]
     assert r["compact"]["context"][0].startswith("<llmem-context>\nhook --type compacting")
-    idle = {"cmd": exe, "args": ["hook", "--type", "idle", "--session-id", "ses_A"], "detached": True}
+    idle = {"cmd": exe, "args": ["hook", "--type", "idle", "--session-id", "ses_A", "--adapter", "opencode"],
+            "detached": True}
     assert r["eventCalls"] == [idle, idle]  # session.idle and session.compacted; others ignored
     assert r["afterCompactCalls"] == [{"cmd": exe, "args": context_args, "detached": False}]
     for mode, outcome in r["failures"].items():

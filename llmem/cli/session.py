@@ -30,6 +30,11 @@ def context(app, session_id, compacting, max_tokens, project, adapter, as_json):
     """Print the memory context block injected into a session."""
     from ..context import assemble_context
 
+    if session_id:
+        from ..adapters import resolve_adapter
+
+        # An id no present store knows is an error here (exit 1), not a block without it.
+        adapter = resolve_adapter(app.config, session_id, adapter).name
     block = assemble_context(app, session_id, compacting=compacting, max_tokens=max_tokens,
                              project=project, adapter_name=adapter)
     if as_json:
@@ -155,10 +160,12 @@ def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=No
         result[how] = pid
         log.info("%s %s: %s", kind, session_id, _status_line(result))
     else:
-        from ..diagnostics import detect_adapter_name
+        from ..adapters import resolve_adapter
         from .queueing import submit_event
 
-        result["event_id"] = submit_event(app, adapter or detect_adapter_name(app.config), session_id, kind)
+        # Recorded under the agent that owns the session, so the worker reads the right store.
+        owner = resolve_adapter(app.config, session_id, adapter).name
+        result["event_id"] = submit_event(app, owner, session_id, kind)
         log.info("%s %s: %s", kind, session_id, _status_line(result))
     if kind == "compacting":
         from ..context import build_context

@@ -22,9 +22,12 @@ PLUGIN_FILE = "llmem.js"
 HOOKS_FILE = "llmem.json"
 PLUGIN_MARK = "// Written by `llmem install opencode`"
 
-# How long the plugin waits for llmem before going on without it (fail open).
-CONTEXT_TIMEOUT_MS = 20_000
-COMPACTING_TIMEOUT_MS = 180_000
+# How long the plugin waits for llmem before going on without it (fail open), killing it
+# then: the first turn of a session waits for its context block, and a compaction for its
+# block, so neither may hang on a stuck llmem. The compacting hook queues its work
+# (or detaches it) before printing, so a timeout loses only the block.
+CONTEXT_TIMEOUT_MS = 2_000
+COMPACTING_TIMEOUT_MS = 5_000
 # Copilot kills a hook command after timeoutSec; idle/compacting/ending return at once
 # (queued for the worker, or detached when no worker runs).
 COPILOT_START_TIMEOUT_SEC = 30

@@ -229,8 +229,10 @@ def test_plugin_is_valid_javascript(plugin_file):
 @needs_node
 def test_plugin_runs_the_right_llmem_commands_and_never_throws(plugin_file, tmp_path, monkeypatch):
     # A short timeout for the "hang" case: the plugin gives up and goes on without memory.
-    text = plugin_file.read_text().replace("const CONTEXT_TIMEOUT_MS = 20000", "const CONTEXT_TIMEOUT_MS = 50")
-    plugin_file.write_text(text.replace("const COMPACTING_TIMEOUT_MS = 180000", "const COMPACTING_TIMEOUT_MS = 50"))
+    text = plugin_file.read_text().replace(f"const CONTEXT_TIMEOUT_MS = {integrations.CONTEXT_TIMEOUT_MS}\n",
+                                           "const CONTEXT_TIMEOUT_MS = 50\n")
+    plugin_file.write_text(text.replace(f"const COMPACTING_TIMEOUT_MS = {integrations.COMPACTING_TIMEOUT_MS}\n",
+                                        "const COMPACTING_TIMEOUT_MS = 50\n"))
     harness = tmp_path / "harness"
     harness.mkdir()
     for name, body in (("stub_child_process.mjs", STUB), ("loader.mjs", LOADER),

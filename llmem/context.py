@@ -201,7 +201,9 @@ def relevant_memories(app, query: str, project: str | None, limit: int = 15) -> 
                          project=project, origin="context", track=True, valid_only=True,
                          rrf_k=section["rrf_k"], candidate_multiplier=section["candidate_multiplier"],
                          blend=section["rerank_blend"])
-    result = searcher.search(query, opts)
+    # The query is the session's own title and turns: redacted before it goes anywhere (the
+    # embedder redacts too, but FTS, logs and explain output see the query as given).
+    result = searcher.search(store.redactor.text(query), opts)
     return [hit.memory for hit in result.hits if hit.memory is not None]
 
 

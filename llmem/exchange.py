@@ -1,7 +1,9 @@
 """Export and import of the whole store as one JSON document.
 
 Format: {"version": 1, "memories": [...], "relations": [...]}. Import checks the entire file
-before writing anything and applies it in one transaction: all or nothing, ids kept.
+before writing anything and applies it in one transaction: all or nothing, ids kept. What it
+stores is redacted like every other write, and every value must be one the store can keep and
+give back (times in years 1 to 9999, integers SQLite can hold, text that is valid Unicode).
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from .store import content_hash, memory_to_dict
 from .times import from_iso, now, to_iso
 
 FORMAT_VERSION = 1
+# SQLite integers are signed 64-bit.
+MAX_INTEGER = 2**63 - 1
+# Metadata nested deeper than this is no note about a memory (and would strain every reader).
+MAX_METADATA_DEPTH = 32
 _TIME_FIELDS = ("created_at", "updated_at", "accessed_at", "valid_from", "valid_until",
                 "invalidated_at", "promoted_at")
 
@@ -57,7 +63,29 @@ class ImportPlan:
                 "duplicates": len(self.duplicates), "relations": len(self.relations)}
 
 
-def _check_memory(i: int, row: Any, errors: list[str]) -> dict | None:
+def _text_problem(value: Any, depth: int = 0) -> str | None:
+    """What makes JSON data unstorable: a lone surrogate (not Unicode text) or deep nesting."""
+    if depth > MAX_METADATA_DEPTH:
+        return f"is nested more than {MAX_METADATA_DEPTH} levels deep"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "holds a lone surrogate (\\ud800-\\udfff), which is not Unicode text"
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+        return f"holds an integer beyond ±{MAX_INTEGER}"
+    items = value.items() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for item in items:
+        parts = item if isinstance(value, dict) else (item,)
+        for part in parts:
+            problem = _text_problem(part, depth + 1)
+            if problem:
+                return problem
+    return None
+
+
+def _check_memory(i: int, row: Any, errors: list[str], redactor) -> dict | None:
     where = f"memories[{i}]"
     if not isinstance(row, dict):
         errors.append(f"{where}: not an object")
@@ -68,13 +96,18 @@ def _check_memory(i: int, row: Any, errors: list[str]) -> dict | None:
         errors.append(f"{where}: 'id' must be a UUID string")
         return None
     out["id"] = mid.lower()
+    for key, value in row.items():
+        problem = _text_problem(value) if key != "embedding" else None
+        if problem:
+            errors.append(f"{where} ({mid}): '{key}' {problem}")
+            return None
     content = row.get("content")
     if not isinstance(content, str) or not content.strip():
         errors.append(f"{where} ({mid}): 'content' must be a non-empty string")
     else:
         out["content"] = content.strip()
     mtype = row.get("type", "fact")
-    if mtype not in MEMORY_TYPES:
+    if not isinstance(mtype, str) or mtype not in MEMORY_TYPES:
         errors.append(f"{where} ({mid}): unknown type {mtype!r}")
     out["type"] = mtype
     confidence = row.get("confidence", 0.7)
@@ -82,7 +115,7 @@ def _check_memory(i: int, row: Any, errors: list[str]) -> dict | None:
         errors.append(f"{where} ({mid}): 'confidence' must be a number from 0 to 1")
     out["confidence"] = confidence
     source = row.get("source") or "import"
-    if source not in SOURCES:
+    if not isinstance(source, str) or source not in SOURCES:
         errors.append(f"{where} ({mid}): unknown source {source!r}")
     out["source"] = source
     for key in ("summary", "project", "session_id"):
@@ -95,14 +128,15 @@ def _check_memory(i: int, row: Any, errors: list[str]) -> dict | None:
         errors.append(f"{where} ({mid}): 'metadata' must be an object")
     out["metadata"] = metadata
     access_count = row.get("access_count", 0)
-    if isinstance(access_count, bool) or not isinstance(access_count, int) or access_count < 0:
-        errors.append(f"{where} ({mid}): 'access_count' must be a non-negative integer")
+    if isinstance(access_count, bool) or not isinstance(access_count, int) \
+            or not 0 <= access_count <= MAX_INTEGER:
+        errors.append(f"{where} ({mid}): 'access_count' must be an integer from 0 to {MAX_INTEGER}")
     out["access_count"] = access_count
     for key in _TIME_FIELDS:
         try:
             out[key] = from_iso(row.get(key))
-        except (ValueError, TypeError):
-            errors.append(f"{where} ({mid}): '{key}' is not an ISO time: {row.get(key)!r}")
+        except (ValueError, TypeError) as exc:
+            errors.append(f"{where} ({mid}): '{key}' is not a storable time: {exc}")
     embedding = row.get("embedding")
     if embedding is not None:
         try:
@@ -112,9 +146,23 @@ def _check_memory(i: int, row: Any, errors: list[str]) -> dict | None:
                 raise ValueError
             out["embedding"] = {"model": embedding["model"], "dim": dim, "vector": blob,
                                 "content_hash": embedding.get("content_hash")}
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             errors.append(f"{where} ({mid}): 'embedding' is malformed")
+    _redact_row(out, redactor)
     return out
+
+
+def _redact_row(memory: dict, redactor) -> None:
+    """Redact the row's texts as every write does; a vector made from the secret goes."""
+    before = (memory.get("content"), memory.get("summary"), memory.get("metadata"))
+    if "content" in memory:
+        memory["content"] = redactor.text(memory["content"])
+    if isinstance(memory.get("summary"), str):
+        memory["summary"] = redactor.text(memory["summary"])
+    if isinstance(memory.get("metadata"), dict):
+        memory["metadata"] = redactor.tree(memory["metadata"])
+    if (memory.get("content"), memory.get("summary"), memory.get("metadata")) != before:
+        memory.pop("embedding", None)
 
 
 def plan_import(store, document: Any) -> ImportPlan:
@@ -138,7 +186,7 @@ def plan_import(store, document: Any) -> ImportPlan:
     seen: set[str] = set()
     checked = []
     for i, row in enumerate(rows):
-        memory = _check_memory(i, row, plan.errors)
+        memory = _check_memory(i, row, plan.errors, store.redactor)
         if memory is None:
             continue
         if memory["id"] in seen:
@@ -186,10 +234,18 @@ def plan_import(store, document: Any) -> ImportPlan:
         if not isinstance(rel, dict):
             plan.errors.append(f"relations[{i}]: not an object")
             continue
-        src, dst, rtype = rel.get("source_id"), rel.get("target_id"), rel.get("type")
-        if rtype not in RELATION_TYPES:
-            plan.errors.append(f"relations[{i}]: unknown type {rtype!r}")
+        problem = _text_problem(rel)
+        if problem:
+            plan.errors.append(f"relations[{i}]: {problem}")
             continue
+        src, dst, rtype = rel.get("source_id"), rel.get("target_id"), rel.get("type")
+        if not isinstance(rtype, str) or rtype not in RELATION_TYPES:
+            plan.errors.append(f"relations[{i}]: unknown type {str(rtype)[:60]!r}")
+            continue
+        if not isinstance(src, str) or not isinstance(dst, str):
+            plan.errors.append(f"relations[{i}]: 'source_id' and 'target_id' must be memory id strings")
+            continue
+        src, dst = src.lower(), dst.lower()
         src = plan.duplicates.get(src, src)
         dst = plan.duplicates.get(dst, dst)
         for end in (src, dst):

@@ -57,14 +57,15 @@ class SystemdOutcome:
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _systemctl(outcome: SystemdOutcome, *args: str) -> None:
     command = ["systemctl", "--user", *args]
     outcome.commands.append(" ".join(command))
     if shutil.which("systemctl") is None:
-        raise LlmemError("systemctl is not on PATH: the units were written but not enabled",
-                         hint="enable them by hand, or run llmem run in a terminal")
+        raise LlmemError(f"systemctl is not on PATH: `{' '.join(command)}` was not run",
+                         hint="enable the written units by hand, or run llmem run in a terminal")
     done = subprocess.run(command, capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
         raise LlmemError(f"`{' '.join(command)}` failed: {done.stderr.strip() or done.stdout.strip()}",
@@ -91,15 +92,25 @@ def install(*, target: Path | None = None, enable: bool = True, dream_timer: boo
 
 
 def uninstall(*, target: Path | None = None, disable: bool = True) -> SystemdOutcome:
-    """Stop and disable the units, then remove the files llmem wrote."""
+    """Stop and disable the units, then remove the files llmem wrote.
+
+    The files go even when systemctl cannot reach a user instance (no user bus: over ssh, in a
+    container): with no systemd running them there is nothing to stop, and the user asked for
+    them gone. What systemctl said is kept as a warning.
+    """
     folder = target or unit_dir()
     outcome = SystemdOutcome()
     present = [name for name in UNITS if (folder / name).exists()]
-    if disable and present:
-        _systemctl(outcome, "disable", "--now", *present)
+    reachable = disable and bool(present)
+    if reachable:
+        try:
+            _systemctl(outcome, "disable", "--now", *present)
+        except LlmemError as exc:
+            outcome.warnings.append(f"{exc.message}; the unit files are removed all the same")
+            reachable = False
     for name in present:
         (folder / name).unlink()
         outcome.removed.append(str(folder / name))
-    if disable and present:
+    if reachable:
         _systemctl(outcome, "daemon-reload")
     return outcome

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
+
+# The times an ISO 8601 string can show (years 1 to 9999, in UTC): a stored time outside them
+# could never be exported or printed again.
+EARLIEST = datetime(1, 1, 1, tzinfo=UTC).timestamp()
+LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
 
 
 def now() -> float:
@@ -17,18 +23,35 @@ def to_iso(ts: float | None) -> str | None:
 
 
 def from_iso(value: str | float | int | None) -> float | None:
-    """Parse an ISO 8601 time (a bare date, or with a zone; naive means UTC) or epoch seconds."""
+    """Parse an ISO 8601 time (a bare date, or with a zone; naive means UTC) or epoch seconds.
+
+    ValueError when it is not a time, or one outside years 1 to 9999 in UTC.
+    """
     if value is None or value == "":
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, str):
-        raise ValueError(f"not a time: {value!r}")
-    text = value.strip().replace("Z", "+00:00")
-    parsed = datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+        try:
+            stamp = float(value)
+        except OverflowError:  # an int too large for a float
+            stamp = math.inf
+    elif isinstance(value, str):
+        text = value.strip().replace("Z", "+00:00")
+        parsed = datetime.fromisoformat(text)
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        stamp = parsed.timestamp()
+    else:
+        raise ValueError(f"not a time: {_shown(value)}")
+    if not EARLIEST <= stamp <= LATEST:  # NaN fails this too
+        raise ValueError(f"{_shown(value)} is outside the years 1 to 9999 (UTC)")
+    return stamp
+
+
+def _shown(value) -> str:
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit number"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def days_between(later: float, earlier: float) -> float:

@@ -51,7 +51,7 @@ def test_add_get_list_update_invalidate_delete(cli, fts_config):
     code, out, _ = cli("delete", short)
     assert code == 0
     code, out, err = cli("get", short)
-    assert code == 2 and "no memory" in err
+    assert code == 1 and "no memory" in err  # not found: exit 1 (README)
 
 
 def test_usage_errors_exit_2_without_traceback(cli, fts_config):

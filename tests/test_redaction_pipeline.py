@@ -229,3 +229,29 @@ def test_the_clients_redact_whatever_they_send(configure, model_server):
     assert _leaks(secrets, sent) == []
     assert "nothing secret here" in sent
 
+
+def test_add_update_and_import_store_no_secret(cli, configure, tmp_path, llmem_home):
+    _, turn, secrets = _planted_turns()
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\n"
+              "redaction:\n  patterns: ['ACME-INTERNAL-[0-9]{8}']\n")
+    code, out, err = cli("add", "--content", turn, "--summary", turn,
+                         "--metadata", json.dumps({"note": turn, "password": "hunter2-x9!"}), "--json")
+    assert code == 0, err
+    added = json.loads(out)
+    code, out, err = cli("add", "--content", "a plain memory to update", "--json")
+    plain = json.loads(out)
+    assert cli("update", plain["id"], "--content", f"now {turn}", "--summary", turn,
+               "--metadata", json.dumps({"token": "tok-" + secrets[0]}))[0] == 0
+    assert cli("invalidate", plain["id"], "--reason", f"leaked {turn}")[0] == 0
+    document = {"version": 1, "memories": [{
+        "id": "00000000-0000-4000-8000-00000000abcd", "type": "fact", "content": f"imported {turn}",
+        "summary": turn, "metadata": {"api_key": secrets[1], "nested": [turn]}}], "relations": []}
+    export = tmp_path / "import.json"
+    export.write_text(json.dumps(document))
+    code, _, err = cli("import", str(export))
+    assert code == 0, err
+
+    store_bytes = b"".join(p.read_bytes() for p in llmem_home.glob("memory.db*")).decode(
+        "utf-8", errors="replace")
+    assert _leaks([*secrets, "hunter2-x9!"], store_bytes) == []
+    assert "[REDACTED:" in added["content"] and added["metadata"]["password"] == "[REDACTED:password]"

@@ -47,3 +47,26 @@ def test_systemctl_failure_is_a_clear_error(cli, tmp_path, monkeypatch):
     fake_systemctl(tmp_path, monkeypatch, exit_code=1)
     code, out, err = cli("install", "systemd", "--unit-dir", str(tmp_path / "u"))
     assert code == 1 and "systemctl --user" in err and "Traceback" not in err
+
+
+def test_uninstall_without_a_user_bus_still_removes_the_units(cli, tmp_path, monkeypatch):
+    units = tmp_path / "units"
+    fake_systemctl(tmp_path, monkeypatch)
+    assert cli("install", "systemd", "--unit-dir", str(units))[0] == 0
+    # Now systemctl fails as it does with no user bus (ssh session, container).
+    (tmp_path / "bin" / "systemctl").write_text(
+        "#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\nexit 1\n")
+    code, out, err = cli("install", "systemd", "--unit-dir", str(units), "--uninstall", "--json")
+    assert code == 0, err
+    assert len(json.loads(out)["removed"]) == 4 and not list(units.iterdir())
+    assert "Failed to connect to bus" in json.loads(out)["warnings"][0]
+
+
+def test_uninstall_without_systemctl_on_path_still_removes_the_units(cli, tmp_path, monkeypatch):
+    units = tmp_path / "units"
+    fake_systemctl(tmp_path, monkeypatch)
+    assert cli("install", "systemd", "--unit-dir", str(units))[0] == 0
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    code, out, err = cli("install", "systemd", "--unit-dir", str(units), "--uninstall")
+    assert code == 0 and not list(units.iterdir())
+    assert "removed" in out and "systemctl is not on PATH" in err

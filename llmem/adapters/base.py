@@ -38,6 +38,8 @@ class AdapterError(LlmemError):
 class InvalidSessionId(AdapterError, ValueError):
     """A session id that is not a plain token (it could escape the store's directory)."""
 
+    exit_code = 2  # a bad argument (the README's exit codes)
+
 
 class SessionNotFound(AdapterError, LookupError):
     """The adapter's store has no session with this id."""

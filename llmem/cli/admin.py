@@ -21,7 +21,7 @@ from .output import bounded_int, notice, print_json
 def init(app, ollama_url, adapter, as_json):
     """Create the config and the store, detect the session adapter, check the embedder."""
     from ..config import render_example, validate_mapping
-    from ..diagnostics import detect_adapter_name
+    from ..diagnostics import detect_adapter_name, llm_status
     from ..paths import write_private_text
 
     config = app.config
@@ -49,11 +49,12 @@ def init(app, ollama_url, adapter, as_json):
     stats = app.store.stats()
     detected = detect_adapter_name(config)
     embedder_status = app.embedder.status()
+    llm = llm_status(config)
     outcome = {
         "config": str(file), "config_written": config_written,
         "store": str(config.db_path), "store_created": not store_existed,
         "adapter": config.values["session"]["adapter"], "detected_adapter": detected,
-        "embedder": embedder_status, "sqlite_vec": stats["sqlite_vec"],
+        "embedder": embedder_status, "llm": llm, "sqlite_vec": stats["sqlite_vec"],
     }
     if as_json:
         print_json(outcome)
@@ -70,6 +71,16 @@ def init(app, ollama_url, adapter, as_json):
     else:
         click.echo(f"embedder: {embedder_status['provider']} unavailable — {embedder_status['error']}")
         click.echo("          memories are still stored; search is FTS-only until it answers")
+    if llm["status"] == "ok":
+        click.echo(f"llm:      {llm['provider']} {llm['model']} available")
+    elif llm["status"] == "disabled":
+        click.echo("llm:      none (extraction and introspection use heuristics)")
+    elif llm["status"] == "model_missing":
+        pull = f" — `ollama pull {llm['model']}`" if llm["provider"] == "ollama" else ""
+        click.echo(f"llm:      {llm['provider']} answers but has no model {llm['model']}{pull}")
+    else:
+        click.echo(f"llm:      {llm['provider']} unavailable — {llm['error']}")
+        click.echo("          extraction falls back to heuristics until it answers")
 
 
 @click.command()
@@ -131,11 +142,19 @@ def import_memories(app, file, dry_run, as_json):
     from ..exchange import apply_import, plan_import
 
     try:
-        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read {file}: {exc.strerror}") from None
     try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{file} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})",
+                         hint="`llmem export` writes UTF-8; convert the file, e.g. with iconv -t UTF-8") from None
+    try:
         document = json.loads(text)
+    except RecursionError:
+        raise UsageError(f"{file} nests its JSON too deeply to be an export file",
+                         hint="is it an `llmem export` file?") from None
     except ValueError as exc:
         raise UsageError(f"{file} is not valid JSON: {exc}", hint="is it an `llmem export` file?") from None
     plan = plan_import(app.store, document)
@@ -199,8 +218,29 @@ def metrics(app, sample, as_json):
     if as_json:
         print_json(data)
         return
+    for line in _readable(data):
+        click.echo(line)
+
+
+def _readable(data: dict, indent: int = 0) -> list[str]:
+    """Metric lines a person reads: labels in words, "-" for none, nested groups indented."""
+    lines = []
     for key, value in data.items():
-        click.echo(f"{key:>28}: {value}")
+        label = " " * indent + str(key).replace("_", " ") + ":"
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            lines.append(label)
+            lines.extend(_readable(value, indent + 2))
+            continue
+        if isinstance(value, dict):
+            shown = ", ".join(f"{v} {str(k).replace('_', ' ')}" for k, v in value.items()) or "none"
+        elif value is None:
+            shown = "-"
+        elif key == "coverage":
+            shown = f"{value:.1%}"
+        else:
+            shown = str(value)
+        lines.append(f"{label:<32}{shown}")
+    return lines
 
 
 @click.command()

@@ -165,7 +165,7 @@ def promote(app, apply_, limit, as_json):
 def promote_explain(app, target, limit, as_json):
     """Explain why a memory (ID, or the results of QUERY) would or would not be promoted."""
     from ..dream.promote import candidates
-    from ..errors import LlmemError, UsageError
+    from ..errors import LlmemError, NotFound, UsageError
 
     text = " ".join(target).strip()
     if not text:
@@ -179,7 +179,7 @@ def promote_explain(app, target, limit, as_json):
     if ids is None:
         ids = _search_ids(app, text, limit)
         if not ids:
-            raise UsageError(f"no memory matches {text!r}", hint="give a memory id, or another query")
+            raise NotFound(f"no memory matches {text!r}", hint="give a memory id, or another query")
     explained = candidates(app.store, app.config.values["dream"], memory_ids=ids)
     explained.sort(key=lambda c: ids.index(c.memory_id))
     if as_json:

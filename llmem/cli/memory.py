@@ -147,8 +147,19 @@ def update(app, memory_id, content, summary, confidence, memory_type, metadata, 
 @click.option("--reason", required=True, help="Why it no longer holds.")
 @click.pass_obj
 def invalidate(app, memory_id, reason):
-    """Invalidate a memory (soft delete: kept for reference, no longer returned)."""
-    memory = app.store.invalidate(memory_id, reason)
+    """Invalidate a memory (soft delete: kept for reference, no longer returned).
+
+    An invalidated memory is left as it was, first reason and time kept, and the command says so.
+    """
+    from ..times import to_iso
+
+    memory = app.store.get(memory_id)
+    if memory.invalidated_at is not None:
+        first = (memory.metadata or {}).get("invalidation_reason") or "no reason recorded"
+        click.echo(f"Already invalidated {memory.id} at {to_iso(memory.invalidated_at)} ({first}); "
+                   "left as it was")
+        return
+    memory = app.store.invalidate(memory.id, reason)
     click.echo(f"Invalidated {memory.id}")
 
 

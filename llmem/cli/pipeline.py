@@ -198,12 +198,19 @@ def _describe_lock(lock: dict) -> str:
 @click.pass_obj
 def queue_retry(app, event_ids, failed):
     """Put failed events (or the given ids) back on the queue."""
-    from ..errors import UsageError
+    from ..errors import NotFound, UsageError
     from ..events import retry_events
     from .queueing import open_queue
 
     if not event_ids and not failed:
         raise UsageError("give event ids or --failed", hint="`llmem queue` lists events")
+    if event_ids:
+        Event = app.store.models.Event
+        known = {row[0] for row in Event.select(Event.id).where(Event.id.in_(event_ids)).tuples()}
+        unknown = [str(event_id) for event_id in event_ids if event_id not in known]
+        if unknown:
+            raise NotFound(f"no event {', '.join(unknown)}; nothing was requeued",
+                           hint="`llmem queue` lists events")
     events = retry_events(app.store, None if failed else list(event_ids))
     _, tasks = open_queue(app.config)
     for event in events:
@@ -289,3 +296,5 @@ def install_systemd(uninstall, unit_dir, no_enable, dream_timer, as_json):
         click.echo(f"removed {path}")
     for command in outcome.commands:
         click.echo(f"ran     {command}")
+    for warning in outcome.warnings:
+        click.echo(f"llmem: {warning}", err=True)

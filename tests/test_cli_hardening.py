@@ -192,3 +192,26 @@ def test_init_reports_the_llm_as_well_as_the_embedder(cli, ollama_config, config
     configure("embedding:\n  provider: none\nllm:\n  provider: none\n")
     code, out, _ = cli("init")
     assert "llm:      none" in out
+
+
+@pytest.mark.parametrize("args", [
+    ("add", "--content", "bad \udcff byte"),  # how a non-UTF-8 byte in argv reaches Python
+    ("add", "--content", "fine", "--summary", "\udcff"),
+    ("add", "--content", "fine", "--metadata", '{"k": "\\ud800"}'),
+    ("search", "x\udcff"),
+])
+def test_text_that_is_not_utf8_is_a_usage_error(cli, fts_config, args):
+    code, _, err = cli(*args)
+    assert code == 2 and "not valid UTF-8" in err and "unexpected failure" not in err
+    assert json.loads(cli("list", "--all", "--json")[1]) == []
+
+
+def test_update_and_invalidate_refuse_text_that_is_not_utf8(cli, fts_config):
+    memory_id = json.loads(cli("add", "--content", "kept as it was", "--json")[1])["id"]
+    for args in (("update", memory_id, "--content", "\udcff"),
+                 ("update", memory_id, "--metadata", '{"\\udfff": 1}'),
+                 ("invalidate", memory_id, "--reason", "\udcff")):
+        code, _, err = cli(*args)
+        assert code == 2 and "not valid UTF-8" in err, err
+    row = json.loads(cli("get", memory_id, "--json")[1])
+    assert row["content"] == "kept as it was" and row["invalidated_at"] is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .output import bounded_int, memory_line, notice, parse_json_object, print_json
+from .output import TEXT, bounded_int, memory_line, notice, parse_json_object, print_json
 
 TYPE_CHOICE = click.Choice(["fact", "decision", "preference", "event", "project_state", "procedure",
                             "conversation", "self_assessment"])
@@ -24,12 +24,12 @@ def _embed_now(app, memories) -> None:
 
 
 @click.command()
-@click.option("--content", "-c", required=True, help="The memory text.")
+@click.option("--content", "-c", type=TEXT, required=True, help="The memory text.")
 @click.option("--type", "-t", "memory_type", type=TYPE_CHOICE, default="fact", show_default=True)
-@click.option("--summary", help="A short summary.")
+@click.option("--summary", type=TEXT, help="A short summary.")
 @click.option("--confidence", type=click.FloatRange(0.0, 1.0),
               help="0.0–1.0 (default 0.9 for what you add yourself).")
-@click.option("--project", help="Repo root this memory belongs to (default: global).")
+@click.option("--project", type=TEXT, help="Repo root this memory belongs to (default: global).")
 @click.option("--metadata", help="JSON object of extra fields.")
 @click.option("--valid-until", help="ISO date after which the memory no longer holds.")
 @click.option("--json", "as_json", is_flag=True, help="Print the stored memory as JSON.")
@@ -116,8 +116,8 @@ def list_memories(app, memory_type, project, limit, include_all, as_json):
 
 @click.command()
 @click.argument("memory_id")
-@click.option("--content", help="New text (re-embedded).")
-@click.option("--summary", help="New summary.")
+@click.option("--content", type=TEXT, help="New text (re-embedded).")
+@click.option("--summary", type=TEXT, help="New summary.")
 @click.option("--confidence", type=click.FloatRange(0.0, 1.0))
 @click.option("--type", "-t", "memory_type", type=TYPE_CHOICE)
 @click.option("--metadata", help="JSON object merged into the metadata.")
@@ -144,7 +144,7 @@ def update(app, memory_id, content, summary, confidence, memory_type, metadata, 
 
 @click.command()
 @click.argument("memory_id")
-@click.option("--reason", required=True, help="Why it no longer holds.")
+@click.option("--reason", type=TEXT, required=True, help="Why it no longer holds.")
 @click.pass_obj
 def invalidate(app, memory_id, reason):
     """Invalidate a memory (soft delete: kept for reference, no longer returned).

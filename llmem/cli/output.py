@@ -18,6 +18,33 @@ def bounded_int(minimum: int = 1, maximum: int = MAX_COUNT) -> click.IntRange:
     return click.IntRange(minimum, maximum)
 
 
+class UnicodeText(click.ParamType):
+    """Text that can be stored: bytes that are not UTF-8 reach Python as lone surrogates
+    (`llmem add -c $'\\xff'`), which SQLite refuses deep inside a write."""
+
+    name = "text"
+
+    def convert(self, value, param, ctx):
+        problem = unicode_problem(value)
+        if problem:
+            self.fail(problem, param, ctx)
+        return value
+
+
+TEXT = UnicodeText()
+
+
+def unicode_problem(value: Any) -> str | None:
+    """Why `value` (text, or JSON data) cannot be stored as UTF-8, or None."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"is not valid UTF-8 text: it holds {text[exc.start]!r}, a lone surrogate "
+                "(a byte that does not decode, or a \\ud800-\\udfff escape)")
+    return None
+
+
 def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
@@ -56,4 +83,7 @@ def parse_json_object(text: str | None, flag: str) -> dict | None:
         raise UsageError(f"{flag} is not valid JSON: {exc}", hint=f"""example: {flag} '{{"key": "value"}}'""") from None
     if not isinstance(value, dict):
         raise UsageError(f"{flag} must be a JSON object", hint=f"""example: {flag} '{{"key": "value"}}'""")
+    problem = unicode_problem(value)
+    if problem:
+        raise UsageError(f"{flag} {problem}")
     return value

@@ -17,7 +17,8 @@ def _start_watcher(app):
     from ..watcher import SessionWatcher
     from .queueing import submit_event
 
-    watcher = SessionWatcher(app.config, lambda adapter, sid, kind: submit_event(app, adapter, sid, kind))
+    watcher = SessionWatcher(app.config, lambda adapter, sid, kind: submit_event(app, adapter, sid, kind),
+                             store=app.store)
     watcher.start()
     return watcher
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import click
 
 from .memory import TYPE_CHOICE
-from .output import bounded_int, memory_line, notice, print_json
+from .output import TEXT, bounded_int, memory_line, notice, print_json
 
 
 @click.command()
-@click.argument("query", nargs=-1, required=True)
+@click.argument("query", nargs=-1, required=True, type=TEXT)
 @click.option("--limit", "-n", type=bounded_int(), help="Results (default: search.limit, 10).")
 @click.option("--type", "-t", "memory_type", type=TYPE_CHOICE, help="Only this type.")
-@click.option("--project", help="This project's memories and the global ones.")
+@click.option("--project", type=TEXT, help="This project's memories and the global ones.")
 @click.option("--fts-only", is_flag=True, help="Keyword search only (no embedder needed).")
 @click.option("--semantic-only", is_flag=True, help="Embedding search only (needs an embedder).")
 @click.option("--valid-only", is_flag=True, help="Drop expired and superseded memories too.")

@@ -48,6 +48,13 @@ class Lifecycle:
     # The latest finished compaction (summary message id / event id): pass it back as
     # `seen_compaction_id` so JUST_COMPACTED fires once per compaction.
     compaction_id: str | None = None
+    # The finished reply that makes the session idle-shaped (OpenCode assistant message id,
+    # Copilot turn_end/abort event id), debounced or not: a watcher emits idle once per reply,
+    # whether or not it ever saw the session busy.
+    reply_id: str | None = None
+    # The newest message (OpenCode) or main-agent turn event (Copilot): a session that ends
+    # again after it moved on (reopened, one more turn) is a new ending.
+    last_turn_id: str | None = None
 
     def __contains__(self, moment: object) -> bool:
         return moment in self.moments
@@ -173,7 +180,9 @@ def opencode_lifecycle(
         ending_reason = "inactive"
     if ending_reason is not None:
         moments.add(Moment.ENDING)
-    return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id)
+    return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id,
+                     reply_id=_latest(messages, "assistant").id if idle else None,
+                     last_turn_id=messages[-1].id if messages else None)
 
 
 # ---------------------------------------------------------------- Copilot CLI (FORMATS.md §3)
@@ -314,6 +323,22 @@ def copilot_is_compacting(events: Sequence[dict[str, Any]]) -> bool:
     return False
 
 
+def _event_id(event: dict[str, Any], position: int) -> str:
+    """An event's id; its line position when it has none (events.jsonl is append-only)."""
+    event_id = event.get("id")
+    return event_id if isinstance(event_id, str) else f"event-{position}"
+
+
+def copilot_last_turn_id(events: Sequence[dict[str, Any]]) -> str | None:
+    """The id of the main agent's newest turn event (hooks and metadata do not count)."""
+    for position in range(len(events) - 1, -1, -1):
+        event = events[position]
+        if (isinstance(event, dict) and event.get("type") in _TURN_EVENTS
+                and not event.get("agentId") and not _data(event).get("parentToolCallId")):
+            return _event_id(event, position)
+    return None
+
+
 def copilot_last_compaction(events: Sequence[dict[str, Any]]) -> str | None:
     """The id of the latest successful compaction_complete (or non-LLM truncation) event."""
     for position in range(len(events) - 1, -1, -1):
@@ -325,8 +350,7 @@ def copilot_last_compaction(events: Sequence[dict[str, Any]]) -> str | None:
             event_type == "session.compaction_complete" and _data(event).get("success") is True
         )
         if done:
-            event_id = event.get("id")
-            return event_id if isinstance(event_id, str) else f"event-{position}"
+            return _event_id(event, position)
     return None
 
 
@@ -368,14 +392,18 @@ def copilot_lifecycle(
     if ending_reason is not None:
         moments.add(Moment.ENDING)
 
+    idle = copilot_is_idle(events)
     if ending_reason not in ("shutdown", "crashed"):
         if busy:
             moments.add(Moment.BUSY)
-        elif copilot_is_idle(events) and quiet_ms is not None and quiet_ms >= idle_debounce_ms:
+        elif idle and quiet_ms is not None and quiet_ms >= idle_debounce_ms:
             moments.add(Moment.IDLE)
     if copilot_is_compacting(events):
         moments.add(Moment.COMPACTING)
     compaction_id = copilot_last_compaction(events)
     if compaction_id is not None and compaction_id != seen_compaction_id:
         moments.add(Moment.JUST_COMPACTED)
-    return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id)
+    last_turn_id = copilot_last_turn_id(events)
+    # When idle, the newest turn event is the turn_end (or abort) that finished the reply.
+    return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id,
+                     reply_id=last_turn_id if idle else None, last_turn_id=last_turn_id)

@@ -1,9 +1,10 @@
 """Session events: the one entry point agent hooks and the pipeline worker call.
 
 created → the context block; idle → extract + introspect the new part of the transcript;
-ending → introspect the session; compacting → extract what is about to be compacted, then
-the compaction context block. Hooks call with fail_open=True; the worker lets errors raise
-so the queue can retry.
+ending → extract whatever is past the cursor (a session often ends right after its last turn,
+before any idle was seen), then introspect; compacting → extract what is about to be
+compacted, then the compaction context block. Hooks call with fail_open=True; the worker
+lets errors raise so the queue can retry.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ EVENT_KINDS = ("created", "idle", "ending", "compacting")
 STEPS = {
     "created": ("context",),
     "idle": ("extract", "introspect"),
-    "ending": ("introspect",),
+    "ending": ("extract", "introspect"),
     "compacting": ("extract", "context"),
 }
 

@@ -4,6 +4,11 @@ A watchdog observer (inotify, or polling) marks paths dirty; one loop thread deb
 reads the affected sessions read-only, applies the lifecycle rules (lifecycle.py) and calls
 the injected `emit(adapter, session_id, kind)` on each new moment. It knows nothing of the
 queue. While nothing changes it sleeps: no polling of the agents' files.
+
+A session's state changes only after `emit` returned (the event row is committed); when it
+raises, the state stays and the session is looked at again shortly, so the moment is emitted
+then. Given the store, the per-session state is kept there (table watch_session): a restart
+announces no known session twice and emits what was written while no watcher ran.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .paths import expand
@@ -24,23 +29,88 @@ QUIET_SECONDS = 0.3  # a burst of writes settles this long before we read
 MAX_WAIT_SECONDS = 2.0  # … but a constant stream is still read this often
 TICK_SECONDS = 0.25
 DIR_CHECK_SECONDS = 5.0  # how often a missing agent folder is looked for again
+RETRY_SECONDS = 1.0  # an event or a state that could not be written is tried again after this
+ALIVE_SECONDS = 60.0  # how often a running watcher notes in the store that it is alive
+# Sessions active this long before the previous watcher was last known alive are caught up
+# too: it may have died with their changes still in its debounce.
+CATCH_UP_MARGIN_SECONDS = 60.0
 
 
 @dataclass
 class SessionState:
-    """What the watcher last saw of one session, so each moment is emitted once."""
+    """What the watcher has emitted for one session, so each moment is emitted once."""
 
-    idle: bool = False
+    idle_reply: str | None = None  # the finished reply idle was emitted for (Lifecycle.reply_id)
     compacting: bool = False
     ended: bool = False
+    ended_turn: str | None = None  # Lifecycle.last_turn_id when ending was emitted
     seen_compaction_id: str | None = None
-    recheck_at: float | None = None  # idle debounce, inactivity
+
+    @classmethod
+    def seen(cls, lifecycle) -> SessionState:
+        """A session met as it is now, with nothing to emit for what it already did."""
+        from .lifecycle import Moment
+
+        ended = Moment.ENDING in lifecycle
+        return cls(idle_reply=lifecycle.reply_id, compacting=Moment.COMPACTING in lifecycle,
+                   ended=ended, ended_turn=lifecycle.last_turn_id if ended else None,
+                   seen_compaction_id=lifecycle.compaction_id)
+
+
+class SavedStates:
+    """The watcher's per-session state in the store (table watch_session, migration 0009)."""
+
+    ALIVE_KEY = "watcher_alive_at"
+
+    def __init__(self, store):
+        self.db = store.db
+
+    def load(self) -> dict[tuple[str, str], SessionState]:
+        rows = self.db.execute_sql(
+            "SELECT adapter, session_id, idle_reply, compacting, ended, ended_turn, seen_compaction_id "
+            "FROM watch_session").fetchall()
+        return {(adapter, session_id): SessionState(idle_reply, bool(compacting), bool(ended),
+                                                    ended_turn, seen_compaction_id)
+                for adapter, session_id, idle_reply, compacting, ended, ended_turn, seen_compaction_id
+                in rows}
+
+    def save(self, key: tuple[str, str], state: SessionState, at: float) -> None:
+        with self.db.atomic():
+            self.db.execute_sql(
+                "INSERT INTO watch_session (adapter, session_id, idle_reply, compacting, ended, "
+                "ended_turn, seen_compaction_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (adapter, session_id) DO UPDATE SET idle_reply = excluded.idle_reply, "
+                "compacting = excluded.compacting, ended = excluded.ended, "
+                "ended_turn = excluded.ended_turn, seen_compaction_id = excluded.seen_compaction_id, "
+                "updated_at = excluded.updated_at",
+                (*key, state.idle_reply, int(state.compacting), int(state.ended), state.ended_turn,
+                 state.seen_compaction_id, at))
+
+    def last_alive(self) -> float | None:
+        """When a watcher was last known to run (None: never, on this store)."""
+        from .db.settings import get_setting
+
+        noted = get_setting(self.db, self.ALIVE_KEY)
+        saved = self.db.execute_sql("SELECT MAX(updated_at) FROM watch_session").fetchone()[0]
+        times = [float(noted)] if noted is not None else []
+        times += [saved] if saved is not None else []
+        return max(times, default=None)
+
+    def mark_alive(self, at: float) -> None:
+        from .db.settings import set_setting
+
+        with self.db.atomic():
+            set_setting(self.db, self.ALIVE_KEY, repr(at))
+
+    def close_thread_connection(self) -> None:
+        """Close the calling thread's connection (peewee keeps one per thread)."""
+        self.db.close()
 
 
 class SessionWatcher:
     """Observe OpenCode's data folder and Copilot's session-state, emit lifecycle events."""
 
-    def __init__(self, config, emit: Callable[[str, str, str], None], *, clock=time.time):
+    def __init__(self, config, emit: Callable[[str, str, str], None], *, store=None, clock=time.time):
         session = config.values["session"]
         pipeline = config.values["pipeline"]
         self.opencode_dir = expand(session["opencode"]["data_dir"])
@@ -52,6 +122,9 @@ class SessionWatcher:
         self.idle_debounce_ms = int(pipeline["idle_debounce_seconds"] * 1000)
         self.inactivity_ms = int(pipeline["ending_inactivity_minutes"] * 60_000)
         self.states: dict[tuple[str, str], SessionState] = {}
+        self.saved = SavedStates(store) if store is not None else None
+        self._unsaved: set[tuple[str, str]] = set()
+        self._recheck_at: dict[tuple[str, str], float] = {}  # idle debounce, inactivity, retries
         self._dirty: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -64,6 +137,11 @@ class SessionWatcher:
         self._copilot = None
         self.errors = 0
         self.started_at = clock()
+        # Activity of an unknown session before this moment predates the watch: remembered,
+        # not announced (backfill's job). A restarted watcher moves it back to when the last
+        # one was alive, so what was written meanwhile is caught up.
+        self.catch_up_from = self.started_at
+        self._alive_noted_at = self.started_at
 
     # ---- lifecycle of the watcher itself -------------------------------------------------
 
@@ -74,7 +152,8 @@ class SessionWatcher:
         from watchdog.observers import Observer
         from watchdog.observers.polling import PollingObserver
 
-        self.started_at = self.clock()
+        self.started_at = self.catch_up_from = self._alive_noted_at = self.clock()
+        self._load_saved_states()
         try:
             self._observer = PollingObserver(timeout=1.0) if self.use_polling else Observer()
             self._observer.start()
@@ -83,8 +162,40 @@ class SessionWatcher:
             self._observer = PollingObserver(timeout=1.0)
             self._observer.start()
         self._attach_dirs(initial=True)
+        self._recheck_known_sessions()
         self._thread = threading.Thread(target=self._loop, name="llmem-watch", daemon=True)
         self._thread.start()
+
+    def _load_saved_states(self) -> None:
+        if self.saved is None:
+            return
+        try:
+            self.states.update(self.saved.load())
+            alive = self.saved.last_alive()
+        except Exception as exc:
+            self.errors += 1
+            log.warning("watch: could not read the saved session states: %s", exc)
+            return
+        if alive is not None:
+            self.catch_up_from = min(self.started_at, alive - CATCH_UP_MARGIN_SECONDS)
+            log.info("watch: %d known sessions; catching up on changes since %s", len(self.states),
+                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.catch_up_from)))
+        self._note_alive()
+
+    def _note_alive(self) -> None:
+        self._alive_noted_at = self.clock()
+        try:
+            self.saved.mark_alive(self._alive_noted_at)
+        except Exception as exc:  # a busy store: the next note will do
+            log.warning("watch: could not note the watcher alive: %s", exc)
+
+    def _recheck_known_sessions(self) -> None:
+        """Look again at known sessions not ended yet: a turn may have finished (or the
+        session gone quiet for good) while no watcher ran."""
+        for (adapter, session_id), state in list(self.states.items()):
+            folder = self.opencode_dir if adapter == "opencode" else self.copilot_dir
+            if not state.ended and self._wants(adapter) and folder in self._watched:
+                self._process_key(_process_key_for(adapter, session_id))
 
     def stop(self) -> None:
         self._stop.set()
@@ -164,19 +275,27 @@ class SessionWatcher:
         return None
 
     def _scan(self, folder: Path, announce: bool) -> None:
-        """Register the sessions already there; `announce` emits created for each."""
+        """Look at the sessions already there. Those whose activity predates the watch are
+        remembered silently; the rest (written while no watcher ran) are caught up."""
         if folder == self.opencode_dir:
             for db in sorted(folder.glob("opencode*.db")):
-                self._safely(str(db), self._process_opencode, db, baseline=not announce)
+                self._safely(str(db), self._process_opencode, db)
         else:
-            horizon = self.clock() - self.inactivity_ms / 1000
+            horizon = min(self.clock() - self.inactivity_ms / 1000, self.catch_up_from)
             for child in sorted(folder.iterdir()):
                 if child.is_dir() and (announce or _modified_after(child, horizon)):
-                    self._safely(child.name, self._process_copilot, child.name, baseline=not announce)
+                    self._safely(child.name, self._process_copilot, child.name)
 
     # ---- the loop ------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        try:
+            self._run_loop()
+        finally:
+            if self.saved is not None:
+                self.saved.close_thread_connection()
+
+    def _run_loop(self) -> None:
         last_dir_check = self.clock()
         while not self._stop.is_set():
             timeout = self._next_timeout()
@@ -193,11 +312,14 @@ class SessionWatcher:
                         del self._dirty[key]
             for key in ready:
                 self._process_key(key)
-            for (adapter, session_id), state in list(self.states.items()):
-                if state.recheck_at is not None and state.recheck_at <= at:
-                    state.recheck_at = None
-                    self._process_key(f"{adapter}:{session_id}" if adapter == "copilot"
-                                      else f"opencode-session:{session_id}")
+            for session, due in list(self._recheck_at.items()):
+                if due <= at and self._recheck_at.get(session) == due:
+                    del self._recheck_at[session]
+                    self._process_key(_process_key_for(*session))
+            for session in list(self._unsaved):
+                self._save(session)
+            if self.saved is not None and at - self._alive_noted_at >= ALIVE_SECONDS:
+                self._note_alive()
             if at - last_dir_check >= DIR_CHECK_SECONDS:
                 last_dir_check = at
                 self._attach_dirs()
@@ -208,9 +330,10 @@ class SessionWatcher:
         with self._lock:
             if self._dirty:
                 waits.append(TICK_SECONDS)
-        rechecks = [s.recheck_at for s in self.states.values() if s.recheck_at is not None]
-        if rechecks:
-            waits.append(max(0.05, min(rechecks) - at))
+        if self._unsaved:
+            waits.append(RETRY_SECONDS)
+        if self._recheck_at:
+            waits.append(max(0.05, min(self._recheck_at.values()) - at))
         return min(waits)
 
     def _process_key(self, key: str) -> None:
@@ -239,7 +362,7 @@ class SessionWatcher:
             self._opencode = OpenCodeAdapter(self.opencode_dir)
         return self._opencode
 
-    def _process_opencode(self, db_path: Path, baseline: bool = False) -> None:
+    def _process_opencode(self, db_path: Path) -> None:
         """Sessions changed since the last look at this DB, confirmed by PRAGMA data_version."""
         if not db_path.exists():
             return
@@ -248,9 +371,10 @@ class SessionWatcher:
             conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=2.0,
                                    check_same_thread=False)
             conn.execute("PRAGMA query_only = ON")
-            # Sessions quiet for longer than the inactivity timeout have ended already:
-            # reading every old transcript at start would only cost time.
-            entry = (conn, -1, int(self.clock() * 1000) - self.inactivity_ms)
+            # Sessions quiet for longer than the inactivity timeout have ended already
+            # (unless the watcher was down then): reading every old transcript costs time.
+            since_s = min(self.clock() - self.inactivity_ms / 1000, self.catch_up_from)
+            entry = (conn, -1, int(since_s * 1000))
             self._db_versions[db_path] = entry  # kept even if this read fails: one connection per DB
         conn, version, since_ms = entry
         current = conn.execute("PRAGMA data_version").fetchone()[0]
@@ -262,9 +386,9 @@ class SessionWatcher:
         newest = max([since_ms, *[r[1] or 0 for r in rows]])
         self._db_versions[db_path] = (conn, current, newest)
         for session_id in dict.fromkeys(r[0] for r in rows):
-            self._evaluate_opencode(session_id, baseline=baseline)
+            self._evaluate_opencode(session_id)
 
-    def _evaluate_opencode(self, session_id: str, baseline: bool = False) -> None:
+    def _evaluate_opencode(self, session_id: str) -> None:
         from .adapters import SessionNotFound
         from .lifecycle import opencode_lifecycle
 
@@ -284,11 +408,11 @@ class SessionWatcher:
             transcript, int(self.clock() * 1000), parent=parent,
             seen_compaction_id=state.seen_compaction_id if state else None,
             idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
-        self._apply("opencode", session_id, lifecycle, baseline)
+        self._apply("opencode", session_id, lifecycle)
 
     # ---- Copilot ---------------------------------------------------------------------------
 
-    def _process_copilot(self, session_id: str, baseline: bool = False) -> None:
+    def _process_copilot(self, session_id: str) -> None:
         from .adapters import CopilotAdapter
         from .adapters.base import is_valid_session_id
         from .lifecycle import copilot_lifecycle
@@ -297,87 +421,134 @@ class SessionWatcher:
             return
         if self._copilot is None:
             self._copilot = CopilotAdapter(self.copilot_dir)
-        if self._copilot.events_path(session_id) is None and ("copilot", session_id) not in self.states:
-            if not baseline:  # a new folder: Copilot writes no events before the first prompt
-                self._apply_created("copilot", session_id)
+        key = ("copilot", session_id)
+        if self._copilot.events_path(session_id) is None:
+            # Copilot writes no events before the first prompt: a new folder is a new session.
+            if key not in self.states and _modified_after(self.copilot_dir / session_id, self.catch_up_from):
+                self._created(*key)
             return
         log_ = self._copilot.read_events(session_id)
-        state = self.states.get(("copilot", session_id))
+        state = self.states.get(key)
         lifecycle = copilot_lifecycle(
             log_.event_objects, int(self.clock() * 1000), lock_alive=self._copilot.lock_alive(session_id),
             seen_compaction_id=state.seen_compaction_id if state else None,
             idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
-        self._apply("copilot", session_id, lifecycle, baseline)
+        self._apply("copilot", session_id, lifecycle)
 
     # ---- turning moments into events -------------------------------------------------------
 
-    def _apply_created(self, adapter: str, session_id: str) -> SessionState:
-        state = self.states.get((adapter, session_id))
+    def _created(self, adapter: str, session_id: str) -> SessionState | None:
+        """The session's state, announcing it first if it is new; None if that failed."""
+        key = (adapter, session_id)
+        state = self.states.get(key)
         if state is None:
-            state = self.states[(adapter, session_id)] = SessionState()
-            self._emit(adapter, session_id, "created")
+            if not self._emit(adapter, session_id, "created"):
+                self._retry(key)
+                return None
+            state = self.states[key] = SessionState()
+            self._save(key)
         return state
 
-    def _apply(self, adapter: str, session_id: str, lifecycle, baseline: bool) -> None:
+    def _apply(self, adapter: str, session_id: str, lifecycle) -> None:
+        key = (adapter, session_id)
+        if key not in self.states and (lifecycle.last_activity_ms is None
+                                       or lifecycle.last_activity_ms < self.catch_up_from * 1000):
+            # Activity from before the watch (backfill's job): remember where it is, emit nothing.
+            self.states[key] = SessionState.seen(lifecycle)
+            self._save(key)
+            self._schedule_recheck(key, lifecycle)
+            return
+        state = self._created(adapter, session_id)
+        if state is None:
+            return
+        before = replace(state)
+        if not self._emit_moments(adapter, session_id, state, lifecycle):
+            self._retry(key)
+        if state != before:
+            self._save(key)
+        self._schedule_recheck(key, lifecycle)
+
+    def _emit_moments(self, adapter: str, session_id: str, state: SessionState, lifecycle) -> bool:
+        """Emit what is new since `state`, updating it after each emit that went through.
+        False when an emit failed (the rest waits for the retry)."""
         from .lifecycle import Moment
 
-        key = (adapter, session_id)
-        history = (lifecycle.last_activity_ms is not None
-                   and lifecycle.last_activity_ms < self.started_at * 1000)
-        if (baseline or history) and key not in self.states:
-            # Sessions whose activity predates the watcher (backfill's job): remember where
-            # they are, emit nothing.
-            self.states[key] = SessionState(idle=Moment.IDLE in lifecycle,
-                                            compacting=Moment.COMPACTING in lifecycle,
-                                            ended=Moment.ENDING in lifecycle,
-                                            seen_compaction_id=lifecycle.compaction_id)
-            self._schedule_recheck(self.states[key], lifecycle)
-            return
-        state = self._apply_created(adapter, session_id)
         compacting = Moment.COMPACTING in lifecycle
-        if compacting and not state.compacting:
-            self._emit(adapter, session_id, "compacting")
-        elif Moment.JUST_COMPACTED in lifecycle and not state.compacting:
-            # The compaction started and finished between two looks: still extract what it hid.
-            self._emit(adapter, session_id, "compacting")
+        # A compaction that started and finished between two looks still hid a slice to extract.
+        compaction_is_new = (compacting or Moment.JUST_COMPACTED in lifecycle) and not state.compacting
+        if compaction_is_new and not self._emit(adapter, session_id, "compacting"):
+            return False
         state.compacting = compacting
         if Moment.JUST_COMPACTED in lifecycle:
             state.seen_compaction_id = lifecycle.compaction_id
 
-        idle = Moment.IDLE in lifecycle
-        if idle and not state.idle:
-            # Every idle is emitted at once: the worker runs what costs no LLM call now and
-            # holds the LLM pass to pipeline.min_extraction_interval_seconds per session.
-            state.idle = True
-            self._emit(adapter, session_id, "idle")
-        elif not idle and Moment.BUSY in lifecycle:
-            state.idle = False
+        if Moment.IDLE in lifecycle and lifecycle.reply_id != state.idle_reply:
+            # One idle per finished reply, whether or not the session was ever seen busy (a
+            # whole turn in one transaction, a short turn between two looks). Every idle is
+            # emitted at once: the worker holds the LLM pass to the extraction interval.
+            if not self._emit(adapter, session_id, "idle"):
+                return False
+            state.idle_reply = lifecycle.reply_id
+        elif Moment.BUSY in lifecycle:
             state.ended = False  # a resumed session can end again
 
-        if Moment.ENDING in lifecycle and not state.ended:
-            state.ended = True
-            self._emit(adapter, session_id, "ending")
-        self._schedule_recheck(state, lifecycle)
+        ending_is_new = not state.ended or state.ended_turn != lifecycle.last_turn_id
+        if Moment.ENDING in lifecycle and ending_is_new:
+            # Ending extracts what is past the cursor too: the last turn needs no idle of its own.
+            if not self._emit(adapter, session_id, "ending"):
+                return False
+            state.ended, state.ended_turn = True, lifecycle.last_turn_id
+        return True
 
-    def _schedule_recheck(self, state: SessionState, lifecycle) -> None:
+    def _schedule_recheck(self, key: tuple[str, str], lifecycle) -> None:
         """Look again when the idle debounce or the inactivity timeout will have passed."""
-        if lifecycle.last_activity_ms is None or state.ended:
+        state = self.states.get(key)
+        if lifecycle.last_activity_ms is None or state is None or state.ended:
             return
         last = lifecycle.last_activity_ms / 1000
         candidates = [t for t in (last + self.idle_debounce_ms / 1000 + 0.05,
                                   last + self.inactivity_ms / 1000 + 0.05) if t > self.clock()]
         if candidates:
-            soonest = min(candidates)
-            if state.recheck_at is None or soonest < state.recheck_at:
-                state.recheck_at = soonest
+            self._look_again(key, min(candidates))
 
-    def _emit(self, adapter: str, session_id: str, kind: str) -> None:
-        log.info("session=%s adapter=%s event=%s detected", session_id, adapter, kind)
+    def _look_again(self, key: tuple[str, str], at: float) -> None:
+        current = self._recheck_at.get(key)
+        if current is None or at < current:
+            self._recheck_at[key] = at
+
+    def _retry(self, key: tuple[str, str]) -> None:
+        self._look_again(key, self.clock() + RETRY_SECONDS)
+
+    def _emit(self, adapter: str, session_id: str, kind: str) -> bool:
+        """Record one moment; False (logged) when the callback failed, so the caller keeps
+        its state and tries again."""
         try:
             self.emit_callback(adapter, session_id, kind)
         except Exception as exc:
             self.errors += 1
-            log.warning("session=%s event=%s could not be recorded: %s", session_id, kind, exc)
+            log.warning("session=%s adapter=%s event=%s could not be recorded, retrying in %.0f s: %s",
+                        session_id, adapter, kind, RETRY_SECONDS, exc)
+            return False
+        log.info("session=%s adapter=%s event=%s detected", session_id, adapter, kind)
+        return True
+
+    def _save(self, key: tuple[str, str]) -> None:
+        """Keep the session's state in the store; a busy store is retried on the next tick."""
+        if self.saved is None:
+            return
+        try:
+            self.saved.save(key, self.states[key], self.clock())
+        except Exception as exc:
+            self.errors += 1
+            if key not in self._unsaved:
+                log.warning("session=%s: could not save the watcher's state, retrying: %s", key[1], exc)
+            self._unsaved.add(key)
+            return
+        self._unsaved.discard(key)
+
+
+def _process_key_for(adapter: str, session_id: str) -> str:
+    return f"copilot:{session_id}" if adapter == "copilot" else f"opencode-session:{session_id}"
 
 
 def _modified_after(session_dir: Path, horizon: float) -> bool:

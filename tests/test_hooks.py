@@ -71,7 +71,7 @@ def recorded_steps(monkeypatch):
 
 
 @pytest.mark.parametrize("kind, steps", [
-    ("created", []), ("idle", ["extract", "introspect"]), ("ending", ["introspect"]),
+    ("created", []), ("idle", ["extract", "introspect"]), ("ending", ["extract", "introspect"]),
     ("compacting", ["extract"]),
 ])
 def test_each_event_runs_its_steps(copilot_config, recorded_steps, kind, steps):

@@ -351,3 +351,40 @@ def test_copilot_shutdown_resume_and_live_lock():
     log.add("session.resume", eventCount=9)
     reopened = copilot_lifecycle(log.events, log.last_ms + SECOND, lock_alive=True)
     assert Moment.ENDING not in reopened and reopened.moments == set()
+
+
+def test_opencode_reply_id_names_the_finished_reply_whatever_was_seen_before():
+    first = session(user("u1", T0), assistant("a1", "u1", T0 + 1))
+    assert opencode_lifecycle(first, T0 + MINUTE).reply_id == "a1"
+    # The next turn written in one transaction (prompt and finished reply together): a new
+    # reply id, though no look ever saw the session busy.
+    second = session(user("u1", T0), assistant("a1", "u1", T0 + 1), user("u2", T0 + 2),
+                     assistant("a2", "u2", T0 + 3))
+    state = opencode_lifecycle(second, T0 + MINUTE)
+    assert Moment.IDLE in state and state.reply_id == "a2" and state.last_turn_id == "a2"
+    # Not debounced yet: the reply is named all the same (the watcher looks again).
+    early = opencode_lifecycle(second, T0 + 4)
+    assert Moment.IDLE not in early and early.reply_id == "a2"
+    working = session(user("u1", T0), assistant("a1", "u1", T0 + 1), user("u2", T0 + 2))
+    state = opencode_lifecycle(working, T0 + MINUTE)
+    assert state.reply_id is None and state.last_turn_id == "u2"
+
+
+def test_copilot_reply_id_is_the_turn_end_of_each_finished_reply():
+    log = started().prompt().final_turn("1")
+    first = copilot_lifecycle(log.events, log.last_ms + SECOND)
+    assert Moment.IDLE in first and first.reply_id == log.events[-1]["id"]
+    log.prompt().final_turn("2")  # a whole turn between two looks
+    second = copilot_lifecycle(log.events, log.last_ms + SECOND)
+    assert Moment.IDLE in second and second.reply_id == log.events[-1]["id"] != first.reply_id
+    log.add("session.info", message="metadata after the turn")
+    assert copilot_lifecycle(log.events, log.last_ms + SECOND).reply_id == second.reply_id
+    log.add("session.shutdown", shutdownType="routine")
+    ended = copilot_lifecycle(log.events, log.last_ms + SECOND)
+    assert ended.reply_id is None and ended.last_turn_id == log.events[-1]["id"]
+    log.add("session.resume").prompt().final_turn("3").add("session.shutdown", shutdownType="routine")
+    again = copilot_lifecycle(log.events, log.last_ms + SECOND)
+    assert Moment.ENDING in again and again.last_turn_id != ended.last_turn_id
+    sub_agent = Events().add("session.start").prompt().final_turn("1")
+    sub_agent.add("assistant.turn_end", agent_id="sub", turnId="9")
+    assert copilot_lifecycle(sub_agent.events, sub_agent.last_ms + SECOND).last_turn_id == "e5"

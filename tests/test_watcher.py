@@ -110,6 +110,59 @@ def test_copilot_session_appended_gives_created_idle_and_ending(agent_dirs):
         watcher.stop()
 
 
+def test_a_turn_never_seen_busy_is_a_new_idle(agent_dirs):
+    _, copilot = agent_dirs
+    recorder = Recorder()
+    watcher = SessionWatcher(load_config(), recorder)
+    watcher.start()
+    try:
+        session_id = str(uuid.uuid4())
+        (copilot / session_id).mkdir()
+        events = copilot / session_id / "events.jsonl"
+        append(events, event_line("session.start", {"sessionId": session_id}), *turn("first"))
+        recorder.wait_for(("copilot", session_id, "idle"))
+        append(events, *turn("second"))  # prompt to reply in one write: never busy to a look
+        deadline = time.monotonic() + 8
+        while recorder.kinds(session_id).count("idle") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert recorder.kinds(session_id) == ["created", "idle", "idle"]
+    finally:
+        watcher.stop()
+
+
+class FlakyEmit(Recorder):
+    """An emit whose first `failures` calls raise, as a store locked past its timeout does."""
+
+    def __init__(self, failures: int):
+        super().__init__()
+        self.failures = failures
+        self.calls = 0
+
+    def __call__(self, adapter, session_id, kind):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError("database is locked")
+        super().__call__(adapter, session_id, kind)
+
+
+def test_a_failed_emit_keeps_the_state_and_is_retried(agent_dirs, monkeypatch):
+    monkeypatch.setattr(watcher_module, "RETRY_SECONDS", 0.2)
+    _, copilot = agent_dirs
+    flaky = FlakyEmit(failures=3)
+    watcher = SessionWatcher(load_config(), flaky)
+    watcher.start()
+    try:
+        session_id = str(uuid.uuid4())
+        (copilot / session_id).mkdir()
+        append(copilot / session_id / "events.jsonl",
+               event_line("session.start", {"sessionId": session_id}), *turn("hello"))
+        flaky.wait_for(("copilot", session_id, "idle"))
+        assert watcher.errors == 3
+        assert flaky.kinds(session_id) == ["created", "idle"]  # each once, in order
+    finally:
+        watcher.stop()
+
+
 def test_existing_sessions_are_a_baseline_not_new_events(agent_dirs):
     _, copilot = agent_dirs
     source = Path(__file__).parent / "fixtures" / "copilot" / "session-state"

@@ -287,7 +287,8 @@ def test_detach_returns_at_once_and_the_work_runs_in_background(cli, copilot_con
     _, status = os.waitpid(pid, 0)  # our child: wait for it rather than sleep
     assert os.waitstatus_to_exitcode(status) == 0
     log_text = (llmem_home / "logs" / "hooks.log").read_text()
-    assert f" {pid} " in log_text  # the background process logged its own run
+    # The background process logged its own run (lines naming its pid, not the parent's line).
+    assert [line for line in log_text.splitlines() if str(pid) in line and "(pid" not in line]
 
 
 # ---- enqueue by default -----------------------------------------------------------------------

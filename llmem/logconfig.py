@@ -1,18 +1,26 @@
-"""Log files for the long-running processes: one rotating file per component.
+"""Log files: one rotating file per long-running component, hooks.log for the hooks.
 
 Library modules only call logging.getLogger(__name__); handlers are set here, by entry points.
+Every file has one line layout and one timestamp format, so `llmem logs` can merge them.
+Logging must never be what fails: a full disk, or a file that cannot be opened, costs the log
+line, never the hook or the worker (no "--- Logging error ---" traceback on their stderr).
 """
 
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .paths import ensure_private_dir
+from .paths import ensure_private_dir, open_own_file, private_file
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
+FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# The head of a record's first line; a line without it continues the record above (a traceback).
+_HEAD = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)\S* (?:\d+ )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
 
 
 def _not_a_heartbeat(record: logging.LogRecord) -> bool:
@@ -21,25 +29,85 @@ def _not_a_heartbeat(record: logging.LogRecord) -> bool:
                 and "heartbeat" in record.getMessage())
 
 
+def _expected_in_one_line(record: logging.LogRecord) -> bool:
+    """An expected condition (embedder or LLM down, a bad input: an LlmemError) logs one line.
+
+    huey logs every failed task with its traceback; for a failure llmem names and explains
+    itself the traceback is noise that buries real faults, so it is folded into the message.
+    """
+    from .errors import LlmemError
+
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, LlmemError):
+        record.msg = f"{record.getMessage()}: {exc.__class__.__name__}: {' '.join(str(exc).split())}"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
+class _OwnFileMixin:
+    """Opens the file without following a planted symlink; a failed write costs only the line."""
+
+    def _open(self):
+        fd = open_own_file(Path(self.baseFilename), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+    def handleError(self, record):  # noqa: N802 - logging's name
+        # The default prints a traceback to stderr: an agent would see it for a full disk.
+        self.failed = True
+
+    def close(self):
+        try:
+            super().close()
+        except OSError:  # its last flush, on a full disk
+            pass
+
+
+class OwnFileHandler(_OwnFileMixin, logging.FileHandler):
+    """A plain append handler (hooks rotate hooks.log themselves: logging.handlers is slow to import)."""
+
+
+def file_handler(path: Path, level: str | int) -> logging.Handler:
+    """A handler appending to one of llmem's own log files, in the common layout."""
+    handler = OwnFileHandler(path, encoding="utf-8")
+    _configure(handler, level)
+    return handler
+
+
+def _configure(handler: logging.Handler, level: str | int) -> None:
+    handler.failed = False
+    handler.setFormatter(logging.Formatter(FORMAT, datefmt=TIME_FORMAT))
+    handler.setLevel(level)
+    handler.addFilter(_not_a_heartbeat)
+    handler.addFilter(_expected_in_one_line)
+
+
 def setup_file_logging(config, component: str) -> Path:
     """Send llmem's (and huey's) logs to <log_dir>/<component>.log, rotated."""
+    import logging.handlers
+
+    class OwnRotatingFileHandler(_OwnFileMixin, logging.handlers.RotatingFileHandler):
+        pass
+
+    from .errors import LlmemError
+
     log_dir = ensure_private_dir(config.log_dir)
     path = log_dir / f"{component}.log"
     section = config.values["logging"]
-    handler = logging.handlers.RotatingFileHandler(path, maxBytes=section["max_bytes"],
-                                                   backupCount=section["backups"], encoding="utf-8")
-    handler.setFormatter(logging.Formatter(FORMAT, datefmt="%Y-%m-%dT%H:%M:%S"))
-    handler.setLevel(section["level"])
-    handler.addFilter(_not_a_heartbeat)
+    try:
+        handler = OwnRotatingFileHandler(path, maxBytes=section["max_bytes"],
+                                         backupCount=section["backups"], encoding="utf-8")
+    except OSError as exc:
+        raise LlmemError(f"cannot open the log file {path}: {exc.strerror or exc}",
+                         hint="check logging.dir in config.yaml and that folder") from None
+    private_file(path)  # one an older llmem made with a looser mode
+    _configure(handler, section["level"])
     for name in ("llmem", "workers", "huey"):
         logger = logging.getLogger(name)
         logger.addHandler(handler)
         if logger.level == logging.NOTSET or logger.level > logging.getLevelName(section["level"]):
             logger.setLevel(section["level"])
-    try:
-        os.chmod(path, 0o600)
-    except OSError:
-        pass
     return path
 
 
@@ -49,3 +117,63 @@ def log_files(config) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime)
+
+
+@dataclass
+class LogEntry:
+    """One logged record: its first line and the lines that continue it (a traceback)."""
+
+    time: str
+    level: str
+    file: str
+    lines: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"time": self.time, "level": self.level, "file": self.file, "text": "\n".join(self.lines)}
+
+
+class EntryReader:
+    """Turns the lines of one log file into entries, across reads (for `logs --follow`)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.current: LogEntry | None = None
+
+    def feed(self, lines) -> list[LogEntry]:
+        """The entries completed by these lines; the last one stays open for what follows."""
+        done = []
+        for line in lines:
+            line = line.rstrip("\n")
+            head = _HEAD.match(line)
+            if head:
+                if self.current is not None:
+                    done.append(self.current)
+                self.current = LogEntry(head.group(1).replace(" ", "T"), head.group(2), self.path.name, [line])
+            elif self.current is not None:
+                self.current.lines.append(line)
+            elif line.strip():  # text before any record (a file cut by rotation): show it as is
+                done.append(LogEntry("", "", self.path.name, [line]))
+        return done
+
+    def flush(self) -> list[LogEntry]:
+        done, self.current = ([self.current] if self.current else []), None
+        return done
+
+
+def at_least(entry: LogEntry, level: str | None) -> bool:
+    """Whether the entry is at `level` or above (entries of no known level always are)."""
+    if not level or entry.level not in LEVELS:
+        return True
+    return LEVELS.index(entry.level) >= LEVELS.index(level)
+
+
+def read_entries(config, level: str | None = None) -> list[LogEntry]:
+    """Every entry of every log file at `level` or above, oldest first (a traceback stays whole)."""
+    entries = []
+    for path in log_files(config):
+        reader = EntryReader(path)
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            entries.extend(reader.feed(fh))
+        entries.extend(reader.flush())
+    entries.sort(key=lambda entry: entry.time)  # ISO times sort as text; stable within a file
+    return [entry for entry in entries if at_least(entry, level)]

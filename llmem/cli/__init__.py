@@ -89,6 +89,9 @@ def cli(ctx, verbose, config_path):
     from ..app import App
 
     _state["verbose"] = verbose
+    # Hooks fail open: whatever escapes the hook itself (its log on a full disk, closing the
+    # store) must not fail the agent's turn either.
+    _state["fail_open"] = ctx.invoked_subcommand == "hook"
     _setup_stderr_logging(verbose)
     ctx.obj = _state["app"] = App(config_path=config_path)
     ctx.call_on_close(ctx.obj.close)
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # Whatever llmem creates (stores, queue, WAL files, logs, reports) is the user's alone.
     os.umask(0o077)
-    _state["app"] = None  # tests run main() many times in one process
+    _state.update(app=None, fail_open=False)  # tests run main() many times in one process
     try:
         cli.main(args=argv, prog_name="llmem", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -137,13 +140,15 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except LlmemError as exc:
-        _fail(exc)
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:
+        if _state["fail_open"]:
+            _fail_open(exc)
+        if isinstance(exc, LlmemError):
+            _fail(exc)
         translated = _store_failure(exc)
         if translated is not None:
             _fail(translated)
@@ -154,6 +159,21 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"Error: unexpected failure: {exc.__class__.__name__}: {exc}", err=True)
         click.echo("  hint: run again with -v for the traceback", err=True)
         sys.exit(1)
+    sys.exit(0)
+
+
+def _fail_open(exc: Exception) -> None:
+    """One stderr line and exit 0: a hook's failure never fails the agent."""
+    try:
+        if _state["verbose"]:
+            import traceback
+
+            traceback.print_exc()
+        said = exc if isinstance(exc, LlmemError) else _store_failure(exc)
+        text = said.message if said is not None else f"{exc.__class__.__name__}: {exc}"
+        click.echo(f"llmem hook: failed, the agent goes on: {' '.join(text.split())[:300]}", err=True)
+    except Exception:  # stderr itself is gone: nothing more to say
+        pass
     sys.exit(0)
 
 

@@ -220,39 +220,45 @@ def queue_retry(app, event_ids, failed):
 
 
 @click.command()
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
-@click.option("-n", "--lines", type=bounded_int(0), default=50, show_default=True)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new entries.")
+@click.option("-n", "--lines", type=bounded_int(0), default=50, show_default=True,
+              help="Entries shown (a traceback stays with the line it belongs to).")
 @click.option("--level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="Minimum level.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (with --follow: one object per line).")
 @click.pass_obj
-def logs(app, follow, lines, level):
-    """Show the watcher's and workers' log lines (newest last)."""
-    from ..logconfig import log_files
+def logs(app, follow, lines, level, as_json):
+    """Show the watcher's, workers' and hooks' log entries (newest last)."""
+    import json
 
-    order = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-    floor = order.index(level) if level else 0
+    from ..logconfig import EntryReader, at_least, log_files, read_entries
 
-    def keep(line: str) -> bool:
-        parts = line.split(" ", 2)
-        return len(parts) < 2 or parts[1] not in order or order.index(parts[1]) >= floor
+    def show(entries):
+        for entry in entries:
+            if not at_least(entry, level):
+                continue
+            if as_json and follow:
+                click.echo(json.dumps(entry.as_dict(), ensure_ascii=False))
+            else:
+                click.echo("\n".join(entry.lines))
 
-    files = log_files(app.config)
-    if not files and not follow:
+    entries = read_entries(app.config, level)
+    shown = entries[-lines:] if lines else []
+    if as_json and not follow:
+        print_json([entry.as_dict() for entry in shown])
+        return
+    if not entries and not follow:
         click.echo(f"No logs yet in {app.config.log_dir}", err=True)
         return
-    collected = []
-    for path in files:
-        with path.open(encoding="utf-8", errors="replace") as fh:
-            collected.extend(line.rstrip("\n") for line in fh if keep(line))
-    collected.sort(key=lambda line: line[:19])  # ISO timestamps sort as text
-    for line in collected[-lines:] if lines else []:
-        click.echo(line)
+    show(shown)
     if not follow:
         return
-    offsets = {p: p.stat().st_size for p in files}
+    readers = {}
+    offsets = {p: p.stat().st_size for p in log_files(app.config)}
     try:
         while True:
             time.sleep(0.5)
             for path in log_files(app.config):
+                reader = readers.setdefault(path, EntryReader(path))
                 size = path.stat().st_size
                 start = offsets.get(path, 0)
                 if size < start:  # rotated
@@ -260,10 +266,10 @@ def logs(app, follow, lines, level):
                 if size > start:
                     with path.open(encoding="utf-8", errors="replace") as fh:
                         fh.seek(start)
-                        for line in fh:
-                            if keep(line):
-                                click.echo(line.rstrip("\n"))
+                        show(reader.feed(fh))
                     offsets[path] = size
+                # A record is complete once its file stops growing (its traceback is written whole).
+                show(reader.flush())
                 sys.stdout.flush()
     except KeyboardInterrupt:
         return

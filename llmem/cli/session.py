@@ -47,6 +47,7 @@ def context(app, session_id, compacting, max_tokens, project, adapter, as_json):
 
 def _hook_logging(app):
     """Send llmem's log to hooks.log and keep stderr for the hook's one line; returns an undo."""
+    from ..logconfig import file_handler as own_log_file
     from ..paths import default_paths, ensure_private_dir
 
     root = logging.getLogger("llmem")
@@ -67,11 +68,9 @@ def _hook_logging(app):
         # Rotated by hand: logging.handlers (and the socket module it pulls in) costs a
         # hook ~10 ms of start-up on every agent turn.
         _rotate_if_big(log_dir / HOOK_LOG, settings["max_bytes"], settings["backups"])
-        file_handler = logging.FileHandler(log_dir / HOOK_LOG, encoding="utf-8")
-        file_handler.setFormatter(logging.Formatter(
-            "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
         level = getattr(logging, settings["level"], logging.INFO)
-        file_handler.setLevel(level)
+        # Opened without following a planted symlink; a failed write (full disk) costs the line only.
+        file_handler = own_log_file(log_dir / HOOK_LOG, level)
         root.addHandler(file_handler)
         root.setLevel(min(old_level or logging.WARNING, level))
     except OSError:

@@ -231,6 +231,10 @@ class Store:
         Returns every column written. `updated_at` is now unless given. Call inside a transaction.
         """
         values = dict(values)
+        # A merged text may come from the LLM, which can write a secret-shaped string too.
+        for name in ("content", "summary"):
+            if isinstance(values.get(name), str):
+                values[name] = self.redactor.text(values[name])
         text = {name: values.get(name, current[name]) for name in ("content", "summary", "metadata")}
         if "content" in values:
             values["content_hash"] = content_hash(values["content"])

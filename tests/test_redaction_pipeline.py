@@ -255,3 +255,23 @@ def test_add_update_and_import_store_no_secret(cli, configure, tmp_path, llmem_h
         "utf-8", errors="replace")
     assert _leaks([*secrets, "hunter2-x9!"], store_bytes) == []
     assert "[REDACTED:" in added["content"] and added["metadata"]["password"] == "[REDACTED:password]"
+
+
+def test_a_merged_text_written_by_dream_is_redacted(configure):
+    """Dream writes LLM merges through Store.write_fields: the model may invent a token."""
+    from llmem.dream.journal import row_snapshot
+
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\n"
+              "redaction:\n  patterns: ['ACME-INTERNAL-[0-9]{8}']\n")
+    _, turn, secrets = _planted_turns()
+    app = App()
+    try:
+        memory = app.store.add("deploys run on tuesdays").memory
+        with app.store.db.atomic():
+            app.store.write_fields(memory.id, {"content": f"merged: {turn}", "summary": turn},
+                                   current=row_snapshot(memory.id, app.store.db))
+        stored = app.store.get(memory.id)
+    finally:
+        app.close()
+    assert _leaks(secrets, stored.content + stored.summary) == []
+    assert stored.content.startswith("merged: Please help.")

@@ -46,10 +46,10 @@ def add(app, content, memory_type="fact", **kw):
 
 
 def test_block_has_markers_ids_and_sections_in_order(copilot_config, app):
-    Memory = app.store.models.Memory
     pref = add(app, "Prefer pnpm over npm for JavaScript packages", "preference")
     proc = add(app, "Run pytest -q before every commit", "procedure", project=PROJECT)
     core = add(app, "The orders API paginates with keyset cursors", "fact", project=PROJECT)
+    Memory = app.store.models.Memory
     Memory.update(promoted_at=time.time()).where(Memory.id == core.id).execute()
     relevant = add(app, "test_list_orders_paginates is flaky when two orders share created_at",
                    "event", project=PROJECT)
@@ -76,7 +76,6 @@ def test_block_has_markers_ids_and_sections_in_order(copilot_config, app):
 
 
 def test_scope_validity_and_recall_origin(copilot_config, app):
-    RecallEvent = app.store.models.RecallEvent
     mine = add(app, "Decided: flaky pagination fixed by ordering on id too", "decision", project=PROJECT)
     other = add(app, "Decided: pagination in the other project uses offsets", "decision",
                 project="/home/dev/other")
@@ -91,6 +90,7 @@ def test_scope_validity_and_recall_origin(copilot_config, app):
     assert other.id not in block.memory_ids and gone.id not in block.memory_ids
     assert expired.id not in block.memory_ids
     # recalls made for the context are recorded as such, never as user searches
+    RecallEvent = app.store.models.RecallEvent
     origins = {r.origin for r in RecallEvent.select()}
     assert origins == {"context"}
 

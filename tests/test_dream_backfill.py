@@ -44,10 +44,10 @@ def app(tmp_path, monkeypatch):
 
 
 def test_backfill_resumes_and_rolls_back(app):
-    Memory, DreamRun, SessionCursor = app.store.models.Memory, app.store.models.DreamRun, app.store.models.SessionCursor
     llm = StubLLM()
     first = run_backfill(app, llm=llm)
     assert first.sessions >= 1 and first.added >= 1 and not first.errors
+    Memory, DreamRun, SessionCursor = app.store.models.Memory, app.store.models.DreamRun, app.store.models.SessionCursor
     added = [m.id for m in Memory.select().where(Memory.source != "dream")]
     assert len(added) == first.added
     assert SessionCursor.select().where(SessionCursor.session_id == SESSION).exists()

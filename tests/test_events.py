@@ -43,9 +43,9 @@ def test_record_reuses_a_waiting_event_and_claims_once(app):
 
 
 def test_reconcile_finds_lost_and_released_events(app):
-    Event = app.store.models.Event
     lost, _ = record_event(app.store, "copilot", "s1", "idle")
     claim_event(app.store, lost.id)
+    Event = app.store.models.Event
     Event.update(started_at=now() - 3600).where(Event.id == lost.id).execute()
     waiting, _ = record_event(app.store, "copilot", "s2", "ending")
     assert [e.id for e in events_to_reconcile(app.store, pending_after=60, running_after=600)] == [lost.id]
@@ -59,7 +59,6 @@ def test_reconcile_finds_lost_and_released_events(app):
 
 
 def test_within_the_interval_heuristics_run_now_and_the_llm_waits(app, model_server):
-    Memory, Event = app.store.models.Memory, app.store.models.Event
     session_id = str(uuid.uuid4())
     events_file = app.state_dir / session_id / "events.jsonl"
     events_file.parent.mkdir()
@@ -77,6 +76,7 @@ def test_within_the_interval_heuristics_run_now_and_the_llm_waits(app, model_ser
     outcome = run_event(app, second.id)
     assert outcome.status == "pending" and outcome.result["deferred_until"] > now() + 50
     assert len([p for p, _ in model_server.requests if p == "/api/chat"]) == chats  # no LLM call
+    Memory, Event = app.store.models.Memory, app.store.models.Event
     assert Memory.select().where(Memory.content.contains("thursdays")).exists()  # heuristics now
     assert Event.get_by_id(second.id).not_before == pytest.approx(outcome.result["deferred_until"])
 

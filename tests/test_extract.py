@@ -175,7 +175,6 @@ def test_heuristics_capture_explicit_statements_without_an_llm(configure, state_
 
 
 def test_same_slice_twice_adds_nothing_and_new_messages_are_read_once(configure, state_dir, app):
-    Memory, SessionCursor = app.store.models.Memory, app.store.models.SessionCursor
     session = CopilotSession(state_dir, "ses-idem")
     session.user("Remember that builds run on Python 3.12.")
     session_config(configure, state_dir)
@@ -194,6 +193,7 @@ def test_same_slice_twice_adds_nothing_and_new_messages_are_read_once(configure,
     SessionCursor.delete().execute()
     again = extract_session(app, "ses-idem")
     assert again.messages_read == 2 and again.memories_added == 0 and again.duplicates == 2
+    Memory, SessionCursor = app.store.models.Memory, app.store.models.SessionCursor
     assert Memory.select().count() == 2
 
 
@@ -215,7 +215,6 @@ def test_injected_context_is_never_relearned(configure, state_dir, app, model_se
 
 
 def test_llm_extraction_types_confidence_embeddings_and_usage(configure, state_dir, app, model_server):
-    LlmUsage = app.store.models.LlmUsage
     session = CopilotSession(state_dir, "ses-llm")
     session.user("Let's paginate with keyset cursors; offsets drift under concurrent inserts.")
     session.assistant("Switching list_orders to keyset pagination.",
@@ -240,10 +239,10 @@ def test_llm_extraction_types_confidence_embeddings_and_usage(configure, state_d
     usage = list(LlmUsage.select())
     assert [(u.task, u.prompt_tokens, u.completion_tokens, u.day) for u in usage] == [
         ("extract", 10, 5, today())]
+    LlmUsage = app.store.models.LlmUsage
 
 
 def test_changed_decision_supersedes_the_old_one(configure, state_dir, app, model_server):
-    Memory, Relation = app.store.models.Memory, app.store.models.Relation
     session_config(configure, state_dir, server=model_server)
     old = app.store.add("The orders service stores data in MySQL 8.", "decision", project=PROJECT).memory
     session = CopilotSession(state_dir, "ses-sup")
@@ -262,6 +261,7 @@ def test_changed_decision_supersedes_the_old_one(configure, state_dir, app, mode
     (relation,) = Relation.select()
     new = Memory.get(Memory.id == relation.source_id)
     assert relation.type == "supersedes" and relation.target_id == old.id
+    Memory, Relation = app.store.models.Memory, app.store.models.Relation
     assert "PostgreSQL 16" in new.content
 
 
@@ -320,7 +320,6 @@ def test_unreachable_llm_means_heuristics(configure, state_dir, app):
 
 
 def test_spent_budget_defers_but_heuristics_still_run(configure, state_dir, app, model_server):
-    SessionCursor, LlmUsage = app.store.models.SessionCursor, app.store.models.LlmUsage
     session = CopilotSession(state_dir, "ses-budget")
     session.user("Never log request bodies.")
     session_config(configure, state_dir, server=model_server, extra="")
@@ -331,6 +330,7 @@ def test_spent_budget_defers_but_heuristics_still_run(configure, state_dir, app,
         LlmUsage.create(time=time.time(), day=today(), task="extract", provider="ollama",
                         model="m", prompt_tokens=90, completion_tokens=10)
 
+        SessionCursor, LlmUsage = app.store.models.SessionCursor, app.store.models.LlmUsage
     report = extract_session(app, "ses-budget")
 
     assert report.deferred and "budget" in report.llm_error

@@ -73,7 +73,6 @@ def test_parse_reply_accepts_fences_and_surrounding_prose():
 
 
 def test_ollama_chat_sends_the_schema_as_format_and_records_tokens(app, ollama_config):
-    LlmUsage = app.store.models.LlmUsage
     ollama_config.chat_replies = ['{"items": [{"kind": "a"}]}']
     llm = make_llm(app.config)
     try:
@@ -83,6 +82,7 @@ def test_ollama_chat_sends_the_schema_as_format_and_records_tokens(app, ollama_c
         llm.close()
     (body,) = chats(ollama_config)
     assert body["format"] == SCHEMA and body["stream"] is False and body["model"] == "llama3.1:8b"
+    LlmUsage = app.store.models.LlmUsage
     (row,) = LlmUsage.select()
     assert (row.task, row.provider, row.model, row.prompt_tokens, row.completion_tokens, row.day) == (
         "extract", "ollama", "llama3.1:8b", 10, 5, today())
@@ -107,7 +107,6 @@ def test_openai_compatible_provider(configure, model_server, monkeypatch):
 
 
 def test_invalid_reply_is_retried_once_with_the_error_shown(app, ollama_config, caplog):
-    LlmUsage = app.store.models.LlmUsage
     ollama_config.chat_replies = ['{"items": [{"kind": "zzz"}]}', '{"items": [{"kind": "b"}]}']
     llm = make_llm(app.config)
     with caplog.at_level("WARNING", logger="llmem"):
@@ -119,6 +118,7 @@ def test_invalid_reply_is_retried_once_with_the_error_shown(app, ollama_config, 
     assert second["messages"][1] == {"role": "assistant", "content": '{"items": [{"kind": "zzz"}]}'}
     assert '"zzz" is not one of "a", "b"' in second["messages"][2]["content"]
     assert 'raw reply: {"items": [{"kind": "zzz"}]}' in caplog.text
+    LlmUsage = app.store.models.LlmUsage
     assert LlmUsage.select().count() == 2
 
 
@@ -167,7 +167,6 @@ def test_timeout_raises_llm_unavailable(app, ollama_config):
 
 
 def test_daily_budget_is_enforced_per_local_day(app, ollama_config):
-    LlmUsage = app.store.models.LlmUsage
     llm = OllamaLLM("llama3.1:8b", ollama_config.url, daily_token_budget=20, store=app.store)
     ollama_config.chat_replies = ['{"items": []}', '{"items": []}', '{"items": []}']
     llm.chat_json([], SCHEMA, task="extract")  # 15 tokens
@@ -176,6 +175,7 @@ def test_daily_budget_is_enforced_per_local_day(app, ollama_config):
         llm.chat_json([], SCHEMA, task="extract")
     assert len(chats(ollama_config)) == 2
     # Yesterday's tokens do not count today.
+    LlmUsage = app.store.models.LlmUsage
     LlmUsage.update(day="2000-01-01").execute()
     llm.chat_json([], SCHEMA, task="extract")
     llm.close()

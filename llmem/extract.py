@@ -439,7 +439,7 @@ def store_candidates(app, candidates: list[Candidate], report: ExtractionReport,
                     report.updated_ids.append(target.id)
                     touched.append((target, vector, _embedding_text(candidate.content, candidate.summary)))
                 else:
-                    meta = {"rule": candidate.rule, **(metadata or {})}
+                    meta = {"rule": candidate.rule, **candidate.metadata, **(metadata or {})}
                     if candidate.message_id:
                         meta["message_id"] = candidate.message_id
                     result = store.add(candidate.content, candidate.type, summary=candidate.summary,

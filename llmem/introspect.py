@@ -4,6 +4,15 @@ Four ways in: manual (`introspect --category …`), automatic over a session or 
 when one answers, else heuristics over error signals), `learn --wrong --right`, and
 `track-review`. `Recurring` is filled by looking up earlier self_assessments of the same
 category, so repeated mistakes become visible to the dream's behavioural insights.
+
+Without an LLM the heuristics read what the user's corrections state (a fact, preference,
+procedure, decision or wrong → right pair, stored as such) and make a self_assessment only of a
+mistake whose wording names a category; those carry `source: heuristic` in their metadata and
+a lower confidence, and dream does not build lessons on them alone.
+
+Running the same introspection twice adds nothing: recurrence lives in the metadata (the
+content of an assessment does not depend on what was stored before), a session's cursor moves
+in the transaction that stores what it covers, and a text already introspected is recognised.
 """
 
 from __future__ import annotations
@@ -16,9 +25,9 @@ from pathlib import Path
 from .db.models import Memory
 from .errors import EmbedderUnavailable, LLMUnavailable, UsageError
 from .extract import chunk_lines, prepare_slice, redact_messages, redactor, strip_context_blocks
-from .heuristics import categorize, error_signals, statements
+from .heuristics import classify_correction, error_signals, stated_corrections
 from .llm import BudgetExhausted, step_llm
-from .taxonomy import CATEGORIES, ERROR_CATEGORIES, POSITIVE_CATEGORIES, TAXONOMY
+from .taxonomy import CATEGORIES, ERROR_CATEGORIES, HEURISTIC, POSITIVE_CATEGORIES, TAXONOMY
 from .times import now, to_iso
 
 log = logging.getLogger(__name__)
@@ -27,6 +36,9 @@ log = logging.getLogger(__name__)
 # The nine fields, in the seeds' order; metadata uses their lower-case names.
 FIELDS = ("Category", "Context", "What_happened", "Outcomes", "What_caught_it",
           "Estimates_vs_actual", "Recurring", "Proposed_update", "Iteration_count")
+# The content holds every field but Recurring: that one depends on what was stored before, and
+# a content that changes with it would make a re-run store the same assessment twice.
+CONTENT_FIELDS = tuple(f for f in FIELDS if f != "Recurring")
 
 # Deterministic Proposed_update when none is given and no LLM proposes one.
 DEFAULT_UPDATES: dict[str, str] = {
@@ -44,15 +56,10 @@ DEFAULT_UPDATES: dict[str, str] = {
 }
 
 MANUAL_CONFIDENCE = 0.9  # stated by the user or the agent itself
-AUTO_CONFIDENCE = 0.7  # inferred
+AUTO_CONFIDENCE = 0.7  # inferred by an LLM
+HEURISTIC_CONFIDENCE = 0.5  # guessed from wording by the heuristics
 RECURRING_LOOKUP = 10
 TRACK_REVIEW = "track-review"
-
-# Words that say something went wrong in a free text (introspect --auto --text).
-_TROUBLE = re.compile(
-    r"\b(?:error|errors|bug|bugs|exception|crash(?:ed|es)?|fail(?:ed|s|ure|ing)?|broke|broken|"
-    r"wrong|mistake|regression|traceback|null pointer|undefined|leak|deadlock|timeout|timed out|"
-    r"forgot|missed|missing|incorrect|flaky|race)\b", re.IGNORECASE)
 
 
 def check_category(category: str | None) -> str:
@@ -65,9 +72,9 @@ def check_category(category: str | None) -> str:
 
 
 def format_self_assessment(fields: dict) -> str:
-    """The nine fields as `Name: value` lines (unknown values shown as '-')."""
+    """The fields as `Name: value` lines (unknown values shown as '-'); Recurring is metadata."""
     lines = []
-    for name in FIELDS:
+    for name in CONTENT_FIELDS:
         value = fields.get(name)
         text = "-" if value is None or value == "" else " ".join(str(value).split())
         lines.append(f"{name}: {text}")
@@ -103,21 +110,13 @@ def _embed(app, memories: list[Memory]) -> None:
         log.info("self_assessment stored without embedding (%s)", exc.message)
 
 
-def store_assessment(app, fields: dict, *, source: str, confidence: float, origin: str,
-                     project: str | None = None, session_id: str | None = None,
-                     extra: dict | None = None) -> Memory:
-    """Fill Recurring, then store one self_assessment (content and metadata carry the fields)."""
-    store = app.store
+def _checked_fields(app, fields: dict) -> dict:
+    """The fields redacted, context blocks stripped, category and counts validated."""
     fields = _redact_fields(app, {k: (strip_context_blocks(v) if isinstance(v, str) else v)
                                   for k, v in fields.items()})
-    category = check_category(fields.get("Category"))
-    fields["Category"] = category
+    fields["Category"] = check_category(fields.get("Category"))
     if not (fields.get("What_happened") or "").strip():
         raise UsageError("a self_assessment needs What_happened", hint='pass --what-happened "…"')
-    recurring_ids: list[str] = []
-    if category != "REVIEW_PASSED":
-        recurring_ids = [m.id for m in earlier_assessments(store, category, project)]
-    fields["Recurring"] = ("yes (" + ", ".join(i[:8] for i in recurring_ids) + ")") if recurring_ids else "no"
     iteration = fields.get("Iteration_count")
     if iteration is not None:
         try:
@@ -127,15 +126,34 @@ def store_assessment(app, fields: dict, *, source: str, confidence: float, origi
         if iteration < 1:
             raise UsageError("Iteration_count counts attempts: 1 or more")
         fields["Iteration_count"] = iteration
+    return fields
+
+
+def _write_assessment(store, fields: dict, *, source: str, confidence: float, origin: str,
+                      project: str | None, session_id: str | None, extra: dict | None):
+    """Fill Recurring (metadata only) and add the assessment; an AddResult (call in a txn)."""
+    category = fields["Category"]
+    recurring_ids: list[str] = []
+    if category != "REVIEW_PASSED":
+        recurring_ids = [m.id for m in earlier_assessments(store, category, project)]
+    fields = {**fields, "Recurring": "yes" if recurring_ids else "no"}
     metadata = {name.lower(): fields.get(name) for name in FIELDS}
-    metadata.update({"recurring": "yes" if recurring_ids else "no", "recurring_ids": recurring_ids,
-                     "origin": origin, **(extra or {})})
+    metadata.update({"recurring_ids": recurring_ids, "origin": origin, **(extra or {})})
     summary = f"{category}: {' '.join(fields['What_happened'].split())}"
     if len(summary) > 140:
         summary = summary[:139] + "…"
-    result = store.add(format_self_assessment(fields), "self_assessment", summary=summary,
-                       confidence=confidence, source=source, project=project,
-                       session_id=session_id, metadata=metadata)
+    return store.add(format_self_assessment(fields), "self_assessment", summary=summary,
+                     confidence=confidence, source=source, project=project,
+                     session_id=session_id, metadata=metadata)
+
+
+def store_assessment(app, fields: dict, *, source: str, confidence: float, origin: str,
+                     project: str | None = None, session_id: str | None = None,
+                     extra: dict | None = None) -> Memory:
+    """Store one self_assessment (content and metadata carry the fields), then embed it."""
+    result = _write_assessment(app.store, _checked_fields(app, fields), source=source,
+                               confidence=confidence, origin=origin, project=project,
+                               session_id=session_id, extra=extra)
     if result.created:
         _embed(app, [result.memory])
     return result.memory
@@ -268,8 +286,7 @@ def _run_llm(llm, texts: list[str]) -> list[dict] | None:
 def _group_signals(signals) -> dict[str, list]:
     grouped: dict[str, list] = {}
     for signal in signals:
-        category = categorize(signal.text)
-        grouped.setdefault(category, []).append(signal)
+        grouped.setdefault(signal.category, []).append(signal)
     return grouped
 
 
@@ -280,11 +297,13 @@ def _fields_from_signals(category: str, signals, context: str | None) -> dict:
         shown += f"; and {len(signals) - 3} more"
     if "correction" in kinds:
         caught = "user"
+    elif "admission" in kinds:
+        caught = "self-review"
     elif any(re.search(r"\bfailed\b|FAILED|AssertionError|pytest|test", s.text) for s in signals):
         caught = "test"
     else:
         caught = "tool error"
-    failures = sum(1 for s in signals if s.kind != "correction")
+    failures = sum(1 for s in signals if s.kind in ("tool_failure", "retry"))
     return {
         "Category": category, "Context": context, "What_happened": shown,
         "Outcomes": f"{len(signals)} error signal(s) before the work went on "
@@ -295,36 +314,84 @@ def _fields_from_signals(category: str, signals, context: str | None) -> dict:
     }
 
 
+def _write_stated(store, candidates, *, origin: str, project: str | None, session_id: str | None,
+                  extra: dict | None = None):
+    """Add what corrections state (facts, preferences, steps, wrong → right pairs); AddResults."""
+    results = []
+    for candidate in candidates:
+        metadata = {"rule": candidate.rule, **candidate.metadata, "origin": origin,
+                    "source": HEURISTIC, **(extra or {})}
+        if candidate.message_id:
+            metadata["message_id"] = candidate.message_id
+        results.append(store.add(candidate.content, candidate.type, summary=candidate.summary,
+                                 confidence=candidate.confidence, source="introspection",
+                                 project=project, session_id=session_id, metadata=metadata))
+    return results
+
+
+def _introspected_before(store, text_key: str) -> list[Memory]:
+    """The valid memories an earlier `--auto --text` run stored from this same text."""
+    import peewee as pw
+
+    Memory = store.models.Memory
+    return list(Memory.select().where(
+        Memory.invalidated_at.is_null() & (Memory.source == "introspection")
+        & (pw.fn.json_extract(Memory.metadata, "$.text_key") == text_key)).order_by(Memory.seq))
+
+
 def introspect_text(app, text: str, *, llm=None, use_llm: bool = True,
                     project: str | None = None) -> list[Memory]:
-    """self_assessments from a free text; nothing when it tells of nothing going wrong."""
+    """What a free text teaches: self_assessments of the mistakes it tells of, or, for a user's
+    correction read without an LLM, what the correction states. Nothing when nothing went
+    wrong; the memories of the first run when the same text is introspected again."""
+    from .store import content_hash
+
     if not (text or "").strip():
         raise UsageError("--text is empty", hint='describe what happened, e.g. --text "null pointer in handler"')
+    store = app.store
     cleaned = _redact_fields(app, {"t": strip_context_blocks(text)})["t"]
+    text_key = content_hash(f"{project or ''}\n{cleaned}")
+    earlier = _introspected_before(store, text_key)
+    if earlier:
+        return earlier
+    stated = []
     with step_llm(app, llm, use_llm) as llm:
         items = _run_llm(llm, [cleaned])
     if items is not None:
-        return [store_assessment(app, _fields_from_llm(item, None), source="introspection",
-                                 confidence=AUTO_CONFIDENCE, origin="auto-text", project=project)
-                for item in items]
-    if not _TROUBLE.search(cleaned) and not any(c.rule.startswith("correction") for c in statements(cleaned)):
-        return []
-    category = categorize(cleaned)
-    what = " ".join(cleaned.split())
-    fields = {"Category": category, "Context": None, "What_happened": what[:400],
-              "Outcomes": None, "What_caught_it": None, "Estimates_vs_actual": None,
-              "Proposed_update": DEFAULT_UPDATES[category], "Iteration_count": None}
-    return [store_assessment(app, fields, source="introspection", confidence=AUTO_CONFIDENCE,
-                             origin="auto-text", project=project)]
+        field_sets = [_fields_from_llm(item, None) for item in items]
+        confidence, extra = AUTO_CONFIDENCE, {"text_key": text_key}
+    else:
+        verdict = classify_correction(cleaned)
+        field_sets, stated = [], verdict.candidates
+        if verdict.kind == "self_assessment":
+            what = " ".join(cleaned.split())[:400]
+            field_sets = [{"Category": verdict.category, "Context": None, "What_happened": what,
+                           "Outcomes": None, "What_caught_it": None, "Estimates_vs_actual": None,
+                           "Proposed_update": DEFAULT_UPDATES[verdict.category], "Iteration_count": None}]
+        confidence, extra = HEURISTIC_CONFIDENCE, {"text_key": text_key, "source": HEURISTIC}
+    field_sets = [_checked_fields(app, fields) for fields in field_sets]
+    with store.db.atomic():
+        results = [_write_assessment(store, fields, source="introspection", confidence=confidence,
+                                     origin="auto-text", project=project, session_id=None, extra=extra)
+                   for fields in field_sets]
+        results += _write_stated(store, stated, origin="auto-text", project=project, session_id=None,
+                                 extra={"text_key": text_key})
+    _embed(app, [r.memory for r in results if r.created])
+    return [r.memory for r in results]
 
 
 def introspect_session(app, session_id: str, *, adapter_name: str | None = None, llm=None,
                        use_llm: bool = True) -> list[Memory]:
-    """self_assessments from a session's transcript after its introspection cursor."""
+    """What a session's transcript after its introspection cursor teaches (see introspect_text).
+
+    The memories and the cursor move in one transaction; when another run moved the cursor
+    meanwhile, this one writes nothing (that run covered the slice).
+    """
     from .adapters import resolve_adapter
 
     adapter = resolve_adapter(app.config, session_id, adapter_name)
-    SessionCursor = app.store.models.SessionCursor
+    store = app.store
+    SessionCursor = store.models.SessionCursor
     row = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
                                     & (SessionCursor.session_id == session_id))
     start = row.introspect_cursor if row else None
@@ -333,7 +400,9 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
     context = f"session {session_id}" + (f" ({transcript.title})" if transcript.title else "")
     if project:
         context += f" in {project}"
-    memories: list[Memory] = []
+    field_sets: list[dict] = []
+    stated = []
+    confidence, extra = AUTO_CONFIDENCE, {"adapter": adapter.name}
     if transcript.messages:
         prepared = prepare_slice(app.config, transcript.messages)
         texts = ["\n".join(line.rendered for line in chunk) for chunk in chunk_lines(prepared.lines)]
@@ -345,26 +414,31 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
             redacted, _ = redact_messages(app.config, transcript.messages)
             grouped = _group_signals(error_signals(redacted))
             field_sets = [_fields_from_signals(c, s, context) for c, s in grouped.items()]
-        memories = [store_assessment(app, fields, source="introspection", confidence=AUTO_CONFIDENCE,
+            stated = stated_corrections(redacted)
+            confidence, extra = HEURISTIC_CONFIDENCE, {**extra, "source": HEURISTIC}
+    field_sets = [_checked_fields(app, fields) for fields in field_sets]
+    with store.db.atomic():
+        current = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
+                                            & (SessionCursor.session_id == session_id))
+        if (current.introspect_cursor if current else None) != start:
+            log.info("session %s: another run introspected this slice first", session_id)
+            return []
+        results = [_write_assessment(store, fields, source="introspection", confidence=confidence,
                                      origin="auto-session", project=project, session_id=session_id,
-                                     extra={"adapter": adapter.name})
-                    for fields in field_sets]
-    _advance_introspect_cursor(app, adapter.name, session_id, project, transcript.cursor or start)
-    return memories
-
-
-def _advance_introspect_cursor(app, adapter: str, session_id: str, project, cursor) -> None:
-    SessionCursor = app.store.models.SessionCursor
-    with app.store.db.atomic():
-        row = SessionCursor.get_or_none((SessionCursor.adapter == adapter)
-                                        & (SessionCursor.session_id == session_id))
-        if row is None:
-            SessionCursor.create(adapter=adapter, session_id=session_id, project=project,
+                                     extra=extra)
+                   for fields in field_sets]
+        results += _write_stated(store, stated, origin="auto-session", project=project,
+                                 session_id=session_id, extra={"adapter": adapter.name})
+        cursor = transcript.cursor or start
+        if current is None:
+            SessionCursor.create(adapter=adapter.name, session_id=session_id, project=project,
                                  introspect_cursor=cursor, status="idle", updated_at=now())
         else:
-            row.introspect_cursor = cursor
-            row.updated_at = now()
-            row.save()
+            current.introspect_cursor = cursor
+            current.updated_at = now()
+            current.save()
+    _embed(app, [r.memory for r in results if r.created])
+    return [r.memory for r in results if r.created]
 
 
 # ---- learn and track-review ---------------------------------------------------------------------

@@ -17,3 +17,28 @@ CATEGORIES = tuple(TAXONOMY)
 # Outcomes worth tracking that are not mistakes: they never become behavioural insights.
 POSITIVE_CATEGORIES = frozenset({"REVIEW_PASSED"})
 ERROR_CATEGORIES = tuple(c for c in CATEGORIES if c not in POSITIVE_CATEGORIES)
+
+# metadata `source` of a self_assessment the no-LLM heuristics made (the memory's own source
+# column stays "introspection"): a guess from wording, weaker evidence than a stated one.
+HEURISTIC = "heuristic"
+
+
+def is_heuristic(metadata: dict | None) -> bool:
+    """Whether a self_assessment was made by the heuristics (metadata source: heuristic)."""
+    return isinstance(metadata, dict) and metadata.get("source") == HEURISTIC
+
+
+def enough_evidence(assessments) -> bool:
+    """Whether (metadata, session_id) pairs of one category's self_assessments make a lesson.
+
+    Heuristic guesses alone count only when they come from two sessions or more; one stated
+    assessment (by hand, by an LLM, by a review) is enough on its own. Guesses from a single
+    session are one misreading away from a false lesson.
+    """
+    sessions: set[str] = set()
+    for metadata, session_id in assessments:
+        if not is_heuristic(metadata):
+            return True
+        if session_id:
+            sessions.add(session_id)
+    return len(sessions) >= 2

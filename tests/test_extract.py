@@ -147,6 +147,7 @@ def test_heuristics_capture_explicit_statements_without_an_llm(configure, state_
     session.user("Always run ruff before committing.\nNever push directly to main.")
     session.user("No, use pnpm instead of npm.")
     session.user("That's wrong, the API returns a list of orders.")
+    session.user("That's wrong, try again.")  # states nothing to keep
     session.user("```\nremember this is code, not a statement\n```")
     session_config(configure, state_dir)
 
@@ -160,7 +161,7 @@ def test_heuristics_capture_explicit_statements_without_an_llm(configure, state_
         "We decided to use PostgreSQL 16 for the orders service.": ("decision", 0.9),
         "Always run ruff before committing.": ("procedure", 0.9),
         "Never push directly to main.": ("procedure", 0.9),
-        "Correction from the user: Use pnpm instead of npm.": ("procedure", 0.9),
+        "Do: Use pnpm\nInstead of: npm": ("procedure", 0.9),  # a wrong → right pair, as `learn` has it
         "Correction from the user: The API returns a list of orders.": ("fact", 0.9),
     }
     assert set(stored) == set(expected)
@@ -170,6 +171,8 @@ def test_heuristics_capture_explicit_statements_without_an_llm(configure, state_
         assert memory.source == "extraction"
         assert memory.project == PROJECT
         assert memory.session_id == "ses-heur"
+    assert stored["Do: Use pnpm\nInstead of: npm"].metadata["wrong"] == "npm"
+    assert stored["Do: Use pnpm\nInstead of: npm"].metadata["right"] == "Use pnpm"
     assert report.memories_added == 7
     assert report.pending_embedding == 7  # no embedder: stored, waiting for `embed --pending`
 

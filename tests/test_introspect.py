@@ -14,6 +14,7 @@ from llmem.db.models import Memory
 from llmem.errors import UsageError
 from llmem.introspect import (
     CATEGORIES,
+    CONTENT_FIELDS,
     FIELDS,
     introspect_manual,
     introspect_session,
@@ -47,17 +48,19 @@ def fields_of(memory: Memory) -> dict[str, str]:
 def test_manual_introspection_uses_the_nine_fields_and_fills_recurring(app, fts_config):
     (first,) = introspect_manual(app, "NULL_SAFETY", "missing null check", context="handler.py:42",
                                  caught_by="self-review", proposed_fix="always check for None before .field")
-    assert list(fields_of(first)) == list(FIELDS)
+    # Recurring depends on what was stored before: metadata, never the content.
+    assert list(fields_of(first)) == list(CONTENT_FIELDS) == [f for f in FIELDS if f != "Recurring"]
     assert fields_of(first) == {
         "Category": "NULL_SAFETY", "Context": "handler.py:42", "What_happened": "missing null check",
-        "Outcomes": "-", "What_caught_it": "self-review", "Estimates_vs_actual": "-", "Recurring": "no",
+        "Outcomes": "-", "What_caught_it": "self-review", "Estimates_vs_actual": "-",
         "Proposed_update": "always check for None before .field", "Iteration_count": "-"}
+    assert set(first.metadata) >= {f.lower() for f in FIELDS}
+    assert first.metadata["recurring"] == "no" and first.metadata["recurring_ids"] == []
     assert first.metadata["category"] == "NULL_SAFETY" and first.metadata["what_caught_it"] == "self-review"
     assert (first.type, first.source, first.confidence) == ("self_assessment", "introspection", 0.9)
 
     (second,) = introspect_manual(app, "null_safety", "missing null check on user.profile", iteration_count=3)
-    assert fields_of(second)["Recurring"] == f"yes ({first.id[:8]})"
-    assert second.metadata["recurring_ids"] == [first.id]
+    assert second.metadata["recurring"] == "yes" and second.metadata["recurring_ids"] == [first.id]
     assert second.metadata["iteration_count"] == 3
     # No proposed fix given and no LLM: the category's default directive.
     assert "None/null/undefined" in fields_of(second)["Proposed_update"]
@@ -107,7 +110,6 @@ def test_learn_stores_a_procedure(app, fts_config):
 
 
 def test_track_review_modes(app, fts_config, tmp_path, cli):
-    Memory = app.store.models.Memory
     (passed,) = track_review(app)
     assert fields_of(passed)["Category"] == "REVIEW_PASSED" and passed.source == "review"
     (single,) = track_review(app, single={"category": "NULL_SAFETY", "context": "handler.py:42"})
@@ -128,6 +130,7 @@ def test_track_review_modes(app, fts_config, tmp_path, cli):
     # A bad file stores nothing, and says which finding is wrong.
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"category": "NULL_SAFETY"}, {"category": "NOPE"}]))
+    Memory = app.store.models.Memory
     before = Memory.select().count()
     code, _, err = cli("track-review", "--findings", str(bad))
     assert code == 2 and "finding #2" in err and "unknown category 'NOPE'" in err
@@ -145,7 +148,56 @@ def test_track_review_modes(app, fts_config, tmp_path, cli):
 def test_auto_text_records_nothing_when_nothing_went_wrong(app, fts_config):
     assert introspect_text(app, "Implemented the feature and shipped it.") == []
     (memory,) = introspect_text(app, "The deploy crashed: IndexError: list index out of range in pager")
-    assert memory.metadata["category"] == "OFF_BY_ONE" and memory.confidence == 0.7
+    assert memory.metadata["category"] == "OFF_BY_ONE"
+    # A guess from wording: marked as such, and less sure than an LLM's reading (0.7).
+    assert memory.metadata["source"] == "heuristic" and memory.confidence == 0.5
+    assert memory.source == "introspection"
+
+
+def test_auto_text_twice_adds_nothing(app, fts_config, cli):
+    text = "it was None, crashed in prod"
+    first = introspect_text(app, text)
+    again = introspect_text(app, text)
+    assert [m.id for m in again] == [m.id for m in first] and len(first) == 1
+    assert first[0].metadata["category"] == "NULL_SAFETY"
+    # An earlier assessment of the category makes it recurring, yet the same text stays one memory.
+    introspect_manual(app, "NULL_SAFETY", "no None check before .email")
+    assert [m.id for m in introspect_text(app, text)] == [first[0].id]
+    Memory = app.store.models.Memory
+    count = Memory.select().count()
+    for _ in range(2):
+        code, _, err = cli("introspect", "--auto", "--text", text)
+        assert code == 0, err
+    assert Memory.select().count() == count
+
+
+def test_auto_text_twice_adds_nothing_with_an_llm_that_answers_differently(app, ollama_config):
+    ollama_config.chat_replies = [json.dumps({"assessments": [{
+        "category": "EDGE_CASE", "what_happened": f"empty cart crashed checkout ({n})"}]}) for n in (1, 2)]
+    text = "Checkout crashed on an empty cart."
+    (first,) = introspect_text(app, text)
+    assert [m.id for m in introspect_text(app, text)] == [first.id]
+    Memory = app.store.models.Memory
+    assert Memory.select().count() == 1
+    assert [p for p, _ in ollama_config.requests].count("/api/chat") == 1  # not asked again
+
+
+@pytest.mark.parametrize("text, memory_type, content", [
+    ("No, use uv instead of pip", "procedure", "Do: Use uv\nInstead of: pip"),
+    ("this is wrong: the orders table's key is order_id, the code still reads orderId",
+     "fact", "Correction from the user: The orders table's key is order_id, the code still reads orderId"),
+    ("I'd rather you kept the changelog in CHANGES.md", "preference",
+     "The user would rather you kept the changelog in CHANGES.md"),
+])
+def test_auto_text_correction_becomes_what_it_states(app, fts_config, text, memory_type, content):
+    (memory,) = introspect_text(app, text)
+    assert (memory.type, memory.content) == (memory_type, content)
+    assert memory.metadata["source"] == "heuristic" and memory.source == "introspection"
+    # Never a generic self_assessment ("Run the relevant tests") made of a correction.
+    Memory = app.store.models.Memory
+    assert not Memory.select().where(Memory.type == "self_assessment").exists()
+    assert introspect_text(app, text)[0].id == memory.id
+    assert Memory.select().count() == 1
 
 
 def test_auto_session_heuristics_find_the_agents_mistakes(configure, state_dir, app):
@@ -163,24 +215,76 @@ def test_auto_session_heuristics_find_the_agents_mistakes(configure, state_dir, 
 
     memories = introspect_session(app, "ses-oops")
 
-    by_category = {m.metadata["category"]: m for m in memories}
-    assert set(by_category) == {"NULL_SAFETY", "MISSING_VERIFICATION"}
-    null = fields_of(by_category["NULL_SAFETY"])
+    (null_memory,) = [m for m in memories if m.type == "self_assessment"]
+    assert null_memory.metadata["category"] == "NULL_SAFETY"
+    assert null_memory.metadata["source"] == "heuristic" and null_memory.confidence == 0.5
+    null = fields_of(null_memory)
     assert "NoneType" in null["What_happened"] and "before my change" not in null["What_happened"]
     assert null["Iteration_count"] == "3" and null["What_caught_it"] == "test"
-    assert fields_of(by_category["MISSING_VERIFICATION"])["What_caught_it"] == "user"
+    # The user's correction is the wrong → right pair it states, not a MISSING_VERIFICATION lesson.
+    (pair,) = [m for m in memories if m.type != "self_assessment"]
+    assert pair.type == "procedure"
+    assert pair.content == "Do: Use order.total_discount\nInstead of: order.discount"
+    assert pair.metadata["wrong"] == "order.discount" and pair.metadata["source"] == "heuristic"
     assert all(m.session_id == "ses-oops" and m.project == "/home/dev/shop" for m in memories)
     # The ending hook may run twice: the second run reads nothing new.
     assert introspect_session(app, "ses-oops") == []
 
 
+def test_auto_session_twice_adds_nothing_even_without_its_cursor(configure, state_dir, app, cli):
+    session = CopilotSession(state_dir, "ses-twice")
+    session.user("Fix the export.")
+    session.assistant("Editing.", [{"name": "edit", "arguments": {"path": "export.py"}, "output": "ok"}])
+    session.user("it was None, crashed in prod")
+    session.user("No, use csv.DictWriter instead of string joins.")
+    session_config(configure, state_dir)
+
+    code, out, err = cli("introspect", "--auto", "--session", "ses-twice")
+    assert code == 0, err
+    Memory, SessionCursor = app.store.models.Memory, app.store.models.SessionCursor
+    stored = {m.type: m for m in Memory.select()}
+    assert set(stored) == {"self_assessment", "procedure"}
+    assert stored["self_assessment"].metadata["category"] == "NULL_SAFETY"
+    code, out, _ = cli("introspect", "--auto", "--session", "ses-twice")
+    assert code == 0 and Memory.select().count() == 2
+    # Even a lost cursor re-reads the session into the same memories, not new ones.
+    SessionCursor.delete().execute()
+    assert introspect_session(app, "ses-twice") == []
+    assert Memory.select().count() == 2
+
+
+def test_auto_session_moves_its_cursor_with_its_writes(configure, state_dir, app, monkeypatch):
+    """A failure while storing leaves the cursor where it was, so nothing is skipped."""
+    import llmem.introspect as introspect
+
+    session = CopilotSession(state_dir, "ses-atomic")
+    session.assistant("Editing.", [{"name": "edit", "arguments": {"path": "a.py"}, "output": "ok"}])
+    session.user("it was None, crashed in prod")
+    session.user("No, use uv instead of pip.")
+    session_config(configure, state_dir)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(introspect, "_write_stated", broken)
+    with pytest.raises(RuntimeError):
+        introspect_session(app, "ses-atomic")
+    Memory, SessionCursor = app.store.models.Memory, app.store.models.SessionCursor
+    assert not Memory.select().exists()  # the assessment went with the failed transaction
+    assert SessionCursor.get_or_none(SessionCursor.session_id == "ses-atomic") is None
+    monkeypatch.undo()
+    memories = introspect_session(app, "ses-atomic")
+    assert {m.type for m in memories} == {"self_assessment", "procedure"}
+    assert SessionCursor.get(SessionCursor.session_id == "ses-atomic").introspect_cursor
+
+
 def test_auto_session_records_nothing_for_a_clean_session(configure, tmp_path, app):
-    SessionCursor = app.store.models.SessionCursor
     shutil.copytree(FIXTURES / "copilot", tmp_path / "copilot")
     session_config(configure, tmp_path / "copilot" / "session-state")
     # The failing run before any edit reproduces the reported bug: not a mistake.
     assert introspect_session(app, DONE) == []
     # ...and the session was read: its introspection cursor moved past it.
+    SessionCursor = app.store.models.SessionCursor
     assert SessionCursor.get(SessionCursor.session_id == DONE).introspect_cursor
 
 
@@ -198,7 +302,8 @@ def test_auto_session_with_the_llm(configure, state_dir, app, model_server):
     (memory,) = introspect_session(app, "ses-llm-i")
 
     fields = fields_of(memory)
-    assert fields["Recurring"] == f"yes ({earlier.id[:8]})"
+    assert memory.metadata["recurring_ids"] == [earlier.id] and "Recurring" not in fields
+    assert "source" not in memory.metadata and memory.confidence == 0.7  # the LLM's reading
     assert fields["Proposed_update"] == "Invalidate the cache in every write path."
     assert fields["Context"].startswith("session ses-llm-i")
     request = [b for p, b in model_server.requests if p == "/api/chat"][0]

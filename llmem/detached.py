@@ -63,22 +63,30 @@ class SessionRun:
     def try_lock(self) -> bool:
         """Take the lock if no process holds it (never waits)."""
         ensure_private_dir(self.folder)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        for _ in range(5):
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            if self._fd_is_the_file(fd):
+                self.fd = fd
+                return True
+            # The holder removed the file as it finished (see finish): lock the one there now.
             os.close(fd)
+        return False
+
+    def _fd_is_the_file(self, fd: int) -> bool:
+        try:
+            named, held = os.stat(self.lock_path, follow_symlinks=False), os.fstat(fd)
+        except OSError:
             return False
-        self.fd = fd
-        return True
+        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
     def adopt(self, fd: int) -> bool:
         """Hold the lock a parent hook passed down as `fd`, if it is this session's lock file."""
-        try:
-            mine, given = os.stat(self.lock_path, follow_symlinks=False), os.fstat(fd)
-        except OSError:
-            return False
-        if (mine.st_dev, mine.st_ino) != (given.st_dev, given.st_ino):
+        if not self._fd_is_the_file(fd):
             return False
         self.fd = fd
         return True
@@ -100,6 +108,13 @@ class SessionRun:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+    def finish(self) -> None:
+        """Release after a run, removing the lock file first (one per session would pile up);
+        whoever opened the removed file sees that in try_lock and locks the new one."""
+        if self.fd is not None:
+            self.lock_path.unlink(missing_ok=True)
+        self.release()
 
     def note_again(self, kind: str) -> None:
         """Ask the running process for one more run of `kind` when it is done."""
@@ -184,7 +199,7 @@ def run_coalesced(config, kind: str, session_id: str, lock_fd: int, run_once) ->
         kinds |= run.take_notes()  # hooks that came before this run starts are covered by it
         result = run_once(covering_kind(kinds))
         runs += 1
-        run.release()
+        run.finish()  # then look for notes: a hook noting after this sees the lock free
         if not run.has_notes() or not run.try_lock():
             break  # nothing more, or a newer process took the lock and will see the notes
         run.record_holder(os.getpid())

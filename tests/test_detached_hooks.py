@@ -109,7 +109,9 @@ def test_a_burst_of_idle_hooks_runs_one_process_at_a_time(cli, configure, tmp_pa
     for pid in spawned:  # our children: wait for them rather than poll
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
-    assert run_is_over(session_id)
+    run = SessionRun(load_config(), session_id)
+    # Nothing left waiting, and no lock file left behind per session.
+    assert not run.again_path.exists() and not run.lock_path.exists()
     with Store.open(llmem_home / "memory.db") as store:
         Memory = store.models.Memory
         contents = [m.content for m in Memory.select()]

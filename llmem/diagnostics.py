@@ -5,19 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .paths import expand
-
 
 def detect_adapter_name(config) -> str:
-    """The adapter `session.adapter: auto` resolves to on this machine."""
+    """What `session.adapter` reads on this machine: under auto, every agent found ("none" if none)."""
     configured = config.values["session"]["adapter"]
     if configured != "auto":
         return configured
-    opencode_dir = expand(config.values["session"]["opencode"]["data_dir"])
-    copilot_dir = expand(config.values["session"]["copilot"]["state_dir"])
-    from .adapters.detect import detect_adapter
+    from .adapters.resolve import present_agents
 
-    return detect_adapter(opencode_dir, copilot_dir)
+    return ", ".join(present_agents(config)) or "none"
 
 
 def _check(name: str, status: str, detail: str, **extra) -> dict[str, Any]:

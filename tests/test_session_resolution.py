@@ -235,3 +235,8 @@ def test_backfill_of_one_named_agent_reads_only_it(both_agents, cli):
     assert code == 0, err
     outcome = json.loads(out)
     assert outcome["adapters"] == ["copilot"] and set(outcome["sessions_by_adapter"]) == {"copilot"}
+
+
+def test_doctor_names_every_agent_auto_reads(both_agents, cli):
+    code, out, err = cli("doctor", "--json")
+    assert json.loads(out)["adapter"] == "opencode, copilot", err

@@ -191,3 +191,12 @@ def test_a_deep_copilot_line_costs_no_good_turn_and_leaks_nowhere(copilot_state,
     assert code == 0, err
     assert any("PostgreSQL" in hit["content"] for hit in json.loads(out))
     assert SECRET not in everything_llmem_wrote(llmem_home)
+
+
+def test_a_workspace_yaml_nested_100k_deep_costs_only_the_title(copilot_state):
+    state, session_id = copilot_state
+    (state / session_id / "workspace.yaml").write_text("name: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    adapter = CopilotAdapter(state)
+    transcript = adapter.read_transcript(session_id)
+    assert transcript.title is None and len(transcript.messages) == 4
+    assert [s.id for s in adapter.list_sessions()] == [session_id]

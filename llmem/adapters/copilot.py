@@ -433,7 +433,8 @@ def _read_workspace(path: Path) -> dict[str, Any] | None:
 
     try:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        # RecursionError: nesting deeper than the YAML parser's stack (a damaged or hostile file).
         return None
     return loaded if isinstance(loaded, dict) else None
 

@@ -255,6 +255,10 @@ def _custom_patterns(
     )
 
 
+_SEPARATOR = "\n\u241e\u241e\n"  # cannot occur in a secret
+_SECRET_KEY_HINTS = ("pass", "pwd", "key", "token", "secret", "credential", "authorization")
+
+
 @dataclass(frozen=True)
 class Redactor:
     """Redaction as a config's `redaction` section sets it, for every text that leaves llmem
@@ -280,23 +284,41 @@ class Redactor:
         (`{"password": "hunter2"}` is `password: hunter2` written as data)."""
         if not self.enabled:
             return value
+        strings: list[str] = []
+        _gather(value, strings)
+        redacted = iter(self._batch(strings))
+        return self._rebuild(value, redacted)
+
+    def _batch(self, texts: list[str]) -> list[str]:
+        # One pass over the joined texts instead of one per text: metadata holds many short
+        # strings, and each pass runs every pattern. A match that swallows a separator (an
+        # unclosed <private> block) changes the count; then each text goes on its own.
+        if not texts:
+            return []
+        if not any(_SEPARATOR.strip() in text for text in texts):
+            pieces = self.text(_SEPARATOR.join(texts)).split(_SEPARATOR)
+            if len(pieces) == len(texts):
+                return pieces
+        return [self.text(text) for text in texts]
+
+    def _rebuild(self, value, redacted):
         if isinstance(value, str):
-            return self.text(value)
+            return next(redacted)
         if isinstance(value, list | tuple):
-            return [self.tree(item) for item in value]
+            return [self._rebuild(item, redacted) for item in value]
         if not isinstance(value, dict):
             return value
         out = {}
         for key, item in value.items():
-            key = self.text(key) if isinstance(key, str) else key
-            if isinstance(item, dict | list | tuple):
-                out[key] = self.tree(item)
-                continue
-            item = self.text(item) if isinstance(item, str) else item
-            out[key] = self._pair_value(key, item)
+            key = next(redacted) if isinstance(key, str) else key
+            item = self._rebuild(item, redacted)
+            out[key] = item if isinstance(item, dict | list) else self._pair_value(key, item)
         return out
 
     def _pair_value(self, key, item):
+        # Only a key that names a secret turns its value into one (the built-in rules' hints).
+        if not isinstance(key, str) or not any(hint in key.lower() for hint in _SECRET_KEY_HINTS):
+            return item
         try:
             pair = json.dumps({key: item}, ensure_ascii=False)
         except (TypeError, ValueError):
@@ -311,3 +333,17 @@ class Redactor:
         if isinstance(parsed, dict) and len(parsed) == 1:
             return next(iter(parsed.values()))
         return MARKER.format(kind="secret")
+
+
+def _gather(value, strings: list[str]) -> None:
+    """Every string of JSON-like data (keys too), in the order Redactor._rebuild visits them."""
+    if isinstance(value, str):
+        strings.append(value)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _gather(item, strings)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                strings.append(key)
+            _gather(item, strings)

@@ -180,3 +180,21 @@ def test_fast_enough_for_a_long_transcript():
     elapsed = time.perf_counter() - started
     # ~2 MB of transcript; measured well under a second, the bound leaves room for slow CI.
     assert elapsed < 3.0
+
+
+def test_redactor_tree_redacts_strings_keys_and_values_named_secret():
+    from llmem.redact import Redactor
+
+    texts = [(template or "token in text: {s} (end)").format(s=secret) for _, template, secret in PLANTED]
+    data = {"notes": texts, "nested": {"deeper": [{"t": text} for text in texts]},
+            "password": "hunter2-x9!", "api_key": 12345678, "count": 3, "flag": True,
+            texts[6]: "a token as a key", "category": "NULL_SAFETY", "none": None}
+    out = Redactor().tree(data)
+    flat = repr(out)
+    assert [secret for _, _, secret in PLANTED if secret in flat] == []
+    assert out["notes"] == [redact(text).text for text in texts]  # one pass, same as one by one
+    assert out["password"] == "[REDACTED:password]" and out["api_key"] == "[REDACTED:secret]"
+    assert (out["count"], out["flag"], out["category"], out["none"]) == (3, True, "NULL_SAFETY", None)
+    assert Redactor(enabled=False).tree(data) is data
+    # An unclosed <private> block would swallow the rest of a joined pass: each string alone.
+    assert Redactor().tree(["keep <private>secret", "next"]) == ["keep [REDACTED:private]", "next"]

@@ -23,11 +23,14 @@ CASES = yaml.safe_load((CORPUS / "cases.yaml").read_text(encoding="utf-8"))
 BASE_CONFIG = "embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: none\n"
 
 
-def _run(home: Path, cwd: Path, args: list[str]) -> subprocess.CompletedProcess:
+def _run(home: Path, cwd: Path, args: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMEM_", "XDG_"))}
     env.update(LLMEM_HOME=str(home), HOME=str(home.parent / "user-home"), PYTHONIOENCODING="utf-8")
-    return subprocess.run([sys.executable, "-m", "llmem", *args], cwd=cwd, env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "llmem", *args], cwd=cwd, env=env, input=stdin or b"",
+                          capture_output=True, timeout=60)
+    done.stdout = done.stdout.decode("utf-8", errors="replace")
+    done.stderr = done.stderr.decode("utf-8", errors="replace")
+    return done
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +89,8 @@ def test_hostile_input_is_refused_cleanly(case, pristine_home, tmp_path):
         shutil.copy(CORPUS / case["store"], home / "memory.db")
     before = (_snapshot(home, own_files=True), _snapshot(scratch), _snapshot(inputs))
 
-    done = _run(home, scratch, [fill(arg) for arg in case["args"]])
+    stdin = (CORPUS / case["stdin"]).read_bytes() if "stdin" in case else None
+    done = _run(home, scratch, [fill(arg) for arg in case["args"]], stdin)
 
     output = done.stderr + done.stdout
     assert "Traceback" not in output, output

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .db.models import Memory
-from .taxonomy import POSITIVE_CATEGORIES
+from .taxonomy import POSITIVE_CATEGORIES, enough_evidence, is_heuristic
 from .times import now
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,11 @@ def _field_from_content(content: str, name: str) -> str | None:
 
 
 def lessons(store, project: str | None, at: float, limit: int = 5, scan: int = 300) -> list[Lesson]:
-    """Lessons from self_assessments, one per category: recurring ones first, then the rest."""
+    """Lessons from self_assessments, one per category: recurring ones first, then the rest.
+
+    A category known only from heuristic guesses in a single session is no lesson yet (see
+    taxonomy.enough_evidence); a stated assessment's directive wins over a guessed one.
+    """
     Memory = store.models.Memory
     rows = (Memory.select().where(_valid(Memory, project, at) & (Memory.type == "self_assessment"))
             .order_by(Memory.created_at.desc()).limit(scan))
@@ -236,10 +240,14 @@ def lessons(store, project: str | None, at: float, limit: int = 5, scan: int = 3
         groups.setdefault(category, []).append((memory, meta))
     found = []
     for category, members in groups.items():
+        if not enough_evidence((meta, memory.session_id) for memory, meta in members):
+            continue
+        # Stable sort: stated assessments first, each kind newest first.
+        members.sort(key=lambda member: is_heuristic(member[1]))
         recurring = len(members) > 1 or any(
             str(meta.get("recurring") or "").strip().lower().startswith("yes") for _, meta in members)
         best = None
-        for memory, meta in members:  # newest first: the latest proposed update wins
+        for memory, meta in members:  # the latest stated proposed update wins
             directive = (meta.get("proposed_update")
                          or _field_from_content(memory.content, "proposed_update"))
             if directive:

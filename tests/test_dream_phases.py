@@ -266,3 +266,63 @@ def test_reviewed_and_deleted_proposals_are_not_proposed_again(env):
     undo_run(store, first.run_id)
     third = run_dream(store, config, phases=["rem"])
     assert third.rem.insights[0]["tiers"] == [1, 2, 3]
+
+
+def _guess(store, category: str, session_id: str, n: int):
+    """A self_assessment as the no-LLM heuristics store it (metadata source: heuristic)."""
+    body = (f"Category: {category}\nWhat_happened: Correction from the user: no, use uv ({n})\n"
+            "Proposed_update: Run the relevant tests and check the actual output before reporting a task as done.")
+    return add(store, body, "self_assessment", confidence=0.5, source="introspection", session_id=session_id,
+               metadata={"category": category, "source": "heuristic",
+                         "proposed_update": "Run the relevant tests before reporting a task as done."})
+
+
+def test_heuristic_guesses_from_one_session_make_no_insight_promotion_or_lesson(env):
+    """Issue 9.7: three misread corrections of one session became an insight, a [SKILL PATCH],
+    a promoted MEMORY.md line and a "lesson" in every context block."""
+    from llmem.app import App
+    from llmem.context import build_context, lessons
+
+    store, config, _ = env
+    Memory = store.models.Memory
+    guesses = [_guess(store, "MISSING_VERIFICATION", "ses-one", n) for n in range(3)]
+    recall(store, guesses[0], ["uv", "pip", "tests", "verification"], days_ago=[0, 1, 2, 3])
+
+    outcome = run_dream(store, config, apply=True, phases=["rem", "deep"])
+
+    assert outcome.rem.categories["MISSING_VERIFICATION"]["count"] == 3
+    assert outcome.rem.insights == []
+    assert [h["key"] for h in outcome.rem.held_insights] == ["MISSING_VERIFICATION"]
+    assert not config.paths.proposed_changes_path.exists()
+    assert not Memory.select().where(Memory.type == "procedure").exists()
+    assert outcome.deep.promote == []
+    (held,) = candidates(store, config.values["dream"], memory_ids=[guesses[0].id])
+    assert held.verdict == "hold: fails evidence" and held.gates["min_recall_count"]["passed"]
+    assert Memory.get(Memory.id == guesses[0].id).promoted_at is None
+    assert lessons(store, None, now()) == []
+    app = App()
+    try:
+        assert "Lessons from past sessions" not in build_context(app)
+    finally:
+        app.close()
+
+    # The same guess from a second session is a pattern: now it may become all three.
+    _guess(store, "MISSING_VERIFICATION", "ses-two", 3)
+    again = run_dream(store, config, apply=True, phases=["rem", "deep"])
+    assert [i["key"] for i in again.rem.insights] == ["MISSING_VERIFICATION"]
+    assert "[SKILL PATCH] MISSING_VERIFICATION" in config.paths.proposed_changes_path.read_text()
+    assert [c.memory_id for c in again.deep.promote] == [guesses[0].id]
+    assert [lesson.category for lesson in lessons(store, None, now())] == ["MISSING_VERIFICATION"]
+
+
+def test_one_stated_assessment_is_evidence_enough(env):
+    store, config, _ = env
+    for n in range(2):
+        _guess(store, "NULL_SAFETY", "ses-one", n)
+    stated = _assessment(store, "NULL_SAFETY", 0.5, in_metadata=True)
+    outcome = run_dream(store, config, apply=False, phases=["rem"])
+    assert [i["key"] for i in outcome.rem.insights] == ["NULL_SAFETY"] and outcome.rem.held_insights == []
+    from llmem.context import lessons
+
+    (lesson,) = lessons(store, None, now())
+    assert lesson.memory.id == stated.id  # the stated directive, not the guessed default

@@ -4,6 +4,9 @@ score = 0.30 relevance + 0.24 frequency + 0.15 query diversity + 0.15 recency
       + 0.10 multi-day consolidation + 0.06 conceptual richness + phase boost (≤ 0.05)
 Each signal is in [0, 1]. Only recalls with origin `search` or `mcp` count: context
 injection and dream itself re-surface memories without a user asking for them.
+A self_assessment the heuristics guessed from wording has one more gate, `evidence`: it is
+promoted only when a stated assessment of its category exists or guesses come from two
+sessions or more (taxonomy.enough_evidence), so a misread correction never becomes core.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..taxonomy import enough_evidence, is_heuristic
 from ..times import days_between, now
 from .text import distinct_terms
 
@@ -42,6 +46,8 @@ class Candidate:
     last_recall: float | None = None
     excluded_recalls: int = 0
     phase_hits: float = 0.0
+    # For a heuristic self_assessment: whether its category has evidence beyond it (else None).
+    evidence: bool | None = None
     signals: dict[str, float] = field(default_factory=dict)
     score: float = 0.0
     gates: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -119,6 +125,11 @@ def score_candidate(c: Candidate, at: float, cfg: dict[str, Any]) -> Candidate:
         "min_unique_queries": {"value": c.unique_queries, "required": cfg["min_unique_queries"],
                                "passed": c.unique_queries >= cfg["min_unique_queries"]},
     }
+    if c.evidence is not None:
+        c.gates["evidence"] = {
+            "value": "corroborated" if c.evidence else "heuristic guesses from one session",
+            "required": "a stated self_assessment of the category, or guesses from 2 sessions",
+            "passed": c.evidence}
     if c.invalidated_at:
         c.verdict = "not eligible: invalidated"
     elif c.promoted_at:
@@ -139,6 +150,7 @@ def candidates(store, cfg: dict[str, Any], *, at: float | None = None, memory_id
     wanted = list(memory_ids) if memory_ids is not None else [k for k, r in rows.items() if r[1]]
     hits = recent_phase_hits(store, at) if phase_hits is None else phase_hits
     Memory = store.models.Memory
+    evidence: dict[tuple[str, str | None], bool] = {}
     out = []
     for start in range(0, len(wanted), 500):
         chunk = wanted[start:start + 500]
@@ -148,11 +160,29 @@ def candidates(store, cfg: dict[str, Any], *, at: float | None = None, memory_id
                           memory.invalidated_at, recalls=int(r[1] or 0), unique_queries=int(r[2] or 0),
                           recall_days=int(r[3] or 0), mean_score=float(r[4] or 0.0), last_recall=r[5],
                           excluded_recalls=int(r[6] or 0), phase_hits=hits.get(memory.id, 0.0))
+            if memory.type == "self_assessment" and is_heuristic(memory.metadata):
+                key = (str((memory.metadata or {}).get("category")), memory.project)
+                if key not in evidence:
+                    evidence[key] = category_evidence(store, *key)
+                c.evidence = evidence[key]
             score_candidate(c, at, cfg)
             if memory_ids is not None or (not c.invalidated_at and not c.promoted_at):
                 out.append(c)
     out.sort(key=lambda c: (-c.score, c.memory_id))
     return out
+
+
+def category_evidence(store, category: str, project: str | None) -> bool:
+    """Whether the valid self_assessments of a category (in a scope) make more than a guess."""
+    import peewee as pw
+
+    Memory = store.models.Memory
+    scope = Memory.project.is_null() if project is None else (
+        (Memory.project == project) | Memory.project.is_null())
+    rows = (Memory.select(Memory.metadata, Memory.session_id).where(
+        (Memory.type == "self_assessment") & Memory.invalidated_at.is_null() & scope
+        & (pw.fn.json_extract(Memory.metadata, "$.category") == category)))
+    return enough_evidence((row.metadata, row.session_id) for row in rows)
 
 
 def promotable(store, cfg: dict[str, Any], *, limit: int | None = None, at: float | None = None,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..db.settings import get_setting
-from ..taxonomy import POSITIVE_CATEGORIES, TAXONOMY
+from ..taxonomy import POSITIVE_CATEGORIES, TAXONOMY, enough_evidence
 from ..times import days_between, now
 from .journal import Action
 from .text import (
@@ -68,6 +68,8 @@ class RemResult:
     clusters: list[dict[str, Any]] = field(default_factory=list)
     categories: dict[str, dict[str, Any]] = field(default_factory=dict)
     insights: list[dict[str, Any]] = field(default_factory=list)
+    # Categories past the threshold on heuristic guesses from one session only: no insight.
+    held_insights: list[dict[str, Any]] = field(default_factory=list)
     calibration: list[dict[str, Any]] = field(default_factory=list)
     stale_procedures: list[str] = field(default_factory=list)
     stale_total: int = 0
@@ -86,6 +88,7 @@ class RemResult:
     def as_dict(self) -> dict[str, Any]:
         return {"type_counts": self.type_counts, "themes": self.themes, "clusters": self.clusters,
                 "categories": self.categories, "insights": self.insights,
+                "held_insights": self.held_insights,
                 "calibration": self.calibration, "stale_procedures": self.stale_procedures,
                 "stale_total": self.stale_total,
                 "proposed_changes": self.proposed_text is not None}
@@ -155,15 +158,16 @@ def clusters(db, pairs: list[dict[str, Any]], limit: int = 10) -> list[dict[str,
 
 def _assessments(db, since: float) -> list[dict[str, Any]]:
     rows = db.execute_sql(
-        "SELECT id, content, metadata, created_at, project FROM memory WHERE type = 'self_assessment' "
-        "AND invalidated_at IS NULL AND created_at >= ? ORDER BY created_at", (since,)).fetchall()
+        "SELECT id, content, metadata, created_at, project, session_id FROM memory "
+        "WHERE type = 'self_assessment' AND invalidated_at IS NULL AND created_at >= ? ORDER BY created_at",
+        (since,)).fetchall()
     out = []
-    for memory_id, content, metadata, created_at, project in rows:
+    for memory_id, content, metadata, created_at, project, session_id in rows:
         meta = _json_object(metadata)
         fields = assessment_fields(content, meta)
         out.append({"id": memory_id, "category": category_of(content, meta), "fields": fields,
                     "iterations": iteration_count(fields), "created_at": created_at,
-                    "project": project})
+                    "project": project, "session_id": session_id, "metadata": meta})
     return out
 
 
@@ -330,6 +334,11 @@ def plan_rem(store, cfg: dict[str, Any], *, pairs: list[dict[str, Any]], propose
     patch_threshold = int(cfg["skill_patch_threshold"])
     for key, info in sorted(by_category.items()):
         if key in POSITIVE_CATEGORIES or info["count"] < threshold:
+            continue
+        if not enough_evidence((item["metadata"], item["session_id"]) for item in info["items"]):
+            result.held_insights.append({"key": key, "count": info["count"], "reason": (
+                "only heuristic self_assessments from a single session: a guess from wording, "
+                "not yet a pattern")})
             continue
         tiers = []
         project = next(iter(info["projects"])) if len(info["projects"]) == 1 else None

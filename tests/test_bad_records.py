@@ -200,3 +200,17 @@ def test_a_workspace_yaml_nested_100k_deep_costs_only_the_title(copilot_state):
     transcript = adapter.read_transcript(session_id)
     assert transcript.title is None and len(transcript.messages) == 4
     assert [s.id for s in adapter.list_sessions()] == [session_id]
+
+
+def test_a_message_id_not_in_utf8_costs_that_message_only(opencode_dir, caplog):
+    conn = sqlite3.connect(opencode_dir / "opencode.db")
+    info = json.dumps({"role": "user", "time": {"created": 1_790_000_009_000}, "text": SECRET})
+    conn.execute("INSERT INTO message (id, session_id, time_created, time_updated, data) "
+                 "VALUES (CAST(? AS TEXT), ?, ?, ?, ?)",
+                 (b"msg_\xff" + SECRET.encode(), SESSION, 1_790_000_009_000, 1_790_000_009_000, info))
+    conn.commit()
+    conn.close()
+    with caplog.at_level(logging.DEBUG, logger="llmem"):
+        transcript = OpenCodeAdapter(opencode_dir).read_transcript(SESSION)
+    assert len(transcript.messages) == 4 and transcript.skipped_malformed == 2
+    assert "id is not valid UTF-8" in caplog.text and SECRET not in caplog.text

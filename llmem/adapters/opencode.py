@@ -279,10 +279,11 @@ def _read_db_transcript(
         parts_by_message.setdefault(message_id, []).append((part_id, data))
     counts = _Counts()
     for offset, (message_id, time_created, time_updated, data) in enumerate(message_rows):
-        info = _row_object(db_path, "message", message_id, data)
         if not isinstance(message_id, str):
+            report_skipped(f"OpenCode database {db_path}", "a message row", "its id is not valid UTF-8")
             counts.malformed += 1
             continue
+        info = _row_object(db_path, "message", message_id, data)
         parts = [
             _row_object(db_path, "part", part_id, part_data)
             for part_id, part_data in parts_by_message.get(message_id, [])

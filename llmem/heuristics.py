@@ -335,22 +335,30 @@ _TROUBLE = re.compile(
     r"syntax error)\b", re.IGNORECASE)
 
 
+# A statement of a mistake is short; a pasted log or transcript is read only this far.
+SCAN_CHARS = 4000
+
+
+def _scored(text: str) -> tuple[dict[str, int], bool]:
+    text = (text or "")[:SCAN_CHARS]
+    scores: dict[str, int] = {}
+    defect = False
+    for category, cues in CATEGORY_CUES.items():
+        for weight, regex in cues:
+            if regex.search(text):
+                scores[category] = scores.get(category, 0) + weight
+                defect = defect or weight == _DEFECT
+    return scores, defect
+
+
 def category_scores(text: str) -> dict[str, int]:
     """Each category's cue score in the text (defect cues 2, topic cues 1; zero scores left out)."""
-    scores: dict[str, int] = {}
-    for category, cues in CATEGORY_CUES.items():
-        score = sum(weight for weight, regex in cues if regex.search(text or ""))
-        if score:
-            scores[category] = score
-    return scores
+    return _scored(text)[0]
 
 
 def describes_mistake(text: str) -> bool:
     """Whether a text tells of something going wrong (a defect cue, or trouble words)."""
-    if any(weight == _DEFECT and regex.search(text or "")
-           for cues in CATEGORY_CUES.values() for weight, regex in cues):
-        return True
-    return bool(_TROUBLE.search(text or ""))
+    return _scored(text)[1] or bool(_TROUBLE.search((text or "")[:SCAN_CHARS]))
 
 
 def categorize(text: str) -> str | None:
@@ -359,12 +367,8 @@ def categorize(text: str) -> str | None:
     A topic alone ("the cache", "a thread") is not a mistake: it needs a trouble word beside it.
     There is no default: a generic failure is no lesson in any category.
     """
-    scores = category_scores(text)
-    if not scores:
-        return None
-    defect = any(weight == _DEFECT and regex.search(text)
-                 for cues in CATEGORY_CUES.values() for weight, regex in cues)
-    if not defect and not _TROUBLE.search(text):
+    scores, defect = _scored(text)
+    if not scores or not (defect or _TROUBLE.search((text or "")[:SCAN_CHARS])):
         return None
     best = max(scores.values())
     return next(c for c in CATEGORY_ORDER if scores.get(c) == best)
@@ -499,7 +503,8 @@ def classify_correction(text: str) -> Verdict:
     What it states (a fact, preference, procedure, decision or wrong → right pair) wins over a
     self_assessment; a self_assessment needs a recognisable category; anything else is "none".
     """
-    sentences = statement_sentences(text) or ([text.strip()] if text and text.strip() else [])
+    stripped = (text or "").strip()
+    sentences = statement_sentences(text) or ([stripped] if MIN_CHARS <= len(stripped) <= MAX_CHARS else [])
     found: list[Candidate] = []
     for sentence in sentences:
         candidate = classify_statement(sentence)

@@ -102,3 +102,13 @@ def test_the_benchmark_prints_accuracy_confusion_and_misses():
                     "false lessons", "confusion (rows: expected kind", "self_assessment categories",
                     "misses ("):
         assert heading in done.stdout
+
+
+def test_a_pasted_log_is_read_in_bounded_time():
+    import time
+
+    log_dump = "ERROR worker 7: you said it works, but the job died " * 8000  # ~400 KB on one line
+    started = time.perf_counter()
+    verdict = classify_correction(log_dump)
+    assert time.perf_counter() - started < 1.5
+    assert (verdict.kind, verdict.category) == ("self_assessment", "MISSING_VERIFICATION")

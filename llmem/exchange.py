@@ -9,6 +9,7 @@ give back (times in years 1 to 9999, integers SQLite can hold, text that is vali
 from __future__ import annotations
 
 import base64
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +65,8 @@ class ImportPlan:
 
 
 def _text_problem(value: Any, depth: int = 0) -> str | None:
-    """What makes JSON data unstorable: a lone surrogate (not Unicode text) or deep nesting."""
+    """What makes JSON data unstorable: a lone surrogate (not Unicode text), deep nesting, an
+    integer SQLite cannot hold, NaN or infinity."""
     if depth > MAX_METADATA_DEPTH:
         return f"is nested more than {MAX_METADATA_DEPTH} levels deep"
     if isinstance(value, str):
@@ -75,6 +77,8 @@ def _text_problem(value: Any, depth: int = 0) -> str | None:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
         return f"holds an integer beyond ±{MAX_INTEGER}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"holds {value}, which is not a number JSON can carry"
     items = value.items() if isinstance(value, dict) else value if isinstance(value, list) else ()
     for item in items:
         parts = item if isinstance(value, dict) else (item,)

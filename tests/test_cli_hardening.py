@@ -215,3 +215,14 @@ def test_update_and_invalidate_refuse_text_that_is_not_utf8(cli, fts_config):
         assert code == 2 and "not valid UTF-8" in err, err
     row = json.loads(cli("get", memory_id, "--json")[1])
     assert row["content"] == "kept as it was" and row["invalidated_at"] is None
+
+
+@pytest.mark.parametrize("metadata", ['{"a": NaN}', '{"a": 1e999}', '{"a": [-Infinity]}'])
+def test_metadata_with_nan_or_infinity_is_a_usage_error(cli, fts_config, tmp_path, metadata):
+    code, _, err = cli("add", "--content", "never stored", "--metadata", metadata)
+    assert code == 2 and "NaN or infinity" in err
+    path = tmp_path / "nan.json"
+    path.write_text(json.dumps(document()).replace('"a good row"', f'"a good row", "metadata": {metadata}'))
+    code, _, err = cli("import", str(path))
+    assert code == 2 and "memories[0]" in err and "not a number JSON can carry" in err
+    assert json.loads(cli("list", "--all", "--json")[1]) == []

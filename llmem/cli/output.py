@@ -25,7 +25,7 @@ class UnicodeText(click.ParamType):
     name = "text"
 
     def convert(self, value, param, ctx):
-        problem = unicode_problem(value)
+        problem = unstorable(value)
         if problem:
             self.fail(problem, param, ctx)
         return value
@@ -34,9 +34,13 @@ class UnicodeText(click.ParamType):
 TEXT = UnicodeText()
 
 
-def unicode_problem(value: Any) -> str | None:
-    """Why `value` (text, or JSON data) cannot be stored as UTF-8, or None."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+def unstorable(value: Any) -> str | None:
+    """Why `value` (text, or JSON data) cannot be stored and read back, or None."""
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
+                                                                allow_nan=False)
+    except ValueError:
+        return "holds NaN or infinity, which JSON cannot carry"
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -83,7 +87,7 @@ def parse_json_object(text: str | None, flag: str) -> dict | None:
         raise UsageError(f"{flag} is not valid JSON: {exc}", hint=f"""example: {flag} '{{"key": "value"}}'""") from None
     if not isinstance(value, dict):
         raise UsageError(f"{flag} must be a JSON object", hint=f"""example: {flag} '{{"key": "value"}}'""")
-    problem = unicode_problem(value)
+    problem = unstorable(value)
     if problem:
         raise UsageError(f"{flag} {problem}")
     return value

@@ -6,8 +6,8 @@ for a self_assessment, its taxonomy category) and prints the accuracy (overall, 
 for the held-out third), a confusion table of expected × predicted kinds, the per-category
 results, the false lessons (a statement that should not be a self_assessment classified as one,
 or one in the wrong category) and every miss. An item is right when the kind matches and, for
-a self_assessment, the category too. The `blind` batch was never used to write a rule: its
-figure is the one to expect on new wording.
+a self_assessment, the category too. The newest `blind-*` batch was scored once, before any
+rule saw it: its figure is the one to expect on new wording (see the set's header).
 
     .venv/bin/python bench/heuristics.py [--batch NAME] [--held-out] [--set FILE]
 """
@@ -104,7 +104,7 @@ def report(result: dict, out=sys.stdout) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", type=Path, default=DEFAULT_SET, help="labelled YAML file")
-    parser.add_argument("--batch", help="only the items of this batch (first, fresh, blind)")
+    parser.add_argument("--batch", help="only the items of this batch (first, fresh, blind-1, blind-2)")
     parser.add_argument("--held-out", action="store_true", help="only the held-out third")
     args = parser.parse_args(argv)
     report(evaluate(load(args.set, args.batch, args.held_out)))

@@ -183,7 +183,7 @@ def statements(text: str, message_id: str | None = None) -> list[Candidate]:
 # Each category has two kinds of cue. A defect cue names a mistake by itself ("N+1",
 # "swallowed the exception", "race", "NoneType"); a topic cue only says what a text is about
 # ("cache", "thread", "empty", "null") and counts as a mistake only beside a trouble word.
-# Scores: a defect cue 2, a topic cue 1; ties go to the category listed first.
+# Score: 2 per distinct defect term, 1 per distinct topic term; ties go to CATEGORY_ORDER.
 _I = re.IGNORECASE
 _DEFECT = 2
 _TOPIC = 1
@@ -199,7 +199,8 @@ CATEGORY_CUES: dict[str, tuple[tuple[int, re.Pattern[str]], ...]] = {
                   r"nil dereference|segfault|(?:of|is|was|be|are|were|returns?|returned) (?:undefined|null|nil)\b|"
                   r"undefined is not|cannot read propert(?:y|ies)|is not an object|unwrap\(\) on|null[- ]check|"
                   r"None[- ]check|(?:check|guard)(?:ing|ed|s)? (?:for|against) (?:None|null|nil|undefined|missing)|"
-                  r"optional chaining|null-?safe"),
+                  r"optional chaining|null-?safe|(?:can|may|might|could|sometimes) (?:return|be|give|yield|come back)s? "
+                  r"(?:nothing|none|null|nil|undefined|no (?:value|result|row|user|object|match|record))"),
         (_TOPIC, r"\bNone\b(?! of\b)", 0),
         (_TOPIC, r"\b(?:null|nil|undefined|nullable|optional|unset|uninitiali[sz]ed)\b|has no attribute|"
                  r"\bmissing (?:on|for|in) some\b|(?:wasn'?t|isn'?t|aren'?t|weren'?t|not|never) (?:been )?"
@@ -217,7 +218,9 @@ CATEGORY_CUES: dict[str, tuple[tuple[int, re.Pattern[str]], ...]] = {
                   r"(?:report(?:s|ed|ing)?|return(?:s|ed|ing)?|claim(?:s|ed)?) (?:success|ok|200|true)\b.{0,40}\b"
                   r"(?:even though|although|while|but)\b|(?:crash|die)s? instead of|instead of (?:catching|handling|retrying)|"
                   r"(?:takes|brings|took|brought) (?:the whole|everything|all of|the entire) \w+ down|"
-                  r"kills? the (?:worker|process|consumer|server|service|app)|error handling"),
+                  r"kills? the (?:worker|process|consumer|server|service|app)|error handling|"
+                  r"(?:no|without|missing) (?:a )?\.?catch\b|catch(?:es|ing)? (?:every|all|any) (?:exceptions?|errors?)|"
+                  r"catch-all|(?:catch|except) (?:Exception|Throwable|BaseException)\b"),
         (_TOPIC, r"\b(?:exceptions?|catch(?:es|ing)?|try/except|try/catch|rejections?|retry(?:ing)?|"
                  r"error (?:code|message)|re-?raise|vanish\w*|disappear\w*|malformed request)\b|\b50[0-4]\b"),
     ),
@@ -225,7 +228,7 @@ CATEGORY_CUES: dict[str, tuple[tuple[int, re.Pattern[str]], ...]] = {
         (_DEFECT, r"off[- ]by[- ]one|fencepost|IndexError|index out of range|out of bounds|"
                   r"one past the end|one (?:too many|too few|short|extra)|\b(?:one|1) (?:more|less|fewer) than\b|"
                   r"(?:drops?|dropped|skips?|skipped|miss(?:es|ed)?|loses?|lost|omits?|omitted|left out|leaves out|"
-                  r"cuts? off|excludes?|excluded) the (?:last|first|final)\b|(?:last|first|final) (?:one|item|element|row|"
+                  r"cuts? off|excludes?|excluded|repeats?|repeated|duplicat\w+|shows? twice)\b[^.;]{0,30}?\b(?:last|first|final)\b|(?:last|first|final) (?:one|item|element|row|"
                   r"page|line|day|entry|record|char(?:acter)?|byte|index)\b.{0,40}\b(?:missing|dropped|skipped|lost|excluded)|"
                   r"\b1[01]\d(?:\.\d+)?\s?%|range\(1,|(?:zero|one|0|1)-(?:based|indexed)|\b(?:<=|>=) len\("),
         (_TOPIC, r"\b(?:inclusive|exclusive|loop bounds?|upper bound|lower bound|end (?:date|index|bound)|"
@@ -241,6 +244,7 @@ CATEGORY_CUES: dict[str, tuple[tuple[int, re.Pattern[str]], ...]] = {
                   r"(?:two|several|multiple|both) (?:workers|processes|requests|jobs|threads|clients|coroutines|tasks|"
                   r"users|instances|replicas)|(?:come|comes|came|arrive|arrives|arrived|run|runs|ran) in (?:together|parallel)|"
                   r"while (?:the |another |a |an )?\w+ (?:is|was|are|were) (?:still )?\w+ing\b|"
+                  r"without (?:any )?(?:coordination|synchroni[sz]ation)|uncoordinated|unsynchroni[sz]ed|"
                   r"before (?:the |it |its )?\w+ (?:finished|completed|was (?:written|committed|done))"),
         (_TOPIC, r"\b(?:threads?|locks?|locking|mutex|semaphore|await|async|coroutines?|parallel|atomic\w*|"
                  r"transaction|flaky|in-flight|intermittent\w*|sometimes|twice|same (?:number|id|row|slot|seat|job))\b"),
@@ -256,7 +260,9 @@ CATEGORY_CUES: dict[str, tuple[tuple[int, re.Pattern[str]], ...]] = {
                   r"(?:api ?key|secret|token|password|credential)s? (?:is |are |gets? |was |were )?(?:printed|logged|exposed|"
                   r"committed|visible|shown|leaked|sent|stored in plain ?text|in (?:the )?(?:logs?|url|repo|frontend))|"
                   r"leak(?:s|ed)? (?:the |a )?(?:api )?(?:key|token|password|secret)|plain ?text passwords?|"
-                  r"hard-?coded (?:secret|password|key|token|credential)s?|169\.254\.169\.254|unsanitized|unescaped"),
+                  r"hard-?coded (?:secret|password|key|token|credential)s?|169\.254\.169\.254|unsanitized|unescaped|"
+                  r"raw html|innerhtml|dangerouslysetinnerhtml|script tags?|<script|(?:not|never|without) "
+                  r"(?:escap|sanitiz|validat)\w*|never expires?|works for (?:any|every) (?:account|user)"),
         (_TOPIC, r"\b(?:auth|authenticat\w+|authori[sz]\w+|permissions?|unauthori[sz]ed|forbidden|admin|signature|"
                  r"credentials?|passwords?|secrets?|api ?keys?|tokens?|security|vulnerab\w*|sanitiz\w*|escap\w+|"
                  r"untrusted|40[13])\b"),
@@ -269,17 +275,21 @@ CATEGORY_CUES: dict[str, tuple[tuple[int, re.Pattern[str]], ...]] = {
                   r"never (?:invalidat|updat|refresh|rebuil|decrement|increment|touch)\w*|(?:doesn'?t|does not|didn'?t) "
                   r"(?:decrement|increment|update|invalidate|refresh|rebuild|reindex|touch)|no longer match|"
                   r"inconsisten\w*|diverge\w*|drift\w*|orphan\w*|dangling|data loss|lost data|corrupt\w*|"
-                  r"still (?:shows?|has|holds?|returns?|is|says) the old|until (?:i |you |we |it )?restart"),
+                  r"still (?:shows?|has|holds?|returns?|is|says) the old|until (?:i |you |we |it )?restart|"
+                  r"(?:delet|remov|renam|mov|updat)\w* (?:a |an |the )?\w+ (?:leaves|left|keeps|kept)\b|left behind|leftovers?|"
+                  r"(?:wrong|incorrect|outdated|old) (?:totals?|counts?|numbers?|sums?|balances?|figures?)"),
         (_TOPIC, r"\b(?:cache[ds]?|caching|index(?:es)?|embeddings?|derived|denormali[sz]ed|counters?|counts?|totals?|"
                  r"integrity|constraint|duplicates?|migration|mismatch\w*|copy|copies|the old (?:one|name|value|text|data|content)|"
                  r"old (?:name|value|text|data|content))\b"),
     ),
     "MISSING_VERIFICATION": _cues(
-        (_DEFECT, r"\b(?:never|didn'?t|did not|without|not|haven'?t|hadn'?t|has never|have never) (?:actually |even |once )?"
+        (_DEFECT, r"\b(?:never|didn'?t|did not|without|not|haven'?t|hadn'?t|has never|have never|wasn'?t|weren'?t|"
+                  r"isn'?t|aren'?t|was never|were never) (?:actually |even |once )?"
                   r"(?:been )?(?:run|ran|running|test|tested|testing|verif(?:y|ied|ying)|tried|trying|compil\w+|built|building|"
                   r"execut\w+|reproduc\w+|confirm\w*|check(?:ed|ing)? (?:it|that|the (?:output|result|logs?|page)|what))\b|"
                   r"\buntested\b|assum(?:e|ed|ing) (?:it|that it|this) (?:works?|worked|pass\w*)|"
-                  r"(?:said|claimed|told me|reported|assured me|promised)\b.{0,60}\b(?:works?|worked|pass(?:es|ed)?|done|fixed|green)\b|"
+                  r"(?:said|claimed|told me|reported|assured me|promised|marked|declared|called)\b.{0,60}\b"
+                  r"(?:works?|worked|pass(?:es|ed)?|done|fixed|green|complete|finished)\b|"
                   r"did you (?:even )?(?:run|test|try|check)|doesn'?t even (?:import|compile|build|run|start|parse|load)|"
                   r"\bCI is (?:red|failing)|skip(?:ped|s)? (?:the )?(?:tests?|checks?|verification|ci)\b"),
         (_TOPIC, r"\b(?:verif\w+|tests? suite|the tests?|CI|syntax error)\b"),
@@ -291,7 +301,9 @@ CATEGORY_CUES: dict[str, tuple[tuple[int, re.Pattern[str]], ...]] = {
                   r"(?:has|have|with) no (?:items|rows|entries|elements|results|lines)|"
                   r"negative (?:numbers?|values?|quantit\w+|amounts?|prices?|ids?|sizes?)|"
                   r"(?:just|only|all) (?:spaces|whitespace|blanks?)|february 29|feb(?:ruary)? 29|29(?:th)? (?:of )?feb\w*|leap (?:year|day)|"
-                  r"when (?:the |a |an )?\w+ is (?:empty|zero|blank|missing|negative|too long|very large|huge|null)"),
+                  r"when (?:the |a |an )?\w+ is (?:empty|zero|blank|missing|negative|too long|very large|huge|null)|"
+                  r"(?:fewer|more|extra|missing) (?:columns|fields|items|arguments|elements|values|cells) than|"
+                  r"exactly (?:\d+|the (?:limit|maximum|minimum))|at the (?:limit|maximum|minimum)"),
         (_TOPIC, r"\b(?:empty|blank|zero|negative|emoji\w*|unicode|non-ascii|special characters?|whitespace|spaces|"
                  r"overflow|NaN|very long|too long|unexpected type|KeyError|TypeError|ValueError|missing key|malformed|"
                  r"invalid input|daylight saving|DST|time ?zones?|single (?:item|element|character))\b"),
@@ -306,9 +318,12 @@ CATEGORY_CUES: dict[str, tuple[tuple[int, re.Pattern[str]], ...]] = {
                   r"(?:again|every time|each time|repeatedly) (?:on|for|in) (?:each|every) (?:call|request|render|iteration|row)|"
                   r"(?:entire|whole) (?:file|table|dataset|log|database) into memory|"
                   r"loads? (?:all|every|the whole|the entire) (?:\d+k? )?\w+ (?:just )?to (?:show|display|render|count|use|find|get)|"
-                  r"hot path"),
+                  r"hot path|(?:each|every) (?:keystroke|keypress|scroll|mouse ?move|frame)|"
+                  r"(?:sort|query|quer|fetch|load|read|pars|compil|comput|calculat|allocat|open|connect)\w* "
+                  r"(?:inside|in|within) (?:the|a|each|every) (?:loop|iteration)"),
         (_TOPIC, r"\b(?:slow\w*|latency|recomput\w*|recalculat\w*|inefficient|timeouts?|timed out|cpu|"
-                 r"into memory|in a loop|inside the loop|every (?:request|call|iteration|render)|\d+k (?:rows|items|records))\b"),
+                 r"into memory|in a loop|inside the loop|every (?:request|call|iteration|render)|\d+k (?:rows|items|records)|"
+                 r"debounc\w*|throttl\w*)\b"),
     ),
     "DESIGN": _cues(
         (_DEFECT, r"wrong abstraction|leaky abstraction|tight(?:ly)? coupl\w*|circular (?:import|dependenc\w+)|"
@@ -316,7 +331,9 @@ CATEGORY_CUES: dict[str, tuple[tuple[int, re.Pattern[str]], ...]] = {
                   r"(?:concerns|responsibilities|layers)|(?:don'?t|doesn'?t|do not|does not) belong (?:together|here|in)|"
                   r"copy-?past\w*|duplicated (?:logic|code|validation)|belongs? (?:in|to) the \w+ (?:layer|module|service|class|package)|"
                   r"(?:talks?|goes|reaches) (?:straight|directly) (?:to|into) (?:the )?(?:sql|database|db)|over-?engineer\w*|"
-                  r"spaghetti|imports? (?:the |a )?\w+ (?:module|package|layer)? ?just to"),
+                  r"spaghetti|imports? (?:the |a )?\w+ (?:module|package|layer)? ?just to|"
+                  r"\bnow (?:depends on|imports|knows about|talks to)\b|(?:their|its) own way|"
+                  r"the same \w+(?: \w+)? (?:in|across) (?:\w+ )?(?:places|modules|files|services|views)"),
         (_TOPIC, r"\b(?:abstraction|coupl\w+|layer(?:ing)?|architecture|responsibilit\w+|module boundar\w+|"
                  r"knows about|refactor\w*|design|concerns|dependency direction)\b"),
     ),
@@ -332,7 +349,7 @@ _TROUBLE = re.compile(
     r"flaky|leak\w*|never|didn'?t|did not|doesn'?t|does not|isn'?t|wasn'?t|aren'?t|can'?t|cannot|won'?t|"
     r"without|no longer|hole|drops?|dropped|lost|loses?|skip(?:s|ped)?|dies|died|killed|hangs?|hung|"
     r"timed out|timeout|accept(?:s|ed)|oops|sorry|should have|shouldn'?t have|instead of|throws?|raises?|"
-    r"syntax error)\b", re.IGNORECASE)
+    r"syntax error|chok\w+|crawl\w*|drown\w*|freez\w+|stuck|rejected|flips?|flipping)\b", re.IGNORECASE)
 
 
 # A statement of a mistake is short; a pasted log or transcript is read only this far.
@@ -345,14 +362,15 @@ def _scored(text: str) -> tuple[dict[str, int], bool]:
     defect = False
     for category, cues in CATEGORY_CUES.items():
         for weight, regex in cues:
-            if regex.search(text):
-                scores[category] = scores.get(category, 0) + weight
+            terms = {m.group(0).lower() for m in regex.finditer(text)}
+            if terms:
+                scores[category] = scores.get(category, 0) + weight * len(terms)
                 defect = defect or weight == _DEFECT
     return scores, defect
 
 
 def category_scores(text: str) -> dict[str, int]:
-    """Each category's cue score in the text (defect cues 2, topic cues 1; zero scores left out)."""
+    """Each category's score in the text (2 per distinct defect term, 1 per topic term; no zeros)."""
     return _scored(text)[0]
 
 
@@ -433,7 +451,7 @@ _ABOUT_THE_TALK = re.compile(
     r"isn'?t)|it (?:doesn'?t|isn'?t) (?:work|right)|not what|what i|i (?:meant|said|asked|wanted)|you misunderstood)",
     re.IGNORECASE)
 # Something specific: a name, a number, a path or an identifier (not only common words).
-_SPECIFIC = re.compile(r"\d|[_/`]|\w\.\w|\(\)|[a-z][A-Z]|(?<!^)(?<![.!?]\s)\b[A-Z][a-zA-Z]+")
+_SPECIFIC = re.compile(r"\d|[_/`]|\w\.\w|\w-\w|\(\)|[a-z][A-Z]|(?<!^)(?<![.!?]\s)\b[A-Z][a-zA-Z]+")
 
 
 @dataclass

@@ -98,7 +98,7 @@ def test_the_benchmark_prints_accuracy_confusion_and_misses():
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "heuristics.py")],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    for heading in ("accuracy: ", "batch blind: ", "held out while the rules were written: ",
+    for heading in ("accuracy: ", "batch blind-2: ", "held out while the rules were written: ",
                     "false lessons", "confusion (rows: expected kind", "self_assessment categories",
                     "misses ("):
         assert heading in done.stdout

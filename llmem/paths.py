@@ -124,15 +124,16 @@ def write_output_file(path: Path, text: str) -> None:
     """Write a file the user named (an export, a report) atomically, mode 0600.
 
     Its folder must exist: a mistyped path is an error, not a new folder somewhere (`-o
-    /nonexistent/dir/x.json` must not create /nonexistent). UsageError names the folder.
+    /nonexistent/dir/x.json` must not create /nonexistent). UsageError names the folder; a
+    failed write (full disk) is an LlmemError and leaves any earlier file as it was.
     """
-    from .errors import UsageError
+    from .errors import LlmemError
 
     check_output_folder(path)
     try:
         _write_atomically(path, text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except OSError as exc:  # a full disk, no permission: a runtime failure, the old file kept
+        raise LlmemError(f"cannot write {path}: {exc.strerror or exc}; nothing was changed") from None
 
 
 def check_output_folder(path: Path) -> None:

@@ -67,6 +67,7 @@ def test_preview_report_is_the_only_file_written(home, tmp_path):
     build(home)
     before = snapshot(home)
     report = tmp_path / "out" / "report.html"
+    report.parent.mkdir()  # a report goes only into a folder that exists
     code, _, err = run_cli("dream", "--report", str(report))
     assert code == 0, err
     assert report.exists() and "<svg" in report.read_text()

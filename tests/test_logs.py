@@ -195,3 +195,26 @@ kill $holder
 """)
     assert "exit=1" in done.stdout, (done.stdout, done.stderr)
     assert "is full" in done.stderr and "rollback" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_export_that_fills_the_disk_leaves_the_earlier_file_whole(tmp_path):
+    done = _on_a_full_disk(tmp_path, """
+set +e
+for i in $(seq 30); do "$PY" -m llmem add -c "memory $i $(head -c 2000 /dev/zero | tr '\\0' y)" > /dev/null; done
+"$PY" -m llmem export -o "$DISK/export.json" > /dev/null
+sed -n 1,3p "$DISK/export.json" > /dev/null
+"$PY" -c "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); c.execute('select 1 from memory').fetchall(); time.sleep(30)" "$LLMEM_HOME/memory.db" &
+holder=$!
+sleep 0.5
+"$PY" -m llmem add -c "one more, so the next export differs" > /dev/null
+cp "$DISK/export.json" "$OUT/before.json"
+dd if=/dev/zero of="$DISK/filler" bs=1k 2> /dev/null
+"$PY" -m llmem export -o "$DISK/export.json"
+echo "exit=$?"
+cmp "$DISK/export.json" "$OUT/before.json" && echo "earlier export intact"
+ls -A "$DISK"
+kill $holder
+""")
+    assert "exit=1" in done.stdout and "earlier export intact" in done.stdout, (done.stdout, done.stderr)
+    assert "No space left" in done.stderr and "Traceback" not in done.stderr
+    assert sorted(done.stdout.split("earlier export intact\n")[1].split()) == ["export.json", "filler", "home"]

@@ -43,6 +43,7 @@ from llmem.dream.rem import plan_rem  # noqa: E402
 from llmem.dream.sweep import run_dream  # noqa: E402
 from llmem.paths import default_paths  # noqa: E402
 from llmem.store import Store, content_hash  # noqa: E402
+from llmem.vectors import text_hash  # noqa: E402
 
 DAY = 86400.0
 MODEL = "bench:random"
@@ -79,14 +80,16 @@ def build(path: Path, n: int, new: int, dim: int, seed: int = 7) -> float:
         else:
             content = f"{words} #{i}"
         memory_id = str(uuid.uuid4())
+        # No summary, no metadata: the embedded text is the content.
         memory_rows.append((i + 1, memory_id, mtype, content, identifier_hints(content), 0.7, "extraction",
-                            None, "{}", content_hash(content), created, created, 0))
-        embedding_rows.append((memory_id, MODEL, dim, vectors[i].tobytes(), content_hash(content),
+                            None, "{}", content_hash(content), text_hash(content), created, created, 0))
+        embedding_rows.append((memory_id, MODEL, dim, vectors[i].tobytes(), text_hash(content),
                                created if not is_new else watermark + 60))
     with db.atomic():
         db.cursor().executemany(
             "INSERT INTO memory(seq, id, type, content, hints, confidence, source, project, metadata,"
-            " content_hash, created_at, updated_at, access_count) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " content_hash, embed_hash, created_at, updated_at, access_count)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             memory_rows)
         db.cursor().executemany(
             "INSERT INTO embedding(memory_id, model, dim, vector, content_hash, created_at) VALUES (?,?,?,?,?,?)",

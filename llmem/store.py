@@ -23,6 +23,7 @@ from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, Models, Re
 from .errors import AmbiguousId, NotFound, UsageError
 from .redact import Redactor
 from .times import now, to_iso
+from .vectors import text_hash, text_to_embed
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,10 @@ def content_hash(content: str) -> str:
 
 
 def derived_fields(content: str, summary: str | None, metadata: dict | None) -> dict[str, Any]:
-    """The columns derived from a memory's text, rewritten with it on every write: FTS hints."""
-    return {"hints": index_hints(content, summary, metadata)}
+    """The columns derived from a memory's text, rewritten with it on every write: the FTS
+    hints and the hash of the text its vector must be made from."""
+    return {"hints": index_hints(content, summary, metadata),
+            "embed_hash": text_hash(text_to_embed(content, summary, metadata))}
 
 
 def check_type(memory_type: str) -> str:
@@ -291,6 +294,8 @@ class Store:
             memory.updated_at = stamp
             memory.metadata = {**(memory.metadata or {}),
                                "invalidation_reason": self.redactor.text(reason.strip())}
+            for name, value in derived_fields(memory.content, memory.summary, memory.metadata).items():
+                setattr(memory, name, value)
             memory.save()
         return memory
 
@@ -343,7 +348,7 @@ class Store:
         if model:
             embedded = self.db.execute_sql(
                 "SELECT COUNT(*) FROM embedding e JOIN memory m ON m.id = e.memory_id "
-                "WHERE e.model = ? AND e.content_hash = m.content_hash AND m.invalidated_at IS NULL",
+                "WHERE e.model = ? AND e.content_hash = m.embed_hash AND m.invalidated_at IS NULL",
                 (model,)).fetchone()[0]
         valid_count = valid.count()
         return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Iterable
 
@@ -16,14 +17,24 @@ from .times import now
 log = logging.getLogger(__name__)
 
 
-def embedding_text(memory: Memory) -> str:
+def text_to_embed(content: str, summary: str | None, metadata: dict | None) -> str:
     """What is embedded for a memory: its content, with the summary when it adds words and
     its descriptive metadata (who said it, which file) in front, as FTS indexes them too."""
-    text = memory.content
-    if memory.summary and memory.summary.strip() and memory.summary not in memory.content:
-        text = f"{memory.summary}\n{text}"
-    described = metadata_text(memory.metadata)
+    text = content
+    if summary and summary.strip() and summary not in content:
+        text = f"{summary}\n{text}"
+    described = metadata_text(metadata)
     return f"{described}: {text}" if described else text
+
+
+def embedding_text(memory: Memory) -> str:
+    """text_to_embed of a memory row."""
+    return text_to_embed(memory.content, memory.summary, memory.metadata)
+
+
+def text_hash(text: str) -> str:
+    """The hash an embedding records of the exact text it was made from."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def pending_query(store, identity: str, everything: bool = False):
@@ -33,27 +44,34 @@ def pending_query(store, identity: str, everything: bool = False):
     if everything:
         return query.order_by(Memory.seq)
     current = Embedding.select(Embedding.memory).where(
-        (Embedding.model == identity) & (Embedding.content_hash == Memory.content_hash)
+        (Embedding.model == identity) & (Embedding.content_hash == Memory.embed_hash)
         & (Embedding.memory == Memory.id))
     return query.where(~pw.fn.EXISTS(current)).order_by(Memory.seq)
 
 
-def store_vectors(store, embedder: Embedder, memories: list[Memory], vectors) -> None:
-    """Write vectors for memories (one transaction), rebuilding the index on a model change."""
+def store_vectors(store, embedder: Embedder, memories: list[Memory], vectors,
+                  texts: list[str] | None = None) -> None:
+    """Write vectors for memories (one transaction), rebuilding the index on a model change.
+
+    `texts`: what each vector was made from (default: embedding_text of the memory as
+    loaded). Its hash is stored, so a memory whose text changed meanwhile stays pending.
+    """
+    texts = texts if texts is not None else [embedding_text(m) for m in memories]
     identity, dim = embedder.identity, int(vectors.shape[1])
     stamp = now()
     Embedding = store.models.Embedding
     with store.db.atomic():
         vec.ensure_index(store.db, identity, dim)
         rows = []
-        for memory, vector in zip(memories, vectors, strict=True):
+        for memory, vector, text in zip(memories, vectors, texts, strict=True):
             blob = vec.to_blob(vector)
+            made_from = text_hash(text)
             (Embedding.insert(memory=memory.id, model=identity, dim=dim, vector=blob,
-                              content_hash=memory.content_hash, created_at=stamp)
+                              content_hash=made_from, created_at=stamp)
              .on_conflict(conflict_target=[Embedding.memory],
                           update={Embedding.model: identity, Embedding.dim: dim,
                                   Embedding.vector: blob,
-                                  Embedding.content_hash: memory.content_hash,
+                                  Embedding.content_hash: made_from,
                                   Embedding.created_at: stamp})
              .execute())
             rows.append((memory.seq, vector))
@@ -64,8 +82,9 @@ def embed_memories(store, embedder: Embedder, memories: list[Memory]) -> int:
     """Embed the given memories now (HTTP outside any transaction); return how many."""
     if not memories or not embedder.available:
         return 0
-    vectors = embedder.embed_documents([embedding_text(m) for m in memories])
-    store_vectors(store, embedder, memories, vectors)
+    texts = [embedding_text(m) for m in memories]
+    vectors = embedder.embed_documents(texts)
+    store_vectors(store, embedder, memories, vectors, texts)
     return len(memories)
 
 

@@ -55,7 +55,8 @@ def add(store: Store, content: str, memory_type: str = "fact", *, embedder: Embe
         Memory.update(updated_at=created).where(Memory.id == memory.id).execute()
         memory = Memory.get(Memory.id == memory.id)
     if embedder is not None:
-        store_vectors(store, embedder, [memory], embedder.embed_documents([memory.content]))
+        store_vectors(store, embedder, [memory], embedder.embed_documents([memory.content]),
+                      [memory.content])
     return memory
 
 

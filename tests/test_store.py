@@ -1,12 +1,15 @@
+import json
 import sqlite3
 
 import pytest
 
 from llmem.db.connection import open_database
 from llmem.db.migrations import MIGRATIONS, applied_migrations
+from llmem.embedders import OllamaEmbedder
 from llmem.errors import AmbiguousId, NotFound, UsageError
 from llmem.search import Searcher, SearchOptions
 from llmem.store import Store
+from llmem.vectors import embed_pending, embedding_text, pending_query, store_vectors, text_hash
 
 
 @pytest.fixture
@@ -148,3 +151,114 @@ def test_descriptive_metadata_is_searchable_structural_is_not(store):
     assert fts(store, "zzqx") == []
     store.update(said.id, metadata={"speaker": "Melanie"})
     assert fts(store, "Melanie") == [said.content] and fts(store, "Caroline") == []
+
+
+# ---- vectors never stale (issue 9 item 6) -------------------------------------------------------
+
+def pending_ids(store, embedder):
+    return [m.id for m in pending_query(store, embedder.identity)]
+
+
+@pytest.fixture
+def embedded_pair(store, model_server):
+    """Two memories, both embedded by the fake Ollama server."""
+    embedder = OllamaEmbedder("nomic-embed-text", model_server.url, 5.0, 8)
+    gateway = store.add("the gateway listens on port 8080").memory
+    deploys = store.add("deploys run from the main branch").memory
+    assert embed_pending(store, embedder) == 2
+    assert pending_ids(store, embedder) == [] and store.stats()["pending_embedding"] == 0
+    return embedder, gateway, deploys
+
+
+@pytest.mark.parametrize("change", [
+    {"summary": "Gateway port"},
+    {"metadata": {"speaker": "Caroline"}},
+    {"content": "the gateway listens on port 9090"},
+])
+def test_any_change_to_the_embedded_text_makes_exactly_that_memory_pending(store, model_server,
+                                                                           embedded_pair, change):
+    embedder, gateway, deploys = embedded_pair
+    updated = store.update(gateway.id, **change)
+    assert pending_ids(store, embedder) == [gateway.id]
+    assert store.stats()["pending_embedding"] == 1
+    sent = len(model_server.embed_requests())
+    assert embed_pending(store, embedder) == 1
+    (request,) = model_server.embed_requests()[sent:]
+    assert request["input"] == [embedding_text(updated)]
+    assert pending_ids(store, embedder) == [] and store.stats()["pending_embedding"] == 0
+    stored = store.models.Embedding.get(store.models.Embedding.memory == gateway.id)
+    assert stored.content_hash == text_hash(embedding_text(updated))
+
+
+def test_a_change_outside_the_embedded_text_leaves_the_vector_current(store, embedded_pair):
+    embedder, gateway, _ = embedded_pair
+    store.update(gateway.id, confidence=0.9, metadata={"adapter": "opencode"})  # structural metadata
+    assert pending_ids(store, embedder) == []
+
+
+def test_a_vector_made_from_text_that_changed_meanwhile_stays_pending(store, embedded_pair):
+    embedder, gateway, _ = embedded_pair
+    before = store.get(gateway.id)
+    store.update(gateway.id, summary="Gateway port")
+    # Embedded from the memory as it was loaded (the HTTP call runs outside any transaction).
+    store_vectors(store, embedder, [before], embedder.embed_documents([embedding_text(before)]))
+    assert pending_ids(store, embedder) == [gateway.id]
+
+
+@pytest.mark.parametrize("flag, value", [("--summary", "Gateway port"),
+                                         ("--metadata", '{"speaker": "Caroline"}'),
+                                         ("--content", "the gateway listens on port 9090")])
+def test_update_with_the_embedder_down_leaves_the_memory_for_embed_pending(cli, ollama_config, flag, value):
+    code, out, err = cli("add", "--content", "the gateway listens on port 8080", "--json")
+    assert code == 0, err
+    memory_id = json.loads(out)["id"]
+    cli("add", "--content", "deploys run from the main branch")
+    assert json.loads(cli("stats", "--json")[1])["pending_embedding"] == 0
+    ollama_config.mode = "error"
+    code, _, err = cli("update", memory_id, flag, value)
+    assert code == 0, err
+    assert json.loads(cli("stats", "--json")[1])["pending_embedding"] == 1
+    ollama_config.mode = "ok"
+    sent = len(ollama_config.embed_requests())
+    code, out, err = cli("embed", "--pending", "--json")
+    assert code == 0 and json.loads(out)["embedded"] == 1, err
+    (request,) = ollama_config.embed_requests()[sent:]
+    assert (json.loads(value)["speaker"] if flag == "--metadata" else value) in request["input"][0]
+    assert json.loads(cli("stats", "--json")[1])["pending_embedding"] == 0
+
+
+def test_migration_0008_marks_embeddings_of_changed_text_pending(tmp_path, model_server):
+    path = tmp_path / "old.db"
+    embedder = OllamaEmbedder("nomic-embed-text", model_server.url, 5.0, 8)
+    with Store.open(path) as store:
+        kept = store.add("the gateway listens on port 8080").memory
+        renamed = store.add("deploys run from the main branch").memory
+        embed_pending(store, embedder)
+    # The schema before 0008: embeddings recorded the content hash; memory had no embed_hash.
+    # Afterwards `renamed` got a summary, which the old scheme never noticed.
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE embedding SET content_hash = "
+                 "(SELECT content_hash FROM memory WHERE memory.id = embedding.memory_id)")
+    conn.execute("UPDATE memory SET summary = 'Deploys', updated_at = updated_at + 60 WHERE id = ?",
+                 (renamed.id,))
+    conn.execute("ALTER TABLE memory DROP COLUMN embed_hash")
+    conn.execute("DELETE FROM schema_migration WHERE name = '0008_hash_embedded_text'")
+    conn.commit()
+    conn.close()
+    with Store.open(path) as store:
+        assert "0008_hash_embedded_text" in applied_migrations(store.db)
+        assert pending_ids(store, embedder) == [renamed.id]
+        assert store.stats()["pending_embedding"] == 1
+        assert store.get(kept.id).embed_hash == text_hash(embedding_text(store.get(kept.id)))
+        assert embed_pending(store, embedder) == 1 and pending_ids(store, embedder) == []
+
+
+def test_update_of_descriptive_metadata_re_embeds_at_once_like_content(cli, ollama_config):
+    code, out, err = cli("add", "--content", "I finally adopted a dog", "--json")
+    memory_id = json.loads(out)["id"]
+    sent = len(ollama_config.embed_requests())
+    code, _, err = cli("update", memory_id, "--metadata", '{"speaker": "Caroline"}')
+    assert code == 0, err
+    (request,) = ollama_config.embed_requests()[sent:]
+    assert request["input"] == ["search_document: Caroline: I finally adopted a dog"]
+    assert json.loads(cli("stats", "--json")[1])["pending_embedding"] == 0

@@ -134,7 +134,7 @@ def update(app, memory_id, content, summary, confidence, memory_type, metadata, 
                          hint="pass --content, --summary, --confidence, --type or --metadata")
     memory = app.store.update(memory_id, content=content, summary=summary, confidence=confidence,
                               memory_type=memory_type, metadata=meta)
-    if content is not None or summary is not None:
+    if content is not None or summary is not None or meta is not None:  # all in the embedded text
         _embed_now(app, [memory])
     if as_json:
         print_json(memory_to_dict(memory))

@@ -76,6 +76,32 @@ def _index_descriptive_metadata(db) -> None:
             db.execute_sql("UPDATE memory SET hints = ? WHERE seq = ?", (fresh, seq))
 
 
+def _hash_embedded_text(db) -> None:
+    # An embedding recorded the hash of the memory's content, but the embedded text also
+    # holds its summary and descriptive metadata, so changing those left a stale vector that
+    # `embed --pending` never found. Now memory.embed_hash is the hash of the text its vector
+    # must be made from and an embedding records the hash of the text it was made from. An
+    # old embedding is trusted only when it was made from the same content at or after the
+    # memory's last change; every other one is marked stale ("" matches no memory) and is
+    # re-embedded by `embed --pending`. Its vector serves search until then: the vec0 index
+    # is derived from the embedding rows, which keep their vectors.
+    import json
+
+    from ..vectors import text_hash, text_to_embed
+
+    columns = {row[1] for row in db.execute_sql("PRAGMA table_info(memory)")}
+    if "embed_hash" not in columns:
+        db.execute_sql("ALTER TABLE memory ADD COLUMN embed_hash TEXT")
+    rows = db.execute_sql("SELECT seq, content, summary, metadata FROM memory").fetchall()
+    db.cursor().executemany("UPDATE memory SET embed_hash = ? WHERE seq = ?", [
+        (text_hash(text_to_embed(content, summary, json.loads(metadata) if metadata else None)), seq)
+        for seq, content, summary, metadata in rows])
+    db.execute_sql(
+        "UPDATE embedding SET content_hash = COALESCE((SELECT m.embed_hash FROM memory m "
+        "WHERE m.id = embedding.memory_id AND m.content_hash = embedding.content_hash "
+        "AND embedding.created_at >= m.updated_at), '')")
+
+
 def _create_watch_session_table(db) -> None:
     # The watcher's per-session state (llmem/watcher.py SavedStates): what it emitted, so a
     # restart announces no session twice and catches up on what was written meanwhile.
@@ -100,6 +126,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0005_event_table", _create_event_table),
     ("0006_session_cursor_llm_usage", _create_session_tables),
     ("0007_index_descriptive_metadata", _index_descriptive_metadata),
+    ("0008_hash_embedded_text", _hash_embedded_text),
     ("0009_watch_session", _create_watch_session_table),
 ]
 

@@ -77,7 +77,7 @@ class Memory(BaseModel):
     project = pw.TextField(null=True, index=True)
     session_id = pw.TextField(null=True, index=True)
     metadata = JSONText(default=dict)
-    content_hash = pw.TextField(index=True)
+    content_hash = pw.TextField(index=True)  # the dedupe key (normalised content, store.py)
     created_at = pw.FloatField()
     updated_at = pw.FloatField()
     accessed_at = pw.FloatField(null=True)
@@ -86,6 +86,9 @@ class Memory(BaseModel):
     valid_until = pw.FloatField(null=True)
     invalidated_at = pw.FloatField(null=True, index=True)
     promoted_at = pw.FloatField(null=True)
+    # Hash of the text its vector must be made from (vectors.embedding_text), kept by the
+    # Store with the text; a memory whose embedding carries another hash is pending.
+    embed_hash = pw.TextField(null=True)
 
     class Meta:
         table_name = "memory"
@@ -107,14 +110,14 @@ class Relation(BaseModel):
 
 
 class Embedding(BaseModel):
-    """The vector of one memory, with the model and content hash it was made from."""
+    """The vector of one memory, with the model and the hash of the exact text it was made from."""
 
     memory = pw.ForeignKeyField(Memory, field=Memory.id, column_name="memory_id",
                                 primary_key=True, on_delete="CASCADE")
     model = pw.TextField()
     dim = pw.IntegerField()
     vector = pw.BlobField()  # float32, unit length
-    content_hash = pw.TextField()
+    content_hash = pw.TextField()  # vectors.text_hash of the embedded text; "" when stale
     created_at = pw.FloatField()
 
     class Meta:

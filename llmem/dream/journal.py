@@ -217,7 +217,10 @@ def undo_run(store, run_id: str) -> UndoResult:
                 before = json.loads(before_text) if before_text else None
                 after = json.loads(after_text) if after_text else None
                 if op == "update":
-                    result.restored += store.restore_row(memory_id, {f: before[f] for f in _ROW_FIELDS})
+                    # A before-image journaled before a column existed lacks it; the
+                    # derived ones (hints, hashes) are recomputed from the text anyway.
+                    result.restored += store.restore_row(
+                        memory_id, {f: before[f] for f in _ROW_FIELDS if f in before})
                 elif op == "create":
                     if Memory.select().where(Memory.id == memory_id).exists():
                         store.delete(memory_id)

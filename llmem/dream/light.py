@@ -25,7 +25,7 @@ MAX_PAIRS = 50_000  # a pathological store (everything identical) must not exhau
 
 _VALID_EMBEDDED = (
     "FROM embedding e JOIN memory m ON m.id = e.memory_id "
-    "WHERE e.model = ? AND e.dim = ? AND e.content_hash = m.content_hash "
+    "WHERE e.model = ? AND e.dim = ? AND e.content_hash = m.embed_hash "
     "AND m.invalidated_at IS NULL")
 
 

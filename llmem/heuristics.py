@@ -369,16 +369,6 @@ def _scored(text: str) -> tuple[dict[str, int], bool]:
     return scores, defect
 
 
-def category_scores(text: str) -> dict[str, int]:
-    """Each category's score in the text (2 per distinct defect term, 1 per topic term; no zeros)."""
-    return _scored(text)[0]
-
-
-def describes_mistake(text: str) -> bool:
-    """Whether a text tells of something going wrong (a defect cue, or trouble words)."""
-    return _scored(text)[1] or bool(_TROUBLE.search((text or "")[:SCAN_CHARS]))
-
-
 def categorize(text: str) -> str | None:
     """The taxonomy category a text of trouble names, or None when it names no class of mistake.
 
@@ -483,7 +473,8 @@ def _states_something(body: str) -> bool:
 
 
 def _correction_statement(sentence: str) -> Candidate | None:
-    """The broader reading of a sentence known to be a correction (never used on plain chat)."""
+    """The broader reading of a sentence known to be a correction (of plain chat, only its
+    wrong → right pairs are trusted: "run the tests" in a request is no procedure to keep)."""
     if _QUESTION.search(sentence):
         return None
     core, marked = _strip_lead(sentence)
@@ -506,7 +497,7 @@ def _correction_statement(sentence: str) -> Candidate | None:
             return learn_pair(match.group("wrong"), right, name)
     if (_MUST.search(core) or _IMPERATIVE_START.match(core)) and len(core.split()) >= 3 \
             and not _ABOUT_THE_TALK.match(core):
-        if describes_mistake(core) and categorize(core) and not _IMPERATIVE_START.match(core):
+        if categorize(core) and not _IMPERATIVE_START.match(core):
             return None  # "you should have checked for None": a mistake, not a step
         return Candidate("procedure", _clean(core) + ".", confidence=STATED, rule="correction_procedure")
     if marked and _states_something(core) and not categorize(core):

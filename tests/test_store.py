@@ -8,7 +8,7 @@ from llmem.db.migrations import MIGRATIONS, applied_migrations
 from llmem.embedders import OllamaEmbedder
 from llmem.errors import AmbiguousId, NotFound, UsageError
 from llmem.search import Searcher, SearchOptions
-from llmem.store import Store
+from llmem.store import Store, content_hash
 from llmem.vectors import embed_pending, embedding_text, pending_query, store_vectors, text_hash
 
 
@@ -262,3 +262,45 @@ def test_update_of_descriptive_metadata_re_embeds_at_once_like_content(cli, olla
     (request,) = ollama_config.embed_requests()[sent:]
     assert request["input"] == ["search_document: Caroline: I finally adopted a dog"]
     assert json.loads(cli("stats", "--json")[1])["pending_embedding"] == 0
+
+
+# ---- writes outside add/update keep the derived columns in sync (issue 9 item 4) -----------------
+
+def test_dream_journal_writes_and_undo_rederive_hints_and_hashes(store, embedded_pair):
+    from llmem.dream.journal import Journal, finish_run, start_run, undo_run
+
+    embedder, gateway, _ = embedded_pair
+    run = start_run(store, "dream", ["deep"])
+    with store.db.atomic():
+        Journal(store, run).update("deep", "merge", gateway.id,
+                                   {"content": "the apiGateway listens on port 9090"})
+    finish_run(store, run, {})
+    merged = store.get(gateway.id)
+    assert merged.content_hash == content_hash("the apiGateway listens on port 9090")
+    assert fts(store, "gateway") == [merged.content]  # the camelCase part, from the new hints
+    assert pending_ids(store, embedder) == [gateway.id]
+
+    undo_run(store, run.id)
+    restored = store.get(gateway.id)
+    assert restored.content == gateway.content and restored.hints == gateway.hints
+    assert restored.embed_hash == gateway.embed_hash and pending_ids(store, embedder) == []
+
+
+def test_import_derives_hints_and_the_embedded_text_hash(store, tmp_path):
+    from llmem.exchange import apply_import, plan_import
+
+    memory = {"id": "0b6a4f4e-8f0e-4c1e-9a43-2f7c1f0f6a11", "type": "fact",
+              "content": "call correctFunction() instead", "summary": "the fix",
+              "metadata": {"file": "handler.py"}, "created_at": "2026-01-02T03:04:05Z"}
+    apply_import(store, plan_import(store, {"version": 1, "memories": [memory], "relations": []}))
+    stored = store.get(memory["id"])
+    assert fts(store, "correct function") == [stored.content]
+    assert stored.embed_hash == text_hash(embedding_text(stored))
+    assert stored.content_hash == content_hash(stored.content)
+
+
+def test_access_tracking_is_not_a_change_of_the_memory(store):
+    memory = store.add("the deploy script lives in ops/deploy.sh").memory
+    Searcher(store, None).search("deploy", SearchOptions(mode="fts"))
+    seen = store.get(memory.id)
+    assert seen.access_count == 1 and seen.updated_at == memory.updated_at

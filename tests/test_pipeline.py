@@ -41,8 +41,13 @@ def home(llmem_home, tmp_path, configure):
 
 
 def start(*args, env=None):
-    return subprocess.Popen([*LLMEM, *args], env=env or os.environ.copy(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    # Output goes to a file, never to a pipe nobody reads: `llmem run` logs each event to
+    # stderr, and once the 64 KiB pipe buffer is full every logging thread blocks on it
+    # (events stall, and a stop waits for them).
+    env = env or os.environ.copy()
+    output = Path(env["LLMEM_HOME"]).parent / f"{args[0]}-{uuid.uuid4().hex[:8]}.out"
+    with output.open("w") as sink:
+        return subprocess.Popen([*LLMEM, *args], env=env, stdout=sink, stderr=subprocess.STDOUT, text=True)
 
 
 def run_cli(*args):
@@ -161,6 +166,30 @@ def test_sigterm_requeues_the_in_flight_event(home, model_server):
         stop(worker)
 
 
+@pytest.mark.slow
+def test_sigint_stops_promptly_while_a_task_waits_on_the_llm(home, model_server):
+    llmem_home, state = home
+    text = (llmem_home / "config.yaml").read_text().replace(
+        "llm:\n  provider: none\n", f"llm:\n  provider: ollama\n  base_url: {model_server.url}\n  timeout: 60\n")
+    (llmem_home / "config.yaml").write_text(text)
+    model_server.mode, model_server.delay = "slow", 40.0
+    session_id = new_session(state, "remember that stops are prompt")
+    run_cli("enqueue", "idle", session_id, "--adapter", "copilot")
+    runner = start("run", "-w", "2")
+    try:
+        wait_until(lambda: model_server.requests, timeout=20)  # the task is inside the LLM call
+        started = time.monotonic()
+        runner.send_signal(signal.SIGINT)
+        runner.wait(20)
+        took = time.monotonic() - started
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert took < 12, f"SIGINT took {took:.1f} s"
+    assert events(home)[0]["status"] == "pending"  # put back for the next worker
+
+
+@pytest.mark.slow
 def test_concurrent_workers_watcher_and_cli_never_lock(home):
     llmem_home, state = home
     runner = start("run", "-w", "4")

@@ -23,6 +23,12 @@ def _start_watcher(app):
     return watcher
 
 
+# Ctrl-C (SIGINT) lets in-flight tasks finish for this long, then stops like SIGTERM: the
+# interrupted events go back to pending (tasks are idempotent), so a stop never waits on a
+# slow LLM call.
+STOP_GRACE_SECONDS = 5.0
+
+
 def _consumer(app, workers: int):
     from workers.tasks import use_app
 
@@ -37,7 +43,7 @@ def _consumer(app, workers: int):
     tasks.reconcile()  # events a killed worker left behind go back on the queue first
     return huey.create_consumer(workers=workers, worker_type="thread", periodic=True,
                                 check_worker_health=True, initial_delay=0.1, backoff=1.15,
-                                max_delay=2.0)
+                                max_delay=2.0, shutdown_timeout=STOP_GRACE_SECONDS)
 
 
 @click.command()
@@ -66,7 +72,7 @@ def worker(app, workers):
 
     setup_file_logging(app.config, "worker")
     consumer = _consumer(app, workers or app.config.values["pipeline"]["workers"])
-    consumer.run()  # handles SIGINT (finish in-flight tasks) and SIGTERM itself
+    consumer.run()  # handles SIGINT (finish in-flight tasks, up to the grace) and SIGTERM itself
 
 
 @click.command()

@@ -175,8 +175,9 @@ def queue(ctx, as_json, recent, clear_stale_locks):
     for e in events:
         line = f"  #{e['id']:<5} {e['status']:<8} {e['kind']:<10} {e['adapter']:<8} {e['session_id']}"
         click.echo(line + (f"  ({e['attempts']} tries: {e['error']})" if e["error"] else ""))
-    for lock in data.get("cleared_locks", []):
-        click.echo(f"cleared stale {_describe_lock(lock)}")
+    if clear_stale_locks:
+        click.echo(f"cleared stale {_describe_lock(data['cleared_locks'][0])}" if cleared
+                   else "no stale lock to clear")
     for lock in locks:
         if lock["stale"]:
             click.echo(f"lock:   STALE {_describe_lock(lock)}; the next dream takes it over, "

@@ -68,7 +68,7 @@ def home(configure, tmp_path):
     return configure("embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: none\n").parent
 
 
-def test_a_worker_killed_mid_dream_does_not_stop_the_next_dream(home):
+def test_a_worker_killed_mid_dream_does_not_stop_the_next_dream(cli, home):
     assert run_cli("enqueue", "dream")[0] == 0
     worker = subprocess.Popen([sys.executable, "-c", SLOW_DREAM_WORKER], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
@@ -79,14 +79,14 @@ def test_a_worker_killed_mid_dream_does_not_stop_the_next_dream(home):
         worker.wait()
     [(dead_run, _, _)] = dream_runs(home)
 
-    code, out, _ = run_cli("queue", "--json")
+    code, out, _ = cli("queue", "--json")
     [lock] = json.loads(out)["locks"]
     assert (lock["stale"], lock["pid"], lock["run_id"]) == (True, worker.pid, dead_run)
-    code, out, _ = run_cli("queue")
+    code, out, _ = cli("queue")
     assert "STALE dream lock" in out and "--clear-stale-locks" in out
-    code, out, _ = run_cli("dream", "status", "--json")
+    code, out, _ = cli("dream", "status", "--json")
     assert json.loads(out)["last_run"]["status"] == "interrupted"
-    code, out, _ = run_cli("doctor", "--json")
+    code, out, _ = cli("doctor", "--json")
     [check] = [c for c in json.loads(out)["checks"] if c["name"] == "locks"]
     assert check["status"] == "warn" and str(worker.pid) in check["detail"]
 
@@ -136,9 +136,9 @@ def test_a_live_lock_from_a_recycled_pid_is_stale():
         younger.wait()
 
 
-def test_queue_db_keeps_no_task_results(home):
+def test_queue_db_keeps_no_task_results(cli, home):
     for task in ("embed_pending", "reconcile") * 5 + ("dream",):
-        assert run_cli("enqueue", task)[0] == 0
+        assert cli("enqueue", task)[0] == 0
     worker = subprocess.Popen([*LLMEM, "worker", "-w", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:  # one worker thread: the dream, queued last, runs last
         wait_until(lambda: [r for r in dream_runs(home) if r[1] == "done"])

@@ -431,8 +431,11 @@ def _read_workspace(path: Path) -> dict[str, Any] | None:
     # Imported here, not at module level: hooks import the adapters and must start fast.
     import yaml
 
+    # libyaml when present: it refuses deep nesting at once, where the pure-Python loader
+    # spends seconds on a hostile file before it overflows the stack.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
         # RecursionError: nesting deeper than the YAML parser's stack (a damaged or hostile file).
         return None

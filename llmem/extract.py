@@ -519,18 +519,37 @@ def _extract_chunks(store, llm, chunks, project, report: ExtractionReport, *,
     return candidates
 
 
+# Runs of one session that lost the race for its cursor (idle and ending at once) read again
+# from where the winner stopped, so a turn only the loser saw is not dropped.
+CURSOR_RACE_RETRIES = 3
+
+
 def extract_session(app, session_id: str, *, adapter_name: str | None = None, llm=None,
                     use_llm: bool = True, hold_cursor: bool = False) -> ExtractionReport:
     """Extract memories from a session's transcript after its cursor, then advance the cursor.
 
+    The memories and the cursor move in one transaction. When another run advanced the
+    cursor meanwhile, nothing is written and the slice past its new position is read again.
     `hold_cursor`: store what is found but leave the cursor where it was, so a later run
     (with the LLM, once the session's extraction interval has passed) reads the slice again.
     """
     from .adapters import resolve_adapter
+
+    adapter = resolve_adapter(app.config, session_id, adapter_name)
+    for _ in range(CURSOR_RACE_RETRIES):
+        report = _extract_session_once(app, adapter, session_id, llm=llm, use_llm=use_llm,
+                                       hold_cursor=hold_cursor)
+        if not report.concurrent:
+            break
+        log.info("session %s: another run moved the cursor first; reading on from it", session_id)
+    return report
+
+
+def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
+                          hold_cursor: bool) -> ExtractionReport:
     from .times import now
 
     started = time.perf_counter()
-    adapter = resolve_adapter(app.config, session_id, adapter_name)
     SessionCursor = app.store.models.SessionCursor
     row = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
                                     & (SessionCursor.session_id == session_id))

@@ -34,12 +34,20 @@ def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event
         return Event.create(adapter=adapter, session_id=session_id, kind=kind, detected_at=now()), True
 
 
-def claim_event(store, event_id: int) -> Event | None:
-    """Mark an event running (attempts + 1); None when it is already done or unknown."""
+def claim_event(store, event_id: int, *, running_after: float | None = None) -> Event | None:
+    """Mark an event running (attempts + 1); None when it is already done or unknown.
+
+    With `running_after` (seconds), an event another worker started less than that long ago
+    is left to it (None): reconcile and a scheduled retry may deliver the same event twice,
+    and one run at a time is enough. Older runs are presumed lost with their worker.
+    """
     Event = store.models.Event
     with store.db.atomic():
         event = Event.get_or_none(Event.id == event_id)
         if event is None or event.status == "done":
+            return None
+        if (running_after is not None and event.status == "running" and event.started_at is not None
+                and event.started_at > now() - running_after):
             return None
         event.status, event.started_at = "running", now()
         event.attempts += 1
@@ -149,7 +157,8 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
     from .sessions import handle_session_event
 
     started = time.perf_counter()
-    event = claim_event(app.store, event_id)
+    event = claim_event(app.store, event_id,
+                        running_after=app.config.values["pipeline"]["running_timeout_minutes"] * 60)
     if event is None:
         return EventOutcome(event_id, "skipped")
     llm_allowed_at = _next_llm_extraction(app, event)

@@ -87,3 +87,19 @@ def test_within_the_interval_heuristics_run_now_and_the_llm_waits(app, model_ser
     assert run_event(app, second.id).status == "done"
     assert len([p for p, _ in model_server.requests if p == "/api/chat"]) > chats
     assert Memory.select().where(Memory.content == "Releases are cut on Thursdays").exists()
+
+
+def test_an_event_another_worker_is_running_is_not_run_twice(app):
+    session_id = str(uuid.uuid4())
+    events_file = app.state_dir / session_id / "events.jsonl"
+    events_file.parent.mkdir()
+    append(events_file, event_line("session.start", {"sessionId": session_id}),
+           *turn("remember that the cache ttl is ten minutes"))
+    Event = app.store.models.Event
+    event, _ = record_event(app.store, "copilot", session_id, "created")
+    claim_event(app.store, event.id)  # a worker runs it now; reconcile delivers it once more
+    assert run_event(app, event.id).status == "skipped"
+    assert Event.get_by_id(event.id).attempts == 1
+    # Running for longer than pipeline.running_timeout_minutes: that worker is gone.
+    Event.update(started_at=now() - 3600).where(Event.id == event.id).execute()
+    assert run_event(app, event.id).status == "done"

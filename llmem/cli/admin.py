@@ -141,6 +141,7 @@ def import_memories(app, file, dry_run, as_json):
     from ..errors import UsageError
     from ..exchange import apply_import, plan_import
 
+    source = "standard input" if file == "-" else file
     try:
         data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     except OSError as exc:
@@ -148,15 +149,15 @@ def import_memories(app, file, dry_run, as_json):
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{file} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})",
+        raise UsageError(f"{source} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})",
                          hint="`llmem export` writes UTF-8; convert the file, e.g. with iconv -t UTF-8") from None
     try:
         document = json.loads(text)
     except RecursionError:
-        raise UsageError(f"{file} nests its JSON too deeply to be an export file",
+        raise UsageError(f"{source} nests its JSON too deeply to be an export file",
                          hint="is it an `llmem export` file?") from None
     except ValueError as exc:
-        raise UsageError(f"{file} is not valid JSON: {exc}", hint="is it an `llmem export` file?") from None
+        raise UsageError(f"{source} is not valid JSON: {exc}", hint="is it an `llmem export` file?") from None
     plan = plan_import(app.store, document)
     if plan.errors:
         for error in plan.errors[:20]:
@@ -164,7 +165,7 @@ def import_memories(app, file, dry_run, as_json):
         more = len(plan.errors) - 20
         if more > 0:
             click.echo(f"  … and {more} more", err=True)
-        raise UsageError(f"{file} has {len(plan.errors)} problem(s); nothing was imported")
+        raise UsageError(f"{source} has {len(plan.errors)} problem(s); nothing was imported")
     outcome = plan.summary() if dry_run else apply_import(app.store, plan)
     outcome["dry_run"] = dry_run
     if as_json:

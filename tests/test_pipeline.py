@@ -121,6 +121,31 @@ def test_run_end_to_end_turn_becomes_searchable(home):
         assert stop(runner) in (0, -signal.SIGINT)
 
 
+@pytest.mark.slow
+def test_restarted_run_announces_nothing_twice_and_extracts_what_was_written_meanwhile(home):
+    _, state = home
+    runner = start("run", "-w", "2")
+    try:
+        time.sleep(1.5)  # watcher attached
+        session_id = new_session(state, "remember that the first fact is about apples")
+        wait_until(lambda: json.loads(run_cli("search", "apples", "--json", "--no-track")[1]), timeout=30)
+    finally:
+        assert stop(runner) in (0, -signal.SIGINT)
+    append(state / session_id / "events.jsonl", *turn("remember that the second fact is about pears"))
+    meanwhile = new_session(state, "remember that the third fact is about plums")
+    runner = start("run", "-w", "2")
+    try:
+        for fruit in ("pears", "plums"):
+            wait_until(lambda fruit=fruit: json.loads(run_cli("search", fruit, "--json", "--no-track")[1]),
+                       timeout=30)
+    finally:
+        assert stop(runner) in (0, -signal.SIGINT)
+    kinds = [e["kind"] for e in events(home) if e["session_id"] == session_id]
+    assert kinds.count("created") == 1 and kinds.count("idle") == 2
+    assert {e["kind"] for e in events(home) if e["session_id"] == meanwhile} == {"created", "idle"}
+    assert len([m for m in memories(home) if "fact is about" in m["content"]]) == 3
+
+
 def test_kill_9_during_a_task_loses_nothing_and_duplicates_nothing(home, model_server, configure):
     llmem_home, state = home
     text = (llmem_home / "config.yaml").read_text().replace(

@@ -193,10 +193,10 @@ def test_same_slice_twice_adds_nothing_and_new_messages_are_read_once(configure,
     assert third.messages_read == 1 and third.memories_added == 1
 
     # A lost cursor re-reads everything; exact duplicates are dropped, nothing is added.
+    Memory, SessionCursor = app.store.models.Memory, app.store.models.SessionCursor
     SessionCursor.delete().execute()
     again = extract_session(app, "ses-idem")
     assert again.messages_read == 2 and again.memories_added == 0 and again.duplicates == 2
-    Memory, SessionCursor = app.store.models.Memory, app.store.models.SessionCursor
     assert Memory.select().count() == 2
 
 
@@ -239,10 +239,10 @@ def test_llm_extraction_types_confidence_embeddings_and_usage(configure, state_d
     assert stored["decision"].confidence == 0.9 and stored["fact"].confidence == 0.7
     assert stored["decision"].summary == "keyset pagination"
     assert app.store.stats()["pending_embedding"] == 0
+    LlmUsage = app.store.models.LlmUsage
     usage = list(LlmUsage.select())
     assert [(u.task, u.prompt_tokens, u.completion_tokens, u.day) for u in usage] == [
         ("extract", 10, 5, today())]
-    LlmUsage = app.store.models.LlmUsage
 
 
 def test_changed_decision_supersedes_the_old_one(configure, state_dir, app, model_server):
@@ -261,10 +261,10 @@ def test_changed_decision_supersedes_the_old_one(configure, state_dir, app, mode
 
     assert old.id[:8] in chat_requests(model_server)[0]["messages"][1]["content"]
     assert report.relations == 1
+    Memory, Relation = app.store.models.Memory, app.store.models.Relation
     (relation,) = Relation.select()
     new = Memory.get(Memory.id == relation.source_id)
     assert relation.type == "supersedes" and relation.target_id == old.id
-    Memory, Relation = app.store.models.Memory, app.store.models.Relation
     assert "PostgreSQL 16" in new.content
 
 
@@ -330,10 +330,10 @@ def test_spent_budget_defers_but_heuristics_still_run(configure, state_dir, app,
               f"  daily_token_budget: 100\nsession:\n  adapter: copilot\n  copilot:\n"
               f"    state_dir: {state_dir}\n")
     with app.store.db.atomic():
+        SessionCursor, LlmUsage = app.store.models.SessionCursor, app.store.models.LlmUsage
         LlmUsage.create(time=time.time(), day=today(), task="extract", provider="ollama",
                         model="m", prompt_tokens=90, completion_tokens=10)
 
-        SessionCursor, LlmUsage = app.store.models.SessionCursor, app.store.models.LlmUsage
     report = extract_session(app, "ses-budget")
 
     assert report.deferred and "budget" in report.llm_error

@@ -1,0 +1,461 @@
+"""Write agent sessions the way the agents do (formats/FORMATS.md §1–§3), for tests and benches.
+
+CopilotSession appends to `session-state/<id>/events.jsonl` (parentId chain, ISO timestamps),
+keeps `workspace.yaml` and the `inuse.<pid>.lock` file. OpenCodeStore owns an `opencode.db` in
+the 1.18.33 schema and writes it through its own connection with OpenCode's pragmas, one
+transaction per projector step, as the OpenCode process would. Every write method returns the
+wall-clock time (epoch seconds) at which the write became visible to a reader.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import secrets
+import sqlite3
+import string
+import subprocess
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+FIXTURE_SQL = Path(__file__).parent / "fixtures" / "opencode" / "opencode_fixture.sql"
+OPENCODE_VERSION = "1.18.33"
+COPILOT_VERSION = "1.0.102"
+
+
+def iso(at: float | None = None) -> str:
+    """An ISO-8601 UTC timestamp with milliseconds, as Copilot writes them."""
+    moment = datetime.fromtimestamp(time.time() if at is None else at, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def dead_pid() -> int:
+    """The pid of a process that has already exited (a crashed agent's lock)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+# ---- Copilot CLI ------------------------------------------------------------------------------
+
+
+def copilot_line(kind: str, data: dict, *, parent_id: str | None = None, event_id: str | None = None,
+                 at: float | None = None) -> str:
+    """One events.jsonl line, keys in Copilot's order."""
+    return json.dumps({"type": kind, "data": data, "id": event_id or str(uuid.uuid4()),
+                       "timestamp": iso(at), "parentId": parent_id}) + "\n"
+
+
+def copilot_turn_lines(text: str, reply: str = "done", turn_id: str = "0") -> list[str]:
+    """A finished turn without a parentId chain (for tests that build files line by line)."""
+    return [copilot_line("user.message", {"content": text}),
+            copilot_line("assistant.turn_start", {"turnId": turn_id}),
+            copilot_line("assistant.message", {"messageId": str(uuid.uuid4()), "content": reply,
+                                                "toolRequests": []}),
+            copilot_line("assistant.turn_end", {"turnId": turn_id})]
+
+
+class CopilotSession:
+    """One Copilot CLI session folder under `state_dir`.
+
+    Copilot writes nothing to events.jsonl before the first prompt: `start()` makes the
+    folder, workspace.yaml and the lock, and `session.start` goes out with the first turn.
+    """
+
+    def __init__(self, state_dir: Path, session_id: str | None = None, *, cwd: str = "/work/acme",
+                 model: str = "claude-sonnet-4.5"):
+        self.id = session_id or str(uuid.uuid4())
+        self.folder = Path(state_dir) / self.id
+        self.cwd = cwd
+        self.model = model
+        self.lock_pid: int | None = None
+        self._parent: str | None = None
+        self._pending: list[tuple[str, dict]] = []
+        self._turn = itertools.count()
+        self._checkpoints = 0
+        self.created_at = time.time()
+
+    @property
+    def events_path(self) -> Path:
+        return self.folder / "events.jsonl"
+
+    # -- files besides the transcript
+
+    def _workspace(self) -> None:
+        now = iso()
+        created = iso(self.created_at)
+        (self.folder / "workspace.yaml").write_text(
+            f"id: {self.id}\ncwd: {self.cwd}\ngit_root: {self.cwd}\nrepository: acme/{Path(self.cwd).name}\n"
+            f"host_type: github\nbranch: main\nsummary_count: {self._checkpoints}\n"
+            f"created_at: {created}\nupdated_at: {now}\n")
+
+    def lock(self, pid: int | None = None) -> None:
+        """inuse.<pid>.lock: the agent process holding the session (default: this process)."""
+        self.unlock()
+        self.lock_pid = os.getpid() if pid is None else pid
+        (self.folder / f"inuse.{self.lock_pid}.lock").write_text(str(self.lock_pid))
+
+    def unlock(self) -> None:
+        if self.lock_pid is not None:
+            (self.folder / f"inuse.{self.lock_pid}.lock").unlink(missing_ok=True)
+            self.lock_pid = None
+
+    def start(self, *, lock_pid: int | None = None, locked: bool = True) -> float:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._workspace()
+        if locked:
+            self.lock(lock_pid)
+        self._pending.append(("session.start", {
+            "sessionId": self.id, "version": 1, "producer": "copilot-agent",
+            "copilotVersion": COPILOT_VERSION, "startTime": iso(self.created_at),
+            "selectedModel": self.model, "context": {"cwd": self.cwd, "gitRoot": self.cwd,
+                                                     "repository": f"acme/{Path(self.cwd).name}",
+                                                     "branch": "main"}}))
+        return time.time()
+
+    # -- the transcript
+
+    def write(self, *events: tuple[str, dict]) -> float:
+        """Append events (with whatever was held back) in one write, chaining parentId."""
+        batch = [*self._pending, *events]
+        self._pending = []
+        lines = []
+        for kind, data in batch:
+            event_id = str(uuid.uuid4())
+            lines.append(copilot_line(kind, data, parent_id=self._parent, event_id=event_id))
+            self._parent = event_id
+        with self.events_path.open("a") as fh:
+            fh.writelines(lines)
+        return time.time()
+
+    def user(self, text: str) -> float:
+        """The prompt goes out and the agent starts working (busy)."""
+        turn = str(next(self._turn))
+        self._current_turn = turn
+        return self.write(("user.message", {"content": text, "agentMode": "interactive",
+                                            "interactionId": str(uuid.uuid4())}),
+                          ("assistant.turn_start", {"turnId": turn}))
+
+    def tool_step(self, command: str, output: str) -> float:
+        """One model call that runs a shell tool, then the next model call starts."""
+        call_id = "toolu_" + secrets.token_hex(8)
+        turn = self._current_turn
+        next_turn = str(next(self._turn))
+        self._current_turn = next_turn
+        return self.write(
+            ("assistant.message", {"messageId": str(uuid.uuid4()), "content": "",
+                                   "toolRequests": [{"toolCallId": call_id, "name": "bash", "type": "function",
+                                                     "arguments": {"command": command}}],
+                                   "model": self.model, "turnId": turn}),
+            ("tool.execution_start", {"toolCallId": call_id, "toolName": "bash",
+                                      "arguments": {"command": command}, "turnId": turn}),
+            ("tool.execution_complete", {"toolCallId": call_id, "success": True,
+                                         "result": {"content": output}, "turnId": turn}),
+            ("assistant.turn_end", {"turnId": turn}),
+            ("assistant.turn_start", {"turnId": next_turn}))
+
+    def reply(self, text: str) -> float:
+        """The final answer of the turn: the agent is idle."""
+        turn = self._current_turn
+        return self.write(("assistant.message", {"messageId": str(uuid.uuid4()), "content": text,
+                                                 "toolRequests": [], "model": self.model, "turnId": turn}),
+                          ("assistant.turn_end", {"turnId": turn}))
+
+    def turn(self, text: str, reply: str = "Done.") -> float:
+        """A whole turn flushed at once (a quick answer inside Copilot's 100 ms write buffer)."""
+        self._pending_turn(text, reply)
+        return self.write()
+
+    def _pending_turn(self, text: str, reply: str) -> None:
+        turn = str(next(self._turn))
+        self._current_turn = turn
+        self._pending += [("user.message", {"content": text, "agentMode": "interactive"}),
+                          ("assistant.turn_start", {"turnId": turn}),
+                          ("assistant.message", {"messageId": str(uuid.uuid4()), "content": reply,
+                                                 "toolRequests": [], "model": self.model, "turnId": turn}),
+                          ("assistant.turn_end", {"turnId": turn})]
+
+    def compaction(self, summary: str) -> float:
+        """A background compaction that finished, with its checkpoint file."""
+        self.write(("session.compaction_start", {"systemTokens": 9000, "conversationTokens": 120000,
+                                                 "trigger": "threshold"}))
+        self._checkpoints += 1
+        checkpoints = self.folder / "checkpoints"
+        checkpoints.mkdir(exist_ok=True)
+        path = checkpoints / f"{self._checkpoints:03d}-checkpoint.md"
+        path.write_text(summary)
+        (checkpoints / "index.md").write_text(f"# Checkpoints\n\n- {path.name}\n")
+        written = self.write(("session.compaction_complete", {
+            "success": True, "preCompactionTokens": 129000, "postCompactionTokens": 9000,
+            "summaryContent": summary, "checkpointNumber": self._checkpoints,
+            "checkpointPath": str(path)}))
+        self._workspace()
+        return written
+
+    def shutdown(self, *, unlock: bool = True) -> float:
+        """A clean exit: session.shutdown, then the lock goes."""
+        written = self.write(("session.shutdown", {
+            "shutdownType": "routine", "totalPremiumRequests": 1, "totalApiDurationMs": 4200,
+            "sessionStartTime": int(self.created_at * 1000),
+            "codeChanges": {"linesAdded": 0, "linesRemoved": 0, "filesModified": []}, "modelMetrics": {}}))
+        self._workspace()
+        if unlock:
+            self.unlock()
+        return written
+
+
+# ---- OpenCode ---------------------------------------------------------------------------------
+
+_BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
+
+
+class OpenCodeIds:
+    """`<prefix>_` + 12 hex of (ms*4096 + counter) + 14 base62; `ses` ids count down (§1.6)."""
+
+    def __init__(self):
+        self._last_ms = 0
+        self._counter = 0
+
+    def __call__(self, prefix: str) -> str:
+        ms = int(time.time() * 1000)
+        if ms != self._last_ms:
+            self._last_ms, self._counter = ms, 0
+        self._counter += 1
+        value = (ms * 4096 + self._counter) & 0xFFFFFFFFFFFF
+        if prefix == "ses":
+            value = ~value & 0xFFFFFFFFFFFF
+        tail = "".join(secrets.choice(_BASE62) for _ in range(14))
+        return f"{prefix}_{value:012x}{tail}"
+
+
+def opencode_schema() -> str:
+    """The 1.18.33 DDL and migration rows from the fixture, without its sessions."""
+    statements = []
+    for statement in FIXTURE_SQL.read_text().split(";\n"):
+        body = "\n".join(line for line in statement.splitlines() if not line.startswith("--")).strip()
+        if body.startswith(("CREATE", "PRAGMA")) or body.startswith("INSERT INTO `migration`"):
+            statements.append(body + ";")
+    return "\n".join(statements)
+
+
+class OpenCodeStore:
+    """opencode.db in `data_dir`, written through one connection like the OpenCode process."""
+
+    def __init__(self, data_dir: Path, *, worktree: str = "/work/acme"):
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.data_dir / "opencode.db"
+        fresh = not self.path.exists()
+        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "busy_timeout = 5000",
+                       "cache_size = -64000", "foreign_keys = ON"):
+            self.conn.execute(f"PRAGMA {pragma}")
+        self.ids = OpenCodeIds()
+        self.worktree = worktree
+        self.project_id = "4b0ea68d7af9a6031a7ffda7ad66e0cb83315750"
+        if fresh:
+            self.conn.executescript(opencode_schema())
+            now = _ms()
+            with self.transaction():
+                self.conn.execute(
+                    "INSERT INTO project (id, worktree, vcs, name, time_created, time_updated, sandboxes) "
+                    "VALUES (?, ?, 'git', ?, ?, ?, '[]')", (self.project_id, worktree, Path(worktree).name, now, now))
+
+    def transaction(self):
+        return _Transaction(self.conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def session(self, *, directory: str | None = None, parent_id: str | None = None) -> OpenCodeSession:
+        return OpenCodeSession(self, directory or self.worktree, parent_id)
+
+
+class _Transaction:
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __enter__(self):
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type, *exc):
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+class OpenCodeSession:
+    """One OpenCode session; each method writes what the session projector writes for it.
+
+    `user()` and `reply()` are separate transactions (the usual streaming turn); `turn(...,
+    whole=True)` writes the user message and the finished reply in one transaction.
+    """
+
+    def __init__(self, store: OpenCodeStore, directory: str, parent_id: str | None):
+        self.store = store
+        self.conn = store.conn
+        self.id = store.ids("ses")
+        self.directory = directory
+        self._last_user: str | None = None
+        now = _ms()
+        with store.transaction() as conn:
+            conn.execute(
+                "INSERT INTO session (id, project_id, parent_id, slug, directory, path, title, version, "
+                "time_created, time_updated) VALUES (?, ?, ?, ?, ?, '', ?, ?, ?, ?)",
+                (self.id, store.project_id, parent_id, "swift-otter", directory,
+                 f"New session - {iso(now / 1000)}", OPENCODE_VERSION, now, now))
+
+    # -- rows
+
+    def _touch(self, conn, now: int) -> None:
+        conn.execute("UPDATE session SET time_updated = ? WHERE id = ?", (now, self.id))
+
+    def _message(self, conn, message_id: str, data: dict, now: int) -> None:
+        conn.execute("INSERT INTO message (id, session_id, time_created, time_updated, data) VALUES (?, ?, ?, ?, ?) "
+                     "ON CONFLICT(id) DO UPDATE SET data = excluded.data, time_updated = excluded.time_updated",
+                     (message_id, self.id, data["time"]["created"], now, json.dumps(data)))
+
+    def _part(self, conn, part_id: str, message_id: str, data: dict, now: int) -> None:
+        conn.execute("INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) "
+                     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET data = excluded.data, "
+                     "time_updated = excluded.time_updated",
+                     (part_id, message_id, self.id, now, now, json.dumps(data)))
+
+    def _user_rows(self, conn, text: str, *, synthetic: bool = False, compaction: bool = False) -> str:
+        now = _ms()
+        message_id = self.store.ids("msg")
+        self._message(conn, message_id, {"role": "user", "time": {"created": now}, "agent": "build",
+                                         "model": {"providerID": "anthropic", "modelID": "claude-sonnet-4-5"}}, now)
+        if compaction:
+            part = {"type": "compaction", "auto": True}
+        else:
+            part = {"type": "text", "text": text}
+            if synthetic:
+                part |= {"synthetic": True, "metadata": {"compaction_continue": True}}
+        self._part(conn, self.store.ids("prt"), message_id, part, now)
+        self._touch(conn, now)
+        self._last_user = message_id
+        return message_id
+
+    def _assistant_data(self, parent: str, created: int, *, completed: int | None = None,
+                        finish: str | None = None, summary: bool = False) -> dict:
+        data = {"role": "assistant", "time": {"created": created}, "parentID": parent,
+                "modelID": "claude-sonnet-4-5", "providerID": "anthropic",
+                "mode": "compaction" if summary else "build", "agent": "compaction" if summary else "build",
+                "path": {"cwd": self.directory, "root": self.store.worktree}, "cost": 0.0021,
+                "tokens": {"input": 1200, "output": 80, "reasoning": 0, "cache": {"read": 0, "write": 0}}}
+        if summary:
+            data["summary"] = True
+        if completed is not None:
+            data["time"]["completed"] = completed
+        if finish is not None:
+            data["finish"] = finish
+        return data
+
+    def _reply_rows(self, conn, text: str, *, tool: tuple[str, str] | None = None,
+                    summary: bool = False) -> str:
+        """A finished assistant message: step-start, (tool), text, step-finish, completed."""
+        now = _ms()
+        message_id = self.store.ids("msg")
+        self._message(conn, message_id, self._assistant_data(self._last_user, now, completed=now,
+                                                             finish="stop", summary=summary), now)
+        self._part(conn, self.store.ids("prt"), message_id, {"type": "step-start"}, now)
+        if tool is not None:
+            self._part(conn, self.store.ids("prt"), message_id, _bash_part(*tool, now), now)
+        self._part(conn, self.store.ids("prt"), message_id,
+                   {"type": "text", "text": text, "time": {"start": now, "end": now}}, now)
+        self._part(conn, self.store.ids("prt"), message_id, _step_finish(), now)
+        self._touch(conn, now)
+        return message_id
+
+    # -- what the agent does
+
+    def user(self, text: str) -> float:
+        with self.store.transaction() as conn:
+            self._user_rows(conn, text)
+        return time.time()
+
+    def reply_steps(self, text: str, *, tool: tuple[str, str] | None = None):
+        """The reply as OpenCode streams it, one transaction per step: the message row, the
+        tool part, the text part, then completion. Yields between steps; returns when done."""
+        created = _ms()
+        message_id = self.store.ids("msg")
+        with self.store.transaction() as conn:
+            self._message(conn, message_id, self._assistant_data(self._last_user, created), created)
+            self._part(conn, self.store.ids("prt"), message_id, {"type": "step-start"}, created)
+            self._touch(conn, created)
+        if tool is not None:
+            yield
+            with self.store.transaction() as conn:
+                now = _ms()
+                self._part(conn, self.store.ids("prt"), message_id, _bash_part(*tool, now), now)
+        yield
+        text_part = self.store.ids("prt")
+        with self.store.transaction() as conn:
+            now = _ms()
+            self._part(conn, text_part, message_id, {"type": "text", "text": text, "time": {"start": now}}, now)
+        yield
+        with self.store.transaction() as conn:
+            now = _ms()
+            self._part(conn, text_part, message_id,
+                       {"type": "text", "text": text, "time": {"start": now, "end": now}}, now)
+            self._part(conn, self.store.ids("prt"), message_id, _step_finish(), now)
+            self._message(conn, message_id, self._assistant_data(self._last_user, created, completed=now,
+                                                                 finish="stop"), now)
+            self._touch(conn, now)
+
+    def reply(self, text: str, *, tool: tuple[str, str] | None = None, pause: float = 0.05) -> float:
+        for _ in self.reply_steps(text, tool=tool):
+            time.sleep(pause)
+        return time.time()
+
+    def turn(self, text: str, reply: str = "Done.", *, whole: bool = False,
+             tool: tuple[str, str] | None = None) -> float:
+        """A user message and its finished reply; `whole`: in one transaction."""
+        if not whole:
+            self.user(text)
+            return self.reply(reply, tool=tool)
+        with self.store.transaction() as conn:
+            self._user_rows(conn, text)
+            self._reply_rows(conn, reply, tool=tool)
+        return time.time()
+
+    def compaction_steps(self, summary: str):
+        """Automatic compaction: the request; then the summary reply and the synthetic continue
+        prompt (the agent's answer to it is a normal `reply`)."""
+        with self.store.transaction() as conn:
+            self._user_rows(conn, "", compaction=True)
+        yield
+        with self.store.transaction() as conn:
+            self._reply_rows(conn, summary, summary=True)
+            self._user_rows(conn, "Continue if you have next steps, or stop and ask for clarification "
+                                  "if you are unsure how to proceed.", synthetic=True)
+
+    def compaction(self, summary: str, *, pause: float = 0.3) -> float:
+        for _ in self.compaction_steps(summary):
+            time.sleep(pause)
+        return time.time()
+
+    def archive(self) -> float:
+        with self.store.transaction() as conn:
+            now = _ms()
+            conn.execute("UPDATE session SET time_archived = ?, time_updated = ? WHERE id = ?",
+                         (now, now, self.id))
+        return time.time()
+
+
+def _bash_part(command: str, output: str, now: int) -> dict:
+    return {"type": "tool", "callID": "toolu_" + secrets.token_hex(8), "tool": "bash",
+            "state": {"status": "completed", "input": {"command": command}, "output": output,
+                      "title": command, "metadata": {"exit": 0}, "time": {"start": now, "end": now}}}
+
+
+def _step_finish() -> dict:
+    return {"type": "step-finish", "reason": "stop", "cost": 0.0021,
+            "tokens": {"input": 1200, "output": 80, "reasoning": 0, "cache": {"read": 0, "write": 0}}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -229,13 +230,21 @@ def test_concurrent_workers_watcher_and_cli_never_lock(home):
             if code != 0:
                 errors.append(err)
             i += 1
+        def every_event_done():
+            counts = json.loads(run_cli("queue", "--json")[1])["events"]
+            return counts["done"] >= 2 * i and counts["pending"] == counts["running"] == 0
+
         try:
-            wait_until(lambda: all(e["status"] == "done" for e in events(home)), timeout=120)
+            wait_until(every_event_done, timeout=120)
         except AssertionError:
-            raise AssertionError(f"events not done: {[e for e in events(home) if e['status'] != 'done']}") from None
+            raise AssertionError(f"events not done: {json.loads(run_cli('queue', '--json')[1])['events']}") from None
     finally:
         stop(runner)
     logs = "".join(p.read_text() for p in (llmem_home / "logs").glob("*.log"))
     locked = [line for line in logs.splitlines() if "database is locked" in line]
     assert not locked and not errors, (locked[:5], errors[:5])
-    assert not [e for e in events(home) if e["status"] == "failed"]
+    counts = json.loads(run_cli("queue", "--json")[1])["events"]
+    assert counts == {"pending": 0, "running": 0, "done": 2 * i, "failed": 0}  # created + idle each
+    with sqlite3.connect(llmem_home / "memory.db") as db:  # every session's fact, once
+        assert db.execute("SELECT COUNT(*), COUNT(DISTINCT content) FROM memory "
+                          "WHERE content LIKE '%uses port%'").fetchone() == (i, i)

@@ -130,6 +130,7 @@ def test_own_files_are_not_followed_through_a_planted_symlink(cli, fts_config, l
 
     code, _, err = cli("hook", "--type", "created", "--session-id", "ses_1")
     assert code == 0 and "Traceback" not in err
+    assert "hooks.log is a symlink" in err
     with pytest.raises(LlmemError, match="symlink"):
         setup_file_logging(load_config(), "run")
     from llmem.paths import private_file

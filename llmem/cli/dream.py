@@ -27,7 +27,10 @@ def dream_group(ctx, apply_, phase, report_path, no_llm, as_json):
     from pathlib import Path
 
     from ..dream import run_dream
+    from ..paths import check_output_folder
 
+    if report_path:
+        check_output_folder(Path(report_path))  # before the run: a typo must not cost a dream
     app = ctx.obj
     outcome = run_dream(app.store, app.config, apply=apply_, phases=[phase] if phase else None,
                         report_path=Path(report_path) if report_path else None, use_llm=not no_llm)

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from . import http_url
 from .output import bounded_int, print_json
 
 # Spelled out here (not imported from llmem.sessions) so `llmem --help` imports nothing heavy.
@@ -73,7 +74,8 @@ def _hook_logging(app):
         file_handler = own_log_file(log_dir / HOOK_LOG, level)
         root.addHandler(file_handler)
         root.setLevel(min(old_level or logging.WARNING, level))
-    except OSError:
+    except OSError as exc:  # e.g. a symlink planted as hooks.log: refused, and said once per hook
+        click.echo(f"llmem hook: not logging to {log_dir / HOOK_LOG}: {exc.strerror or exc}", err=True)
         file_handler = None
 
     def undo():
@@ -218,7 +220,7 @@ def _one_line(value, limit: int = 300) -> str:
 @click.option("--sync", is_flag=True, help="Run the work inline and wait for it (default: enqueue for the worker).")
 @click.option("--detach", is_flag=True, help="Return at once; the work runs in a background process.")
 @click.option("--model", help="LLM model for extraction and introspection (default: llm.model).")
-@click.option("--base-url", help="LLM server URL (default: llm.base_url).")
+@click.option("--base-url", callback=http_url, help="LLM server URL (default: llm.base_url).")
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "copilot"]), default="text",
               show_default=True, help="copilot: answer sessionStart with {additionalContext}.")

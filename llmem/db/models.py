@@ -255,9 +255,6 @@ class Models:
     SessionCursor: type[SessionCursor]
     LlmUsage: type[LlmUsage]
 
-    def all(self) -> list[type[BaseModel]]:
-        return [getattr(self, model.__name__) for model in ALL_MODELS]
-
 
 def _rebound_foreign_key(field: pw.ForeignKeyField, target: type[BaseModel]) -> pw.ForeignKeyField:
     """`field` pointing at `target` (the bound subclass of its model), so lazy access and

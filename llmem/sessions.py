@@ -15,7 +15,7 @@ from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from .adapters.base import NoTranscript, validate_session_id
-from .errors import LlmemError, UsageError
+from .errors import LlmemError, UsageError, store_failure
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,8 @@ def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str |
             except Exception as exc:
                 if step != "context" and not fail_open:
                     raise
+                # SQLite's words for a full disk or a damaged store, said in the user's terms.
+                exc = store_failure(exc, app.config.db_path) or exc
                 log.warning("%s %s: %s failed: %s", kind, session_id, step, _one_line(exc),
                             exc_info=not isinstance(exc, LlmemError))
                 result["errors"].append(f"{step}: {_one_line(exc)}")

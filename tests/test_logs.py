@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -167,19 +168,27 @@ def _on_a_full_disk(tmp_path, script: str) -> subprocess.CompletedProcess:
 
 
 def test_hooks_fail_open_on_a_full_disk(tmp_path):
+    # A session with a turn to extract, so the hooks try to write to the store and to their log.
+    shutil.copytree(Path(__file__).parent / "hostile" / "transcript" / "copilot", tmp_path / "copilot")
     done = _on_a_full_disk(tmp_path, """
 set +e
-dd if=/dev/zero of="$DISK/filler" bs=4k 2> /dev/null
+printf 'embedding:\\n  provider: none\\nllm:\\n  provider: none\\nsession:\\n  adapter: copilot\\n  copilot:\\n    state_dir: %s\\n' "$OUT/copilot" > "$LLMEM_HOME/config.yaml"
+# Another process holds the store open (as `llmem run` does), so it opens and the writes fail.
+"$PY" -c "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); c.execute('select 1 from memory').fetchall(); time.sleep(30)" "$LLMEM_HOME/memory.db" &
+holder=$!
+sleep 0.5
+dd if=/dev/zero of="$DISK/filler" bs=1k 2> /dev/null
 for kind in idle compacting ending; do
-  "$PY" -m llmem hook --type $kind --session-id ses_full --sync > /dev/null 2> "$OUT/$kind.err"
+  "$PY" -m llmem hook --type $kind --session-id 5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9 --sync > /dev/null 2> "$OUT/$kind.err"
   echo "$kind exit=$? stderr_lines=$(wc -l < "$OUT/$kind.err")"
   cat "$OUT/$kind.err" >&2
 done
+kill $holder
 """)
     assert "Traceback" not in done.stderr and "Logging error" not in done.stderr, done.stderr
     for kind in ("idle", "compacting", "ending"):
         assert f"{kind} exit=0 stderr_lines=1" in done.stdout, (done.stdout, done.stderr)
-    assert "full" in done.stderr
+    assert "is full" in done.stderr and "rollback" not in done.stderr, done.stderr
 
 
 def test_add_on_a_full_disk_says_the_disk_is_full(tmp_path):

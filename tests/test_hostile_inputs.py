@@ -38,7 +38,7 @@ def pristine_home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("pristine") / "llmem-home"
     home.mkdir()
     (home / "config.yaml").write_text(BASE_CONFIG)
-    for args in (["init"], ["add", "-c", "The billing service retries webhooks three times."]):
+    for args in (["init"], ["add", "-c", "The deploy script runs the database migrations first."]):
         done = _run(home, home.parent, args)
         assert done.returncode == 0, done.stderr
     return home

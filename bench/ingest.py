@@ -97,14 +97,14 @@ class Soak:
         self.helpers: list[subprocess.Popen] = []
         self.env = {k: v for k, v in os.environ.items()
                     if k not in ("LLMEM_CONFIG", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")}
-        self.env |= {"LLMEM_HOME": str(home / "llmem"), "HOME": str(home / "user-home")}
+        self.env |= {"LLMEM_HOME": str(home / "llmem-home"), "HOME": str(home / "user-home")}
 
     # ---- setup and the llmem process ---------------------------------------------------------
 
     def configure(self) -> None:
         self.state_dir.mkdir(parents=True)
         (self.home / "user-home").mkdir()
-        llmem_home = self.home / "llmem"
+        llmem_home = self.home / "llmem-home"
         llmem_home.mkdir()
         (llmem_home / "config.yaml").write_text(
             "embedding:\n  provider: none\nllm:\n  provider: none\n"
@@ -118,6 +118,8 @@ class Soak:
     def start_runner(self) -> None:
         number = next(self.runs)
         out = (self.home / f"run-{number}.out").open("w")
+        # Run outside the checkout (so the llmem under test is the installed one) and in a
+        # folder with no `llmem` entry, which `python -m llmem` would import instead.
         self.runner = subprocess.Popen([*LLMEM, "run"], env=self.env, cwd=self.home, stdout=out,
                                        stderr=subprocess.STDOUT)
         self.runner_up.set()

@@ -130,6 +130,29 @@ def test_a_turn_never_seen_busy_is_a_new_idle(agent_dirs):
         watcher.stop()
 
 
+def test_a_session_reopened_and_ended_again_between_two_looks_ends_again(agent_dirs):
+    _, copilot = agent_dirs
+    recorder = Recorder()
+    watcher = SessionWatcher(load_config(), recorder)
+    watcher.start()
+    try:
+        session_id = str(uuid.uuid4())
+        (copilot / session_id).mkdir()
+        events = copilot / session_id / "events.jsonl"
+        append(events, event_line("session.start", {"sessionId": session_id}), *turn("first"),
+               event_line("session.shutdown", {"shutdownType": "routine"}))
+        recorder.wait_for(("copilot", session_id, "ending"))
+        # `copilot --resume`, one more turn and quit, all before the watcher looks again.
+        append(events, event_line("session.resume", {}), *turn("second"),
+               event_line("session.shutdown", {"shutdownType": "routine"}))
+        deadline = time.monotonic() + 8
+        while recorder.kinds(session_id).count("ending") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert recorder.kinds(session_id) == ["created", "ending", "ending"]
+    finally:
+        watcher.stop()
+
+
 class FlakyEmit(Recorder):
     """An emit whose first `failures` calls raise, as a store locked past its timeout does."""
 

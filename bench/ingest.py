@@ -3,7 +3,10 @@
 
 Writes realistic sessions into a temp home (an opencode.db written by this process as
 OpenCode would, Copilot session-state folders with workspace.yaml and lock files) while a
-real `llmem run` subprocess watches them, with no LLM (heuristics only). Sessions mix one-shot
+real `llmem run` subprocess watches them, with no LLM (heuristics only) or with a fake LLM on
+127.0.0.1 whose replies never list the statements (`--llm fake-empty`: a valid empty list,
+`--llm fake-invalid`: JSON that fails validation): either way the explicit statements must
+come from the heuristics. Sessions mix one-shot
 `copilot -p` runs, quick ends, long idles, compactions, whole-turn transactions, crashed
 sessions with a dead lock PID; midway `llmem run` is restarted, later it is killed with
 SIGKILL. Every turn plants explicit statements with a unique token. Prints: planted
@@ -35,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from fakes import FakeModelServer  # noqa: E402
 from session_writers import CopilotSession, OpenCodeStore, dead_pid  # noqa: E402
 
 LLMEM = [sys.executable, "-m", "llmem"]
@@ -42,6 +46,10 @@ LLMEM = [sys.executable, "-m", "llmem"]
 COPILOT_KINDS = ("oneshot", "quick_end", "long_idle", "compaction", "crash")
 OPENCODE_KINDS = ("oc_stream", "oc_whole_turn", "oc_compaction", "oc_archived", "oc_long_idle")
 KINDS = COPILOT_KINDS + OPENCODE_KINDS
+LLM_MODES = ("none", "fake-empty", "fake-invalid")
+# What the fake LLM answers to every chat: an extraction that found nothing, or an answer
+# that does not fit the schema.
+FAKE_REPLIES = {"fake-empty": '{"memories": []}', "fake-invalid": "{}"}
 
 NOUNS = ("session cache", "feature flags", "audit log", "rate limiter", "upload queue", "theme setting",
          "search index", "build cache", "retry policy", "api keys")
@@ -59,6 +67,17 @@ REPLIES = ("I updated the handler and the tests pass now.", "Done: the change is
            "I looked into it and fixed the import order.", "The parser now handles empty input; tests added.")
 
 
+class SameReply(list):
+    """FakeModelServer's chat_replies that never run out: every chat gets `reply`."""
+
+    def __init__(self, reply: str):
+        super().__init__([reply])
+        self.reply = reply
+
+    def pop(self, index: int = -1) -> str:
+        return self.reply
+
+
 @dataclass
 class Plant:
     """One planted explicit statement: its unique token, where it was written and when."""
@@ -74,8 +93,11 @@ class Plant:
 
 class Soak:
     def __init__(self, home: Path, *, sessions: int, seed: int, span: float, long_idle: float,
-                 down: float, idle_debounce: float, settle: float, workers: int, log=print):
+                 down: float, idle_debounce: float, settle: float, workers: int, llm: str = "none",
+                 log=print):
         self.home = home
+        self.llm = llm
+        self.model_server: FakeModelServer | None = None
         self.rng = random.Random(seed)
         self.sessions = sessions
         self.span = span
@@ -106,13 +128,22 @@ class Soak:
         (self.home / "user-home").mkdir()
         llmem_home = self.home / "llmem-home"
         llmem_home.mkdir()
+        llm = "llm:\n  provider: none\n"
+        pipeline = ""
+        if self.llm != "none":
+            self.model_server = FakeModelServer().start()
+            self.model_server.chat_replies = SameReply(FAKE_REPLIES[self.llm])
+            llm = f"llm:\n  provider: ollama\n  base_url: {self.model_server.url}\n  timeout: 30\n"
+            # Every idle may call the LLM: the default 120 s interval would defer the LLM
+            # pass of a session's later turns past the end of the soak.
+            pipeline = "  min_extraction_interval_seconds: 0\n"
         (llmem_home / "config.yaml").write_text(
-            "embedding:\n  provider: none\nllm:\n  provider: none\n"
-            f"session:\n  adapter: auto\n  opencode:\n    data_dir: {self.opencode_dir}\n"
+            "embedding:\n  provider: none\n" + llm
+            + f"session:\n  adapter: auto\n  opencode:\n    data_dir: {self.opencode_dir}\n"
             f"  copilot:\n    state_dir: {self.state_dir}\n"
             f"pipeline:\n  workers: {self.workers}\n  idle_debounce_seconds: {self.idle_debounce}\n"
             "  ending_inactivity_minutes: 1\n  running_timeout_minutes: 0.1\n"
-            "  reconcile_pending_seconds: 5\n")
+            "  reconcile_pending_seconds: 5\n" + pipeline)
         self.db_path = llmem_home / "memory.db"
 
     def start_runner(self) -> None:
@@ -443,8 +474,14 @@ class Soak:
                 if helper.poll() is None:
                     helper.kill()
                     helper.wait()
+            if self.model_server is not None:
+                self.model_server.stop()
         figures = self.measure()
         figures["settle_s"] = round(settled, 1)
+        figures["llm"] = self.llm
+        if self.model_server is not None:
+            figures["llm_chats"] = sum(path.endswith("/chat") or path.endswith("/completions")
+                                       for path, _ in self.model_server.requests)
         (self.home / "plants.json").write_text(json.dumps(
             [{"token": p.token, "text": p.text, "session": p.session, "adapter": p.adapter, "kind": p.kind,
               "tags": sorted(p.tags), "written_at": p.written_at} for p in self.plants], indent=1))
@@ -488,17 +525,19 @@ def report(figures: dict) -> str:
     for session in figures["sessions_without_event_list"][:10]:
         lines.append(f"  no event: {session['scenario']} {session['session']}")
     lines.append(f"`llmem search <token>` spot checks: {figures['cli_search_spot_checks']}; disruptions: "
-                 f"{', '.join(figures['disruptions'])}; settle {figures['settle_s']} s; home {figures['home']}")
+                 f"{', '.join(figures['disruptions'])}; settle {figures['settle_s']} s; LLM {figures['llm']}"
+                 + (f" ({figures['llm_chats']} chats)" if "llm_chats" in figures else "")
+                 + f"; home {figures['home']}")
     return "\n".join(lines)
 
 
 def soak(home: Path, *, sessions: int = 200, seed: int = 1, span: float | None = None,
          long_idle: float = 70.0, down: float = 4.0, idle_debounce: float = 2.0, settle: float = 90.0,
-         workers: int = 2, log=print) -> dict:
+         workers: int = 2, llm: str = "none", log=print) -> dict:
     """Run the soak in `home` (a fresh folder) and return its figures."""
     return Soak(home, sessions=sessions, seed=seed, span=span or max(20.0, sessions * 0.5),
                 long_idle=long_idle, down=down, idle_debounce=idle_debounce, settle=settle,
-                workers=workers, log=log).run()
+                workers=workers, llm=llm, log=log).run()
 
 
 def main() -> None:
@@ -512,14 +551,17 @@ def main() -> None:
     parser.add_argument("--idle-debounce", type=float, default=2.0)
     parser.add_argument("--settle", type=float, default=90.0, help="Longest wait for the pipeline after the replay.")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--llm", choices=LLM_MODES, default="none",
+                        help="none: heuristics only; fake-empty / fake-invalid: a fake LLM on 127.0.0.1 that "
+                             "answers every chat with an empty list / with JSON that fails validation.")
     parser.add_argument("--json", action="store_true", help="Print the figures as JSON.")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="llmem-bench-ingest-"))
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
-    log(f"llmem ingestion soak: {args.sessions} sessions, seed {args.seed}, home {home}")
+    log(f"llmem ingestion soak: {args.sessions} sessions, seed {args.seed}, LLM {args.llm}, home {home}")
     figures = soak(home, sessions=args.sessions, seed=args.seed, span=args.span, long_idle=args.long_idle,
                    down=args.down, idle_debounce=args.idle_debounce, settle=args.settle,
-                   workers=args.workers, log=log)
+                   workers=args.workers, llm=args.llm, log=log)
     if args.json:
         print(json.dumps(figures, indent=2))
     else:

@@ -92,6 +92,8 @@ class Plant:
 
 
 class Soak:
+    """One soak in a fresh `home`: the agents' stores, `llmem run`, the replay, the figures."""
+
     def __init__(self, home: Path, *, sessions: int, seed: int, span: float, long_idle: float,
                  down: float, idle_debounce: float, settle: float, workers: int, llm: str = "none",
                  log=print):
@@ -148,10 +150,10 @@ class Soak:
 
     def start_runner(self) -> None:
         number = next(self.runs)
-        out = (self.home / f"run-{number}.out").open("w")
+        self.runner_out = (self.home / f"run-{number}.out").open("w")
         # Run outside the checkout (so the llmem under test is the installed one) and in a
         # folder with no `llmem` entry, which `python -m llmem` would import instead.
-        self.runner = subprocess.Popen([*LLMEM, "run"], env=self.env, cwd=self.home, stdout=out,
+        self.runner = subprocess.Popen([*LLMEM, "run"], env=self.env, cwd=self.home, stdout=self.runner_out,
                                        stderr=subprocess.STDOUT)
         self.runner_up.set()
 
@@ -166,6 +168,8 @@ class Soak:
         except subprocess.TimeoutExpired:
             runner.kill()
             return runner.wait(10)
+        finally:
+            self.runner_out.close()
 
     def disrupt(self, how: str) -> None:
         """Stop `llmem run` (SIGINT or SIGKILL), leave it down a while, start it again."""
@@ -345,8 +349,7 @@ class Soak:
     # ---- reading the store ----------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)
-        return conn
+        return sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)
 
     def progress(self) -> tuple[int, int]:
         """(planted tokens found in valid memories, events not done), read-only."""
@@ -532,7 +535,7 @@ def report(figures: dict) -> str:
 
 
 def soak(home: Path, *, sessions: int = 200, seed: int = 1, span: float | None = None,
-         long_idle: float = 70.0, down: float = 4.0, idle_debounce: float = 2.0, settle: float = 90.0,
+         long_idle: float = 70.0, down: float = 4.0, idle_debounce: float = 2.0, settle: float = 120.0,
          workers: int = 2, llm: str = "none", log=print) -> dict:
     """Run the soak in `home` (a fresh folder) and return its figures."""
     return Soak(home, sessions=sessions, seed=seed, span=span or max(20.0, sessions * 0.5),
@@ -549,7 +552,8 @@ def main() -> None:
                         help="Pause before the last turn of long-idle sessions (default past the 1 min inactivity end).")
     parser.add_argument("--down", type=float, default=4.0, help="Seconds llmem run stays down at each disruption.")
     parser.add_argument("--idle-debounce", type=float, default=2.0)
-    parser.add_argument("--settle", type=float, default=90.0, help="Longest wait for the pipeline after the replay.")
+    parser.add_argument("--settle", type=float, default=120.0,
+                        help="Longest wait for the pipeline after the replay (a periodic reconcile runs once a minute).")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--llm", choices=LLM_MODES, default="none",
                         help="none: heuristics only; fake-empty / fake-invalid: a fake LLM on 127.0.0.1 that "

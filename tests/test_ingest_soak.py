@@ -16,7 +16,7 @@ from ingest import KINDS, report, soak  # noqa: E402
 @pytest.mark.slow
 def test_twenty_sessions_every_statement_recovered_once_nothing_lost(tmp_path):
     figures = soak(tmp_path / "soak", sessions=20, seed=7, span=20.0, long_idle=5.0, down=3.0,
-                   idle_debounce=1.0, settle=60.0, log=lambda *_: None)
+                   idle_debounce=1.0, settle=100.0, log=lambda *_: None)
     summary = report(figures)
     assert set(figures["by_scenario"]) == set(KINDS), summary
     assert [d.split()[0] for d in figures["disruptions"]] == ["restart", "kill"], summary

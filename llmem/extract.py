@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 
@@ -570,6 +571,7 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
     if hold_cursor:
         report.deferred = True
     new_cursor = transcript.cursor or start_cursor
+    llm_contents = [c.content for c in candidates if c.rule == "llm"]
 
     def cursor_update(check: bool):
         current = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
@@ -593,16 +595,80 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
                 current.messages_read += len(transcript.messages)
             current.updated_at = now()
             current.save()
+        if not report.deferred:
+            _settle_provisional(app.store, session_id, project, llm_contents, report)
         report.cursor = cursor
         return True
 
+    metadata = {"adapter": adapter.name}
+    if hold_cursor:
+        metadata[PROVISIONAL] = True
     store_candidates(app, candidates, report, project=project, session_id=session_id,
-                     metadata={"adapter": adapter.name}, cursor_update=cursor_update)
+                     metadata=metadata, cursor_update=cursor_update)
     report.seconds = round(time.perf_counter() - started, 4)
     log.info("extracted session %s: %d messages, %d added, %d updated, %d duplicates, %d redactions%s",
              session_id, report.messages_read, report.memories_added, report.memories_updated,
              report.duplicates, report.redactions, " (deferred)" if report.deferred else "")
     return report
+
+
+# Heuristic memories stored while a session waits for its LLM pass (`hold_cursor`) are
+# provisional: that pass reads the same turns again, and the model words a statement its own
+# way, so without an embedder to spot the near-duplicate the turn would be stored twice.
+PROVISIONAL = "provisional"
+_WORD = re.compile(r"\w[\w./-]*")
+# Words that carry no fact: articles, pronouns, auxiliaries, and the heuristics' own cue words.
+# Negations and quantifiers (never, always, not) stay: they change what is stated.
+_FILLER = frozenset({
+    "a", "an", "the", "this", "that", "these", "those", "it", "its", "we", "our", "us",
+    "you", "your", "i", "me", "my", "they", "them", "their", "he", "she", "is", "are",
+    "was", "were", "be", "been", "being", "am", "do", "does", "did", "has", "have", "had",
+    "will", "would", "shall", "should", "can", "could", "to", "of", "in", "on", "at", "by",
+    "for", "with", "from", "as", "into", "about", "over", "and", "or", "but", "so", "then",
+    "than", "remember", "note", "noted", "decided", "decide", "decision", "prefer",
+    "prefers", "preferred", "user", "team", "please", "also",
+})
+
+
+def _words(text: str) -> set[str]:
+    words = set()
+    for word in _WORD.findall(text.lower()):
+        word = word.strip("./-")
+        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]  # releases / release
+        if word and word not in _FILLER:
+            words.add(word)
+    return words
+
+
+def restates(candidate: str, provisional: str) -> bool:
+    """Whether `candidate` states what `provisional` says: every identifier or number of it,
+    and at least half of its other words."""
+    wanted, have = _words(provisional), _words(candidate)
+    if not wanted:
+        return False
+    exact = {w for w in wanted if any(ch.isdigit() for ch in w) or re.search(r"[._/-]", w)}
+    return exact <= have and 2 * len(wanted & have) >= len(wanted)
+
+
+def _settle_provisional(store, session_id: str, project: str | None, llm_contents: list[str],
+                        report: ExtractionReport) -> None:
+    """After the pass that moves the cursor: a provisional memory the LLM restated gives way to
+    the LLM's memory (invalidated, superseded); one it did not restate is kept for good."""
+    Memory = store.models.Memory
+    waiting = [m for m in Memory.select().where((Memory.session_id == session_id)
+                                                 & Memory.invalidated_at.is_null())
+               if (m.metadata or {}).get(PROVISIONAL)]
+    for memory in waiting:
+        restated_by = next((c for c in llm_contents if restates(c, memory.content)), None)
+        newer = store.find_duplicate(content_hash(restated_by), project) if restated_by else None
+        if newer is not None and newer.id != memory.id:
+            store.invalidate(memory.id, "restated by the LLM extraction of the same turns")
+            store.relate(newer.id, memory.id, "supersedes")
+            report.duplicates += 1
+        else:
+            kept = {k: v for k, v in memory.metadata.items() if k != PROVISIONAL}
+            store.update(memory.id, metadata=kept, merge_metadata=False)
 
 
 def extract_text(app, text: str, *, project: str | None = None, session_id: str | None = None,

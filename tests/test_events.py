@@ -87,6 +87,46 @@ def test_within_the_interval_heuristics_run_now_and_the_llm_waits(app, model_ser
     assert run_event(app, second.id).status == "done"
     assert len([p for p, _ in model_server.requests if p == "/api/chat"]) > chats
     assert Memory.select().where(Memory.content == "Releases are cut on Thursdays").exists()
+    # the heuristics' wording of the same turn gave way: the turn is stored once
+    valid = [m.content for m in Memory.select().where(Memory.invalidated_at.is_null()
+                                                      & Memory.content.contains("hursday"))]
+    assert valid == ["Releases are cut on Thursdays"]
+    Relation = app.store.models.Relation
+    assert Relation.select().where(Relation.type == "supersedes").count() == 1
+
+
+def test_a_provisional_memory_the_llm_did_not_restate_is_kept(app, model_server):
+    session_id = str(uuid.uuid4())
+    events_file = app.state_dir / session_id / "events.jsonl"
+    events_file.parent.mkdir()
+    append(events_file, event_line("session.start", {"sessionId": session_id, "context": {"cwd": "/w"}}),
+           *turn("hello"))
+    model_server.chat_replies = [json.dumps({"memories": []})]
+    first, _ = record_event(app.store, "copilot", session_id, "idle")
+    assert run_event(app, first.id).status == "done"
+    append(events_file, *turn("remember that the staging port is 8443"))
+    second, _ = record_event(app.store, "copilot", session_id, "idle")
+    assert run_event(app, second.id).status == "pending"
+    Event, Memory = app.store.models.Event, app.store.models.Memory
+    Event.update(finished_at=now() - 120).where(Event.id == first.id).execute()
+    model_server.chat_replies = [json.dumps({"memories": [
+        {"type": "fact", "content": "The production port is 443", "confidence": 0.7}]})]
+    assert run_event(app, second.id).status == "done"
+    kept = Memory.get(Memory.content.contains("8443"))
+    assert kept.invalidated_at is None and "provisional" not in kept.metadata
+
+
+@pytest.mark.parametrize(("candidate", "provisional", "expected"), [
+    ("Releases are cut on Thursdays", "Releases happen on thursdays", True),
+    ("Theme preference is stored in localStorage", "We decided to keep the theme in localStorage", True),
+    ("service-21 listens on port 9021", "service-12 listens on port 9012", False),
+    ("The staging port is 8080", "The staging port is 8443", False),
+    ("Never deploy on Fridays", "Deploys are frozen during the holidays", False),
+])
+def test_restates_needs_every_identifier_and_half_the_words(candidate, provisional, expected):
+    from llmem.extract import restates
+
+    assert restates(candidate, provisional) is expected
 
 
 def test_an_event_another_worker_is_running_is_not_run_twice(app):

@@ -1,6 +1,6 @@
 """Accuracy of the no-LLM correction classifier on the labelled set.
 
-Runs llmem.heuristics.classify_correction over tests/fixtures/corrections.yaml (user
+Runs llmem.capture.heuristics.classify_correction over tests/fixtures/corrections.yaml (user
 corrections and agent-mistake statements, each with the kind of memory it should become and,
 for a self_assessment, its taxonomy category) and prints the accuracy (overall, per batch and
 for the held-out third), a confusion table of expected × predicted kinds, the per-category
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from llmem.heuristics import KINDS, classify_correction
+from llmem.capture.heuristics import KINDS, classify_correction
 
 DEFAULT_SET = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "corrections.yaml"
 

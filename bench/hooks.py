@@ -138,7 +138,7 @@ def bench_processes(runs: int, env: dict) -> None:
         print(f"{label:<42} {statistics.median(timings):7.1f} {percentile(timings, 0.95):7.1f} {min(timings):7.1f}")
     time.sleep(1.0)  # let detached idle runs finish before the store is measured again
     # With a worker alive (its heartbeat in the store), idle hooks only record and enqueue.
-    subprocess.run([*llmem[:-2], "-c", "from llmem.app import App; from llmem.events import worker_heartbeat; "
+    subprocess.run([*llmem[:-2], "-c", "from llmem.app import App; from llmem.pipeline.events import worker_heartbeat; "
                     "a = App(); worker_heartbeat(a.store); a.close()"], env=env, check=True)
     timings = []
     for i in range(runs + 1):  # a new session each time, so every run records and enqueues
@@ -155,7 +155,7 @@ def bench_extraction(messages: int, state_dir: Path) -> None:
     from llmem.app import App
 
     try:
-        from llmem.extract import extract_session
+        from llmem.capture.extract import extract_session
     except ImportError:
         print("\nllmem.extract is not there yet: extraction overhead not measured")
         return
@@ -196,7 +196,7 @@ def bench_extraction(messages: int, state_dir: Path) -> None:
     print(f"  second run (cursor at the end, {again.messages_read} new): "
           f"{(time.perf_counter() - started) * 1000:.0f} ms")
     try:
-        from llmem.introspect import introspect_session
+        from llmem.capture.introspect import introspect_session
 
         started = time.perf_counter()
         found = introspect_session(app, BIG_SESSION, use_llm=False)

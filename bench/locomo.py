@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmem.embedders import Embedder  # noqa: E402
 from llmem.exchange import apply_import, plan_import  # noqa: E402
+from llmem.providers.embedders import Embedder  # noqa: E402
 from llmem.search import Searcher, SearchOptions  # noqa: E402
 from llmem.store import Store  # noqa: E402
 from llmem.vectors import embedding_text, store_vectors  # noqa: E402
@@ -111,7 +111,7 @@ def choose_embedder(name: str) -> tuple[Embedder | None, str]:
         return embedder, f"embedder: {embedder.identity} (bag-of-words hashing, no model)"
     if name in ("local", "minilm") or Path(name).is_dir():
         try:
-            from llmem.local_embedder import LocalEmbedder
+            from llmem.providers.local import LocalEmbedder
 
             embedder = LocalEmbedder("" if name in ("local", "minilm") else name)
             embedder.embed_query("warm up")  # load the model now, not inside a timed search

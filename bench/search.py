@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from llmem.db import vec  # noqa: E402
-from llmem.embedders import Embedder  # noqa: E402
 from llmem.exchange import apply_import, plan_import  # noqa: E402
+from llmem.providers.embedders import Embedder  # noqa: E402
 from llmem.search import Searcher, SearchOptions  # noqa: E402
 from llmem.store import Store  # noqa: E402
 from llmem.vectors import store_vectors  # noqa: E402

@@ -28,7 +28,7 @@ class App:
 
     @cached_property
     def embedder(self):
-        from .embedders import make_embedder
+        from .providers.embedders import make_embedder
 
         return make_embedder(self.config)
 

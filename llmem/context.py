@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .capture.taxonomy import POSITIVE_CATEGORIES, enough_evidence, is_heuristic
 from .db.models import Memory
-from .taxonomy import POSITIVE_CATEGORIES, enough_evidence, is_heuristic
 from .times import now
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 from .db import vec
 from .db.fts import match_expression, semantic_text
 from .db.models import Memory
-from .embedders import Embedder
 from .errors import EmbedderUnavailable, UsageError
+from .providers.embedders import Embedder
 from .times import days_between, now
 
 log = logging.getLogger(__name__)

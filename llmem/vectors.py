@@ -11,7 +11,7 @@ import peewee as pw
 from .db import vec
 from .db.fts import metadata_text
 from .db.models import Memory
-from .embedders import Embedder
+from .providers.embedders import Embedder
 from .times import now
 
 log = logging.getLogger(__name__)

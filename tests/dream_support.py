@@ -10,7 +10,7 @@ import numpy as np
 
 from llmem.config import load_config
 from llmem.db.models import Memory
-from llmem.embedders import Embedder
+from llmem.providers.embedders import Embedder
 from llmem.store import Store
 from llmem.times import now
 from llmem.vectors import store_vectors

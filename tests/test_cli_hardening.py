@@ -154,7 +154,7 @@ def test_exit_codes_follow_the_readme(cli, fts_config, args, exit_code, message)
 
 def test_queue_retry_of_an_unknown_id_requeues_nothing(cli, fts_config):
     from llmem.app import App
-    from llmem.events import record_event
+    from llmem.pipeline.events import record_event
 
     app = App()
     try:

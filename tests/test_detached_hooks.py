@@ -15,7 +15,7 @@ import pytest
 from test_watcher import append, event_line, turn
 
 from llmem.config import load_config
-from llmem.detached import SessionRun, covering_kind
+from llmem.pipeline.detached import SessionRun, covering_kind
 from llmem.store import Store
 
 PLANTED = "import pathlib\npathlib.Path({marker!r}).write_text(__name__)\n"
@@ -122,7 +122,7 @@ def test_a_burst_of_idle_hooks_runs_one_process_at_a_time(cli, configure, tmp_pa
 
 
 def test_coalesced_kinds_run_as_one_kind_that_covers_them():
-    from llmem.sessions import STEPS
+    from llmem.pipeline.handlers import STEPS
 
     for kind in ("idle", "ending", "compacting"):
         assert covering_kind({kind}) == kind
@@ -133,7 +133,7 @@ def test_coalesced_kinds_run_as_one_kind_that_covers_them():
 
 @pytest.mark.parametrize("how", ["detached", "queued", "coalesced"])
 def test_a_hook_that_does_not_run_inline_says_what_happened(cli, copilot_home, llmem_home, how):
-    from llmem.events import worker_heartbeat
+    from llmem.pipeline.events import worker_heartbeat
 
     session_id, _ = new_session(copilot_home, "remember that the api is versioned")
     if how == "queued":

@@ -9,7 +9,7 @@ import pytest
 from test_watcher import append, event_line, turn
 
 from llmem.app import App
-from llmem.events import (
+from llmem.pipeline.events import (
     claim_event,
     events_to_reconcile,
     record_event,
@@ -124,7 +124,7 @@ def test_a_provisional_memory_the_llm_did_not_restate_is_kept(app, model_server)
     ("Never deploy on Fridays", "Deploys are frozen during the holidays", False),
 ])
 def test_restates_needs_every_identifier_and_half_the_words(candidate, provisional, expected):
-    from llmem.extract import restates
+    from llmem.capture.extract import restates
 
     assert restates(candidate, provisional) is expected
 

@@ -13,7 +13,7 @@ import pytest
 from fakes import FakeModelServer
 
 from llmem.app import App
-from llmem.extract import (
+from llmem.capture.extract import (
     SliceLine,
     chunk_lines,
     estimate_tokens,
@@ -21,7 +21,7 @@ from llmem.extract import (
     extract_text,
     strip_context_blocks,
 )
-from llmem.llm import today
+from llmem.providers.llm import today
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DONE = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"

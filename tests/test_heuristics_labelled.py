@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmem.heuristics import KINDS, categorize, classify_correction, is_correction
-from llmem.taxonomy import ERROR_CATEGORIES
+from llmem.capture.heuristics import KINDS, categorize, classify_correction, is_correction
+from llmem.capture.taxonomy import ERROR_CATEGORIES
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELLED = ROOT / "tests" / "fixtures" / "corrections.yaml"

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import free_port_url
 
-from llmem import sessions
 from llmem.app import App
 from llmem.errors import LLMUnavailable
+from llmem.pipeline import handlers as sessions
 
 FIXTURES = Path(__file__).parent / "fixtures" / "copilot"
 SESSION = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"
@@ -296,7 +296,7 @@ def test_detach_returns_at_once_and_the_work_runs_in_background(cli, copilot_con
 def test_hooks_enqueue_when_a_worker_is_alive(cli, copilot_config, llmem_home):
     from llmem.cli.queueing import open_queue
     from llmem.config import load_config
-    from llmem.events import worker_heartbeat
+    from llmem.pipeline.events import worker_heartbeat
     from llmem.store import Store
 
     with Store.open(llmem_home / "memory.db") as store:

@@ -12,7 +12,7 @@ import pytest
 from test_watcher import append, event_line, turn
 
 from llmem.app import App
-from llmem.events import record_event, retry_events
+from llmem.pipeline.events import record_event, retry_events
 from workers import tasks
 
 
@@ -146,7 +146,7 @@ def two_turn_session(state_dir) -> str:
 
 
 def test_memories_and_the_cursor_are_written_together_or_not_at_all(app, state_dir, monkeypatch):
-    from llmem.extract import extract_session
+    from llmem.capture.extract import extract_session
 
     session_id = two_turn_session(state_dir)
     real_add = type(app.store).add
@@ -169,7 +169,7 @@ def test_memories_and_the_cursor_are_written_together_or_not_at_all(app, state_d
 
 
 def test_a_run_that_lost_the_race_for_the_cursor_reads_on_from_the_winner(app, state_dir, monkeypatch):
-    import llmem.extract as extract
+    import llmem.capture.extract as extract
     from llmem.adapters import CopilotAdapter
     from llmem.times import now
 

@@ -18,11 +18,11 @@ import pytest
 from test_watcher import append, event_line, turn
 
 import llmem.db.connection as connection
-import llmem.watcher as watcher_module
+import llmem.pipeline.watcher as watcher_module
 from llmem.app import App
-from llmem.events import record_event, run_event
+from llmem.pipeline.events import record_event, run_event
+from llmem.pipeline.watcher import SessionWatcher
 from llmem.search import SearchOptions
-from llmem.watcher import SessionWatcher
 
 FIXTURE_SQL = Path(__file__).parent / "fixtures" / "opencode" / "opencode_fixture.sql"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmem import integrations
+from llmem.setup import integrations
 
 NODE = shutil.which("node")
 needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")

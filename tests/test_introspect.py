@@ -10,9 +10,7 @@ import pytest
 from test_extract import DONE, FIXTURES, CopilotSession, fast_model_server, session_config
 
 from llmem.app import App
-from llmem.db.models import Memory
-from llmem.errors import UsageError
-from llmem.introspect import (
+from llmem.capture.introspect import (
     CATEGORIES,
     CONTENT_FIELDS,
     FIELDS,
@@ -22,6 +20,8 @@ from llmem.introspect import (
     learn,
     track_review,
 )
+from llmem.db.models import Memory
+from llmem.errors import UsageError
 
 
 @pytest.fixture
@@ -255,7 +255,7 @@ def test_auto_session_twice_adds_nothing_even_without_its_cursor(configure, stat
 
 def test_auto_session_moves_its_cursor_with_its_writes(configure, state_dir, app, monkeypatch):
     """A failure while storing leaves the cursor where it was, so nothing is skipped."""
-    import llmem.introspect as introspect
+    import llmem.capture.introspect as introspect
 
     session = CopilotSession(state_dir, "ses-atomic")
     session.assistant("Editing.", [{"name": "edit", "arguments": {"path": "a.py"}, "output": "ok"}])

@@ -9,7 +9,7 @@ import pytest
 
 from llmem.adapters import CopilotAdapter, OpenCodeAdapter, ToolCall, Transcript
 from llmem.adapters.base import TranscriptMessage
-from llmem.lifecycle import (
+from llmem.adapters.lifecycle import (
     COPILOT_IDLE_DEBOUNCE_MS,
     DEFAULT_INACTIVITY_MS,
     Moment,

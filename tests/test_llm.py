@@ -11,7 +11,7 @@ from test_extract import fast_model_server
 
 from llmem.app import App
 from llmem.errors import LLMUnavailable
-from llmem.llm import (
+from llmem.providers.llm import (
     BudgetExhausted,
     OllamaLLM,
     make_llm,

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from llmem.config import load_config
-from llmem.embedders import make_embedder
 from llmem.errors import EmbedderUnavailable
-from llmem.local_embedder import DEFAULT_PACKAGE, LocalEmbedder, model_folder
+from llmem.providers.embedders import make_embedder
+from llmem.providers.local import DEFAULT_PACKAGE, LocalEmbedder, model_folder
 
 
 class FakeSentenceTransformer:
@@ -86,7 +86,7 @@ def test_config_provider_local_builds_it_without_importing_torch(configure, tmp_
     embedder = make_embedder(load_config())
     assert isinstance(embedder, LocalEmbedder)
     assert embedder.batch_size == 16 and embedder.model == str(tmp_path)
-    code = ("import sys; from llmem.local_embedder import LocalEmbedder; LocalEmbedder(); "
+    code = ("import sys; from llmem.providers.local import LocalEmbedder; LocalEmbedder(); "
             "print([m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

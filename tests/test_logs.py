@@ -51,7 +51,7 @@ def test_every_log_file_uses_one_timestamp_format(cli, fts_config, llmem_home, i
 def _write_mixed_log(folder):
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.log").write_text(textwrap.dedent("""\
-        2026-11-30T10:00:00 INFO llmem.watcher[7]: watching
+        2026-11-30T10:00:00 INFO llmem.pipeline.watcher[7]: watching
         2026-11-30T10:00:02 ERROR huey[7]: Unhandled exception in task abc.
         Traceback (most recent call last):
           File "x.py", line 1, in <module>

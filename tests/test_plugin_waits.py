@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from llmem import integrations
+from llmem.setup import integrations
 
 NODE = shutil.which("node")
 needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")

@@ -11,8 +11,8 @@ from test_extract import CopilotSession, fast_model_server
 from test_redact import PLANTED
 
 from llmem.app import App
-from llmem.extract import extract_session, extract_text
-from llmem.introspect import (
+from llmem.capture.extract import extract_session, extract_text
+from llmem.capture.introspect import (
     introspect_manual,
     introspect_session,
     introspect_text,
@@ -119,7 +119,7 @@ def test_redaction_can_be_turned_off(configure, enabled):
 
 def test_batched_redaction_matches_text_by_text(fts_config):
     from llmem.adapters import ToolCall, TranscriptMessage
-    from llmem.extract import redact_messages
+    from llmem.capture.extract import redact_messages
     from llmem.redact import redact
 
     app = App()
@@ -203,8 +203,8 @@ def test_session_title_and_turns_never_reach_the_embedder(cli, configure, tmp_pa
 def test_the_clients_redact_whatever_they_send(configure, model_server):
     """The embedder and the LLM redact at the one place they send from, whoever calls them."""
     from llmem.config import load_config
-    from llmem.embedders import make_embedder
-    from llmem.llm import make_llm
+    from llmem.providers.embedders import make_embedder
+    from llmem.providers.llm import make_llm
 
     _, turn, secrets = _planted_turns()
     configure(f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"

@@ -12,7 +12,7 @@ from fakes import fake_vector
 
 from llmem import search as search_module
 from llmem.db.fts import semantic_text
-from llmem.embedders import Embedder
+from llmem.providers.embedders import Embedder
 from llmem.search import Searcher, SearchOptions
 from llmem.store import Store
 from llmem.vectors import embed_pending

@@ -146,7 +146,7 @@ def test_hook_runs_on_a_copilot_session(both_agents, cli):
 
 def test_a_copilot_hook_installed_before_adapters_were_named_queues_for_copilot(both_agents):
     from llmem.app import App
-    from llmem.events import worker_heartbeat
+    from llmem.pipeline.events import worker_heartbeat
 
     app = App()
     try:
@@ -164,7 +164,7 @@ def test_a_copilot_hook_installed_before_adapters_were_named_queues_for_copilot(
 
 def test_a_hook_for_an_unknown_id_fails_open_naming_the_stores(both_agents, cli):
     from llmem.app import App
-    from llmem.events import worker_heartbeat
+    from llmem.pipeline.events import worker_heartbeat
 
     app = App()
     try:
@@ -179,7 +179,7 @@ def test_a_hook_for_an_unknown_id_fails_open_naming_the_stores(both_agents, cli)
 
 def test_the_worker_reads_the_session_an_event_names(both_agents, cli):
     from llmem.app import App
-    from llmem.events import run_event
+    from llmem.pipeline.events import run_event
 
     code, out, err = cli("enqueue", "idle", COPILOT_ID, "--json")
     assert code == 0, err
@@ -198,7 +198,7 @@ def test_the_worker_reads_the_session_an_event_names(both_agents, cli):
 ])
 def test_an_event_that_can_never_succeed_fails_once(both_agents, cli, adapter, session_id, error):
     from llmem.app import App
-    from llmem.events import events_to_reconcile, record_event, run_event
+    from llmem.pipeline.events import events_to_reconcile, record_event, run_event
 
     app = App()
     try:

@@ -6,7 +6,7 @@ import pytest
 
 from llmem.db.models import Event, Memory, UnboundModelError
 from llmem.db.settings import get_setting, set_setting
-from llmem.events import claim_event, record_event
+from llmem.pipeline.events import claim_event, record_event
 from llmem.search import Searcher, SearchOptions
 from llmem.store import Store
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import llmem.watcher as watcher_module
+import llmem.pipeline.watcher as watcher_module
 from llmem.config import load_config
-from llmem.watcher import SessionWatcher
+from llmem.pipeline.watcher import SessionWatcher
 
 FIXTURE_SQL = Path(__file__).parent / "fixtures" / "opencode" / "opencode_fixture.sql"
 
@@ -265,7 +265,7 @@ def test_unknown_schema_and_locked_db_are_logged_and_the_watcher_goes_on(agent_d
     odd.commit()
     recorder = Recorder()
     watcher = SessionWatcher(load_config(), recorder)
-    caplog.set_level("WARNING", logger="llmem.watcher")
+    caplog.set_level("WARNING", logger="llmem.pipeline.watcher")
     watcher.start()
     try:
         odd.execute("INSERT INTO something_else VALUES (1)")  # a commit the watcher must read

@@ -17,8 +17,8 @@ from huey import crontab
 from huey.signals import SIGNAL_INTERRUPTED
 
 from llmem.app import App
-from llmem.embedders import EmbedderUnavailable
 from llmem.errors import LLMUnavailable
+from llmem.providers.embedders import EmbedderUnavailable
 
 log = logging.getLogger("workers.tasks")
 
@@ -44,7 +44,7 @@ def use_app(app: App | None) -> None:
 
 def process_event(event_id: int) -> dict:
     """Extract / introspect / inject for one recorded session event."""
-    from llmem.events import run_event
+    from llmem.pipeline.events import run_event
 
     outcome = run_event(current_app(), event_id, transient=TRANSIENT)
     log.info("session=%s event=%s kind=%s duration=%.0fms outcome=%s%s", outcome.session_id or "-",
@@ -86,7 +86,7 @@ def dream(apply: bool = True) -> dict:
 
 def reconcile(enqueue_event=None) -> dict:
     """Re-enqueue events whose task was lost (killed worker) or left waiting too long."""
-    from llmem.events import events_to_reconcile
+    from llmem.pipeline.events import events_to_reconcile
 
     app = current_app()
     pipeline = app.config.values["pipeline"]
@@ -101,7 +101,7 @@ def reconcile(enqueue_event=None) -> dict:
 
 def heartbeat() -> None:
     """Tell hooks a consumer is alive, so they enqueue instead of running work themselves."""
-    from llmem.events import worker_heartbeat
+    from llmem.pipeline.events import worker_heartbeat
 
     worker_heartbeat(current_app().store)
 
@@ -143,7 +143,7 @@ def register(huey, config) -> SimpleNamespace:
         # SIGTERM interrupts a running task and huey drops it: put its event back to
         # pending so the next consumer's reconcile runs it again (tasks are idempotent).
         if task.name == "process_event" and task.args:
-            from llmem.events import release_event
+            from llmem.pipeline.events import release_event
 
             release_event(current_app().store, task.args[0])
 

@@ -21,8 +21,8 @@ from .output import bounded_int, notice, print_json
 def init(app, ollama_url, adapter, as_json):
     """Create the config and the store, detect the session adapter, check the embedder."""
     from ..config import render_example, validate_mapping
-    from ..diagnostics import detect_adapter_name, llm_status
     from ..paths import write_private_text
+    from ..setup.doctor import detect_adapter_name, llm_status
 
     config = app.config
     file = config.source or (Path(app._config_path) if app._config_path else config.paths.config_file)
@@ -88,7 +88,7 @@ def init(app, ollama_url, adapter, as_json):
 @click.pass_obj
 def stats(app, as_json):
     """Counts of memories by type and state, embeddings, relations, store size."""
-    from ..llm import usage_summary
+    from ..providers.llm import usage_summary
 
     data = app.store.stats()
     data["llm"] = usage_summary(app.store)
@@ -213,7 +213,7 @@ def embed(app, mode, as_json):
 @click.pass_obj
 def metrics(app, sample, as_json):
     """Embedding quality: coverage, similarity spread, near-duplicates, recall activity."""
-    from ..diagnostics import embedding_metrics
+    from ..setup.doctor import embedding_metrics
 
     data = embedding_metrics(app.store, app.config, sample=sample)
     if as_json:
@@ -249,7 +249,7 @@ def _readable(data: dict, indent: int = 0) -> list[str]:
 @click.pass_obj
 def doctor(app, as_json):
     """Check the config, store, sqlite-vec, embedder, LLM and agent stores."""
-    from ..diagnostics import run_doctor
+    from ..setup.doctor import run_doctor
 
     report = run_doctor(app)
     if as_json:

@@ -13,7 +13,7 @@ def _llm_override(app, model, base_url):
     """An LLM built with --model/--base-url, or None when neither was given."""
     if not model and not base_url:
         return None
-    from ..llm import make_llm
+    from ..providers.llm import make_llm
 
     llm = make_llm(app.config, model=model, base_url=base_url, store=app.store)
     if llm is None:
@@ -60,14 +60,14 @@ def introspect(app, category, what_happened, context, caught_by, proposed_fix, o
                estimates_vs_actual, iteration_count, auto, session_id, text, adapter, model,
                base_url, as_json):
     """Analyse a mistake and store it as a self_assessment memory."""
-    from ..errors import UsageError
-    from ..introspect import (
+    from ..capture.introspect import (
         CATEGORIES,
         check_category,
         introspect_manual,
         introspect_session,
         introspect_text,
     )
+    from ..errors import UsageError
 
     if auto:
         if bool(session_id) == bool(text):
@@ -112,7 +112,7 @@ def introspect(app, category, what_happened, context, caught_by, proposed_fix, o
 @click.pass_obj
 def learn(app, wrong, right, context, as_json):
     """Learn a lesson from a wrong → right correction."""
-    from ..introspect import learn as learn_lesson
+    from ..capture.introspect import learn as learn_lesson
 
     _report(learn_lesson(app, wrong, right, context), as_json, "")
 
@@ -131,9 +131,9 @@ def learn(app, wrong, right, context, as_json):
 def track_review(app, single, category, what_happened, proposed_fix, findings_file, context,
                  clean, as_json):
     """Track review findings as self_assessments; no findings → REVIEW_PASSED."""
+    from ..capture.introspect import CATEGORIES
+    from ..capture.introspect import track_review as track
     from ..errors import UsageError
-    from ..introspect import CATEGORIES
-    from ..introspect import track_review as track
 
     finding = None
     if single or category:

@@ -14,7 +14,7 @@ from .session import ADAPTER_CHOICE
 
 
 def _start_watcher(app):
-    from ..watcher import SessionWatcher
+    from ..pipeline.watcher import SessionWatcher
     from .queueing import submit_event
 
     watcher = SessionWatcher(app.config, lambda adapter, sid, kind: submit_event(app, adapter, sid, kind),
@@ -32,7 +32,7 @@ STOP_GRACE_SECONDS = 5.0
 def _consumer(app, workers: int):
     from workers.tasks import use_app
 
-    from ..events import worker_heartbeat
+    from ..pipeline.events import worker_heartbeat
     from .queueing import open_queue
 
     use_app(app)
@@ -207,7 +207,7 @@ def _describe_lock(lock: dict) -> str:
 def queue_retry(app, event_ids, failed):
     """Put failed events (or the given ids) back on the queue."""
     from ..errors import NotFound, UsageError
-    from ..events import retry_events
+    from ..pipeline.events import retry_events
     from .queueing import open_queue
 
     if not event_ids and not failed:
@@ -292,7 +292,7 @@ def install_systemd(uninstall, unit_dir, no_enable, dream_timer, as_json):
     """Install the systemd user units (watch, worker, dream) for this Python and enable them."""
     from pathlib import Path
 
-    from .. import systemd_units
+    from ..setup import systemd as systemd_units
 
     target = Path(unit_dir).expanduser() if unit_dir else None
     if uninstall:

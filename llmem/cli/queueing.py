@@ -22,7 +22,7 @@ def submit_event(app, adapter: str, session_id: str, kind: str) -> int:
 
     The row is written first: if enqueueing fails or the worker dies, reconcile finds it.
     """
-    from ..events import record_event
+    from ..pipeline.events import record_event
 
     event, is_new = record_event(app.store, adapter, session_id, kind)
     if is_new:

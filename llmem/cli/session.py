@@ -11,7 +11,7 @@ import click
 from . import http_url
 from .output import bounded_int, print_json
 
-# Spelled out here (not imported from llmem.sessions) so `llmem --help` imports nothing heavy.
+# Spelled out here (not imported from llmem.pipeline.handlers) so `llmem --help` imports nothing heavy.
 HOOK_TYPES = ("created", "idle", "ending", "compacting")
 ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "none"])
 HOOK_LOG = "hooks.log"
@@ -134,23 +134,23 @@ def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=No
     waits only for that. A compacting hook still prints its compaction block inline. With
     no worker alive (none seen for a few minutes), or with per-hook --model/--base-url
     (which a queued event does not carry), the work runs in a detached process instead: one
-    per session at a time, later hooks coalesce into it (llmem.detached).
+    per session at a time, later hooks coalesce into it (llmem.pipeline.detached).
     """
-    from ..sessions import handle_session_event
+    from ..pipeline.handlers import handle_session_event
 
     def run_inline(run_kind):
         return handle_session_event(app, run_kind, session_id, adapter_name=adapter, model=model,
                                     base_url=base_url, project=project, fail_open=True)
 
     if sync and run_lock_fd is not None and kind != "created":
-        from ..detached import run_coalesced
+        from ..pipeline.detached import run_coalesced
 
         return run_coalesced(app.config, kind, session_id, run_lock_fd, run_inline)
     if sync or kind == "created":
         return run_inline(kind)
     result = {"kind": kind, "session_id": session_id, "steps": {}, "errors": []}
     if detach or model or base_url or not _worker_alive(app):
-        from ..detached import start_detached
+        from ..pipeline.detached import start_detached
 
         hook_args = []
         for flag, value in (("--project", project), ("--adapter", adapter), ("--model", model),
@@ -189,7 +189,7 @@ def _status_line(result: dict) -> str | None:
 
 
 def _worker_alive(app) -> bool:
-    from ..events import worker_seen_recently
+    from ..pipeline.events import worker_seen_recently
 
     return worker_seen_recently(app.store)
 
@@ -320,7 +320,7 @@ def _report(result, as_json: bool) -> None:
 @click.pass_obj
 def install_opencode(app, uninstall, as_json):
     """Write the llmem plugin into the OpenCode plugins folder (session.opencode.plugins_dir)."""
-    from .. import integrations
+    from ..setup import integrations
 
     _report(integrations.install_opencode(app.config, uninstall=uninstall), as_json)
 
@@ -331,6 +331,6 @@ def install_opencode(app, uninstall, as_json):
 @click.pass_obj
 def install_copilot(app, uninstall, as_json):
     """Write the llmem hooks file for Copilot CLI (session.copilot.hooks_dir)."""
-    from .. import integrations
+    from ..setup import integrations
 
     _report(integrations.install_copilot(app.config, uninstall=uninstall), as_json)

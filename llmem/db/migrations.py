@@ -103,7 +103,7 @@ def _hash_embedded_text(db) -> None:
 
 
 def _create_watch_session_table(db) -> None:
-    # The watcher's per-session state (llmem/watcher.py SavedStates): what it emitted, so a
+    # The watcher's per-session state (llmem/pipeline/watcher.py SavedStates): what it emitted, so a
     # restart announces no session twice and catches up on what was written meanwhile.
     db.execute_sql("""CREATE TABLE IF NOT EXISTS watch_session (
                           adapter TEXT NOT NULL,

@@ -74,7 +74,7 @@ def run_backfill(app, *, adapter_name: str | None = None, since: float | None = 
     `sessions`: (adapter name, session) pairs picked from backfill_adapters(); default: every
     session since `since`, at most `limit`.
     """
-    from ..extract import extract_session
+    from ..capture.extract import extract_session
 
     adapters = backfill_adapters(app.config, adapter_name)
     if sessions is None:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..taxonomy import enough_evidence, is_heuristic
+from ..capture.taxonomy import enough_evidence, is_heuristic
 from ..times import days_between, now
 from .text import distinct_terms
 

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..capture.taxonomy import POSITIVE_CATEGORIES, TAXONOMY, enough_evidence
 from ..db.settings import get_setting
-from ..taxonomy import POSITIVE_CATEGORIES, TAXONOMY, enough_evidence
 from ..times import days_between, now
 from .journal import Action
 from .text import (

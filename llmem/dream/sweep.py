@@ -112,7 +112,7 @@ def _simulate(before: dict[str, float], actions: list[Action]) -> list[float]:
 
 def _make_llm(store, config):
     """The chat LLM for merges, or None (merges then concatenate)."""
-    from ..llm import make_llm
+    from ..providers.llm import make_llm
 
     try:
         return make_llm(config, store=store)

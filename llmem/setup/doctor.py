@@ -11,7 +11,7 @@ def detect_adapter_name(config) -> str:
     configured = config.values["session"]["adapter"]
     if configured != "auto":
         return configured
-    from .adapters.resolve import present_agents
+    from ..adapters.resolve import present_agents
 
     return ", ".join(present_agents(config)) or "none"
 
@@ -51,7 +51,7 @@ def llm_status(config) -> dict[str, Any]:
 
 def run_doctor(app) -> dict[str, Any]:
     """Every health check, as data: {"checks": [...], "sqlite_vec": ..., "embedder": ...}."""
-    from .db.connection import driver
+    from ..db.connection import driver
 
     checks = []
     config = app.config
@@ -103,7 +103,7 @@ def run_doctor(app) -> dict[str, Any]:
     checks.append(_check("queue", "ok" if writable else "fail", f"{config.queue_path}"
                          + ("" if writable else " is not writable")))
     if store_ok:
-        from .dream.lock import stale_lock
+        from ..dream.lock import stale_lock
 
         stale = stale_lock(app.store.db)
         checks.append(_check("locks", "warn" if stale else "ok", (
@@ -140,7 +140,7 @@ def embedding_metrics(store, config, sample: int = 2000) -> dict[str, Any]:
     """Coverage of the vectors, spread of similarities and near-duplicates in a sample."""
     import numpy as np
 
-    from .db import vec
+    from ..db import vec
 
     stats = store.stats()
     model, dim = vec.index_state(store.db)

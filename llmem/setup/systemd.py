@@ -10,8 +10,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import LlmemError
-from .paths import write_private_text
+from ..errors import LlmemError
+from ..paths import write_private_text
 
 UNITS = ("llmem-watch.service", "llmem-worker.service", "llmem-dream.service", "llmem-dream.timer")
 ENABLED = ("llmem-watch.service", "llmem-worker.service")
@@ -34,7 +34,7 @@ def llmem_command() -> str:
 def _template(name: str) -> str:
     # The reference units live in the repository's systemd/ folder next to the package
     # (the README installs llmem from its checkout).
-    source = Path(__file__).resolve().parent.parent / "systemd" / name
+    source = Path(__file__).resolve().parent.parent.parent / "systemd" / name
     if not source.exists():
         raise LlmemError(f"the unit template {source} is missing",
                          hint="install llmem from its source checkout (pip install -e .)")

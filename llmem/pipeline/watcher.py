@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .paths import expand
+from ..paths import expand
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class SessionState:
     @classmethod
     def seen(cls, lifecycle) -> SessionState:
         """A session met as it is now, with nothing to emit for what it already did."""
-        from .lifecycle import Moment
+        from ..adapters.lifecycle import Moment
 
         ended = Moment.ENDING in lifecycle
         return cls(idle_reply=lifecycle.reply_id, compacting=Moment.COMPACTING in lifecycle,
@@ -88,7 +88,7 @@ class SavedStates:
 
     def last_alive(self) -> float | None:
         """When a watcher was last known to run (None: never, on this store)."""
-        from .db.settings import get_setting
+        from ..db.settings import get_setting
 
         noted = get_setting(self.db, self.ALIVE_KEY)
         saved = self.db.execute_sql("SELECT MAX(updated_at) FROM watch_session").fetchone()[0]
@@ -97,7 +97,7 @@ class SavedStates:
         return max(times, default=None)
 
     def mark_alive(self, at: float) -> None:
-        from .db.settings import set_setting
+        from ..db.settings import set_setting
 
         with self.db.atomic():
             set_setting(self.db, self.ALIVE_KEY, repr(at))
@@ -357,7 +357,7 @@ class SessionWatcher:
 
     def _opencode_adapter(self):
         if self._opencode is None:
-            from .adapters import OpenCodeAdapter
+            from ..adapters import OpenCodeAdapter
 
             self._opencode = OpenCodeAdapter(self.opencode_dir)
         return self._opencode
@@ -389,8 +389,8 @@ class SessionWatcher:
             self._evaluate_opencode(session_id)
 
     def _evaluate_opencode(self, session_id: str) -> None:
-        from .adapters import SessionNotFound
-        from .lifecycle import opencode_lifecycle
+        from ..adapters import SessionNotFound
+        from ..adapters.lifecycle import opencode_lifecycle
 
         adapter = self._opencode_adapter()
         try:
@@ -413,9 +413,9 @@ class SessionWatcher:
     # ---- Copilot ---------------------------------------------------------------------------
 
     def _process_copilot(self, session_id: str) -> None:
-        from .adapters import CopilotAdapter
-        from .adapters.base import is_valid_session_id
-        from .lifecycle import copilot_lifecycle
+        from ..adapters import CopilotAdapter
+        from ..adapters.base import is_valid_session_id
+        from ..adapters.lifecycle import copilot_lifecycle
 
         if not is_valid_session_id(session_id):
             return
@@ -471,7 +471,7 @@ class SessionWatcher:
     def _emit_moments(self, adapter: str, session_id: str, state: SessionState, lifecycle) -> bool:
         """Emit what is new since `state`, updating it after each emit that went through.
         False when an emit failed (the rest waits for the retry)."""
-        from .lifecycle import Moment
+        from ..adapters.lifecycle import Moment
 
         compacting = Moment.COMPACTING in lifecycle
         # A compaction that started and finished between two looks still hid a slice to extract.

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .paths import ensure_private_dir
+from ..paths import ensure_private_dir
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def run_folder(config) -> Path:
 def covering_kind(kinds: set[str]) -> str:
     """What one run does for the kinds noted while the last one ran: the kind whose work
     (extract, introspect) covers them all, the smallest such."""
-    from .sessions import STEPS
+    from .handlers import STEPS
 
     def work(kind: str) -> set[str]:
         return set(STEPS[kind]) - {"context"}

@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from .adapters.base import NoTranscript, validate_session_id
-from .errors import LlmemError, UsageError, store_failure
+from ..adapters.base import NoTranscript, validate_session_id
+from ..errors import LlmemError, UsageError, store_failure
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +32,17 @@ STEPS = {
 def step_function(step: str):
     """extract_session or introspect_session, imported when an event needs it (not at hook start)."""
     if step == "extract":
-        from .extract import extract_session
+        from ..capture.extract import extract_session
 
         return extract_session
-    from .introspect import introspect_session
+    from ..capture.introspect import introspect_session
 
     return introspect_session
 
 
 def make_event_llm(app, model: str | None = None, base_url: str | None = None):
     """The chat LLM for an event, with the hook's --model/--base-url (None: heuristics only)."""
-    from .llm import make_llm
+    from ..providers.llm import make_llm
 
     return make_llm(app.config, model=model, base_url=base_url, store=app.store)
 
@@ -125,7 +125,7 @@ def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str |
             started = time.perf_counter()
             try:
                 if step == "context":
-                    from .context import build_context
+                    from ..context import build_context
 
                     result["context"] = build_context(app, session_id, project=project,
                                                       compacting=kind == "compacting")

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from datetime import date
 from typing import Any
 
-from .errors import LlmemError, LLMUnavailable, UsageError
-from .redact import Redactor
+from ..errors import LlmemError, LLMUnavailable, UsageError
+from ..redact import Redactor
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ class LLM:
         if self._own_store is None:
             if self._db_path is None:
                 return None
-            from .store import Store
+            from ..store import Store
 
             self._own_store = Store.open(self._db_path)
         return self._own_store

@@ -22,13 +22,13 @@ import logging
 import re
 from pathlib import Path
 
-from .db.models import Memory
-from .errors import EmbedderUnavailable, LLMUnavailable, UsageError
+from ..db.models import Memory
+from ..errors import EmbedderUnavailable, LLMUnavailable, UsageError
+from ..providers.llm import BudgetExhausted, step_llm
+from ..times import now, to_iso
 from .extract import chunk_lines, prepare_slice, redact_messages, redactor, strip_context_blocks
 from .heuristics import classify_correction, error_signals, stated_corrections
-from .llm import BudgetExhausted, step_llm
 from .taxonomy import CATEGORIES, ERROR_CATEGORIES, HEURISTIC, POSITIVE_CATEGORIES, TAXONOMY
-from .times import now, to_iso
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def _redact_fields(app, fields: dict) -> dict:
 
 
 def _embed(app, memories: list[Memory]) -> None:
-    from .vectors import embed_memories
+    from ..vectors import embed_memories
 
     if not memories or not app.embedder.available:
         return
@@ -344,7 +344,7 @@ def introspect_text(app, text: str, *, llm=None, use_llm: bool = True,
     """What a free text teaches: self_assessments of the mistakes it tells of, or, for a user's
     correction read without an LLM, what the correction states. Nothing when nothing went
     wrong; the memories of the first run when the same text is introspected again."""
-    from .store import content_hash
+    from ..store import content_hash
 
     if not (text or "").strip():
         raise UsageError("--text is empty", hint='describe what happened, e.g. --text "null pointer in handler"')
@@ -387,7 +387,7 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
     The memories and the cursor move in one transaction; when another run moved the cursor
     meanwhile, this one writes nothing (that run covered the slice).
     """
-    from .adapters import resolve_adapter
+    from ..adapters import resolve_adapter
 
     adapter = resolve_adapter(app.config, session_id, adapter_name)
     store = app.store

@@ -20,13 +20,13 @@ import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from .context import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
-from .db.models import MEMORY_TYPES, Memory
-from .errors import EmbedderUnavailable, LLMUnavailable
+from ..context import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
+from ..db.models import MEMORY_TYPES, Memory
+from ..errors import EmbedderUnavailable, LLMUnavailable
+from ..providers.llm import BudgetExhausted, step_llm
+from ..redact import redact
+from ..store import content_hash
 from .heuristics import STATED, Candidate, statements
-from .llm import BudgetExhausted, step_llm
-from .redact import redact
-from .store import content_hash
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +386,7 @@ def store_candidates(app, candidates: list[Candidate], report: ExtractionReport,
     """Dedupe, add or update, relate, run `cursor_update` — in one transaction — then embed."""
     import numpy as np
 
-    from .search import Searcher
+    from ..search import Searcher
 
     store = app.store
     threshold = app.config.values["dream"]["similarity_threshold"]
@@ -469,7 +469,7 @@ def _embed_touched(app, touched, report: ExtractionReport) -> None:
     """Store the candidates' vectors where the memory's text is what was embedded; embed the rest."""
     if not touched:
         return
-    from .vectors import embed_memories, embedding_text, store_vectors
+    from ..vectors import embed_memories, embedding_text, store_vectors
 
     reuse, fresh = [], []
     for memory, vector, text in touched:
@@ -534,7 +534,7 @@ def extract_session(app, session_id: str, *, adapter_name: str | None = None, ll
     `hold_cursor`: store what is found but leave the cursor where it was, so a later run
     (with the LLM, once the session's extraction interval has passed) reads the slice again.
     """
-    from .adapters import resolve_adapter
+    from ..adapters import resolve_adapter
 
     adapter = resolve_adapter(app.config, session_id, adapter_name)
     for _ in range(CURSOR_RACE_RETRIES):
@@ -548,7 +548,7 @@ def extract_session(app, session_id: str, *, adapter_name: str | None = None, ll
 
 def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
                           hold_cursor: bool) -> ExtractionReport:
-    from .times import now
+    from ..times import now
 
     started = time.perf_counter()
     SessionCursor = app.store.models.SessionCursor
@@ -674,7 +674,7 @@ def _settle_provisional(store, session_id: str, project: str | None, llm_content
 def extract_text(app, text: str, *, project: str | None = None, session_id: str | None = None,
                  llm=None, use_llm: bool = True) -> ExtractionReport:
     """Extract memories from plain text (treated as what the user said)."""
-    from .adapters import TranscriptMessage
+    from ..adapters import TranscriptMessage
 
     started = time.perf_counter()
     message = TranscriptMessage(id="text", index=0, role="user", text=text or "")

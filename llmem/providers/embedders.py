@@ -12,8 +12,8 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from .errors import EmbedderUnavailable, UsageError
-from .redact import Redactor
+from ..errors import EmbedderUnavailable, UsageError
+from ..redact import Redactor
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,7 +49,7 @@ class Embedder:
     def _vectors(self, texts: list[str]) -> np.ndarray:
         import numpy as np
 
-        from .db.vec import normalize
+        from ..db.vec import normalize
 
         if not texts:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
@@ -231,7 +231,7 @@ def make_embedder(cfg) -> Embedder:
                               section["batch_size"], api_key_env=section["api_key_env"], **sent)
     if provider == "local":
         try:
-            from .local_embedder import LocalEmbedder
+            from .local import LocalEmbedder
         except ImportError as exc:
             raise UsageError(f"the local embedder is not available: {exc}",
                              hint="pip install 'llmem[local]'") from None

@@ -15,8 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
-from .paths import expand
+from ..errors import UsageError
+from ..paths import expand
 
 PLUGIN_FILE = "llmem.js"
 HOOKS_FILE = "llmem.json"

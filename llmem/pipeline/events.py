@@ -10,9 +10,9 @@ import logging
 import time
 from dataclasses import dataclass
 
-from .db.models import Event  # for type hints; queries use store.models
-from .errors import LlmemError, UsageError
-from .times import now
+from ..db.models import Event  # for type hints; queries use store.models
+from ..errors import LlmemError, UsageError
+from ..times import now
 
 log = logging.getLogger(__name__)
 
@@ -124,14 +124,14 @@ WORKER_STALE_SECONDS = 180  # a live consumer beats every minute
 
 def worker_heartbeat(store) -> None:
     """Say a consumer is alive (hooks enqueue only when one is)."""
-    from .db.settings import set_setting
+    from ..db.settings import set_setting
 
     with store.db.atomic():
         set_setting(store.db, WORKER_HEARTBEAT_KEY, repr(now()))
 
 
 def worker_seen_recently(store) -> bool:
-    from .db.settings import get_setting
+    from ..db.settings import get_setting
 
     seen = get_setting(store.db, WORKER_HEARTBEAT_KEY)
     return seen is not None and now() - float(seen) < WORKER_STALE_SECONDS
@@ -154,7 +154,7 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
     Errors in `transient` (embedder or LLM down, a locked store) leave the event pending and
     are re-raised so the queue can retry with backoff; any other error fails the event.
     """
-    from .sessions import handle_session_event
+    from .handlers import handle_session_event
 
     started = time.perf_counter()
     event = claim_event(app.store, event_id,
@@ -205,7 +205,7 @@ def _next_llm_extraction(app, event: Event) -> float | None:
 
 def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: float) -> EventOutcome:
     """Within the interval: what costs no LLM call runs now, the LLM pass waits its turn."""
-    from .extract import extract_session
+    from ..capture.extract import extract_session
 
     try:
         report = extract_session(app, event.session_id, adapter_name=event.adapter,
@@ -221,7 +221,7 @@ def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: f
 
 def _can_never_succeed(exc: Exception) -> bool:
     """Errors a retry cannot cure: bugs, bad input, a session no store holds, an unknown adapter."""
-    from .adapters.base import InvalidSessionId, SessionNotFound, UnknownAdapter
+    from ..adapters.base import InvalidSessionId, SessionNotFound, UnknownAdapter
 
     if isinstance(exc, SessionNotFound | UnknownAdapter | InvalidSessionId | UsageError):
         return True

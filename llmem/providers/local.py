@@ -15,8 +15,8 @@ import os
 import threading
 from pathlib import Path
 
+from ..errors import EmbedderUnavailable
 from .embedders import Embedder
-from .errors import EmbedderUnavailable
 
 log = logging.getLogger(__name__)
 

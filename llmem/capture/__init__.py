@@ -1,0 +1,1 @@
+"""Turning transcripts into memories: extraction, the no-LLM heuristics, the error taxonomy, introspection."""

@@ -1,0 +1,1 @@
+"""The services llmem calls out to: embedders (Ollama, OpenAI-compatible, local) and the chat LLM."""

@@ -16,9 +16,9 @@ from llmem.adapters import (
 from llmem.adapters.base import TOOL_OUTPUT_CAP
 from llmem.adapters.copilot import (
     parse_events,
-    pid_is_alive,
     transcript_from_share_markdown,
 )
+from llmem.processes import pid_is_alive
 
 FIXTURES = Path(__file__).parent / "fixtures" / "copilot"
 DONE = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +28,7 @@ from llmem.adapters.base import (
     validate_session_id,
 )
 from llmem.adapters.detect import EVENTS_FILE, WORKSPACE_FILE
+from llmem.processes import pid_is_alive
 
 NAME = "copilot"
 
@@ -452,22 +452,6 @@ def _mtime_ms(path: Path) -> int | None:
         return int(path.stat().st_mtime * 1000)
     except OSError:
         return None
-
-
-def pid_is_alive(pid: int) -> bool:
-    """True if a process with this id exists (signal 0 probes without signalling)."""
-    if pid <= 0:
-        # 0 and negative ids address process groups, never one process.
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
 
 
 class CopilotAdapter:

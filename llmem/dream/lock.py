@@ -14,11 +14,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-from pathlib import Path
 
-from ..adapters.copilot import pid_is_alive
 from ..db.settings import get_setting, set_setting
 from ..errors import LlmemError
+from ..processes import pid_is_alive, process_state
 from ..times import now, to_iso
 
 LOCK_KEY = "dream_lock"
@@ -40,17 +39,6 @@ def read_lock(db) -> dict | None:
     return holder if isinstance(holder, dict) else None
 
 
-def _process_state(pid: int) -> tuple[str, float] | None:
-    """(state letter, start time in epoch seconds) of a process, from /proc; None if unreadable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, StopIteration, ValueError):
-        return None
-
-
 def lock_is_live(holder: dict | None) -> bool:
     """Whether a lock row belongs to a run that is still going."""
     if not holder:
@@ -63,7 +51,7 @@ def lock_is_live(holder: dict | None) -> bool:
         return now() - started_at < STALE_AFTER
     if not pid_is_alive(pid):
         return False
-    state = _process_state(pid)
+    state = process_state(pid)
     if state is None:
         return True
     letter, process_started = state

@@ -1,0 +1,37 @@
+"""What the kernel says about a process: whether it lives, its state and when it started.
+
+Both the Copilot adapter (is the CLI that holds a session's lock file still running?) and
+the dream lock (did the run that took the lock die?) ask; neither owns the question.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def pid_is_alive(pid: int) -> bool:
+    """True if a process with this id exists (signal 0 probes without signalling)."""
+    if pid <= 0:
+        # 0 and negative ids address process groups, never one process.
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def process_state(pid: int) -> tuple[str, float] | None:
+    """(state letter, start time in epoch seconds) of a process, from /proc; None if unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, StopIteration, ValueError):
+        return None

@@ -8,8 +8,9 @@ Every applied write is journaled with its before-image; `undo_run` restores a ru
 
 from .journal import PHASES, Action, undo_run
 from .lock import DreamLock, DreamLocked
+from .outcome import DreamOutcome
 from .status import dream_status
-from .sweep import DreamOutcome, run_dream
+from .sweep import run_dream
 
 __all__ = ["PHASES", "Action", "DreamLock", "DreamLocked", "DreamOutcome", "dream_status",
            "run_dream", "undo_run"]

@@ -9,7 +9,7 @@ from .text import one_line
 
 if TYPE_CHECKING:
     from ..db.models import Memory
-    from . import DreamOutcome
+    from .outcome import DreamOutcome
 
 DIARY_HEAD = "# Dream diary\n\nWhat `llmem dream` noticed and did, newest last.\n"
 MEMORY_MD_HEAD = ("# MEMORY.md\n\nCore memories promoted by `llmem dream` / `llmem promote`. "

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .text import one_line
 
 if TYPE_CHECKING:
-    from .sweep import DreamOutcome
+    from .outcome import DreamOutcome
 
 ROWS = 200  # rows per table
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; script-src 'none'; form-action 'none'"

@@ -11,24 +11,24 @@ from the project's and the global memories.
 from __future__ import annotations
 
 import logging
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .capture.markers import (
+    CHARS_PER_TOKEN,
+    CLOSE_MARKER,
+    MARKER_RE,
+    OPEN_MARKER,
+    estimate_tokens,
+    strip_context_blocks,
+)
 from .capture.taxonomy import POSITIVE_CATEGORIES, enough_evidence, is_heuristic
 from .db.models import Memory
 from .times import now
 
 log = logging.getLogger(__name__)
 
-OPEN_MARKER = "<llmem-context>"
-CLOSE_MARKER = "</llmem-context>"
-# Case-insensitive and with attributes: an agent may echo the block back altered.
-_BLOCK_RE = re.compile(r"<llmem-context\b[^>]*>.*?(?:</llmem-context>|\Z)", re.DOTALL | re.IGNORECASE)
-_MARKER_RE = re.compile(r"</?\s*llmem-context\s*>", re.IGNORECASE)
-
-CHARS_PER_TOKEN = 4
 LINE_CHARS = 280  # one memory line at most (content is cut with an ellipsis)
 QUERY_CHARS = 1200  # the relevance query: title + recent user text
 RECENT_USER_MESSAGES = 3
@@ -42,18 +42,6 @@ HEADER = ("## Memory from llmem\n"
 COMPACTING_HEADER = ("## llmem: preserve across compaction\n"
                      "Keep these decisions, preferences and project state in the summary; they "
                      "were recorded from this session and earlier ones (ids in brackets).")
-
-
-def estimate_tokens(text: str) -> int:
-    """The token estimate used for every budget (no tokenizer dependency): characters / 4."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
-
-
-def strip_context_blocks(text: str) -> str:
-    """Remove `<llmem-context>` blocks (an unclosed one runs to the end of the text)."""
-    if not text or "llmem-context" not in text.lower():
-        return text or ""
-    return _BLOCK_RE.sub("", text)
 
 
 @dataclass
@@ -268,7 +256,7 @@ def lessons(store, project: str | None, at: float, limit: int = 5, scan: int = 3
 
 def _clean(text: str, cap: int = LINE_CHARS) -> str:
     # A memory must never close the block early (or open a nested one).
-    text = " ".join(_MARKER_RE.sub("", text or "").split())
+    text = " ".join(MARKER_RE.sub("", text or "").split())
     return text if len(text) <= cap else text[: cap - 1].rstrip() + "…"
 
 

@@ -16,11 +16,10 @@ from llmem.app import App
 from llmem.capture.extract import (
     SliceLine,
     chunk_lines,
-    estimate_tokens,
     extract_session,
     extract_text,
-    strip_context_blocks,
 )
+from llmem.capture.markers import estimate_tokens, strip_context_blocks
 from llmem.providers.llm import today
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -20,13 +20,13 @@ import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from ..context import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
 from ..db.models import MEMORY_TYPES, Memory
 from ..errors import EmbedderUnavailable, LLMUnavailable
 from ..providers.llm import BudgetExhausted, step_llm
 from ..redact import redact
 from ..store import content_hash
 from .heuristics import STATED, Candidate, statements
+from .markers import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,9 @@ from ..db.models import Memory
 from ..errors import EmbedderUnavailable, LLMUnavailable, UsageError
 from ..providers.llm import BudgetExhausted, step_llm
 from ..times import now, to_iso
-from .extract import chunk_lines, prepare_slice, redact_messages, redactor, strip_context_blocks
+from .extract import chunk_lines, prepare_slice, redact_messages, redactor
 from .heuristics import classify_correction, error_signals, stated_corrections
+from .markers import strip_context_blocks
 from .taxonomy import CATEGORIES, ERROR_CATEGORIES, HEURISTIC, POSITIVE_CATEGORIES, TAXONOMY
 
 log = logging.getLogger(__name__)

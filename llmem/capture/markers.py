@@ -1,0 +1,32 @@
+"""The `<llmem-context>` block's markers and the token estimate its budget is counted in.
+
+Context writes the block into an agent's session; extraction and introspection must cut it
+out of the transcripts they read, so llmem never re-learns what it injected. Both sides
+take the markers from here, and extraction budgets its slices in the same tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+OPEN_MARKER = "<llmem-context>"
+CLOSE_MARKER = "</llmem-context>"
+# Case-insensitive and with attributes: an agent may echo the block back altered.
+_BLOCK_RE = re.compile(r"<llmem-context\b[^>]*>.*?(?:</llmem-context>|\Z)", re.DOTALL | re.IGNORECASE)
+# A lone marker inside a memory's text would close the block early (or open a nested one).
+MARKER_RE = re.compile(r"</?\s*llmem-context\s*>", re.IGNORECASE)
+
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(text: str) -> int:
+    """The token estimate used for every budget (no tokenizer dependency): characters / 4."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def strip_context_blocks(text: str) -> str:
+    """Remove `<llmem-context>` blocks (an unclosed one runs to the end of the text)."""
+    if not text or "llmem-context" not in text.lower():
+        return text or ""
+    return _BLOCK_RE.sub("", text)

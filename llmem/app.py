@@ -28,7 +28,7 @@ class App:
 
     @cached_property
     def embedder(self):
-        from .providers.embedders import make_embedder
+        from .providers import make_embedder
 
         return make_embedder(self.config)
 

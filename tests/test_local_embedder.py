@@ -10,7 +10,7 @@ import pytest
 
 from llmem.config import load_config
 from llmem.errors import EmbedderUnavailable
-from llmem.providers.embedders import make_embedder
+from llmem.providers import make_embedder
 from llmem.providers.local import DEFAULT_PACKAGE, LocalEmbedder, model_folder
 
 

@@ -203,7 +203,7 @@ def test_session_title_and_turns_never_reach_the_embedder(cli, configure, tmp_pa
 def test_the_clients_redact_whatever_they_send(configure, model_server):
     """The embedder and the LLM redact at the one place they send from, whoever calls them."""
     from llmem.config import load_config
-    from llmem.providers.embedders import make_embedder
+    from llmem.providers import make_embedder
     from llmem.providers.llm import make_llm
 
     _, turn, secrets = _planted_turns()

@@ -8,7 +8,8 @@ from fakes import fake_vector
 from llmem.config import load_config
 from llmem.db import vec
 from llmem.errors import EmbedderUnavailable, UsageError
-from llmem.providers.embedders import Embedder, NoEmbedder, OllamaEmbedder, make_embedder
+from llmem.providers import make_embedder
+from llmem.providers.embedders import Embedder, NoEmbedder, OllamaEmbedder
 from llmem.search import Searcher, SearchOptions, memory_signal
 from llmem.store import Store
 from llmem.vectors import embed_memories, embed_pending

@@ -1,1 +1,50 @@
-"""The services llmem calls out to: embedders (Ollama, OpenAI-compatible, local) and the chat LLM."""
+"""The services llmem calls out to: embedders (Ollama, OpenAI-compatible, local) and the chat LLM.
+
+`make_embedder` lives here, not beside the Embedder classes: the local embedder subclasses
+Embedder, and the factory that imports it would otherwise sit in the module it imports from.
+"""
+
+from __future__ import annotations
+
+from ..errors import UsageError
+from ..redact import Redactor
+from .embedders import Embedder, NoEmbedder, OllamaEmbedder, OpenAIEmbedder
+
+
+def _default_prefixes(model: str) -> tuple[str, str]:
+    # nomic-embed-text was trained with task prefixes and loses recall without them.
+    if "nomic" in model.lower():
+        return "search_query: ", "search_document: "
+    return "", ""
+
+
+def make_embedder(cfg) -> Embedder:
+    """The embedder described by the `embedding:` section of a config."""
+    section = cfg.values["embedding"]
+    provider = section["provider"]
+    query_prefix, document_prefix = _default_prefixes(section["model"])
+    if section["query_prefix"] is not None:
+        query_prefix = section["query_prefix"]
+    if section["document_prefix"] is not None:
+        document_prefix = section["document_prefix"]
+    redactor = Redactor.from_section(cfg.values.get("redaction"))
+    common = dict(query_prefix=query_prefix, document_prefix=document_prefix)
+    sent = dict(common, redactor=redactor)
+    if provider == "none":
+        return NoEmbedder()
+    if provider == "ollama":
+        return OllamaEmbedder(section["model"], section["base_url"], section["timeout"],
+                              section["batch_size"], **sent)
+    if provider == "openai":
+        return OpenAIEmbedder(section["model"], section["base_url"], section["timeout"],
+                              section["batch_size"], api_key_env=section["api_key_env"], **sent)
+    if provider == "local":
+        try:
+            from .local import LocalEmbedder
+        except ImportError as exc:
+            raise UsageError(f"the local embedder is not available: {exc}",
+                             hint="pip install 'llmem[local]'") from None
+        local = LocalEmbedder(section["model"], batch_size=section["batch_size"], **common)
+        local.redactor = redactor
+        return local
+    raise UsageError(f"unknown embedding provider {provider!r}")

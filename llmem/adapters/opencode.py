@@ -154,6 +154,38 @@ class OpenCodeAdapter:
         )
 
 
+class ChangedSessions:
+    """The sessions of one OpenCode database written to since the last look (the watcher's feed).
+
+    It keeps one read-only connection: PRAGMA data_version, which changes when another
+    connection commits, tells cheaply whether anything was written; only then are the
+    message and session times read.
+    """
+
+    def __init__(self, db_path: Path, since_ms: int) -> None:
+        self.conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=2.0,
+                                    check_same_thread=False)
+        self.conn.execute("PRAGMA query_only = ON")
+        self.version = -1
+        self.since_ms = since_ms
+
+    def poll(self) -> list[str]:
+        """Ids of the sessions with a message or session row updated since the last poll."""
+        current = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if current == self.version:
+            return []
+        rows = self.conn.execute(
+            "SELECT session_id, MAX(time_updated) FROM message WHERE time_updated > ? GROUP BY session_id "
+            "UNION SELECT id, time_updated FROM session WHERE time_updated > ?",
+            (self.since_ms, self.since_ms)).fetchall()
+        self.since_ms = max([self.since_ms, *[r[1] or 0 for r in rows]])
+        self.version = current
+        return list(dict.fromkeys(r[0] for r in rows))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def _connect_read_only(db_path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
     # mode=ro, not immutable=1: immutable would ignore the -wal file and miss recent commits.
     uri = db_path.resolve().as_uri() + "?mode=ro"

@@ -14,7 +14,6 @@ announces no known session twice and emits what was written while no watcher ran
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -131,7 +130,7 @@ class SessionWatcher:
         self._stop = threading.Event()
         self._observer = None
         self._watched: set[Path] = set()
-        self._db_versions: dict[Path, tuple[sqlite3.Connection, int, int]] = {}
+        self._opencode_changes: dict = {}  # db path → ChangedSessions
         self._thread: threading.Thread | None = None
         self._opencode = None
         self._copilot = None
@@ -205,9 +204,9 @@ class SessionWatcher:
             self._observer.join(timeout=5)
         if self._thread is not None:
             self._thread.join(timeout=5)
-        for conn, _, _ in self._db_versions.values():
-            conn.close()
-        self._db_versions.clear()
+        for changes in self._opencode_changes.values():
+            changes.close()
+        self._opencode_changes.clear()
 
     def describe(self) -> str:
         """What is watched, for the start-up line: each agent folder and whether it exists."""
@@ -363,29 +362,19 @@ class SessionWatcher:
         return self._opencode
 
     def _process_opencode(self, db_path: Path) -> None:
-        """Sessions changed since the last look at this DB, confirmed by PRAGMA data_version."""
+        """Sessions changed since the last look at this DB."""
         if not db_path.exists():
             return
-        entry = self._db_versions.get(db_path)
-        if entry is None:
-            conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=2.0,
-                                   check_same_thread=False)
-            conn.execute("PRAGMA query_only = ON")
+        changes = self._opencode_changes.get(db_path)
+        if changes is None:
+            from ..adapters.opencode import ChangedSessions
+
             # Sessions quiet for longer than the inactivity timeout have ended already
             # (unless the watcher was down then): reading every old transcript costs time.
             since_s = min(self.clock() - self.inactivity_ms / 1000, self.catch_up_from)
-            entry = (conn, -1, int(since_s * 1000))
-            self._db_versions[db_path] = entry  # kept even if this read fails: one connection per DB
-        conn, version, since_ms = entry
-        current = conn.execute("PRAGMA data_version").fetchone()[0]
-        if current == version:
-            return
-        rows = conn.execute(
-            "SELECT session_id, MAX(time_updated) FROM message WHERE time_updated > ? GROUP BY session_id "
-            "UNION SELECT id, time_updated FROM session WHERE time_updated > ?", (since_ms, since_ms)).fetchall()
-        newest = max([since_ms, *[r[1] or 0 for r in rows]])
-        self._db_versions[db_path] = (conn, current, newest)
-        for session_id in dict.fromkeys(r[0] for r in rows):
+            changes = ChangedSessions(db_path, int(since_s * 1000))
+            self._opencode_changes[db_path] = changes  # kept even if this read fails: one connection per DB
+        for session_id in changes.poll():
             self._evaluate_opencode(session_id)
 
     def _evaluate_opencode(self, session_id: str) -> None:

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llmem.config import Config, defaults  # noqa: E402
+from llmem.db.derived import text_hash  # noqa: E402
 from llmem.db.fts import identifier_hints  # noqa: E402
 from llmem.db.settings import set_setting  # noqa: E402
 from llmem.dream.deep import plan_deep  # noqa: E402
@@ -43,7 +44,6 @@ from llmem.dream.rem import plan_rem  # noqa: E402
 from llmem.dream.sweep import run_dream  # noqa: E402
 from llmem.paths import default_paths  # noqa: E402
 from llmem.store import Store, content_hash  # noqa: E402
-from llmem.vectors import text_hash  # noqa: E402
 
 DAY = 86400.0
 MODEL = "bench:random"

@@ -18,12 +18,12 @@ import peewee as pw
 
 from .db import vec
 from .db.connection import open_database
+from .db.derived import text_hash, text_to_embed
 from .db.fts import index_hints
 from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, Models, Relation, bound_models
 from .errors import AmbiguousId, NotFound, UsageError
 from .redact import Redactor
 from .times import now, to_iso
-from .vectors import text_hash, text_to_embed
 
 log = logging.getLogger(__name__)
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Iterable
 
 import peewee as pw
 
 from .db import vec
-from .db.fts import metadata_text
+from .db.derived import text_hash, text_to_embed
 from .db.models import Memory
 from .providers.embedders import Embedder
 from .times import now
@@ -17,24 +16,9 @@ from .times import now
 log = logging.getLogger(__name__)
 
 
-def text_to_embed(content: str, summary: str | None, metadata: dict | None) -> str:
-    """What is embedded for a memory: its content, with the summary when it adds words and
-    its descriptive metadata (who said it, which file) in front, as FTS indexes them too."""
-    text = content
-    if summary and summary.strip() and summary not in content:
-        text = f"{summary}\n{text}"
-    described = metadata_text(metadata)
-    return f"{described}: {text}" if described else text
-
-
 def embedding_text(memory: Memory) -> str:
     """text_to_embed of a memory row."""
     return text_to_embed(memory.content, memory.summary, memory.metadata)
-
-
-def text_hash(text: str) -> str:
-    """The hash an embedding records of the exact text it was made from."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def pending_query(store, identity: str, everything: bool = False):

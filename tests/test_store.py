@@ -4,12 +4,13 @@ import sqlite3
 import pytest
 
 from llmem.db.connection import open_database
+from llmem.db.derived import text_hash
 from llmem.db.migrations import MIGRATIONS, applied_migrations
 from llmem.errors import AmbiguousId, NotFound, UsageError
 from llmem.providers.embedders import OllamaEmbedder
 from llmem.search import Searcher, SearchOptions
 from llmem.store import Store, content_hash
-from llmem.vectors import embed_pending, embedding_text, pending_query, store_vectors, text_hash
+from llmem.vectors import embed_pending, embedding_text, pending_query, store_vectors
 
 
 @pytest.fixture

@@ -87,7 +87,7 @@ def _hash_embedded_text(db) -> None:
     # is derived from the embedding rows, which keep their vectors.
     import json
 
-    from ..vectors import text_hash, text_to_embed
+    from .derived import text_hash, text_to_embed
 
     columns = {row[1] for row in db.execute_sql("PRAGMA table_info(memory)")}
     if "embed_hash" not in columns:

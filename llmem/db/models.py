@@ -86,7 +86,7 @@ class Memory(BaseModel):
     valid_until = pw.FloatField(null=True)
     invalidated_at = pw.FloatField(null=True, index=True)
     promoted_at = pw.FloatField(null=True)
-    # Hash of the text its vector must be made from (vectors.embedding_text), kept by the
+    # Hash of the text its vector must be made from (db/derived.py text_to_embed), kept by the
     # Store with the text; a memory whose embedding carries another hash is pending.
     embed_hash = pw.TextField(null=True)
 
@@ -117,7 +117,7 @@ class Embedding(BaseModel):
     model = pw.TextField()
     dim = pw.IntegerField()
     vector = pw.BlobField()  # float32, unit length
-    content_hash = pw.TextField()  # vectors.text_hash of the embedded text; "" when stale
+    content_hash = pw.TextField()  # derived.text_hash of the embedded text; "" when stale
     created_at = pw.FloatField()
 
     class Meta:

@@ -30,13 +30,10 @@ STOP_GRACE_SECONDS = 5.0
 
 
 def _consumer(app, workers: int):
-    from workers.tasks import use_app
-
     from ..pipeline.events import worker_heartbeat
-    from .queueing import open_queue
+    from .queueing import open_consumer_queue
 
-    use_app(app)
-    huey, tasks = open_queue(app.config)
+    huey, tasks = open_consumer_queue(app)
     # Results and locks an older llmem left in queue.db: nothing reads or takes them now.
     huey.storage.flush_results()
     worker_heartbeat(app.store)

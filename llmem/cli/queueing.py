@@ -17,6 +17,14 @@ def open_queue(config):
     return _queues[key]
 
 
+def open_consumer_queue(app):
+    """(huey, tasks) for a consumer in this process, its tasks running with `app`."""
+    from workers.tasks import use_app
+
+    use_app(app)
+    return open_queue(app.config)
+
+
 def submit_event(app, adapter: str, session_id: str, kind: str) -> int:
     """Record a session event in the store, then enqueue its task; return the event id.
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from llmem.adapters.base import (
     AdapterError,
     Cursor,
@@ -20,7 +18,17 @@ from llmem.adapters.base import (
     validate_session_id,
 )
 from llmem.adapters.detect import detect_adapter, find_databases, has_legacy_storage, has_sessions
-from llmem.adapters.resolve import id_shape, present_adapters, present_agents, resolve_adapter
+from llmem.adapters.resolve import (
+    ADAPTER_NAMES,
+    CONFIG_CHOICES,
+    NoneAdapter,
+    adapter_from_config,
+    get_adapter,
+    id_shape,
+    present_adapters,
+    present_agents,
+    resolve_adapter,
+)
 
 # The readers load on first use (PEP 562): a hook that only validates an id or detects the
 # adapter should not pay for importing both.
@@ -33,10 +41,6 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-ADAPTER_NAMES = ("opencode", "copilot", "none")
-# `auto` is a config value, resolved by detect_adapter() to one of ADAPTER_NAMES.
-CONFIG_CHOICES = ("auto", *ADAPTER_NAMES)
 
 __all__ = [
     "adapter_from_config",
@@ -68,63 +72,3 @@ __all__ = [
     "UnknownAdapter",
     "validate_session_id",
 ]
-
-
-class NoneAdapter:
-    """The `none` adapter: no sessions, and every transcript read raises NoTranscript."""
-
-    name = "none"
-
-    def list_sessions(self) -> list[SessionInfo]:
-        """Always empty."""
-        return []
-
-    def has_session(self, session_id: str) -> bool:
-        """Never: there is no store."""
-        return False
-
-    def read_transcript(self, session_id: str, after: Cursor = None) -> Transcript:
-        """Raise NoTranscript: with session.adapter = none there is nothing to read."""
-        raise NoTranscript("no_transcript: session.adapter is 'none'")
-
-
-def get_adapter(
-    name: str,
-    *,
-    opencode_data_dir: str | Path | None = None,
-    copilot_state_dir: str | Path | None = None,
-    copilot_share_dir: str | Path | None = None,
-) -> SessionAdapter:
-    """The adapter called `name` (or `auto`), built from the paths it needs; others are ignored."""
-    if name == "auto":
-        name = detect_adapter(opencode_data_dir, copilot_state_dir)
-    if name == "opencode":
-        if opencode_data_dir is None:
-            raise AdapterError(
-                "the opencode adapter needs the OpenCode data dir (session.opencode)"
-            )
-        from llmem.adapters.opencode import OpenCodeAdapter
-
-        return OpenCodeAdapter(opencode_data_dir)
-    if name == "copilot":
-        if copilot_state_dir is None:
-            raise AdapterError("the copilot adapter needs copilot.state_dir (session-state dir)")
-        from llmem.adapters.copilot import CopilotAdapter
-
-        return CopilotAdapter(copilot_state_dir, copilot_share_dir)
-    if name == "none":
-        return NoneAdapter()
-    raise UnknownAdapter(
-        f"unknown session adapter {name!r}; choose one of: {', '.join(CONFIG_CHOICES)}"
-    )
-
-
-def adapter_from_config(config, name: str | None = None) -> SessionAdapter:
-    """The adapter a config selects (or `name`, overriding session.adapter), with its paths."""
-    from llmem.paths import expand
-
-    session = config.values["session"]
-    opencode_dir = expand(session["opencode"]["data_dir"])
-    copilot_dir = expand(session["copilot"]["state_dir"])
-    return get_adapter(name or session["adapter"], opencode_data_dir=opencode_dir, copilot_state_dir=copilot_dir,
-                       copilot_share_dir=expand(session["copilot"]["share_dir"]))

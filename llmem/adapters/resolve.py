@@ -1,4 +1,5 @@
-"""Which agent owns a session: by the shape of its id, then by looking in each present store.
+"""Adapters looked up by name, and which agent owns a session: by the shape of its id, then
+by looking in each present store.
 
 Every command that takes a session id (enqueue, introspect, context, hook) and the worker
 resolve through `resolve_adapter`, so under `session.adapter: auto` a Copilot id is read by
@@ -10,14 +11,28 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from llmem.adapters.base import AdapterError, SessionAdapter, SessionNotFound, validate_session_id
-from llmem.adapters.detect import find_databases
+from llmem.adapters.base import (
+    AdapterError,
+    Cursor,
+    NoTranscript,
+    SessionAdapter,
+    SessionInfo,
+    SessionNotFound,
+    Transcript,
+    UnknownAdapter,
+    validate_session_id,
+)
+from llmem.adapters.detect import detect_adapter, find_databases
 
 # FORMATS.md §1.6: OpenCode ids are `ses_` + 26 characters; §2.1: Copilot's are UUID v4.
 _OPENCODE_ID_RE = re.compile(r"ses_[0-9A-Za-z]+")
 _COPILOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
 
 _LABELS = {"opencode": "OpenCode", "copilot": "Copilot"}
+
+ADAPTER_NAMES = ("opencode", "copilot", "none")
+# `auto` is a config value, resolved by detect_adapter() to one of ADAPTER_NAMES.
+CONFIG_CHOICES = ("auto", *ADAPTER_NAMES)
 
 
 def id_shape(session_id: str) -> str | None:
@@ -50,8 +65,6 @@ def present_agents(config) -> list[str]:
 
 def present_adapters(config) -> list[SessionAdapter]:
     """One adapter per present store (empty when no agent is installed)."""
-    from llmem.adapters import adapter_from_config
-
     return [adapter_from_config(config, name) for name in present_agents(config)]
 
 
@@ -65,8 +78,6 @@ def resolve_adapter(config, session_id: str, name: str | None = None) -> Session
     id, SessionNotFound names every store looked in; a store that could not be read (locked,
     damaged) raises its own error instead, since the session may well be in it.
     """
-    from llmem.adapters import adapter_from_config
-
     validate_session_id(session_id)
     chosen = name or config.values["session"]["adapter"]
     if chosen != "auto":
@@ -90,3 +101,63 @@ def resolve_adapter(config, session_id: str, name: str | None = None) -> Session
     looked_in = " and ".join(f"{_LABELS[agent]} ({paths[agent]})" for agent in agents)
     raise SessionNotFound(f"session {session_id} not found: looked in {looked_in}",
                           hint="check the id, or name the agent with --adapter opencode|copilot")
+
+
+class NoneAdapter:
+    """The `none` adapter: no sessions, and every transcript read raises NoTranscript."""
+
+    name = "none"
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """Always empty."""
+        return []
+
+    def has_session(self, session_id: str) -> bool:
+        """Never: there is no store."""
+        return False
+
+    def read_transcript(self, session_id: str, after: Cursor = None) -> Transcript:
+        """Raise NoTranscript: with session.adapter = none there is nothing to read."""
+        raise NoTranscript("no_transcript: session.adapter is 'none'")
+
+
+def get_adapter(
+    name: str,
+    *,
+    opencode_data_dir: str | Path | None = None,
+    copilot_state_dir: str | Path | None = None,
+    copilot_share_dir: str | Path | None = None,
+) -> SessionAdapter:
+    """The adapter called `name` (or `auto`), built from the paths it needs; others are ignored."""
+    if name == "auto":
+        name = detect_adapter(opencode_data_dir, copilot_state_dir)
+    if name == "opencode":
+        if opencode_data_dir is None:
+            raise AdapterError(
+                "the opencode adapter needs the OpenCode data dir (session.opencode)"
+            )
+        from llmem.adapters.opencode import OpenCodeAdapter
+
+        return OpenCodeAdapter(opencode_data_dir)
+    if name == "copilot":
+        if copilot_state_dir is None:
+            raise AdapterError("the copilot adapter needs copilot.state_dir (session-state dir)")
+        from llmem.adapters.copilot import CopilotAdapter
+
+        return CopilotAdapter(copilot_state_dir, copilot_share_dir)
+    if name == "none":
+        return NoneAdapter()
+    raise UnknownAdapter(
+        f"unknown session adapter {name!r}; choose one of: {', '.join(CONFIG_CHOICES)}"
+    )
+
+
+def adapter_from_config(config, name: str | None = None) -> SessionAdapter:
+    """The adapter a config selects (or `name`, overriding session.adapter), with its paths."""
+    from llmem.paths import expand
+
+    session = config.values["session"]
+    opencode_dir = expand(session["opencode"]["data_dir"])
+    copilot_dir = expand(session["copilot"]["state_dir"])
+    return get_adapter(name or session["adapter"], opencode_data_dir=opencode_dir, copilot_state_dir=copilot_dir,
+                       copilot_share_dir=expand(session["copilot"]["share_dir"]))

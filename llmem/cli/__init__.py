@@ -97,19 +97,6 @@ def cli(ctx, verbose, config_path):
     ctx.call_on_close(ctx.obj.close)
 
 
-def http_url(ctx, param, value: str | None) -> str | None:
-    """Option callback: the value is an http(s) URL with a host (never file:, ftp:, …)."""
-    if value is None:
-        return None
-    from ..config import check_http_url
-
-    try:
-        return check_http_url(value).rstrip("/")
-    except ValueError as exc:
-        raise click.BadParameter(f"{value!r} is not an http:// or https:// URL ({exc})",
-                                 ctx=ctx, param=param) from None
-
-
 def _setup_stderr_logging(verbose: bool) -> None:
     root = logging.getLogger("llmem")
     if any(getattr(h, "_llmem_stderr", False) for h in root.handlers):

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import click
 
-from . import http_url
-from .output import bounded_int, notice, print_json
+from .output import bounded_int, http_url, notice, print_json
 
 
 @click.command()

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from . import http_url
-from .output import bounded_int, notice, print_json
+from .output import bounded_int, http_url, notice, print_json
 from .session import ADAPTER_CHOICE
 
 

@@ -1,4 +1,4 @@
-"""Printing helpers shared by the commands: JSON, short tables, memory cards."""
+"""What the commands share: option types and callbacks, JSON printing, short tables, memory cards."""
 
 from __future__ import annotations
 
@@ -91,3 +91,16 @@ def parse_json_object(text: str | None, flag: str) -> dict | None:
     if problem:
         raise UsageError(f"{flag} {problem}")
     return value
+
+
+def http_url(ctx, param, value: str | None) -> str | None:
+    """Option callback: the value is an http(s) URL with a host (never file:, ftp:, …)."""
+    if value is None:
+        return None
+    from ..config import check_http_url
+
+    try:
+        return check_http_url(value).rstrip("/")
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r} is not an http:// or https:// URL ({exc})",
+                                 ctx=ctx, param=param) from None

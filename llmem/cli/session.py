@@ -8,8 +8,7 @@ import sys
 
 import click
 
-from . import http_url
-from .output import bounded_int, print_json
+from .output import bounded_int, http_url, print_json
 
 # Spelled out here (not imported from llmem.pipeline.handlers) so `llmem --help` imports nothing heavy.
 HOOK_TYPES = ("created", "idle", "ending", "compacting")

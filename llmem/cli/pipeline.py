@@ -289,13 +289,13 @@ def install_systemd(uninstall, unit_dir, no_enable, dream_timer, as_json):
     """Install the systemd user units (watch, worker, dream) for this Python and enable them."""
     from pathlib import Path
 
-    from ..setup import systemd as systemd_units
+    from ..setup import systemd
 
     target = Path(unit_dir).expanduser() if unit_dir else None
     if uninstall:
-        outcome = systemd_units.uninstall(target=target, disable=not no_enable)
+        outcome = systemd.uninstall(target=target, disable=not no_enable)
     else:
-        outcome = systemd_units.install(target=target, enable=not no_enable, dream_timer=dream_timer)
+        outcome = systemd.install(target=target, enable=not no_enable, dream_timer=dream_timer)
     if as_json:
         print_json(vars(outcome))
         return

@@ -1,9 +1,9 @@
 """Watch the agents' stores and turn file changes into session lifecycle events.
 
 A watchdog observer (inotify, or polling) marks paths dirty; one loop thread debounces them,
-reads the affected sessions read-only, applies the lifecycle rules (lifecycle.py) and calls
-the injected `emit(adapter, session_id, kind)` on each new moment. It knows nothing of the
-queue. While nothing changes it sleeps: no polling of the agents' files.
+reads the affected sessions read-only, applies the lifecycle rules (adapters/lifecycle.py)
+and calls the injected `emit(adapter, session_id, kind)` on each new moment. It knows
+nothing of the queue. While nothing changes it sleeps: no polling of the agents' files.
 
 A session's state changes only after `emit` returned (the event row is committed); when it
 raises, the state stays and the session is looked at again shortly, so the moment is emitted

@@ -10,6 +10,7 @@ wrong import of one kind; laid over the real tree, each must make its rule fail.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -207,6 +208,16 @@ def test_every_unit_has_a_layer():
     units = {unit_of(module) for module in source_modules()}
     assert units - set(LAYER_OF) == set()
     assert set(LAYER_OF) - units == set(), "a layer names a unit that no longer exists"
+
+
+def test_architecture_page_shows_the_same_layers():
+    """ARCHITECTURE.md's table lists each layer's units as LAYERS does (the entry points aside)."""
+    table = {}
+    for line in (ROOT / "ARCHITECTURE.md").read_text().splitlines():
+        if row := re.match(r"\| (\d+) \| ([^|]+) \|", line):
+            table[int(row.group(1))] = {name.rstrip("/") for name in re.findall(r"`([^`]+)`", row.group(2))}
+    declared = {level: set(units) - {"__init__"} for level, units in enumerate(LAYERS) if units != ("__main__",)}
+    assert table == declared
 
 
 # Each fixture (files named by the module they pose as, laid over the real tree) and the

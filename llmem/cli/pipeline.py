@@ -9,6 +9,7 @@ import time
 
 import click
 
+from ..pipeline.kinds import EventKind
 from .output import MAX_ROW_ID, bounded_int, print_json
 from .session import ADAPTER_CHOICE
 
@@ -92,7 +93,7 @@ def run(app, workers):
 
 @click.command()
 @click.argument("task", type=click.Choice(["process_event", "embed_pending", "dream", "reconcile",
-                                           "created", "idle", "ending", "compacting"]))
+                                           *(kind.value for kind in EventKind)]))
 @click.argument("args", nargs=-1)
 @click.option("--adapter", type=ADAPTER_CHOICE,
               help="For session events: the agent (default: the one whose store holds the session).")
@@ -105,7 +106,7 @@ def enqueue(app, task, args, adapter, as_json):
 
     huey, tasks = open_queue(app.config)
     event_id = None
-    if task in ("created", "idle", "ending", "compacting"):
+    if task in tuple(EventKind):
         if len(args) != 1:
             raise UsageError(f"enqueue {task} takes one SESSION_ID", hint=f"llmem enqueue {task} ses_abc123")
         from ..adapters import resolve_adapter

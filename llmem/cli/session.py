@@ -8,10 +8,9 @@ import sys
 
 import click
 
+from ..pipeline.kinds import EventKind
 from .output import bounded_int, http_url, print_json
 
-# Spelled out here (not imported from llmem.pipeline.handlers) so `llmem --help` imports nothing heavy.
-HOOK_TYPES = ("created", "idle", "ending", "compacting")
 ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "none"])
 HOOK_LOG = "hooks.log"
 
@@ -213,7 +212,7 @@ def _one_line(value, limit: int = 300) -> str:
 
 
 @click.command()
-@click.option("--type", "kind", type=click.Choice(HOOK_TYPES), required=True, help="The lifecycle moment.")
+@click.option("--type", "kind", type=click.Choice([kind.value for kind in EventKind]), required=True, help="The lifecycle moment.")
 @click.option("--session-id", help="The agent's session id (default: sessionId of the JSON on stdin).")
 @click.option("--project", help="Project (repo root) of the session (default: the transcript's, or cwd on stdin).")
 @click.option("--sync", is_flag=True, help="Run the work inline and wait for it (default: enqueue for the worker).")

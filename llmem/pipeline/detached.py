@@ -23,11 +23,12 @@ import sys
 from pathlib import Path
 
 from ..paths import ensure_private_dir
+from .kinds import EventKind
 
 log = logging.getLogger(__name__)
 
 RUN_FOLDER = "detached"
-BACKGROUND_KINDS = ("idle", "ending", "compacting")  # created always runs inline
+BACKGROUND_KINDS = (EventKind.IDLE, EventKind.ENDING, EventKind.COMPACTING)  # created always runs inline
 
 
 def run_folder(config) -> Path:

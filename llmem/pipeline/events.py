@@ -13,18 +13,18 @@ from dataclasses import dataclass
 from ..db.models import Event  # for type hints; queries use store.models
 from ..errors import LlmemError, UsageError
 from ..times import now
+from .kinds import EventKind
 
 log = logging.getLogger(__name__)
 
-KINDS = ("created", "idle", "ending", "compacting")
 MAX_ATTEMPTS = 5
 
 
 def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event, bool]:
     """Record a moment; an identical event still waiting is reused. Returns (event, is_new)."""
     Event = store.models.Event
-    if kind not in KINDS:
-        raise UsageError(f"unknown event kind {kind!r}", hint="use one of: " + ", ".join(KINDS))
+    if kind not in tuple(EventKind):
+        raise UsageError(f"unknown event kind {kind!r}", hint="use one of: " + ", ".join(EventKind))
     with store.db.atomic():
         waiting = (Event.select().where((Event.adapter == adapter) & (Event.session_id == session_id)
                                         & (Event.kind == kind) & (Event.status == "pending"))

@@ -16,16 +16,16 @@ from typing import Any
 
 from ..adapters.base import NoTranscript, validate_session_id
 from ..errors import LlmemError, UsageError, store_failure
+from .kinds import EventKind
 
 log = logging.getLogger(__name__)
 
-EVENT_KINDS = ("created", "idle", "ending", "compacting")
 # What each event does, in order.
 STEPS = {
-    "created": ("context",),
-    "idle": ("extract", "introspect"),
-    "ending": ("extract", "introspect"),
-    "compacting": ("extract", "context"),
+    EventKind.CREATED: ("context",),
+    EventKind.IDLE: ("extract", "introspect"),
+    EventKind.ENDING: ("extract", "introspect"),
+    EventKind.COMPACTING: ("extract", "context"),
 }
 
 
@@ -115,8 +115,8 @@ def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str |
     step never fails the event. When extraction was deferred by the daily token budget,
     "deferred_until" says when to try again.
     """
-    if kind not in EVENT_KINDS:
-        raise UsageError(f"unknown session event {kind!r}", hint="use one of: " + ", ".join(EVENT_KINDS))
+    if kind not in tuple(EventKind):
+        raise UsageError(f"unknown session event {kind!r}", hint="use one of: " + ", ".join(EventKind))
     validate_session_id(session_id)
     result: dict[str, Any] = {"kind": kind, "session_id": session_id, "steps": {}, "errors": []}
     llm = _EventLLM(app, model, base_url)

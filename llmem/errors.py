@@ -44,6 +44,11 @@ class LLMUnavailable(LlmemError):
     """The chat LLM could not be reached or answered with an error."""
 
 
+class LLMReplyInvalid(LlmemError):
+    """The chat LLM answered, but not with JSON matching the schema: the caller falls back
+    to its heuristics. Caught by name, so that a bug is not mistaken for a bad reply."""
+
+
 class StoreError(LlmemError):
     """The memory store could not be opened, migrated or written."""
 

@@ -9,7 +9,7 @@ from llmem.dream import run_dream
 from llmem.dream.deep import MAX_TERM_LOSS, llm_merge, term_loss
 from llmem.dream.light import find_candidates
 from llmem.dream.promote import candidates
-from llmem.errors import LLMUnavailable
+from llmem.errors import LLMReplyInvalid, LLMUnavailable
 from llmem.times import now
 
 BASE = "the release checklist says bump the version tag the changelog and push the signed tag to origin"
@@ -232,7 +232,7 @@ def test_llm_merge_accepted_rejected_or_unavailable():
     assert term_loss(originals, "Deploys are scripted.") > MAX_TERM_LOSS
     assert llm_merge(bad, originals)[0] is None
     assert llm_merge(FakeLLM(error=LLMUnavailable("down")), originals)[0] is None
-    assert llm_merge(FakeLLM(error=ValueError("garbage")), originals)[0] is None
+    assert llm_merge(FakeLLM(error=LLMReplyInvalid("garbage")), originals)[0] is None
     assert llm_merge(None, originals)[0] is None
 
 

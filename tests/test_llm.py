@@ -10,7 +10,7 @@ from conftest import free_port_url
 from test_extract import fast_model_server
 
 from llmem.app import App
-from llmem.errors import LLMUnavailable
+from llmem.errors import LLMReplyInvalid, LLMUnavailable
 from llmem.providers.llm import (
     BudgetExhausted,
     OllamaLLM,
@@ -66,9 +66,9 @@ def test_schema_validator_subset():
 def test_parse_reply_accepts_fences_and_surrounding_prose():
     assert parse_reply('```json\n{"items": []}\n```', SCHEMA) == {"items": []}
     assert parse_reply('Here you go: {"items": []} hope it helps', SCHEMA) == {"items": []}
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(LLMReplyInvalid, match="not JSON"):
         parse_reply("no braces here", SCHEMA)
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(LLMReplyInvalid, match="empty"):
         parse_reply("  ", SCHEMA)
 
 
@@ -122,10 +122,10 @@ def test_invalid_reply_is_retried_once_with_the_error_shown(app, ollama_config, 
     assert LlmUsage.select().count() == 2
 
 
-def test_garbage_twice_raises_value_error_and_logs_the_raw_reply(app, ollama_config, caplog):
+def test_garbage_twice_raises_llm_reply_invalid_and_logs_the_raw_reply(app, ollama_config, caplog):
     ollama_config.chat_replies = ["I think the answer is 42" + "!" * 5000, "still not json"]
     llm = make_llm(app.config)
-    with caplog.at_level("WARNING", logger="llmem"), pytest.raises(ValueError, match="no usable reply"):
+    with caplog.at_level("WARNING", logger="llmem"), pytest.raises(LLMReplyInvalid, match="no usable reply"):
         llm.chat_json([{"role": "user", "content": "hi"}], SCHEMA, task="extract")
     llm.close()
     assert "I think the answer is 42" in caplog.text and "still not json" in caplog.text
@@ -136,7 +136,7 @@ def test_garbage_twice_raises_value_error_and_logs_the_raw_reply(app, ollama_con
 def test_a_body_that_is_not_json_is_unusable_too(app, ollama_config, caplog):
     ollama_config.mode = "garbage"
     llm = make_llm(app.config)
-    with caplog.at_level("WARNING", logger="llmem"), pytest.raises(ValueError):
+    with caplog.at_level("WARNING", logger="llmem"), pytest.raises(LLMReplyInvalid):
         llm.chat_json([{"role": "user", "content": "hi"}], SCHEMA, task="extract")
     llm.close()
     assert "<html>not json" in caplog.text

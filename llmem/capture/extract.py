@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from ..db.models import MEMORY_TYPES, Memory
-from ..errors import EmbedderUnavailable, LLMUnavailable
+from ..errors import EmbedderUnavailable, LLMReplyInvalid, LLMUnavailable
 from ..providers.llm import BudgetExhausted, step_llm
 from ..redact import redact
 from ..store import content_hash
@@ -513,7 +513,7 @@ def _extract_chunks(store, llm, chunks, project, report: ExtractionReport, *,
                 report.llm_error = exc.message
                 llm_usable = False  # do not wait for a dead server once per chunk
                 log.warning("LLM unavailable, extracting with heuristics: %s", exc.message)
-            except ValueError as exc:
+            except LLMReplyInvalid as exc:
                 report.llm_error = str(exc)
                 log.warning("LLM reply unusable, extracting this chunk with heuristics: %s", exc)
         candidates.extend(_heuristic_candidates(chunk, all_roles=all_roles))

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from ..db.models import Memory
-from ..errors import EmbedderUnavailable, LLMUnavailable, UsageError
+from ..errors import EmbedderUnavailable, LLMReplyInvalid, LLMUnavailable, UsageError
 from ..providers.llm import BudgetExhausted, step_llm
 from ..times import now, to_iso
 from .extract import chunk_lines, prepare_slice, redact_messages, redactor
@@ -176,7 +176,7 @@ def _propose_update(llm, category: str, what_happened: str, context: str | None)
               "directive (imperative, one sentence) that would prevent it from recurring.")
     try:
         reply = llm.chat_json([{"role": "user", "content": prompt}], PROPOSAL_SCHEMA, task="introspect")
-    except (LLMUnavailable, ValueError) as exc:
+    except (LLMUnavailable, LLMReplyInvalid) as exc:
         log.warning("no LLM proposal, using the category's default: %s", getattr(exc, "message", exc))
         return None
     except Exception as exc:  # BudgetExhausted and the like: the default is fine
@@ -278,7 +278,7 @@ def _run_llm(llm, texts: list[str]) -> list[dict] | None:
     except LLMUnavailable as exc:
         log.warning("LLM unavailable, introspecting with heuristics: %s", exc.message)
         return None
-    except ValueError as exc:
+    except LLMReplyInvalid as exc:
         log.warning("LLM reply unusable, introspecting with heuristics: %s", exc)
         return None
     return found

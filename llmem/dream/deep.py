@@ -99,7 +99,7 @@ def llm_merge(llm, contents: list[str]) -> tuple[str | None, str]:
                 {"role": "user", "content": "\n\n".join(f"Memory {i + 1}:\n{c}" for i, c in enumerate(contents))}]
     try:
         reply = llm.chat_json(messages, MERGE_SCHEMA, task="dream_merge")
-    except (LlmemError, ValueError) as exc:
+    except LlmemError as exc:  # LLMUnavailable, LLMReplyInvalid, BudgetExhausted
         return None, f"LLM unavailable: {getattr(exc, 'message', exc)}"
     text = (reply or {}).get("content") if isinstance(reply, dict) else None
     if not isinstance(text, str) or not text.strip():

@@ -1,7 +1,7 @@
 """Chat LLM clients (httpx): Ollama `/api/chat` and OpenAI-compatible `/v1/chat/completions`.
 
 Every reply must be JSON matching a schema. An invalid reply gets one retry that shows the
-model its error; a second failure raises ValueError so the caller can fall back to its
+model its error; a second failure raises LLMReplyInvalid so the caller can fall back to its
 heuristics. The unusable reply is written to the log (truncated), never dropped silently.
 Every message is redacted before it is sent, whoever built it.
 Every call's tokens go to the LlmUsage table, which the daily token budget is checked against.
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from datetime import date
 from typing import Any
 
-from ..errors import LlmemError, LLMUnavailable, UsageError
+from ..errors import LlmemError, LLMReplyInvalid, LLMUnavailable, UsageError
 from ..redact import Redactor
 
 log = logging.getLogger(__name__)
@@ -91,9 +91,9 @@ _FENCE = re.compile(r"^\s*```(?:json)?\s*\n?(.*?)\n?```\s*$", re.DOTALL)
 
 
 def parse_reply(text: str, schema: dict) -> dict:
-    """The reply's JSON object, validated; ValueError says what is wrong (shown to the model)."""
+    """The reply's JSON object, validated; LLMReplyInvalid says what is wrong (shown to the model)."""
     if not isinstance(text, str) or not text.strip():
-        raise ValueError("the reply was empty")
+        raise LLMReplyInvalid("the reply was empty")
     fenced = _FENCE.match(text)
     candidate = fenced.group(1) if fenced else text.strip()
     try:
@@ -102,15 +102,15 @@ def parse_reply(text: str, schema: dict) -> dict:
         # Models sometimes wrap the object in prose; take the outermost {...}.
         start, end = candidate.find("{"), candidate.rfind("}")
         if start < 0 or end <= start:
-            raise ValueError("the reply is not JSON") from None
+            raise LLMReplyInvalid("the reply is not JSON") from None
         try:
             value = json.loads(candidate[start:end + 1])
         except ValueError as exc:
-            raise ValueError(f"the reply is not valid JSON ({exc})") from None
+            raise LLMReplyInvalid(f"the reply is not valid JSON ({exc})") from None
     errors = schema_errors(value, schema)
     if errors:
         shown = "; ".join(errors[:5]) + (f"; and {len(errors) - 5} more" if len(errors) > 5 else "")
-        raise ValueError(f"the reply does not match the schema: {shown}")
+        raise LLMReplyInvalid(f"the reply does not match the schema: {shown}")
     return value
 
 
@@ -267,7 +267,7 @@ class LLM:
     # -- the one public call
 
     def chat_json(self, messages: list[dict], schema: dict, task: str) -> dict:
-        """Ask for JSON matching `schema`; one retry on invalid output, then ValueError."""
+        """Ask for JSON matching `schema`; one retry on invalid output, then LLMReplyInvalid."""
         self.check_budget()
         conversation = list(messages)
         last_error = ""
@@ -277,9 +277,9 @@ class LLM:
             self._record(task, prompt_tokens, completion_tokens)
             try:
                 if content is None:
-                    raise ValueError("the server's answer was not a chat reply")
+                    raise LLMReplyInvalid("the server's answer was not a chat reply")
                 return parse_reply(content, schema)
-            except ValueError as exc:
+            except LLMReplyInvalid as exc:
                 last_error = str(exc)
                 log.warning("%s %s gave an unusable reply for %s (attempt %d): %s; raw reply: %s",
                             self.provider, self.model, task, attempt, last_error,
@@ -291,7 +291,7 @@ class LLM:
                                  f"That reply cannot be used: {last_error}. Answer again with only "
                                  f"a JSON object matching this schema:\n{json.dumps(schema)}"}]
                 self.check_budget()
-        raise ValueError(f"{self.provider} {self.model} gave no usable reply for {task}: {last_error}")
+        raise LLMReplyInvalid(f"{self.provider} {self.model} gave no usable reply for {task}: {last_error}")
 
     def _redacted(self, messages: list[dict]) -> list[dict]:
         return [{**message, "content": self.redactor.text(message.get("content"))}

@@ -16,7 +16,7 @@ from conftest import free_port_url
 
 from llmem.app import App
 from llmem.errors import LLMUnavailable
-from llmem.pipeline import handlers as sessions
+from llmem.pipeline import handlers
 
 FIXTURES = Path(__file__).parent / "fixtures" / "copilot"
 SESSION = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"
@@ -65,8 +65,8 @@ def recorded_steps(monkeypatch):
             return {"step": step, "memories_added": 1}
         return run
 
-    monkeypatch.setattr(sessions, "step_function", fake)
-    monkeypatch.setattr(sessions, "make_event_llm", lambda app, model, base_url: f"llm:{model}:{base_url}")
+    monkeypatch.setattr(handlers, "step_function", fake)
+    monkeypatch.setattr(handlers, "make_event_llm", lambda app, model, base_url: f"llm:{model}:{base_url}")
     return calls
 
 
@@ -77,7 +77,7 @@ def recorded_steps(monkeypatch):
 def test_each_event_runs_its_steps(copilot_config, recorded_steps, kind, steps):
     app = App()
     try:
-        result = sessions.handle_session_event(app, kind, SESSION, adapter_name="copilot",
+        result = handlers.handle_session_event(app, kind, SESSION, adapter_name="copilot",
                                                model="m1", base_url="http://127.0.0.1:9")
     finally:
         app.close()
@@ -93,13 +93,13 @@ def test_worker_mode_raises_hook_mode_collects(copilot_config, monkeypatch):
     def broken(app, session_id, **kw):
         raise LLMUnavailable("Could not reach Ollama")
 
-    monkeypatch.setattr(sessions, "step_function", lambda step: broken)
-    monkeypatch.setattr(sessions, "make_event_llm", lambda *a: None)
+    monkeypatch.setattr(handlers, "step_function", lambda step: broken)
+    monkeypatch.setattr(handlers, "make_event_llm", lambda *a: None)
     app = App()
     try:
         with pytest.raises(LLMUnavailable):  # the worker retries the event
-            sessions.handle_session_event(app, "compacting", SESSION)
-        result = sessions.handle_session_event(app, "compacting", SESSION, fail_open=True)
+            handlers.handle_session_event(app, "compacting", SESSION)
+        result = handlers.handle_session_event(app, "compacting", SESSION, fail_open=True)
     finally:
         app.close()
     assert result["errors"] == ["extract: Could not reach Ollama"]
@@ -108,12 +108,12 @@ def test_worker_mode_raises_hook_mode_collects(copilot_config, monkeypatch):
 
 
 def test_deferred_extraction_says_when_to_retry(copilot_config, monkeypatch):
-    monkeypatch.setattr(sessions, "step_function",
+    monkeypatch.setattr(handlers, "step_function",
                         lambda step: lambda app, sid, **kw: {"deferred": True, "llm_error": "budget spent"})
-    monkeypatch.setattr(sessions, "make_event_llm", lambda *a: None)
+    monkeypatch.setattr(handlers, "make_event_llm", lambda *a: None)
     app = App()
     try:
-        result = sessions.handle_session_event(app, "idle", SESSION)
+        result = handlers.handle_session_event(app, "idle", SESSION)
     finally:
         app.close()
     assert result["deferred_until"] > time.time() and result["deferred_reason"] == "budget spent"
@@ -134,9 +134,9 @@ def test_unknown_kind_and_bad_id_raise_in_the_library(copilot_config):
     app = App()
     try:
         with pytest.raises(UsageError):
-            sessions.handle_session_event(app, "exploded", SESSION)
+            handlers.handle_session_event(app, "exploded", SESSION)
         with pytest.raises(InvalidSessionId):
-            sessions.handle_session_event(app, "idle", "../../etc")
+            handlers.handle_session_event(app, "idle", "../../etc")
     finally:
         app.close()
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EmbedderUnavailable
 from ..redact import Redactor
+from .http import HttpProvider, bearer, openai_path
 
 if TYPE_CHECKING:
     import numpy as np
@@ -101,40 +102,18 @@ class NoEmbedder(Embedder):
         return {"provider": "none", "model": None, "status": "disabled"}
 
 
-class _HttpEmbedder(Embedder):
+class _HttpEmbedder(HttpProvider, Embedder):
+    error = EmbedderUnavailable
+    timeout_hint = "is the server overloaded? raise embedding.timeout in config.yaml"
+
     def __init__(self, model, base_url, timeout, batch_size, **kw):
         super().__init__(model, **kw)
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.batch_size = batch_size
-        self._client = None
 
-    def _http(self):
-        if self._client is None:
-            import httpx
-
-            self._client = httpx.Client(timeout=self.timeout, trust_env=False)
-        return self._client
-
-    def _post(self, path: str, payload: dict, headers: dict | None = None) -> dict:
-        import httpx
-
-        url = self.base_url + path
-        try:
-            response = self._http().post(url, json=payload, headers=headers)
-        except httpx.TimeoutException:
-            raise EmbedderUnavailable(
-                f"{self.provider} at {self.base_url} did not answer within {self.timeout:g} s",
-                hint="is the server overloaded? raise embedding.timeout in config.yaml") from None
-        except httpx.HTTPError as exc:
-            raise EmbedderUnavailable(
-                f"could not reach {self.provider} at {self.base_url} ({exc.__class__.__name__})",
-                hint=self._reach_hint()) from None
-        if response.status_code >= 400:
-            detail = response.text[:200].strip()
-            raise EmbedderUnavailable(
-                f"{self.provider} at {self.base_url} answered {response.status_code}: {detail}",
-                hint=self._status_hint(response.status_code))
+    def _post_json(self, path: str, payload: dict, headers: dict | None = None) -> dict:
+        response = self._post(path, payload, headers)
         try:
             return response.json()
         except ValueError:
@@ -142,9 +121,6 @@ class _HttpEmbedder(Embedder):
 
     def _reach_hint(self) -> str:
         return "is the server running? (embedding.base_url in config.yaml)"
-
-    def _status_hint(self, status: int) -> str | None:
-        return None
 
     def _embed(self, texts):
         vectors: list[list[float]] = []
@@ -154,11 +130,6 @@ class _HttpEmbedder(Embedder):
 
     def _embed_batch(self, texts):
         raise NotImplementedError
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
 
 
 class OllamaEmbedder(_HttpEmbedder):
@@ -175,7 +146,7 @@ class OllamaEmbedder(_HttpEmbedder):
         return None
 
     def _embed_batch(self, texts):
-        reply = self._post("/api/embed", {"model": self.model, "input": texts})
+        reply = self._post_json("/api/embed", {"model": self.model, "input": texts})
         vectors = reply.get("embeddings") if isinstance(reply, dict) else None
         if not isinstance(vectors, list):
             raise EmbedderUnavailable(f"ollama at {self.base_url} sent no 'embeddings'")
@@ -192,9 +163,8 @@ class OpenAIEmbedder(_HttpEmbedder):
         self.api_key = os.environ.get(api_key_env, "")
 
     def _embed_batch(self, texts):
-        path = "/embeddings" if self.base_url.endswith("/v1") else "/v1/embeddings"
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
-        reply = self._post(path, {"model": self.model, "input": texts}, headers)
+        reply = self._post_json(openai_path(self.base_url, "embeddings"), {"model": self.model, "input": texts},
+                                bearer(self.api_key))
         data = reply.get("data") if isinstance(reply, dict) else None
         if not isinstance(data, list):
             raise EmbedderUnavailable(f"openai-compatible server at {self.base_url} sent no 'data'")

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import LlmemError, LLMReplyInvalid, LLMUnavailable, UsageError
 from ..redact import Redactor
+from .http import HttpProvider, bearer, openai_path
 
 log = logging.getLogger(__name__)
 
@@ -163,10 +164,12 @@ def usage_summary(store, day: str | None = None) -> dict:
 # ---- the clients -----------------------------------------------------------------------------
 
 
-class LLM:
+class LLM(HttpProvider):
     """A chat model that answers in schema-checked JSON and records its token use."""
 
     provider = "none"
+    error = LLMUnavailable
+    timeout_hint = "is the model loading or too large? raise llm.timeout in config.yaml"
 
     def __init__(self, model: str, base_url: str, *, timeout: float = 120.0,
                  daily_token_budget: int = 0, db_path=None, store=None,
@@ -181,37 +184,12 @@ class LLM:
         self._store = store
         self._db_path = db_path
         self._own_store = None
-        self._client = None
 
     # -- transport
 
-    def _http(self):
-        if self._client is None:
-            import httpx
-
-            self._client = httpx.Client(timeout=self.timeout, trust_env=False)
-        return self._client
-
-    def _post(self, path: str, payload: dict, headers: dict | None = None) -> tuple[dict | None, str]:
+    def _post_json(self, path: str, payload: dict, headers: dict | None = None) -> tuple[dict | None, str]:
         """POST and return (parsed JSON body or None, raw body text)."""
-        import httpx
-
-        url = self.base_url + path
-        try:
-            response = self._http().post(url, json=payload, headers=headers)
-        except httpx.TimeoutException:
-            raise LLMUnavailable(
-                f"{self.provider} at {self.base_url} did not answer within {self.timeout:g} s",
-                hint="is the model loading or too large? raise llm.timeout in config.yaml") from None
-        except httpx.HTTPError as exc:
-            raise LLMUnavailable(
-                f"could not reach {self.provider} at {self.base_url} ({exc.__class__.__name__})",
-                hint=self._reach_hint()) from None
-        if response.status_code >= 400:
-            raise LLMUnavailable(
-                f"{self.provider} at {self.base_url} answered {response.status_code}: "
-                f"{response.text[:200].strip()}",
-                hint=self._status_hint(response.status_code))
+        response = self._post(path, payload, headers)
         try:
             return response.json(), response.text
         except ValueError:
@@ -219,9 +197,6 @@ class LLM:
 
     def _reach_hint(self) -> str:
         return "is the server running? (llm.base_url in config.yaml, or --base-url)"
-
-    def _status_hint(self, status: int) -> str | None:
-        return None
 
     def _request(self, messages: list[dict], schema: dict) -> tuple[str | None, int, int, str]:
         """One call: (reply content or None, prompt tokens, completion tokens, raw body)."""
@@ -298,9 +273,7 @@ class LLM:
                 if isinstance(message.get("content"), str) else message for message in messages]
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        super().close()
         if self._own_store is not None:
             self._own_store.close()
             self._own_store = None
@@ -322,7 +295,7 @@ class OllamaLLM(LLM):
     def _request(self, messages, schema):
         payload = {"model": self.model, "messages": messages, "stream": False, "format": schema,
                    "options": {"temperature": 0}}
-        body, raw = self._post("/api/chat", payload)
+        body, raw = self._post_json("/api/chat", payload)
         if not isinstance(body, dict):
             return None, 0, 0, raw
         message = body.get("message") if isinstance(body.get("message"), dict) else {}
@@ -354,9 +327,7 @@ class OpenAILLM(LLM):
                  f"JSON schema, and nothing else:\n{json.dumps(schema)}"}
         payload = {"model": self.model, "messages": [guide, *messages], "temperature": 0,
                    "response_format": {"type": "json_object"}}
-        path = "/chat/completions" if self.base_url.endswith("/v1") else "/v1/chat/completions"
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
-        body, raw = self._post(path, payload, headers)
+        body, raw = self._post_json(openai_path(self.base_url, "chat/completions"), payload, bearer(self.api_key))
         if not isinstance(body, dict):
             return None, 0, 0, raw
         content = None

@@ -100,6 +100,7 @@ class Soak:
         self.home = home
         self.llm = llm
         self.model_server: FakeModelServer | None = None
+        self.seed = seed
         self.rng = random.Random(seed)
         self.sessions = sessions
         self.span = span
@@ -317,9 +318,14 @@ class Soak:
         store = OpenCodeStore(self.opencode_dir)
         heap: list = []
         order = itertools.count()
-        for kind in kinds:
-            start = self.rng.uniform(0, self.span)
+        plan_rng = self.rng
+        # Each session draws from its own generator: the sessions' steps interleave by wall
+        # clock, and one shared generator would make the plan depend on the machine's speed.
+        session_rngs = {}
+        for index, kind in enumerate(kinds):
+            start = plan_rng.uniform(0, self.span)
             maker = self.opencode(store, kind) if kind.startswith("oc_") else self.copilot(kind)
+            session_rngs[maker] = random.Random(f"{self.seed}-{index}")
             heapq.heappush(heap, (start, next(order), maker))
         disruptions = [(0.35 * self.span, "restart"), (0.65 * self.span, "kill")]
         controller = threading.Thread(target=self._disruptions, args=(disruptions,), daemon=True)
@@ -330,12 +336,14 @@ class Soak:
             wait = self.t0 + due - time.time()
             if wait > 0:
                 time.sleep(wait)
+            self.rng = session_rngs[maker]  # what this session's step draws from
             try:
                 pause = next(maker)
             except StopIteration:
                 continue
+            finally:
+                self.rng = plan_rng
             heapq.heappush(heap, (time.time() - self.t0 + pause, next(order), maker))
-        self.last_write = time.time()
         controller.join()
         store.close()
 

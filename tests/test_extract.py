@@ -244,6 +244,21 @@ def test_llm_extraction_types_confidence_embeddings_and_usage(configure, state_d
         ("extract", 10, 5, today())]
 
 
+def test_explicit_statements_the_llm_leaves_out_are_kept_once(configure, state_dir, app, model_server):
+    session = CopilotSession(state_dir, "ses-floor")
+    session.user("remember that the staging port is 8443. We decided to keep the theme in localStorage.")
+    session.assistant("Noted.")
+    session_config(configure, state_dir, server=model_server, llm=True)
+    # The model restates one statement in its own words and leaves the other out.
+    model_server.chat_replies = [reply({"type": "decision", "content": "Theme preference is stored in localStorage."})]
+
+    report = extract_session(app, "ses-floor")
+
+    assert report.used_llm
+    contents = sorted(m.content for m in app.store.list(limit=None))
+    assert contents == ["The staging port is 8443.", "Theme preference is stored in localStorage."]
+
+
 def test_changed_decision_supersedes_the_old_one(configure, state_dir, app, model_server):
     session_config(configure, state_dir, server=model_server)
     old = app.store.add("The orders service stores data in MySQL 8.", "decision", project=PROJECT).memory

@@ -4,7 +4,8 @@ Order of work, each step for a reason:
 1. read the transcript after the session's cursor (SessionCursor), so a slice is read once;
 2. strip `<llmem-context>` blocks, so llmem never re-learns what it injected;
 3. redact secrets, before anything reaches an LLM, an embedder or the store;
-4. chunk to a token budget and ask the LLM for memories (heuristics when it cannot answer);
+4. chunk to a token budget and ask the LLM for memories; the heuristics add the explicit
+   statements it did not restate (and do it all when it cannot answer);
 5. embed the candidates (HTTP, outside any transaction) to find near-duplicates;
 6. one IMMEDIATE transaction: add, update near-duplicates, relate, advance the cursor;
 7. store the vectors already computed (embedder down: the memories stay pending).
@@ -495,15 +496,20 @@ def _embed_touched(app, touched, report: ExtractionReport) -> None:
 
 def _extract_chunks(store, llm, chunks, project, report: ExtractionReport, *,
                     all_roles: bool = False) -> list[Candidate]:
-    """Candidates of every chunk: from the LLM when it answers, else from the heuristics."""
+    """Candidates of every chunk: the LLM's when it answers, plus the explicit statements the
+    heuristics find that the LLM did not restate (a model may leave out a "remember …" or a
+    "we decided …"; a user who said it expects it kept); the heuristics alone otherwise."""
     candidates: list[Candidate] = []
     existing = _existing_memories(store, project) if llm is not None and chunks else []
     llm_usable = llm is not None
     for chunk in chunks:
         if llm_usable:
             try:
-                candidates.extend(_llm_candidates(llm, chunk, project, existing))
+                from_llm = _llm_candidates(llm, chunk, project, existing)
                 report.used_llm = True
+                candidates.extend(from_llm)
+                candidates.extend(stated for stated in _heuristic_candidates(chunk, all_roles=all_roles)
+                                  if not any(restates(c.content, stated.content) for c in from_llm))
                 continue
             except BudgetExhausted as exc:
                 report.deferred = True

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import click
 
-from .output import bounded_int, http_url, notice, print_json
+from .output import bounded_int, http_url, json_option, notice, print_json
 
 
 @click.command()
 @click.option("--ollama-url", callback=http_url, help="Ollama URL for embeddings and the LLM (default http://localhost:11434).")
 @click.option("--adapter", type=click.Choice(["auto", "opencode", "copilot", "none"]),
               help="Session adapter (default: auto-detected).")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@json_option("Print the outcome as JSON.")
 @click.pass_obj
 def init(app, ollama_url, adapter, as_json):
     """Create the config and the store, detect the session adapter, check the embedder."""
@@ -83,7 +83,7 @@ def init(app, ollama_url, adapter, as_json):
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@json_option()
 @click.pass_obj
 def stats(app, as_json):
     """Counts of memories by type and state, embeddings, relations, store size."""
@@ -133,7 +133,7 @@ def export(app, output, embeddings):
 @click.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--dry-run", is_flag=True, help="Check the file and show what would change; write nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@json_option("Print the outcome as JSON.")
 @click.pass_obj
 def import_memories(app, file, dry_run, as_json):
     """Import an export file: checked whole first, then written all at once (ids kept)."""
@@ -180,7 +180,7 @@ def import_memories(app, file, dry_run, as_json):
 @click.command()
 @click.option("--pending", "mode", flag_value="pending", default=True, help="Embed memories without a current vector (default).")
 @click.option("--all", "mode", flag_value="all", help="Re-embed every valid memory.")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@json_option("Print the outcome as JSON.")
 @click.pass_obj
 def embed(app, mode, as_json):
     """Embed memories that have no vector yet (or all of them)."""
@@ -208,7 +208,7 @@ def embed(app, mode, as_json):
 @click.command()
 @click.option("--sample", type=bounded_int(10), default=2000, show_default=True,
               help="Memories sampled for the similarity figures.")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@json_option()
 @click.pass_obj
 def metrics(app, sample, as_json):
     """Embedding quality: coverage, similarity spread, near-duplicates, recall activity."""
@@ -244,7 +244,7 @@ def _readable(data: dict, indent: int = 0) -> list[str]:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@json_option()
 @click.pass_obj
 def doctor(app, as_json):
     """Check the config, store, sqlite-vec, embedder, LLM and agent stores."""
@@ -267,7 +267,7 @@ def config_group():
 
 
 @config_group.command("show")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@json_option()
 @click.pass_obj
 def config_show(app, as_json):
     """Print the effective configuration (file values over defaults) and resolved paths."""
@@ -288,7 +288,7 @@ def config_show(app, as_json):
 
 
 @config_group.command("check")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON (also when invalid).")
+@json_option("Print the outcome as JSON (also when invalid).")
 @click.pass_obj
 def config_check(app, as_json):
     """Validate the config file: exit 2 with the reason when it is invalid."""

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .output import bounded_int, notice, print_json, short
+from .output import json_option, limit_option, notice, print_json, short
 
 PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
 
@@ -18,7 +18,7 @@ PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write an HTML report (self-contained) to this file.")
 @click.option("--no-llm", is_flag=True, help="Merge by concatenation, without asking the LLM.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan or the outcome as JSON.")
+@json_option("Print the plan or the outcome as JSON.")
 @click.pass_context
 def dream_group(ctx, apply_, phase, report_path, no_llm, as_json):
     """Consolidate memory: preview by default, --apply to execute."""
@@ -82,7 +82,7 @@ def _print_outcome(outcome, report_path) -> None:
 
 
 @dream_group.command(name="status")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@json_option()
 @click.pass_obj
 def dream_status_cmd(app, as_json):
     """Show the last and next dream run, counts per phase and candidates waiting."""
@@ -115,7 +115,7 @@ def dream_status_cmd(app, as_json):
 
 @dream_group.command(name="undo")
 @click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@json_option()
 @click.pass_obj
 def dream_undo(app, run_id, as_json):
     """Restore everything a dream (or promote) run changed."""
@@ -135,8 +135,8 @@ def dream_undo(app, run_id, as_json):
 
 @click.command(name="promote")
 @click.option("--apply", "apply_", is_flag=True, help="Promote (default: preview).")
-@click.option("--limit", "-n", type=bounded_int(), help="Promote at most N memories.")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@limit_option("Promote at most N memories.")
+@json_option()
 @click.pass_obj
 def promote(app, apply_, limit, as_json):
     """Promote the best-recalled memories to core (MEMORY.md), behind the deep-phase gates."""
@@ -161,9 +161,8 @@ def promote(app, apply_, limit, as_json):
 
 @click.command(name="promote-explain")
 @click.argument("target", nargs=-1, required=True)
-@click.option("--limit", "-n", type=bounded_int(), default=5, show_default=True,
-              help="Memories explained for a query.")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@limit_option("Memories explained for a query.", default=5)
+@json_option()
 @click.pass_obj
 def promote_explain(app, target, limit, as_json):
     """Explain why a memory (ID, or the results of QUERY) would or would not be promoted."""
@@ -217,10 +216,10 @@ def _search_ids(app, text: str, limit: int) -> list[str]:
 @click.option("--adapter", "adapter_name", type=click.Choice(["opencode", "copilot"]),
               help="Which agent's sessions (default: session.adapter; auto reads every agent found).")
 @click.option("--since", help="Only sessions active since this date (ISO, e.g. 2026-10-01).")
-@click.option("--limit", "-n", type=bounded_int(), help="At most N sessions (oldest first).")
+@limit_option("At most N sessions (oldest first).")
 @click.option("--no-llm", is_flag=True, help="Extract with heuristics only.")
 @click.option("--rollback", "rollback_id", metavar="RUN_ID", help="Remove what that backfill run added.")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@json_option()
 @click.pass_obj
 def backfill(app, adapter_name, since, limit, no_llm, rollback_id, as_json):
     """Extract memories from past sessions (resumable); --rollback RUN_ID undoes one."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .output import bounded_int, http_url, notice, print_json
+from .output import bounded_int, http_url, json_option, notice, print_json
 from .session import ADAPTER_CHOICE
 
 
@@ -53,7 +53,7 @@ def _report(memories, as_json: bool, empty: str) -> None:
               help="Session adapter (default: session.adapter in config.yaml).")
 @click.option("--model", help="LLM model for this run (overrides llm.model).")
 @click.option("--base-url", callback=http_url, help="LLM server URL for this run (overrides llm.base_url).")
-@click.option("--json", "as_json", is_flag=True, help="Print the stored memories as JSON.")
+@json_option("Print the stored memories as JSON.")
 @click.pass_obj
 def introspect(app, category, what_happened, context, caught_by, proposed_fix, outcomes,
                estimates_vs_actual, iteration_count, auto, session_id, text, adapter, model,
@@ -107,7 +107,7 @@ def introspect(app, category, what_happened, context, caught_by, proposed_fix, o
 @click.option("--wrong", required=True, help="What was done wrong.")
 @click.option("--right", required=True, help="What to do instead.")
 @click.option("--context", help="Where it happened, e.g. handler.py:42.")
-@click.option("--json", "as_json", is_flag=True, help="Print the stored memory as JSON.")
+@json_option("Print the stored memory as JSON.")
 @click.pass_obj
 def learn(app, wrong, right, context, as_json):
     """Learn a lesson from a wrong → right correction."""
@@ -125,7 +125,7 @@ def learn(app, wrong, right, context, as_json):
               help="JSON file of findings: a list of {category, context, what_happened, …}.")
 @click.option("--context", help="Where: file, PR, task (default context of every finding).")
 @click.option("--clean", is_flag=True, help="Invalidate every earlier track-review memory first.")
-@click.option("--json", "as_json", is_flag=True, help="Print the stored memories as JSON.")
+@json_option("Print the stored memories as JSON.")
 @click.pass_obj
 def track_review(app, single, category, what_happened, proposed_fix, findings_file, context,
                  clean, as_json):

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from .output import TEXT, bounded_int, memory_line, notice, parse_json_object, print_json
+from .output import (
+    TEXT,
+    json_option,
+    limit_option,
+    memory_line,
+    notice,
+    parse_json_object,
+    print_json,
+)
 
 TYPE_CHOICE = click.Choice(["fact", "decision", "preference", "event", "project_state", "procedure",
                             "conversation", "self_assessment"])
@@ -32,7 +40,7 @@ def _embed_now(app, memories) -> None:
 @click.option("--project", type=TEXT, help="Repo root this memory belongs to (default: global).")
 @click.option("--metadata", help="JSON object of extra fields.")
 @click.option("--valid-until", help="ISO date after which the memory no longer holds.")
-@click.option("--json", "as_json", is_flag=True, help="Print the stored memory as JSON.")
+@json_option("Print the stored memory as JSON.")
 @click.pass_obj
 def add(app, content, memory_type, summary, confidence, project, metadata, valid_until, as_json):
     """Add a memory."""
@@ -61,7 +69,7 @@ def add(app, content, memory_type, summary, confidence, project, metadata, valid
 
 @click.command()
 @click.argument("memory_id")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@json_option()
 @click.pass_obj
 def get(app, memory_id, as_json):
     """Show one memory by id or unique prefix (read-only: access is not tracked)."""
@@ -91,9 +99,9 @@ def get(app, memory_id, as_json):
 @click.command("list")
 @click.option("--type", "-t", "memory_type", type=TYPE_CHOICE, help="Only this type.")
 @click.option("--project", help="Only this project.")
-@click.option("--limit", "-n", type=bounded_int(), default=50, show_default=True)
+@limit_option(default=50)
 @click.option("--all", "include_all", is_flag=True, help="Include invalidated and expired memories.")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@json_option()
 @click.pass_obj
 def list_memories(app, memory_type, project, limit, include_all, as_json):
     """List memories, newest first."""
@@ -121,7 +129,7 @@ def list_memories(app, memory_type, project, limit, include_all, as_json):
 @click.option("--confidence", type=click.FloatRange(0.0, 1.0))
 @click.option("--type", "-t", "memory_type", type=TYPE_CHOICE)
 @click.option("--metadata", help="JSON object merged into the metadata.")
-@click.option("--json", "as_json", is_flag=True, help="Print the updated memory as JSON.")
+@json_option("Print the updated memory as JSON.")
 @click.pass_obj
 def update(app, memory_id, content, summary, confidence, memory_type, metadata, as_json):
     """Change a memory's content, summary, confidence, type or metadata."""

@@ -18,6 +18,17 @@ def bounded_int(minimum: int = 1, maximum: int = MAX_COUNT) -> click.IntRange:
     return click.IntRange(minimum, maximum)
 
 
+def json_option(help: str = "Print as JSON."):
+    """`--json` (into `as_json`), spelled once for every command that can print JSON."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def limit_option(help: str | None = None, default: int | None = None):
+    """`--limit`/`-n` (into `limit`), a bounded count; a default is shown in the help."""
+    shown = {"default": default, "show_default": True} if default is not None else {}
+    return click.option("--limit", "-n", type=bounded_int(), help=help, **shown)
+
+
 class UnicodeText(click.ParamType):
     """Text that can be stored: bytes that are not UTF-8 reach Python as lone surrogates
     (`llmem add -c $'\\xff'`), which SQLite refuses deep inside a write."""

@@ -10,7 +10,7 @@ import time
 import click
 
 from ..pipeline.kinds import EventKind
-from .output import MAX_ROW_ID, bounded_int, print_json
+from .output import MAX_ROW_ID, bounded_int, json_option, print_json
 from .session import ADAPTER_CHOICE
 
 
@@ -97,7 +97,7 @@ def run(app, workers):
 @click.argument("args", nargs=-1)
 @click.option("--adapter", type=ADAPTER_CHOICE,
               help="For session events: the agent (default: the one whose store holds the session).")
-@click.option("--json", "as_json", is_flag=True, help="Print the task id as JSON.")
+@json_option("Print the task id as JSON.")
 @click.pass_obj
 def enqueue(app, task, args, adapter, as_json):
     """Put a task on the queue and print its id (a session event takes a SESSION_ID)."""
@@ -135,7 +135,7 @@ def _enqueue(huey, task) -> str:
 
 
 @click.group(invoke_without_command=True)
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@json_option()
 @click.option("-n", "--recent", type=bounded_int(), default=15, show_default=True,
               help="Recent events shown.")
 @click.option("--clear-stale-locks", is_flag=True,
@@ -229,7 +229,7 @@ def queue_retry(app, event_ids, failed):
 @click.option("-n", "--lines", type=bounded_int(0), default=50, show_default=True,
               help="Entries shown (a traceback stays with the line it belongs to).")
 @click.option("--level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="Minimum level.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (with --follow: one object per line).")
+@json_option("Print JSON (with --follow: one object per line).")
 @click.pass_obj
 def logs(app, follow, lines, level, as_json):
     """Show the watcher's, workers' and hooks' log entries (newest last)."""
@@ -285,7 +285,7 @@ def logs(app, follow, lines, level, as_json):
 @click.option("--unit-dir", type=click.Path(file_okay=False), help="Folder for the units (default: ~/.config/systemd/user).")
 @click.option("--no-enable", is_flag=True, help="Only write the unit files.")
 @click.option("--dream-timer", is_flag=True, help="Also enable the nightly dream timer (for setups without a worker).")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@json_option("Print the outcome as JSON.")
 def install_systemd(uninstall, unit_dir, no_enable, dream_timer, as_json):
     """Install the systemd user units (watch, worker, dream) for this Python and enable them."""
     from pathlib import Path

@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from .memory import TYPE_CHOICE
-from .output import TEXT, bounded_int, memory_line, notice, print_json
+from .output import TEXT, json_option, limit_option, memory_line, notice, print_json
 
 
 @click.command()
 @click.argument("query", nargs=-1, required=True, type=TEXT)
-@click.option("--limit", "-n", type=bounded_int(), help="Results (default: search.limit, 10).")
+@limit_option("Results (default: search.limit, 10).")
 @click.option("--type", "-t", "memory_type", type=TYPE_CHOICE, help="Only this type.")
 @click.option("--project", type=TEXT, help="This project's memories and the global ones.")
 @click.option("--fts-only", is_flag=True, help="Keyword search only (no embedder needed).")
@@ -20,7 +20,7 @@ from .output import TEXT, bounded_int, memory_line, notice, print_json
 @click.option("--related", is_flag=True, help="Add memories one relation away from the results.")
 @click.option("--explain", is_flag=True, help="Show every score component.")
 @click.option("--no-track", is_flag=True, help="Do not record access (for benchmarks).")
-@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@json_option("Print results as JSON.")
 @click.pass_obj
 def search(app, query, limit, memory_type, project, fts_only, semantic_only, valid_only,
            include_invalid, related, explain, no_track, as_json):

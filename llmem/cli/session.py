@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..pipeline.kinds import EventKind
-from .output import bounded_int, http_url, print_json
+from .output import bounded_int, http_url, json_option, print_json
 
 ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "none"])
 HOOK_LOG = "hooks.log"
@@ -23,7 +23,7 @@ log = logging.getLogger("llmem.hooks")
 @click.option("--max-tokens", type=bounded_int(50), help="Token budget (default: context.max_tokens, 1500).")
 @click.option("--project", help="Project (repo root) whose memories to include (default: the session's).")
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
-@click.option("--json", "as_json", is_flag=True, help="Print the block and the ids in it as JSON.")
+@json_option("Print the block and the ids in it as JSON.")
 @click.pass_obj
 def context(app, session_id, compacting, max_tokens, project, adapter, as_json):
     """Print the memory context block injected into a session."""
@@ -314,7 +314,7 @@ def _report(result, as_json: bool) -> None:
 
 @install_group.command("opencode")
 @click.option("--uninstall", is_flag=True, help="Remove the plugin llmem wrote.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+@json_option("Print what was done as JSON.")
 @click.pass_obj
 def install_opencode(app, uninstall, as_json):
     """Write the llmem plugin into the OpenCode plugins folder (session.opencode.plugins_dir)."""
@@ -325,7 +325,7 @@ def install_opencode(app, uninstall, as_json):
 
 @install_group.command("copilot")
 @click.option("--uninstall", is_flag=True, help="Remove the hooks file llmem wrote.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+@json_option("Print what was done as JSON.")
 @click.pass_obj
 def install_copilot(app, uninstall, as_json):
     """Write the llmem hooks file for Copilot CLI (session.copilot.hooks_dir)."""

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from .config import Config, load_config
+
+if TYPE_CHECKING:
+    from .search import SearchOptions
 
 
 class App:
@@ -36,6 +40,18 @@ class App:
         from .search import Searcher
 
         return Searcher(self.store, self.embedder)
+
+    def search_options(self, **chosen) -> SearchOptions:
+        """The config's `search:` settings with the caller's choices on top: the one place the
+        config's names map onto SearchOptions. A choice of None means the caller made none
+        (an unset `--limit` takes search.limit)."""
+        from .search import SearchOptions
+
+        section = self.config.values["search"]
+        configured = {"limit": section["limit"], "rrf_k": section["rrf_k"],
+                      "candidate_multiplier": section["candidate_multiplier"],
+                      "blend": section["rerank_blend"]}
+        return SearchOptions(**configured | {k: v for k, v in chosen.items() if v is not None})
 
     def close(self) -> None:
         if "store" in self.__dict__:

@@ -176,19 +176,16 @@ def state_memories(store, project: str | None, at: float, *, session_id: str | N
 def relevant_memories(app, query: str, project: str | None, limit: int = 15) -> list[Memory]:
     """Hybrid search on the session's text, recorded as origin=context (not a user recall)."""
     from .db import vec
-    from .search import Searcher, SearchOptions
+    from .search import Searcher
 
-    section = app.config.values["search"]
     store = app.store
     has_vectors = vec.index_state(store.db)[0] is not None
     embedding_on = app.config.values["embedding"]["provider"] != "none"
     # No vector was ever stored: the query embedding would be wasted time (and a network
     # call on every session start), so search with FTS alone.
     searcher = app.searcher() if (has_vectors and embedding_on) else Searcher(store, None)
-    opts = SearchOptions(limit=limit, mode="hybrid" if searcher.embedder else "fts",
-                         project=project, origin="context", track=True, valid_only=True,
-                         rrf_k=section["rrf_k"], candidate_multiplier=section["candidate_multiplier"],
-                         blend=section["rerank_blend"])
+    opts = app.search_options(limit=limit, mode="hybrid" if searcher.embedder else "fts",
+                              project=project, origin="context", track=True, valid_only=True)
     # The query is the session's own title and turns: redacted before it goes anywhere (the
     # embedder redacts too, but FTS, logs and explain output see the query as given).
     result = searcher.search(store.redactor.text(query), opts)

@@ -202,11 +202,11 @@ def promote_explain(app, target, limit, as_json):
 
 
 def _search_ids(app, text: str, limit: int) -> list[str]:
-    from ..search import Searcher, SearchOptions
+    from ..search import Searcher
 
     embedder = app.embedder if app.embedder.available else None
-    result = Searcher(app.store, embedder).search(text, SearchOptions(limit=limit, track=False,
-                                                                      mode="hybrid" if embedder else "fts"))
+    result = Searcher(app.store, embedder).search(
+        text, app.search_options(limit=limit, track=False, mode="hybrid" if embedder else "fts"))
     if result.notice:
         notice(result.notice)
     return [hit.memory.id for hit in result.hits]

@@ -26,7 +26,6 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
            include_invalid, related, explain, no_track, as_json):
     """Search memories (hybrid FTS5 + vectors, fused by RRF and reranked)."""
     from ..errors import UsageError
-    from ..search import SearchOptions
     from ..store import memory_to_dict
 
     text = " ".join(query).strip()
@@ -34,13 +33,10 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
         raise UsageError("the search query is empty", hint='llmem search "what to find"')
     if fts_only and semantic_only:
         raise UsageError("--fts-only and --semantic-only exclude each other")
-    section = app.config.values["search"]
-    opts = SearchOptions(
-        limit=limit or section["limit"],
-        mode="fts" if fts_only else "semantic" if semantic_only else "hybrid",
+    opts = app.search_options(
+        limit=limit, mode="fts" if fts_only else "semantic" if semantic_only else "hybrid",
         memory_type=memory_type, project=project, include_invalid=include_invalid,
-        valid_only=valid_only, related=related, track=not no_track, rrf_k=section["rrf_k"],
-        candidate_multiplier=section["candidate_multiplier"], blend=section["rerank_blend"])
+        valid_only=valid_only, related=related, track=not no_track)
     if fts_only:
         result = _fts_searcher(app).search(text, opts)
     else:

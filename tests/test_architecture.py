@@ -27,7 +27,7 @@ LAYERS = [
     ("paths",),
     ("config", "logconfig"),
     ("db", "adapters"),
-    ("store",),
+    ("store", "cursors"),
     ("providers",),
     ("vectors", "search", "exchange"),
     ("capture", "app"),

@@ -554,13 +554,11 @@ def extract_session(app, session_id: str, *, adapter_name: str | None = None, ll
 
 def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
                           hold_cursor: bool) -> ExtractionReport:
-    from ..times import now
+    from ..cursors import EXTRACTION, CursorRun
 
     started = time.perf_counter()
-    SessionCursor = app.store.models.SessionCursor
-    row = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
-                                    & (SessionCursor.session_id == session_id))
-    start_cursor = row.cursor if row else None
+    cursor_run = CursorRun(app.store.models, adapter.name, session_id, EXTRACTION)
+    start_cursor = cursor_run.start
     transcript = adapter.read_transcript(session_id, after=start_cursor)
     if start_cursor and not transcript.cursor_found:
         log.warning("session %s: cursor %s not found in the transcript; reading it whole "
@@ -580,30 +578,16 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
     llm_contents = [c.content for c in candidates if c.rule == "llm"]
 
     def cursor_update(check: bool):
-        current = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
-                                            & (SessionCursor.session_id == session_id))
         if check:
             # Another run (watcher and hook at once) advanced the cursor while we worked.
-            return (current.cursor if current else None) == start_cursor
+            return cursor_run.unmoved()
         if report.deferred:
-            cursor, status = start_cursor, "deferred"
+            cursor_run.advance(start_cursor, project=project, status="deferred")
         else:
-            cursor, status = new_cursor, "done"
-        if current is None:
-            SessionCursor.create(adapter=adapter.name, session_id=session_id, project=project,
-                                 cursor=cursor, messages_read=0 if report.deferred else len(transcript.messages),
-                                 status=status, updated_at=now())
-        else:
-            current.project = project or current.project
-            current.cursor = cursor
-            current.status = status
-            if not report.deferred:
-                current.messages_read += len(transcript.messages)
-            current.updated_at = now()
-            current.save()
-        if not report.deferred:
+            cursor_run.advance(new_cursor, project=project, status="done",
+                               messages_read=len(transcript.messages))
             _settle_provisional(app.store, session_id, project, llm_contents, report)
-        report.cursor = cursor
+        report.cursor = start_cursor if report.deferred else new_cursor
         return True
 
     metadata = {"adapter": adapter.name}

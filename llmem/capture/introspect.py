@@ -389,13 +389,12 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
     meanwhile, this one writes nothing (that run covered the slice).
     """
     from ..adapters import resolve_adapter
+    from ..cursors import INTROSPECTION, CursorRun
 
     adapter = resolve_adapter(app.config, session_id, adapter_name)
     store = app.store
-    SessionCursor = store.models.SessionCursor
-    row = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
-                                    & (SessionCursor.session_id == session_id))
-    start = row.introspect_cursor if row else None
+    cursor_run = CursorRun(store.models, adapter.name, session_id, INTROSPECTION)
+    start = cursor_run.start
     transcript = adapter.read_transcript(session_id, after=start)
     project = transcript.project_root or transcript.directory
     context = f"session {session_id}" + (f" ({transcript.title})" if transcript.title else "")
@@ -419,9 +418,7 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
             confidence, extra = HEURISTIC_CONFIDENCE, {**extra, "source": HEURISTIC}
     field_sets = [_checked_fields(app, fields) for fields in field_sets]
     with store.db.atomic():
-        current = SessionCursor.get_or_none((SessionCursor.adapter == adapter.name)
-                                            & (SessionCursor.session_id == session_id))
-        if (current.introspect_cursor if current else None) != start:
+        if not cursor_run.unmoved():
             log.info("session %s: another run introspected this slice first", session_id)
             return []
         results = [_write_assessment(store, fields, source="introspection", confidence=confidence,
@@ -430,14 +427,7 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
                    for fields in field_sets]
         results += _write_stated(store, stated, origin="auto-session", project=project,
                                  session_id=session_id, extra={"adapter": adapter.name})
-        cursor = transcript.cursor or start
-        if current is None:
-            SessionCursor.create(adapter=adapter.name, session_id=session_id, project=project,
-                                 introspect_cursor=cursor, status="idle", updated_at=now())
-        else:
-            current.introspect_cursor = cursor
-            current.updated_at = now()
-            current.save()
+        cursor_run.advance(transcript.cursor or start, project=project)
     _embed(app, [r.memory for r in results if r.created])
     return [r.memory for r in results if r.created]
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .db import vec
-from .db.fts import match_expression, semantic_text
+from .db.fts import match_count, match_expression, ranked_matches, semantic_text
 from .db.models import Memory
+from .db.queries import memory_filter, rank_fields, seqs_passing
 from .errors import EmbedderUnavailable, UsageError
 from .providers.embedders import Embedder
 from .times import days_between, now
@@ -126,48 +127,25 @@ class Searcher:
     # ---- candidate lists -------------------------------------------------------------
 
     def _filters(self, opts: SearchOptions, at: float) -> tuple[str, list[Any]]:
-        clauses, params = [], []
-        if opts.memory_type:
-            clauses.append("m.type = ?")
-            params.append(opts.memory_type)
-        if opts.project:
-            # A project's searches see its own memories and the global ones.
-            clauses.append("(m.project = ? OR m.project IS NULL)")
-            params.append(opts.project)
-        if not opts.include_invalid:
-            clauses.append("m.invalidated_at IS NULL")
-        if opts.valid_only:
-            clauses.append("(m.valid_until IS NULL OR m.valid_until > ?)")
-            params.append(at)
-            clauses.append("NOT EXISTS (SELECT 1 FROM relation r JOIN memory s ON s.id = r.source_id "
-                           "WHERE r.target_id = m.id AND r.type = 'supersedes' "
-                           "AND s.invalidated_at IS NULL)")
-        return (" AND ".join(clauses) or "1"), params
+        return memory_filter(memory_type=opts.memory_type, project=opts.project,
+                             include_invalid=opts.include_invalid, valid_only=opts.valid_only, at=at)
 
     def fts_candidates(self, query: str, depth: int, where: str, params: list) -> list[tuple[int, float]]:
         """(seq, bm25) best first; bm25 is negative, lower is better.
 
-        bm25 ranks inside the FTS table first and the filters join afterwards, on the top
-        rows only: joining every matching row to `memory` before ranking cost ~10 ms per
-        query at 100k memories. When the filters drop too many, it looks deeper.
+        The filters apply to the best-ranked matches only (`fts.ranked_matches`); when they
+        drop too many, it looks deeper.
         """
         expression = match_expression(query)
         if expression is None:
             return []
-        weights = ", ".join(str(w) for w in BM25_WEIGHTS)
         fetch = depth if where == "1" else depth * 2
         while True:
-            sql = (f"SELECT f.seq, f.score FROM (SELECT rowid AS seq, bm25(memory_fts, {weights}) AS score "
-                   f"FROM memory_fts WHERE memory_fts MATCH ? ORDER BY score LIMIT ?) f "
-                   f"JOIN memory m ON m.seq = f.seq WHERE {where} ORDER BY f.score, f.seq")
-            rows = self.db.execute_sql(sql, [expression, fetch, *params]).fetchall()
+            rows = ranked_matches(self.db, expression, BM25_WEIGHTS, fetch, where, params)
             if len(rows) >= depth or where == "1" or fetch >= MAX_FTS_FETCH:
-                return [(int(seq), float(score)) for seq, score in rows[:depth]]
-            ranked = self.db.execute_sql(
-                "SELECT COUNT(*) FROM (SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
-                (expression, fetch)).fetchone()[0]
-            if ranked < fetch:  # every match was seen: the filters just keep few of them
-                return [(int(seq), float(score)) for seq, score in rows[:depth]]
+                return rows[:depth]
+            if match_count(self.db, expression, fetch) < fetch:
+                return rows[:depth]  # every match was seen: the filters just keep few of them
             fetch *= 4
 
     def vector_candidates(self, query_vector, depth: int, where: str, params: list) -> list[tuple[int, float]]:
@@ -195,18 +173,12 @@ class Searcher:
                 nearest = vec.knn_numpy(self.db, query_vector, k, model, dim)
             if where == "1" or not nearest:
                 return nearest[:depth]
-            allowed = self._allowed([s for s, _ in nearest], where, params)
+            allowed = seqs_passing(self.db, [s for s, _ in nearest], where, params)
             kept = [(s, d) for s, d in nearest if s in allowed]
             exhausted = len(nearest) < k or k >= vec.MAX_KNN
             if len(kept) >= depth or exhausted:
                 return kept[:depth]
             k = min(k * 4, vec.MAX_KNN)
-
-    def _allowed(self, seqs: list[int], where: str, params: list) -> set[int]:
-        marks = ",".join("?" * len(seqs))
-        rows = self.db.execute_sql(f"SELECT m.seq FROM memory m WHERE m.seq IN ({marks}) AND {where}",
-                                   [*seqs, *params])
-        return {r[0] for r in rows}
 
     # ---- the search ------------------------------------------------------------------
 
@@ -264,13 +236,10 @@ class Searcher:
 
     def _with_feedback(self, query_vector, seq: int):
         """The query vector nudged towards the top lexical hit's vector (when it has one)."""
-        row = self.db.execute_sql(
-            "SELECT e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
-            "WHERE m.seq = ? AND e.model = ? AND e.dim = ?",
-            (seq, self.embedder.identity, len(query_vector))).fetchone()
-        if row is None:
+        stored = vec.stored_vector(self.db, seq, self.embedder.identity, len(query_vector))
+        if stored is None:
             return query_vector
-        return vec.normalize(query_vector + FEEDBACK_WEIGHT * vec.from_blob(row[0]))
+        return vec.normalize(query_vector + FEEDBACK_WEIGHT * stored)
 
     def _fuse_and_rerank(self, fts_list, vec_list, list_count: int, opts: SearchOptions,
                          at: float) -> list[Hit]:
@@ -287,13 +256,8 @@ class Searcher:
         if not fused:
             return []
         best_possible = max(list_count, 1) / (k + 1)  # rank 1 in every list
-        seqs = list(fused)
-        marks = ",".join("?" * len(seqs))
-        rows = self.db.execute_sql(
-            "SELECT seq, type, confidence, accessed_at, access_count, created_at "
-            f"FROM memory WHERE seq IN ({marks})", seqs)
         hits = []
-        for row in map(RankFields._make, rows):
+        for row in map(RankFields._make, rank_fields(self.db, list(fused))):
             entry = fused[row.seq]
             rrf_norm = entry["rrf"] / best_possible
             signal, components = memory_signal(row, at)
@@ -318,7 +282,7 @@ class Searcher:
             if other in shown or other in extra:
                 continue
             memory = Memory.get_or_none(Memory.id == other)
-            if memory is None or not self._allowed([memory.seq], where, params):
+            if memory is None or not seqs_passing(self.db, [memory.seq], where, params):
                 continue
             signal, components = memory_signal(memory, at)
             extra[other] = Hit(memory=memory, seq=memory.seq, score=0.0, signal=signal, components=components,

@@ -346,10 +346,7 @@ class Store:
         model, dim = vec.index_state(self.db)
         embedded = 0
         if model:
-            embedded = self.db.execute_sql(
-                "SELECT COUNT(*) FROM embedding e JOIN memory m ON m.id = e.memory_id "
-                "WHERE e.model = ? AND e.content_hash = m.embed_hash AND m.invalidated_at IS NULL",
-                (model,)).fetchone()[0]
+            embedded = vec.current_embedding_count(self.db, model)
         valid_count = valid.count()
         return {
             "memories": total,

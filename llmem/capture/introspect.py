@@ -23,14 +23,9 @@ import re
 from pathlib import Path
 
 from ..db.models import Memory
-from ..errors import (
-    BudgetExhausted,
-    EmbedderUnavailable,
-    LLMReplyInvalid,
-    LLMUnavailable,
-    UsageError,
-)
-from ..providers.llm import step_llm
+from ..db.queries import metadata_value
+from ..errors import EmbedderUnavailable, LLMReplyInvalid, LLMUnavailable, UsageError
+from ..providers.llm import BudgetExhausted, step_llm
 from ..times import now, to_iso
 from .extract import chunk_lines, prepare_slice, redact_messages, redactor
 from .heuristics import classify_correction, error_signals, stated_corrections
@@ -90,12 +85,10 @@ def format_self_assessment(fields: dict) -> str:
 
 def earlier_assessments(store, category: str, project: str | None = None) -> list[Memory]:
     """Valid self_assessments of a category, newest first (what makes one `Recurring`)."""
-    import peewee as pw
-
     Memory = store.models.Memory
     query = (Memory.select().where(
         (Memory.type == "self_assessment") & Memory.invalidated_at.is_null()
-        & (pw.fn.json_extract(Memory.metadata, "$.category") == category)))
+        & (metadata_value(Memory.metadata, "category") == category)))
     if project is not None:
         query = query.where((Memory.project == project) | Memory.project.is_null())
     return list(query.order_by(Memory.created_at.desc(), Memory.seq.desc()).limit(RECURRING_LOOKUP))
@@ -338,12 +331,10 @@ def _write_stated(store, candidates, *, origin: str, project: str | None, sessio
 
 def _introspected_before(store, text_key: str) -> list[Memory]:
     """The valid memories an earlier `--auto --text` run stored from this same text."""
-    import peewee as pw
-
     Memory = store.models.Memory
     return list(Memory.select().where(
         Memory.invalidated_at.is_null() & (Memory.source == "introspection")
-        & (pw.fn.json_extract(Memory.metadata, "$.text_key") == text_key)).order_by(Memory.seq))
+        & (metadata_value(Memory.metadata, "text_key") == text_key)).order_by(Memory.seq))
 
 
 def introspect_text(app, text: str, *, llm=None, use_llm: bool = True,
@@ -462,12 +453,10 @@ def learn(app, wrong: str, right: str, context: str | None = None) -> list[Memor
 
 def review_memories(store) -> list[Memory]:
     """Valid self_assessments that track-review stored."""
-    import peewee as pw
-
     Memory = store.models.Memory
     return list(Memory.select().where(
         (Memory.type == "self_assessment") & Memory.invalidated_at.is_null()
-        & (pw.fn.json_extract(Memory.metadata, "$.origin") == TRACK_REVIEW)))
+        & (metadata_value(Memory.metadata, "origin") == TRACK_REVIEW)))
 
 
 def clean_reviews(app) -> int:

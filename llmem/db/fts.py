@@ -107,14 +107,28 @@ def common_words(db, text: str, *, share: float, min_docs: int) -> set[str]:
     threshold = max(int(share * total), min_docs)
     if total <= threshold:
         return set()
-    common = set()
-    for word in words:
-        found = db.execute_sql(
-            "SELECT count(*) FROM (SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
-            (_quoted(word), threshold + 1)).fetchone()[0]
-        if found > threshold:
-            common.add(word)
-    return common
+    return {word for word in words if match_count(db, _quoted(word), threshold + 1) > threshold}
+
+
+def match_count(db, expression: str, limit: int) -> int:
+    """How many memories match `expression`, counted up to `limit`."""
+    return db.execute_sql("SELECT count(*) FROM (SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
+                          (expression, limit)).fetchone()[0]
+
+
+def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
+                   where: str, params: list) -> list[tuple[int, float]]:
+    """(seq, bm25) of the `fetch` best matches that pass `where`, best first (bm25 is negative).
+
+    bm25 ranks inside the FTS table first and `where` (over `memory m`) joins afterwards, on
+    the top rows only: joining every matching row to `memory` before ranking cost ~10 ms
+    per query at 100k memories.
+    """
+    columns = ", ".join(str(w) for w in weights)
+    sql = (f"SELECT f.seq, f.score FROM (SELECT rowid AS seq, bm25(memory_fts, {columns}) AS score "
+           f"FROM memory_fts WHERE memory_fts MATCH ? ORDER BY score LIMIT ?) f "
+           f"JOIN memory m ON m.seq = f.seq WHERE {where} ORDER BY f.score, f.seq")
+    return [(int(seq), float(score)) for seq, score in db.execute_sql(sql, [expression, fetch, *params])]
 
 
 def semantic_text(db, text: str, *, share: float = 0.10, min_docs: int = 20) -> str:

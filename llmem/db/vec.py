@@ -120,6 +120,37 @@ def knn_vec0(db, query: np.ndarray, k: int) -> list[tuple[int, float]]:
     return [(int(seq), float(dist)) for seq, dist in rows]
 
 
+def stored_vector(db, seq: int, model: str, dim: int) -> np.ndarray | None:
+    """The stored vector of memory `seq` from `model` at `dim` (None when it has none)."""
+    row = db.execute_sql("SELECT e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
+                         "WHERE m.seq = ? AND e.model = ? AND e.dim = ?", (seq, model, dim)).fetchone()
+    return None if row is None else from_blob(row[0])
+
+
+def current_embedding_count(db, model: str) -> int:
+    """How many valid memories have an embedding from `model` of their current text."""
+    return db.execute_sql("SELECT COUNT(*) FROM embedding e JOIN memory m ON m.id = e.memory_id "
+                          "WHERE e.model = ? AND e.content_hash = m.embed_hash AND m.invalidated_at IS NULL",
+                          (model,)).fetchone()[0]
+
+
+def current_embeddings(db, model: str, dim: int, *, since: float | None = None):
+    """A cursor over (seq, id, type, project, vector blob) of the valid memories embedded from
+    their current text with `model` at `dim` (only those embedded after `since`), by seq.
+
+    A cursor, not a list: a caller can stream the whole store in chunks (`fetchmany`).
+    """
+    sql = ("SELECT m.seq, m.id, m.type, m.project, e.vector "
+           "FROM embedding e JOIN memory m ON m.id = e.memory_id "
+           "WHERE e.model = ? AND e.dim = ? AND e.content_hash = m.embed_hash "
+           "AND m.invalidated_at IS NULL")
+    params: list = [model, dim]
+    if since is not None:
+        sql += " AND e.created_at > ?"
+        params.append(since)
+    return db.execute_sql(sql + " ORDER BY m.seq", params)
+
+
 class _MatrixCache:
     """Stored vectors as one numpy matrix, kept per database until the index generation moves.
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..db.queries import session_cursor_values
 from ..errors import LlmemError, UsageError
 from .journal import RESTORABLE_TABLES, Journal, find_run, finish_run, start_run, undo_run
 
@@ -44,9 +45,7 @@ class BackfillOutcome:
 
 
 def _cursor_row(db, adapter: str, session_id: str) -> dict[str, Any] | None:
-    names = ", ".join(_CURSOR_COLUMNS)
-    row = db.execute_sql(f"SELECT {names} FROM session_cursor WHERE adapter = ? AND session_id = ?",
-                         (adapter, session_id)).fetchone()
+    row = session_cursor_values(db, adapter, session_id, _CURSOR_COLUMNS)
     return dict(zip(_CURSOR_COLUMNS, row, strict=True)) if row else None
 
 

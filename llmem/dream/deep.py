@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..db.models import Memory
+from ..db.queries import decay_rows
 from ..times import now
 from .journal import Action, Journal
 from .promote import Candidate, promotable
@@ -157,11 +158,7 @@ def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any
                                          detail={"target": pair["b"], "similarity": pair["similarity"]}))
 
     interval = float(cfg["decay_interval_days"]) * 86400
-    rows = db.execute_sql(
-        "SELECT id, type, confidence, accessed_at, created_at, access_count, "
-        "json_extract(metadata, '$.decayed_at'), json_extract(metadata, '$.boosted_at_count'), "
-        "json_extract(metadata, '$.stale_procedure') "
-        "FROM memory WHERE invalidated_at IS NULL AND promoted_at IS NULL").fetchall()
+    rows = decay_rows(db)
     invalidated: set[str] = set(busy)
     for memory_id, mtype, confidence, accessed_at, created_at, access_count, decayed_at, boosted_at, stale in rows:
         if memory_id in busy:

@@ -21,7 +21,9 @@ from typing import Any
 
 import peewee as pw
 
+from ..db import journal_rows
 from ..db.models import DreamRun, Memory
+from ..db.queries import MEMORY_ROW_FIELDS, memory_row
 from ..errors import NotFound, UsageError
 from ..paths import write_private_text
 from ..times import now
@@ -33,9 +35,6 @@ PHASES = ("light", "rem", "deep")
 RESTORABLE_TABLES = {"session_cursor": ("adapter", "session_id", "project", "cursor", "introspect_cursor",
                                         "messages_read", "status", "updated_at"),
                       "setting": ("key", "value")}
-# Columns restored by undo (everything but the keys).
-_ROW_FIELDS = [f.name for f in Memory._meta.sorted_fields if f.name not in ("seq", "id")]
-_ROW_SQL = ", ".join(f'"{Memory._meta.fields[name].column_name}"' for name in _ROW_FIELDS)
 
 
 @dataclass
@@ -60,12 +59,10 @@ def new_run_id() -> str:
 
 def row_snapshot(memory_id: str, db) -> dict[str, Any]:
     """The memory's row as stored (what `update` journals as its before-image)."""
-    # Raw SQL: this runs once per journaled action (100k times on a big night), and a
-    # peewee .get() costs ~30× more than the query itself.
-    row = db.execute_sql(f"SELECT {_ROW_SQL} FROM memory WHERE id = ?", (memory_id,)).fetchone()
+    row = memory_row(db, memory_id)
     if row is None:
         raise NotFound(f"no memory with id {memory_id!r}")
-    snapshot = dict(zip(_ROW_FIELDS, row, strict=True))
+    snapshot = dict(zip(MEMORY_ROW_FIELDS, row, strict=True))
     snapshot["metadata"] = json.loads(snapshot["metadata"] or "{}")
     return snapshot
 
@@ -89,10 +86,8 @@ class Journal:
         self.count = 0
 
     def _record(self, phase: str, kind: str, op: str, memory_id: str | None, before, after) -> None:
-        self.db.execute_sql(
-            "INSERT INTO dream_action(run_id, phase, kind, op, memory_id, before, after, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (self.run.id, phase, kind, op, memory_id, _dumps(before), _dumps(after), now()))
+        journal_rows.insert_action(self.db, self.run.id, phase, kind, op, memory_id,
+                                   _dumps(before), _dumps(after), now())
         self.count += 1
 
     def update(self, phase: str, kind: str, memory_id: str, changes: dict[str, Any]) -> None:
@@ -194,12 +189,7 @@ def undo_run(store, run_id: str) -> UndoResult:
         raise UsageError(f"run {run.id} is still running (or died: its lock is taken over by the next run)",
                          hint="wait for it to finish")
     db = store.db
-    # Raw SQL and a streamed cursor: a big night journals ~100k actions with before-images.
-    later_ids = [r[0] for r in db.execute_sql(
-        "SELECT DISTINCT a.run_id FROM dream_action a JOIN dream_run r ON r.id = a.run_id "
-        "WHERE r.started_at > ? AND r.status != 'undone' AND a.memory_id IN "
-        "(SELECT memory_id FROM dream_action WHERE run_id = ? AND memory_id IS NOT NULL) ORDER BY 1",
-        (run.started_at, run.id))]
+    later_ids = journal_rows.later_runs_on_same_memories(db, run.id, run.started_at)
     if later_ids:
         raise UsageError(f"run {run.id} cannot be undone alone: later runs changed the same memories ({', '.join(later_ids)})",
                          hint="undo those runs first, newest first")
@@ -207,8 +197,7 @@ def undo_run(store, run_id: str) -> UndoResult:
     Memory, Relation = store.models.Memory, store.models.Relation
     file_actions = []
     with db.atomic():
-        rows = db.execute_sql("SELECT op, memory_id, before, after FROM dream_action WHERE run_id = ? "
-                              "ORDER BY id DESC", (run.id,))
+        rows = journal_rows.actions_newest_first(db, run.id)
         while True:
             chunk = rows.fetchmany(1000)
             if not chunk:
@@ -220,7 +209,7 @@ def undo_run(store, run_id: str) -> UndoResult:
                     # A before-image journaled before a column existed lacks it; the
                     # derived ones (hints, hashes) are recomputed from the text anyway.
                     result.restored += store.restore_row(
-                        memory_id, {f: before[f] for f in _ROW_FIELDS if f in before})
+                        memory_id, {f: before[f] for f in MEMORY_ROW_FIELDS if f in before})
                 elif op == "create":
                     if Memory.select().where(Memory.id == memory_id).exists():
                         store.delete(memory_id)
@@ -255,14 +244,7 @@ def undo_run(store, run_id: str) -> UndoResult:
 def _restore_row(db, before: dict[str, Any]) -> None:
     table = before["table"]
     columns = RESTORABLE_TABLES[table]  # KeyError for anything else: never build SQL from data
-    key = before["key"]
-    key_sql = " AND ".join(f"{k} = ?" for k in key if k in columns)
-    db.execute_sql(f"DELETE FROM {table} WHERE {key_sql}", [key[k] for k in key if k in columns])
-    row = before.get("row")
-    if row:
-        names = [c for c in columns if c in row]
-        db.execute_sql(f"INSERT INTO {table}({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                       [row[c] for c in names])
+    journal_rows.replace_row(db, table, columns, before["key"], before.get("row"))
 
 
 def last_run(store, kind: str = "dream", phase: str | None = None) -> DreamRun | None:

@@ -16,18 +16,13 @@ from typing import Any
 import numpy as np
 
 from ..db import vec
+from ..db.queries import shared_content_rows
 
 log = logging.getLogger(__name__)
 
 CHUNK_ROWS = 8192  # store rows streamed per matrix product
 BLOCK_ROWS = 1024  # changed rows per matrix product
 MAX_PAIRS = 50_000  # a pathological store (everything identical) must not exhaust memory
-
-_VALID_EMBEDDED = (
-    "FROM embedding e JOIN memory m ON m.id = e.memory_id "
-    "WHERE e.model = ? AND e.dim = ? AND e.content_hash = m.embed_hash "
-    "AND m.invalidated_at IS NULL")
-
 
 @dataclass
 class LightResult:
@@ -88,12 +83,7 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
         result.seconds = time.perf_counter() - started
         return result
 
-    changed_sql = f"SELECT m.seq, m.id, m.type, m.project, e.vector {_VALID_EMBEDDED}"
-    params: list[Any] = [model, dim]
-    if since is not None:
-        changed_sql += " AND e.created_at > ?"
-        params.append(since)
-    changed_rows = db.execute_sql(changed_sql + " ORDER BY m.seq", params).fetchall()
+    changed_rows = vec.current_embeddings(db, model, dim, since=since).fetchall()
     result.changed = len(changed_rows)
     if not changed_rows:
         result.seconds = time.perf_counter() - started
@@ -109,8 +99,7 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
 
     low = similarity_threshold if auto_link_threshold is None else min(similarity_threshold, auto_link_threshold)
     found: dict[tuple[int, int], dict[str, Any]] = {}
-    cursor = db.execute_sql(f"SELECT m.seq, m.id, m.type, m.project, e.vector {_VALID_EMBEDDED} ORDER BY m.seq",
-                            [model, dim])
+    cursor = vec.current_embeddings(db, model, dim)
     while True:
         rows = cursor.fetchmany(CHUNK_ROWS)
         if not rows:
@@ -159,12 +148,7 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
 
 def exact_duplicate_groups(db) -> list[list[str]]:
     """Valid memories with the same normalised content in the same scope, oldest first."""
-    rows = db.execute_sql(
-        "SELECT content_hash, project, id FROM memory WHERE invalidated_at IS NULL AND content_hash IN ("
-        " SELECT content_hash FROM memory WHERE invalidated_at IS NULL"
-        " GROUP BY content_hash, project HAVING COUNT(*) > 1)"
-        " ORDER BY content_hash, project, created_at, seq").fetchall()
     groups: dict[tuple[str, Any], list[str]] = {}
-    for text_hash, project, memory_id in rows:
+    for text_hash, project, memory_id in shared_content_rows(db):
         groups.setdefault((text_hash, project), []).append(memory_id)
     return [ids for ids in groups.values() if len(ids) > 1]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..capture.taxonomy import enough_evidence, is_heuristic
+from ..db.queries import metadata_value, recall_totals
 from ..times import days_between, now
 from .text import distinct_terms
 
@@ -84,24 +85,6 @@ def recent_phase_hits(store, at: float, window_days: float = 28.0) -> dict[str, 
     return hits
 
 
-def _recall_rows(db, memory_ids: list[str] | None) -> list[tuple]:
-    marks = ",".join("?" * len(USER_ORIGINS))
-    sql = ("SELECT memory_id,"
-           f" SUM(CASE WHEN origin IN ({marks}) THEN 1 ELSE 0 END),"
-           f" COUNT(DISTINCT CASE WHEN origin IN ({marks}) THEN query_hash END),"
-           f" COUNT(DISTINCT CASE WHEN origin IN ({marks}) THEN CAST(created_at / 86400 AS INTEGER) END),"
-           f" AVG(CASE WHEN origin IN ({marks}) THEN MIN(MAX(score, 0.0), 1.0) END),"
-           f" MAX(CASE WHEN origin IN ({marks}) THEN created_at END),"
-           f" SUM(CASE WHEN origin IN ({marks}) THEN 0 ELSE 1 END)"
-           " FROM recall_event")
-    params: list[Any] = list(USER_ORIGINS) * 6
-    if memory_ids is not None:
-        sql += f" WHERE memory_id IN ({','.join('?' * len(memory_ids))})"
-        params += memory_ids
-    sql += " GROUP BY memory_id"
-    return db.execute_sql(sql, params).fetchall()
-
-
 def score_candidate(c: Candidate, at: float, cfg: dict[str, Any]) -> Candidate:
     recency = 0.0
     if c.last_recall:
@@ -146,7 +129,7 @@ def candidates(store, cfg: dict[str, Any], *, at: float | None = None, memory_id
                phase_hits: dict[str, float] | None = None) -> list[Candidate]:
     """Scored candidates, best first: memories with user recalls (or exactly `memory_ids`)."""
     at = at or now()
-    rows = {r[0]: r for r in _recall_rows(store.db, memory_ids)}
+    rows = {r[0]: r for r in recall_totals(store.db, USER_ORIGINS, memory_ids)}
     wanted = list(memory_ids) if memory_ids is not None else [k for k, r in rows.items() if r[1]]
     hits = recent_phase_hits(store, at) if phase_hits is None else phase_hits
     Memory = store.models.Memory
@@ -174,14 +157,12 @@ def candidates(store, cfg: dict[str, Any], *, at: float | None = None, memory_id
 
 def category_evidence(store, category: str, project: str | None) -> bool:
     """Whether the valid self_assessments of a category (in a scope) make more than a guess."""
-    import peewee as pw
-
     Memory = store.models.Memory
     scope = Memory.project.is_null() if project is None else (
         (Memory.project == project) | Memory.project.is_null())
     rows = (Memory.select(Memory.metadata, Memory.session_id).where(
         (Memory.type == "self_assessment") & Memory.invalidated_at.is_null() & scope
-        & (pw.fn.json_extract(Memory.metadata, "$.category") == category)))
+        & (metadata_value(Memory.metadata, "category") == category)))
     return enough_evidence((row.metadata, row.session_id) for row in rows)
 
 

@@ -18,6 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from ..capture.taxonomy import POSITIVE_CATEGORIES, TAXONOMY, enough_evidence
+from ..db.queries import (
+    contents_of,
+    insight_procedure_rows,
+    newest_valid_contents,
+    procedure_use_rows,
+    valid_assessments_since,
+    valid_type_counts,
+)
 from ..db.settings import get_setting
 from ..times import days_between, now
 from .journal import Action
@@ -105,16 +113,13 @@ def _json_object(value) -> dict:
 
 
 def type_counts(db) -> dict[str, int]:
-    rows = db.execute_sql("SELECT type, COUNT(*) FROM memory WHERE invalidated_at IS NULL "
-                          "GROUP BY type ORDER BY type").fetchall()
-    return {t: c for t, c in rows}
+    return dict(valid_type_counts(db))
 
 
 def themes(db, since: float, limit: int = 10) -> list[dict[str, Any]]:
     """The terms most memories touched recently (document frequency ≥ 2)."""
     # created_at, not updated_at: dream's own decays touch every idle memory's updated_at.
-    rows = db.execute_sql("SELECT id, content FROM memory WHERE invalidated_at IS NULL AND created_at >= ? "
-                          "ORDER BY created_at DESC LIMIT ?", (since, THEME_SAMPLE)).fetchall()
+    rows = newest_valid_contents(db, since, THEME_SAMPLE)
     df: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
     for memory_id, content in rows:
@@ -148,8 +153,7 @@ def clusters(db, pairs: list[dict[str, Any]], limit: int = 10) -> list[dict[str,
     ranked = sorted((g for g in groups.values() if len(g) > 1), key=lambda g: (-len(g), g[0]))[:limit]
     out = []
     for ids in ranked:
-        contents = [c for (c,) in db.execute_sql(
-            f"SELECT content FROM memory WHERE id IN ({', '.join('?' * len(ids))})", ids)]
+        contents = contents_of(db, ids)
         shared = Counter(t for c in contents for t in distinct_terms(c))
         out.append({"ids": sorted(ids), "size": len(ids),
                     "terms": [t for t, n in shared.most_common(5) if n > 1]})
@@ -157,10 +161,7 @@ def clusters(db, pairs: list[dict[str, Any]], limit: int = 10) -> list[dict[str,
 
 
 def _assessments(db, since: float) -> list[dict[str, Any]]:
-    rows = db.execute_sql(
-        "SELECT id, content, metadata, created_at, project, session_id FROM memory "
-        "WHERE type = 'self_assessment' AND invalidated_at IS NULL AND created_at >= ? ORDER BY created_at",
-        (since,)).fetchall()
+    rows = valid_assessments_since(db, since)
     out = []
     for memory_id, content, metadata, created_at, project, session_id in rows:
         meta = _json_object(metadata)
@@ -213,9 +214,7 @@ def calibrate(procedure: dict[str, Any], assessments: list[dict[str, Any]], wind
 
 
 def _insight_procedures(db) -> dict[str, dict[str, Any]]:
-    rows = db.execute_sql(
-        "SELECT id, metadata, created_at FROM memory WHERE type = 'procedure' AND invalidated_at IS NULL "
-        "AND json_extract(metadata, '$.insight_key') IS NOT NULL").fetchall()
+    rows = insight_procedure_rows(db)
     out = {}
     for memory_id, metadata, created_at in rows:
         meta = _json_object(metadata)
@@ -382,9 +381,7 @@ def plan_rem(store, cfg: dict[str, Any], *, pairs: list[dict[str, Any]], propose
                                       "calibration": {k: outcome[k] for k in ("metric", "before", "after")}}}))
 
     stale_before = at - int(cfg["stale_procedure_days"]) * 86400
-    rows = db.execute_sql(
-        "SELECT id, access_count, created_at, json_extract(metadata, '$.stale_procedure') FROM memory "
-        "WHERE type = 'procedure' AND invalidated_at IS NULL").fetchall()
+    rows = procedure_use_rows(db)
     for memory_id, access_count, created_at, flagged in rows:
         stale = (access_count or 0) == 0 and created_at < stale_before
         if stale:

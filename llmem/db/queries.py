@@ -1,0 +1,156 @@
+"""Reads over the memory table that the portable peewee query API cannot say, or says too slowly.
+
+Each function returns plain rows or a peewee expression, so the code above `db/` holds no
+SQL dialect: a PostgreSQL backend answers the same calls with its own SQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import peewee as pw
+
+from .models import Memory
+
+
+def metadata_value(field: pw.Field, key: str) -> pw.Node:
+    """The expression for `key` of a JSON metadata column (for a peewee `where`)."""
+    return pw.fn.json_extract(field, f"$.{key}")
+
+
+def memory_filter(*, memory_type: str | None, project: str | None, include_invalid: bool,
+                  valid_only: bool, at: float) -> tuple[str, list[Any]]:
+    """(SQL condition over `memory m`, its parameters) for a search's filters; "1" keeps all."""
+    clauses, params = [], []
+    if memory_type:
+        clauses.append("m.type = ?")
+        params.append(memory_type)
+    if project:
+        # A project's searches see its own memories and the global ones.
+        clauses.append("(m.project = ? OR m.project IS NULL)")
+        params.append(project)
+    if not include_invalid:
+        clauses.append("m.invalidated_at IS NULL")
+    if valid_only:
+        clauses.append("(m.valid_until IS NULL OR m.valid_until > ?)")
+        params.append(at)
+        clauses.append("NOT EXISTS (SELECT 1 FROM relation r JOIN memory s ON s.id = r.source_id "
+                       "WHERE r.target_id = m.id AND r.type = 'supersedes' "
+                       "AND s.invalidated_at IS NULL)")
+    return (" AND ".join(clauses) or "1"), params
+
+
+def seqs_passing(db, seqs: list[int], where: str, params: list) -> set[int]:
+    """The memory seqs among `seqs` that pass a `memory_filter` condition."""
+    marks = ",".join("?" * len(seqs))
+    rows = db.execute_sql(f"SELECT m.seq FROM memory m WHERE m.seq IN ({marks}) AND {where}", [*seqs, *params])
+    return {r[0] for r in rows}
+
+
+def rank_fields(db, seqs: list[int]) -> list[tuple]:
+    """(seq, type, confidence, accessed_at, access_count, created_at) of each memory in `seqs`."""
+    marks = ",".join("?" * len(seqs))
+    return db.execute_sql("SELECT seq, type, confidence, accessed_at, access_count, created_at "
+                          f"FROM memory WHERE seq IN ({marks})", seqs).fetchall()
+
+
+def shared_content_rows(db) -> list[tuple]:
+    """(content_hash, project, id) of the valid memories whose content hash another valid
+    memory of the same project shares, ordered by hash, project, age."""
+    return db.execute_sql(
+        "SELECT content_hash, project, id FROM memory WHERE invalidated_at IS NULL AND content_hash IN ("
+        " SELECT content_hash FROM memory WHERE invalidated_at IS NULL"
+        " GROUP BY content_hash, project HAVING COUNT(*) > 1)"
+        " ORDER BY content_hash, project, created_at, seq").fetchall()
+
+
+def recall_totals(db, user_origins: tuple[str, ...], memory_ids: list[str] | None) -> list[tuple]:
+    """Per memory recalled (of `memory_ids`, or all): (memory_id, user recalls, distinct user
+    queries, distinct user recall days, mean user score clamped to [0, 1], last user recall,
+    recalls of other origins)."""
+    marks = ",".join("?" * len(user_origins))
+    sql = ("SELECT memory_id,"
+           f" SUM(CASE WHEN origin IN ({marks}) THEN 1 ELSE 0 END),"
+           f" COUNT(DISTINCT CASE WHEN origin IN ({marks}) THEN query_hash END),"
+           f" COUNT(DISTINCT CASE WHEN origin IN ({marks}) THEN CAST(created_at / 86400 AS INTEGER) END),"
+           f" AVG(CASE WHEN origin IN ({marks}) THEN MIN(MAX(score, 0.0), 1.0) END),"
+           f" MAX(CASE WHEN origin IN ({marks}) THEN created_at END),"
+           f" SUM(CASE WHEN origin IN ({marks}) THEN 0 ELSE 1 END)"
+           " FROM recall_event")
+    params: list[Any] = list(user_origins) * 6
+    if memory_ids is not None:
+        sql += f" WHERE memory_id IN ({','.join('?' * len(memory_ids))})"
+        params += memory_ids
+    sql += " GROUP BY memory_id"
+    return db.execute_sql(sql, params).fetchall()
+
+
+def valid_type_counts(db) -> list[tuple[str, int]]:
+    """(type, count) of the valid memories, by type."""
+    return db.execute_sql("SELECT type, COUNT(*) FROM memory WHERE invalidated_at IS NULL "
+                          "GROUP BY type ORDER BY type").fetchall()
+
+
+def newest_valid_contents(db, since: float, limit: int) -> list[tuple[str, str]]:
+    """(id, content) of at most `limit` valid memories created since `since`, newest first."""
+    return db.execute_sql("SELECT id, content FROM memory WHERE invalidated_at IS NULL AND created_at >= ? "
+                          "ORDER BY created_at DESC LIMIT ?", (since, limit)).fetchall()
+
+
+def contents_of(db, memory_ids: list[str]) -> list[str]:
+    """The content of each memory in `memory_ids` (in no particular order)."""
+    marks = ", ".join("?" * len(memory_ids))
+    return [c for (c,) in db.execute_sql(f"SELECT content FROM memory WHERE id IN ({marks})", memory_ids)]
+
+
+def valid_assessments_since(db, since: float) -> list[tuple]:
+    """(id, content, metadata text, created_at, project, session_id) of the valid
+    self_assessments created since `since`, oldest first."""
+    return db.execute_sql(
+        "SELECT id, content, metadata, created_at, project, session_id FROM memory "
+        "WHERE type = 'self_assessment' AND invalidated_at IS NULL AND created_at >= ? ORDER BY created_at",
+        (since,)).fetchall()
+
+
+def insight_procedure_rows(db) -> list[tuple]:
+    """(id, metadata text, created_at) of the valid procedures that carry an `insight_key`."""
+    return db.execute_sql(
+        "SELECT id, metadata, created_at FROM memory WHERE type = 'procedure' AND invalidated_at IS NULL "
+        "AND json_extract(metadata, '$.insight_key') IS NOT NULL").fetchall()
+
+
+def procedure_use_rows(db) -> list[tuple]:
+    """(id, access_count, created_at, metadata's stale_procedure) of the valid procedures."""
+    return db.execute_sql(
+        "SELECT id, access_count, created_at, json_extract(metadata, '$.stale_procedure') FROM memory "
+        "WHERE type = 'procedure' AND invalidated_at IS NULL").fetchall()
+
+
+def decay_rows(db) -> list[tuple]:
+    """(id, type, confidence, accessed_at, created_at, access_count, and the metadata's
+    decayed_at, boosted_at_count, stale_procedure) of the valid, unpromoted memories."""
+    return db.execute_sql(
+        "SELECT id, type, confidence, accessed_at, created_at, access_count, "
+        "json_extract(metadata, '$.decayed_at'), json_extract(metadata, '$.boosted_at_count'), "
+        "json_extract(metadata, '$.stale_procedure') "
+        "FROM memory WHERE invalidated_at IS NULL AND promoted_at IS NULL").fetchall()
+
+
+# The memory columns an undo restores: everything but the keys.
+MEMORY_ROW_FIELDS = tuple(f.name for f in Memory._meta.sorted_fields if f.name not in ("seq", "id"))
+_MEMORY_ROW_SQL = ", ".join(f'"{Memory._meta.fields[name].column_name}"' for name in MEMORY_ROW_FIELDS)
+
+
+def memory_row(db, memory_id: str) -> tuple | None:
+    """The stored values of MEMORY_ROW_FIELDS of one memory (metadata as its JSON text), or None.
+
+    Raw SQL: the journal reads this once per action (100k times on a big night), and a
+    peewee .get() costs ~30× more than the query itself.
+    """
+    return db.execute_sql(f"SELECT {_MEMORY_ROW_SQL} FROM memory WHERE id = ?", (memory_id,)).fetchone()
+
+
+def session_cursor_values(db, adapter: str, session_id: str, columns: tuple[str, ...]) -> tuple | None:
+    """The values of `columns` (from a fixed list) of one session's cursor row, or None."""
+    return db.execute_sql(f"SELECT {', '.join(columns)} FROM session_cursor WHERE adapter = ? AND session_id = ?",
+                          (adapter, session_id)).fetchone()

@@ -49,6 +49,10 @@ class LLMReplyInvalid(LlmemError):
     to its heuristics. Caught by name, so that a bug is not mistaken for a bad reply."""
 
 
+class BudgetExhausted(LlmemError):
+    """Today's llm.daily_token_budget is spent: LLM work is deferred until tomorrow."""
+
+
 class StoreError(LlmemError):
     """The memory store could not be opened, migrated or written."""
 

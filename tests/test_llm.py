@@ -10,9 +10,8 @@ from conftest import free_port_url
 from test_extract import fast_model_server
 
 from llmem.app import App
-from llmem.errors import LLMReplyInvalid, LLMUnavailable
+from llmem.errors import BudgetExhausted, LLMReplyInvalid, LLMUnavailable
 from llmem.providers.llm import (
-    BudgetExhausted,
     OllamaLLM,
     make_llm,
     parse_reply,

@@ -22,8 +22,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from ..db.models import MEMORY_TYPES, Memory
-from ..errors import EmbedderUnavailable, LLMReplyInvalid, LLMUnavailable
-from ..providers.llm import BudgetExhausted, step_llm
+from ..errors import BudgetExhausted, EmbedderUnavailable, LLMReplyInvalid, LLMUnavailable
+from ..providers.llm import step_llm
 from ..redact import redact
 from ..store import content_hash
 from .heuristics import STATED, Candidate, statements

@@ -24,8 +24,14 @@ from pathlib import Path
 
 from ..db.models import Memory
 from ..db.queries import metadata_value
-from ..errors import EmbedderUnavailable, LLMReplyInvalid, LLMUnavailable, UsageError
-from ..providers.llm import BudgetExhausted, step_llm
+from ..errors import (
+    BudgetExhausted,
+    EmbedderUnavailable,
+    LLMReplyInvalid,
+    LLMUnavailable,
+    UsageError,
+)
+from ..providers.llm import step_llm
 from ..times import now, to_iso
 from .extract import chunk_lines, prepare_slice, redact_messages, redactor
 from .heuristics import classify_correction, error_signals, stated_corrections

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from datetime import date
 from typing import Any
 
-from ..errors import LlmemError, LLMReplyInvalid, LLMUnavailable, UsageError
+from ..errors import BudgetExhausted, LLMReplyInvalid, LLMUnavailable, UsageError
 from ..redact import Redactor
 from .http import HttpProvider, bearer, openai_path
 
@@ -26,10 +26,6 @@ log = logging.getLogger(__name__)
 
 # How much of an unusable reply goes to the log.
 RAW_LOG_CHARS = 2000
-
-
-class BudgetExhausted(LlmemError):
-    """Today's llm.daily_token_budget is spent: LLM work is deferred until tomorrow."""
 
 
 # ---- a small JSON-schema validator (the subset llmem's own schemas use) -------------------

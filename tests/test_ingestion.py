@@ -56,10 +56,22 @@ class Pipeline:
             self.recorded.append((adapter, session_id, kind, event.id))
             self.changed.notify_all()
 
-    def start(self, *, idle_debounce_seconds: float | None = None) -> Pipeline:
+    def start(self, *, idle_debounce_seconds: float | None = None,
+              inactivity_seconds: float | None = None) -> Pipeline:
+        """`inactivity_seconds`: below the config's one-minute floor, so set on the watcher."""
         self.watcher = SessionWatcher(self.app.config, self.emit, store=self.app.store)
         if idle_debounce_seconds is not None:
             self.watcher.idle_debounce_ms = int(idle_debounce_seconds * 1000)
+        if inactivity_seconds is not None:
+            self.watcher.inactivity_ms = int(inactivity_seconds * 1000)
+        self.looks: list[tuple[float, str, object]] = []  # (when, session, Lifecycle) of each look
+        apply = self.watcher._apply
+
+        def looked(adapter, session_id, lifecycle):
+            self.looks.append((time.time(), session_id, lifecycle))
+            apply(adapter, session_id, lifecycle)
+
+        self.watcher._apply = looked
         self.watcher.start()
         return self
 
@@ -285,3 +297,99 @@ def test_an_event_written_while_the_store_is_locked_arrives_after(dirs, monkeypa
             holder.kill()
             holder.wait()
         pipeline.close()
+
+
+# ---- a session that ended by inactivity and then got one more turn (soak: after_long_idle) ----
+
+DEBOUNCE_S, INACTIVITY_S = 1.0, 2.0
+
+
+def first_look_after(pipeline: Pipeline, session_id: str, written: float, timeout: float = 5.0):
+    """The Lifecycle of the watcher's first look at the session after `written` (epoch s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        looks = [(at, lifecycle) for at, sid, lifecycle in list(pipeline.looks) if sid == session_id and at > written]
+        if looks:
+            return looks[0]
+        time.sleep(0.02)
+    raise AssertionError(f"no look at {session_id} after the write")
+
+
+def assert_looked_inside_the_debounce(pipeline: Pipeline, session_id: str, written: float) -> None:
+    """The case under test: the first look after the new turn sees its finished reply, but the
+    session is neither busy nor idle yet (the idle debounce has not passed)."""
+    from llmem.adapters.lifecycle import Moment
+
+    at, lifecycle = first_look_after(pipeline, session_id, written)
+    assert at - written < DEBOUNCE_S, "the first look came too late to test this case"
+    assert Moment.BUSY not in lifecycle and Moment.IDLE not in lifecycle and Moment.ENDING not in lifecycle
+
+
+def wait_for_count(pipeline: Pipeline, session_id: str, kind: str, count: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while pipeline.kinds(session_id).count(kind) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pipeline.kinds(session_id).count(kind) >= count, pipeline.kinds(session_id)
+
+
+def test_copilot_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipeline):
+    _, copilot = dirs
+    pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S)
+    session_id, events = copilot_session(copilot, *turn("remember that the api listens on port 8080"))
+    pipeline.wait_for(session_id, "created", "idle", "ending")  # ended by inactivity
+    written = time.time()
+    append(events, *turn("remember that the deploy runs at midnight"))  # user + finished reply, one write
+    assert_looked_inside_the_debounce(pipeline, session_id, written)
+    wait_for_count(pipeline, session_id, "ending", 2)
+    time.sleep(0.3)
+    assert pipeline.kinds(session_id) == ["created", "idle", "ending", "idle", "ending"]
+    pipeline.run_recorded()
+    assert pipeline.found("deploy midnight") == ["The deploy runs at midnight"]
+    assert pipeline.found("port 8080") == ["The api listens on port 8080"]
+    pipeline.run_recorded()  # every event once more: nothing new
+    assert pipeline.memory_count() == 2
+
+
+def test_opencode_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipeline):
+    opencode, _ = dirs
+    conn = opencode_db(opencode)
+    try:
+        pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S)
+        session = "ses_0afterlongidle00000000001"
+        opencode_turn(conn, session, 1, "remember that the api listens on port 8080", new_session=True)
+        pipeline.wait_for(session, "created", "idle", "ending")  # ended by inactivity
+        written = time.time()
+        opencode_turn(conn, session, 2, "remember that the deploy runs at midnight")  # one transaction
+        assert_looked_inside_the_debounce(pipeline, session, written)
+        wait_for_count(pipeline, session, "ending", 2)
+        time.sleep(0.3)
+        assert pipeline.kinds(session) == ["created", "idle", "ending", "idle", "ending"]
+        pipeline.run_recorded()
+        assert pipeline.found("deploy midnight") == ["The deploy runs at midnight"]
+        pipeline.run_recorded()
+        assert pipeline.memory_count() == 2
+    finally:
+        conn.close()
+
+
+def test_a_turn_after_an_inactivity_ending_survives_a_restart_inside_the_debounce(dirs, pipeline):
+    """The look that saw the session move on is kept in watch_session: a watcher restarted
+    before the idle debounce passed still emits the idle."""
+    _, copilot = dirs
+    pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S)
+    session_id, events = copilot_session(copilot, *turn("remember that the api listens on port 8080"))
+    pipeline.wait_for(session_id, "created", "idle", "ending")
+    written = time.time()
+    append(events, *turn("remember that the deploy runs at midnight"))
+    assert_looked_inside_the_debounce(pipeline, session_id, written)
+    pipeline.stop()
+    ended = pipeline.app.store.db.execute_sql(
+        "SELECT ended FROM watch_session WHERE session_id = ?", (session_id,)).fetchone()[0]
+    assert ended == 0  # live again, as saved
+    pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S)
+    wait_for_count(pipeline, session_id, "ending", 2)
+    time.sleep(0.3)
+    assert pipeline.kinds(session_id) == ["created", "idle", "ending", "idle", "ending"]
+    pipeline.run_recorded()
+    assert pipeline.found("deploy midnight") == ["The deploy runs at midnight"]
+    assert pipeline.memory_count() == 2

@@ -41,8 +41,10 @@ class SessionState:
 
     idle_reply: str | None = None  # the finished reply idle was emitted for (Lifecycle.reply_id)
     compacting: bool = False
+    # Ending was emitted and the session has not moved on since: its newest turn is still
+    # `ended_turn` (Lifecycle.last_turn_id then). A newer turn makes it live again.
     ended: bool = False
-    ended_turn: str | None = None  # Lifecycle.last_turn_id when ending was emitted
+    ended_turn: str | None = None
     seen_compaction_id: str | None = None
 
     @classmethod
@@ -462,6 +464,12 @@ class SessionWatcher:
         False when an emit failed (the rest waits for the retry)."""
         from ..adapters.lifecycle import Moment
 
+        if state.ended and lifecycle.last_turn_id != state.ended_turn:
+            # The session moved on since it ended (one more turn, reopened): it is live again,
+            # whether the look that notices it sees it busy, idle, or its reply finished but
+            # still inside the idle debounce. Live, it is looked at again (_schedule_recheck)
+            # for its idle and its next ending, and a restarted watcher rechecks it.
+            state.ended = False
         compacting = Moment.COMPACTING in lifecycle
         # A compaction that started and finished between two looks still hid a slice to extract.
         compaction_is_new = (compacting or Moment.JUST_COMPACTED in lifecycle) and not state.compacting
@@ -478,11 +486,8 @@ class SessionWatcher:
             if not self._emit(adapter, session_id, "idle"):
                 return False
             state.idle_reply = lifecycle.reply_id
-        elif Moment.BUSY in lifecycle:
-            state.ended = False  # a resumed session can end again
 
-        ending_is_new = not state.ended or state.ended_turn != lifecycle.last_turn_id
-        if Moment.ENDING in lifecycle and ending_is_new:
+        if Moment.ENDING in lifecycle and not state.ended:
             # Ending extracts what is past the cursor too: the last turn needs no idle of its own.
             if not self._emit(adapter, session_id, "ending"):
                 return False

@@ -172,7 +172,7 @@ SCHEMA: dict[str, Any] = {
         "min_extraction_interval_seconds": _s(120.0, "float", "Minimum time between two LLM extractions of one session", minimum=0),
         "reconcile_interval_minutes": _s(5, "int", "How often pending or stuck events are re-enqueued", minimum=1),
         "reconcile_pending_seconds": _s(60.0, "float", "A pending event older than this has lost its task and is re-enqueued", minimum=0),
-        "running_timeout_minutes": _s(30.0, "float", "A running event older than this has lost its worker (killed) and is re-enqueued", minimum=0.001),
+        "running_timeout_minutes": _s(30.0, "float", "A running event older than this has lost its worker and is re-enqueued (at once when that worker on this host has died)", minimum=0.001),
         "use_polling": _s(False, "bool", "Poll the agents' folders instead of using inotify (network filesystems, containers)"),
     },
     "redaction": {

@@ -1,7 +1,8 @@
 """What the kernel says about a process: whether it lives, its state and when it started.
 
-Both the Copilot adapter (is the CLI that holds a session's lock file still running?) and
-the dream lock (did the run that took the lock die?) ask; neither owns the question.
+The Copilot adapter (is the CLI that holds a session's lock file still running?), the dream
+lock (did the run that took the lock die?) and the event pipeline (did the worker running
+this event die?) ask; none of them owns the question.
 """
 
 from __future__ import annotations
@@ -35,3 +36,20 @@ def process_state(pid: int) -> tuple[str, float] | None:
         return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, StopIteration, ValueError):
         return None
+
+
+def process_is_running(pid: int, started_by: float) -> bool:
+    """Whether `pid` is still the process that was running at `started_by` (epoch seconds).
+
+    False when no process has this id, when it is a zombie (finished, not yet reaped), or
+    when /proc says it started after `started_by`: a later process was given the recycled
+    pid (boot time and clock ticks round to a second or so, hence the slack). True when the
+    pid lives and /proc cannot tell when it started.
+    """
+    if not pid_is_alive(pid):
+        return False
+    state = process_state(pid)
+    if state is None:
+        return True
+    letter, process_started = state
+    return letter != "Z" and process_started <= started_by + 2.0

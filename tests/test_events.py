@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -12,6 +16,7 @@ from llmem.app import App
 from llmem.pipeline.events import (
     claim_event,
     events_to_reconcile,
+    owner_died,
     record_event,
     release_event,
     retry_events,
@@ -143,3 +148,78 @@ def test_an_event_another_worker_is_running_is_not_run_twice(app):
     # Running for longer than pipeline.running_timeout_minutes: that worker is gone.
     Event.update(started_at=now() - 3600).where(Event.id == event.id).execute()
     assert run_event(app, event.id).status == "done"
+
+
+DEFAULT_RUNNING_TIMEOUT = 30 * 60.0  # pipeline.running_timeout_minutes
+
+
+def claim_in_a_process_that_dies(app, event_id: int) -> int:
+    """Claim the event from a short-lived process (a worker killed mid-task); return its pid."""
+    code = ("import sys; from llmem.store import Store; from llmem.pipeline.events import claim_event\n"
+            "with Store.open(sys.argv[1]) as store: assert claim_event(store, int(sys.argv[2]))")
+    worker = subprocess.Popen([sys.executable, "-c", code, str(app.config.db_path), str(event_id)],
+                              stderr=subprocess.PIPE, text=True)
+    _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err
+    return worker.pid
+
+
+def test_a_running_event_whose_worker_died_is_reconciled_at_once(app):
+    Event = app.store.models.Event
+    lost, _ = record_event(app.store, "copilot", "s1", "idle")
+    dead_pid = claim_in_a_process_that_dies(app, lost.id)
+    row = Event.get_by_id(lost.id)
+    assert (row.status, row.attempts, row.owner_pid, row.owner_host) == (
+        "running", 1, dead_pid, socket.gethostname())
+    live, _ = record_event(app.store, "copilot", "s2", "idle")
+    claim_event(app.store, live.id)  # this (live) process runs it
+    assert Event.get_by_id(live.id).owner_pid == os.getpid()
+
+    found = events_to_reconcile(app.store, pending_after=60, running_after=DEFAULT_RUNNING_TIMEOUT)
+    assert [e.id for e in found] == [lost.id]
+    row = Event.get_by_id(lost.id)
+    # back to pending like a released event: the killed attempt is not a failure
+    assert (row.status, row.attempts) == ("pending", 0) and "died" in row.last_error
+    assert Event.get_by_id(live.id).status == "running"
+    # the requeued task claims it as a first attempt
+    assert claim_event(app.store, lost.id, running_after=DEFAULT_RUNNING_TIMEOUT).attempts == 1
+
+
+def test_a_recycled_pid_or_another_host_is_not_taken_for_the_owner(app):
+    Event = app.store.models.Event
+    younger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        recycled, _ = record_event(app.store, "copilot", "s1", "idle")
+        elsewhere, _ = record_event(app.store, "copilot", "s2", "idle")
+        for event in (recycled, elsewhere):
+            claim_event(app.store, event.id)
+        # The owner started ten minutes ago; the process holding its pid now started just now.
+        Event.update(owner_pid=younger.pid, owner_started_at=now() - 600).where(
+            Event.id == recycled.id).execute()
+        # A dead pid on another host: this host cannot tell, so the timeout rule holds.
+        Event.update(owner_pid=2**22 + 7, owner_host="elsewhere.invalid").where(
+            Event.id == elsewhere.id).execute()
+        assert owner_died(Event.get_by_id(recycled.id))
+        assert not owner_died(Event.get_by_id(elsewhere.id))
+        found = events_to_reconcile(app.store, pending_after=60, running_after=DEFAULT_RUNNING_TIMEOUT)
+        assert [e.id for e in found] == [recycled.id]
+        Event.update(started_at=now() - 3600).where(Event.id == elsewhere.id).execute()
+        found = events_to_reconcile(app.store, pending_after=60, running_after=DEFAULT_RUNNING_TIMEOUT)
+        assert elsewhere.id in [e.id for e in found]
+    finally:
+        younger.kill()
+        younger.wait()
+
+
+def test_an_event_whose_worker_died_is_run_at_once_when_delivered_again(app):
+    session_id = str(uuid.uuid4())
+    events_file = app.state_dir / session_id / "events.jsonl"
+    events_file.parent.mkdir()
+    append(events_file, event_line("session.start", {"sessionId": session_id}),
+           *turn("remember that the cache ttl is ten minutes"))
+    Event = app.store.models.Event
+    event, _ = record_event(app.store, "copilot", session_id, "created")
+    claim_in_a_process_that_dies(app, event.id)
+    # started moments ago, but its worker is gone: no need to wait out the timeout
+    assert run_event(app, event.id).status == "done"
+    assert Event.get_by_id(event.id).attempts == 1

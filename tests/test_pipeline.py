@@ -151,6 +151,10 @@ def test_kill_9_during_a_task_loses_nothing_and_duplicates_nothing(home, model_s
     llmem_home, state = home
     text = (llmem_home / "config.yaml").read_text().replace(
         "llm:\n  provider: none\n", f"llm:\n  provider: ollama\n  base_url: {model_server.url}\n  timeout: 30\n")
+    # The default running_timeout_minutes (30): the restarted worker sees that the event's
+    # owner died and runs it at once, rather than after the timeout.
+    text = text.replace("  running_timeout_minutes: 0.002\n", "")
+    assert "running_timeout_minutes" not in text
     (llmem_home / "config.yaml").write_text(text)
     model_server.mode, model_server.delay = "slow", 6.0
     session_id = new_session(state, "remember that the cache ttl is ten minutes",
@@ -162,11 +166,14 @@ def test_kill_9_during_a_task_loses_nothing_and_duplicates_nothing(home, model_s
     worker.wait(10)
     assert events(home)[0]["status"] == "running"
     model_server.mode = "ok"
+    restarted = time.monotonic()
     worker = start("worker", "-w", "1")
     try:
-        wait_until(lambda: events(home)[0]["status"] == "done", timeout=90)
+        wait_until(lambda: events(home)[0]["status"] == "done", timeout=30)
     finally:
         stop(worker)
+    assert time.monotonic() - restarted < 30
+    assert events(home)[0]["attempts"] == 1  # the killed run is not counted as a failed attempt
     contents = [m["content"] for m in memories(home)]
     assert len(contents) == len(set(contents))
     assert any("ten minutes" in c for c in contents)

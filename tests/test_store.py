@@ -254,6 +254,23 @@ def test_migration_0008_marks_embeddings_of_changed_text_pending(tmp_path, model
         assert embed_pending(store, embedder) == 1 and pending_ids(store, embedder) == []
 
 
+def test_migration_0010_adds_the_event_owner_to_an_old_store(tmp_path):
+    path = tmp_path / "old.db"
+    with Store.open(path) as store:
+        store.models.Event.create(adapter="copilot", session_id="s1", kind="idle", status="running",
+                                  detected_at=1.0, started_at=2.0)
+    conn = sqlite3.connect(path)
+    for column in ("owner_pid", "owner_started_at", "owner_host"):
+        conn.execute(f"ALTER TABLE event DROP COLUMN {column}")
+    conn.execute("DELETE FROM schema_migration WHERE name = '0010_event_owner'")
+    conn.commit()
+    conn.close()
+    with Store.open(path) as store:
+        assert "0010_event_owner" in applied_migrations(store.db)
+        event = store.models.Event.get()
+        assert (event.status, event.owner_pid, event.owner_host) == ("running", None, None)
+
+
 def test_update_of_descriptive_metadata_re_embeds_at_once_like_content(cli, ollama_config):
     code, out, err = cli("add", "--content", "I finally adopted a dog", "--json")
     memory_id = json.loads(out)["id"]

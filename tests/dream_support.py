@@ -1,12 +1,8 @@
-"""Helpers for the dream tests: a word-hashing embedder, a store in LLMEM_HOME, time travel."""
+"""Helpers for the dream tests: a store in LLMEM_HOME, time travel, the CLI in-process."""
 
 from __future__ import annotations
 
-import hashlib
-import re
 from pathlib import Path
-
-import numpy as np
 
 from llmem.config import load_config
 from llmem.db.models import Memory
@@ -16,27 +12,6 @@ from llmem.times import now
 from llmem.vectors import store_vectors
 
 DAY = 86400.0
-
-
-class WordEmbedder(Embedder):
-    """Deterministic: each word lights one dimension, so cosine = shared words / sizes."""
-
-    provider = "fake"
-
-    def __init__(self, dim: int = 512):
-        super().__init__("words")
-        self.size = dim
-
-    def _embed(self, texts):
-        out = []
-        for text in texts:
-            vector = np.zeros(self.size)
-            for word in re.findall(r"\w+", text.lower()):
-                vector[int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % self.size] += 1.0
-            if not vector.any():
-                vector[0] = 1.0
-            out.append(vector.tolist())
-        return out
 
 
 def open_store(home: Path, config_text: str = "") -> tuple[Store, object]:

@@ -1,4 +1,6 @@
-"""Test doubles at the network edge: a real HTTP server on 127.0.0.1 playing Ollama/OpenAI."""
+"""The test doubles, for tests and benches alike: a real HTTP server on 127.0.0.1 playing
+Ollama/OpenAI, the same vectors in-process (FakeEmbedder), a chat LLM without HTTP (StubLLM),
+and `wait_until` for what another thread or process does."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
+
+from llmem.providers.embedders import Embedder
 
 FAKE_DIM = 64
 
@@ -26,6 +30,53 @@ def fake_vector(text: str, dim: int = FAKE_DIM) -> list[float]:
     if not vector.any():
         vector[0] = 1.0
     return (vector / np.linalg.norm(vector)).tolist()
+
+
+class FakeEmbedder(Embedder):
+    """In-process deterministic embedder: the fake server's vectors without HTTP."""
+
+    provider = "fake"
+
+    def __init__(self, model: str = "words", dim: int = FAKE_DIM):
+        super().__init__(model)
+        self.fixed_dim = dim
+
+    def _embed(self, texts):
+        return [fake_vector(t, self.fixed_dim) for t in texts]
+
+
+class StubLLM:
+    """The chat LLM's `chat_json` without HTTP.
+
+    `reply` is the parsed JSON every call returns, or a function of the call's number (1, 2, …)
+    giving it; `error`, when set, is raised instead. `tasks` and `messages` record each call.
+    """
+
+    def __init__(self, reply=None, *, error: Exception | None = None):
+        self.reply, self.error = reply, error
+        self.tasks: list[str] = []
+        self.messages: list[list[dict]] = []
+
+    def chat_json(self, messages, schema, task):
+        self.tasks.append(task)
+        self.messages.append(messages)
+        if self.error:
+            raise self.error
+        return self.reply(len(self.tasks)) if callable(self.reply) else self.reply
+
+    def close(self) -> None:
+        pass
+
+
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.2):
+    """Poll `predicate` until it returns something true, and return that; fail after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not reached in time")
 
 
 class FakeModelServer:

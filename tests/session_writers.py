@@ -49,6 +49,12 @@ def copilot_line(kind: str, data: dict, *, parent_id: str | None = None, event_i
                        "timestamp": iso(at), "parentId": parent_id}) + "\n"
 
 
+def append_lines(path: Path, *lines: str) -> None:
+    """Append lines as given, in one write (also what no agent writes: a half line, noise)."""
+    with Path(path).open("a", encoding="utf-8") as handle:
+        handle.write("".join(lines))
+
+
 def copilot_turn_lines(text: str, reply: str = "done", turn_id: str = "0") -> list[str]:
     """A finished turn without a parentId chain (for tests that build files line by line)."""
     return [copilot_line("user.message", {"content": text}),
@@ -75,6 +81,7 @@ class CopilotSession:
         self._parent: str | None = None
         self._pending: list[tuple[str, dict]] = []
         self._turn = itertools.count()
+        self._current_turn: str | None = None
         self._checkpoints = 0
         self.created_at = time.time()
 
@@ -164,10 +171,26 @@ class CopilotSession:
                                                  "toolRequests": [], "model": self.model, "turnId": turn}),
                           ("assistant.turn_end", {"turnId": turn}))
 
-    def turn(self, text: str, reply: str = "Done.") -> float:
-        """A whole turn flushed at once (a quick answer inside Copilot's 100 ms write buffer)."""
+    def assistant(self, text: str = "", tools: list[dict] | None = None) -> float:
+        """An assistant message in the current turn, with its tool calls (each a dict of `name`,
+        `arguments`, `output`, `success`) and their results; the turn stays open."""
+        turn = self._current_turn
+        requests = [{"toolCallId": "toolu_" + secrets.token_hex(8), "name": tool["name"], "type": "function",
+                     "arguments": tool.get("arguments", {})} for tool in tools or []]
+        events = [("assistant.message", {"messageId": str(uuid.uuid4()), "content": text,
+                                         "toolRequests": requests, "model": self.model, "turnId": turn})]
+        for request, tool in zip(requests, tools or [], strict=True):
+            events.append(("tool.execution_complete", {"toolCallId": request["toolCallId"],
+                                                       "success": tool.get("success", True),
+                                                       "result": {"content": tool.get("output", "")},
+                                                       "turnId": turn}))
+        return self.write(*events)
+
+    def turn(self, text: str, reply: str = "Done.", *, flush: bool = True) -> float:
+        """A whole turn flushed at once (a quick answer inside Copilot's 100 ms write buffer);
+        `flush=False` holds it back for the next write (turns that land together)."""
         self._pending_turn(text, reply)
-        return self.write()
+        return self.write() if flush else time.time()
 
     def _pending_turn(self, text: str, reply: str) -> None:
         turn = str(next(self._turn))
@@ -207,6 +230,15 @@ class CopilotSession:
         return written
 
 
+def copilot_session(state_dir: Path, session_id: str | None = None, *, cwd: str = "/work/acme") -> CopilotSession:
+    """A session whose folder and session.start are written and that no agent holds: what a
+    test appends turns to, or reads, before anything else happens."""
+    session = CopilotSession(state_dir, session_id, cwd=cwd)
+    session.start(locked=False)
+    session.write()
+    return session
+
+
 # ---- OpenCode ---------------------------------------------------------------------------------
 
 _BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
@@ -239,6 +271,19 @@ def opencode_schema() -> str:
         if body.startswith(("CREATE", "PRAGMA")) or body.startswith("INSERT INTO `migration`"):
             statements.append(body + ";")
     return "\n".join(statements)
+
+
+def recorded_opencode_store(data_dir: Path, *, journal_mode: str | None = None) -> Path:
+    """opencode.db in `data_dir` loaded from the recorded fixture (its sessions as OpenCode left
+    them); `journal_mode` as the real store runs it (WAL) or as a test needs it."""
+    path = Path(data_dir) / "opencode.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    if journal_mode:
+        conn.execute(f"PRAGMA journal_mode = {journal_mode}")
+    conn.executescript(FIXTURE_SQL.read_text(encoding="utf-8"))
+    conn.close()
+    return path
 
 
 class OpenCodeStore:

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from session_writers import append_lines
 
 from llmem.adapters import (
     CopilotAdapter,
@@ -39,11 +40,6 @@ def adapter(home: Path) -> CopilotAdapter:
 
 def event(event_type: str, data: dict, event_id: str, timestamp="2026-10-01T09:00:00.000Z"):
     return {"type": event_type, "data": data, "id": event_id, "timestamp": timestamp}
-
-
-def append_lines(path: Path, *lines: str) -> None:
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write("".join(lines))
 
 
 def test_list_sessions_covers_dirs_and_exports(adapter, home):

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from session_writers import recorded_opencode_store
 
 from llmem.adapters import (
     AdapterError,
@@ -20,27 +21,16 @@ from llmem.adapters import (
 )
 from llmem.adapters.base import TOOL_OUTPUT_CAP
 
-FIXTURE_SQL = Path(__file__).parent / "fixtures" / "opencode" / "opencode_fixture.sql"
 MAIN = "ses_f0d5df91fffeoLpXSBPHrYDK6h"
 CHILD = "ses_f0d5d58f7ffeSsd6eXKN03Ifpf"
 FIRST_USER = "msg_0f2a20cbc001MDsRHCUHFK4BB6"
 COMPACTION_REQUEST = "msg_0f2a2f140001bhNNkR8t7Po177"
 
 
-def build_db(path: Path, journal_mode: str = "WAL") -> Path:
-    """Load the fixture SQL into a fresh SQLite file, as OpenCode would have written it."""
-    conn = sqlite3.connect(path)
-    conn.execute(f"PRAGMA journal_mode = {journal_mode}")
-    conn.executescript(FIXTURE_SQL.read_text(encoding="utf-8"))
-    conn.close()
-    return path
-
-
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     directory = tmp_path / "opencode"
-    directory.mkdir()
-    build_db(directory / "opencode.db")
+    recorded_opencode_store(directory, journal_mode="WAL")
     return directory
 
 
@@ -197,8 +187,7 @@ def test_reads_while_another_connection_holds_a_write_transaction(data_dir, adap
 
 def test_exclusively_locked_database_raises_a_clear_error(tmp_path):
     data_dir = tmp_path / "oc"
-    data_dir.mkdir()
-    build_db(data_dir / "opencode.db", journal_mode="DELETE")
+    recorded_opencode_store(data_dir, journal_mode="DELETE")
     holder = sqlite3.connect(data_dir / "opencode.db", isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
@@ -213,8 +202,7 @@ def test_exclusively_locked_database_raises_a_clear_error(tmp_path):
 
 def test_lock_released_during_retries_is_read(tmp_path):
     data_dir = tmp_path / "oc"
-    data_dir.mkdir()
-    build_db(data_dir / "opencode.db", journal_mode="DELETE")
+    recorded_opencode_store(data_dir, journal_mode="DELETE")
     holder = sqlite3.connect(
         data_dir / "opencode.db", isolation_level=None, check_same_thread=False
     )

@@ -88,10 +88,13 @@ def test_scope_validity_and_recall_origin(copilot_config, app):
     assert origins == {"context"}
 
 
-def test_budget_holds_on_a_big_store(copilot_config, app):
+@pytest.mark.parametrize("size", [300, pytest.param(3000, marks=pytest.mark.slow)])
+def test_budget_holds_on_a_big_store(copilot_config, app, size):
+    """The budget and every section's share at any store size; under a second per block on
+    3,000 memories (that size in the slow suite only)."""
     words = ["pagination", "orders", "cursor", "flaky", "test", "keyset", "created_at", "ordering", "tie"]
     rows = []
-    for i in range(3000):
+    for i in range(size):
         kind = ("preference", "procedure", "decision", "fact", "self_assessment")[i % 5]
         text = f"Memory {i}: " + " ".join(words[(i + j) % len(words)] for j in range(60))
         meta = {"category": ("NULL_SAFETY", "EDGE_CASE", "DESIGN")[i % 3],
@@ -106,7 +109,8 @@ def test_budget_holds_on_a_big_store(copilot_config, app):
         elapsed = time.perf_counter() - started
         assert estimate_tokens(block.text) <= budget, budget
         assert block.text.startswith(OPEN_MARKER) and block.text.endswith(CLOSE_MARKER)
-        assert elapsed < 1.0, elapsed
+        if size >= 3000:
+            assert elapsed < 1.0, elapsed
         if budget >= 400:
             assert len(block.sections) == 3, block.sections  # every section got a share
     compact = assemble_context(app, SESSION, compacting=True, max_tokens=300)

@@ -8,11 +8,11 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-from test_watcher import append, event_line, turn
+from fakes import wait_until
+from session_writers import CopilotSession, copilot_session
 
 from llmem.config import load_config
 from llmem.pipeline.detached import SessionRun, covering_kind
@@ -21,25 +21,11 @@ from llmem.store import Store
 PLANTED = "import pathlib\npathlib.Path({marker!r}).write_text(__name__)\n"
 
 
-def wait_until(predicate, timeout=60.0, interval=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not reached in time")
-
-
-def new_session(state: Path, *texts: str) -> tuple[str, Path]:
-    session_id = str(uuid.uuid4())
-    folder = state / session_id
-    folder.mkdir(parents=True)
-    events = folder / "events.jsonl"
-    append(events, event_line("session.start", {"sessionId": session_id, "context": {"cwd": "/work/acme"}}))
+def new_session(state: Path, *texts: str) -> tuple[str, CopilotSession]:
+    session = copilot_session(state)
     for text in texts:
-        append(events, *turn(text))
-    return session_id, events
+        session.turn(text)
+    return session.id, session
 
 
 def run_is_over(session_id: str) -> bool:
@@ -81,8 +67,9 @@ def test_detached_hook_runs_no_code_from_the_agents_folder(copilot_home, llmem_h
                            "--format", "json"], cwd=project, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "detached" in json.loads(done.stdout)
-    wait_until(lambda: marker.exists() or session_cursor(llmem_home, session_id))
-    wait_until(lambda: run_is_over(session_id))
+    wait_until(lambda: marker.exists() or session_cursor(llmem_home, session_id),
+               timeout=60, interval=0.1)
+    wait_until(lambda: run_is_over(session_id), timeout=60, interval=0.1)
     assert not marker.exists(), f"the hook imported {marker.read_text()} from the agent's folder"
     assert session_cursor(llmem_home, session_id)  # and the work was done
 
@@ -93,11 +80,11 @@ def test_a_burst_of_idle_hooks_runs_one_process_at_a_time(cli, configure, tmp_pa
     configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {model_server.url}\n"
               f"  timeout: 30\nsession:\n  adapter: copilot\n  copilot:\n    state_dir: {state}\n")
     model_server.mode, model_server.delay = "slow", 0.3
-    session_id, events = new_session(state)
+    session_id, session = new_session(state)
     answers = []
     started = time.monotonic()
     for i in range(15):  # an agent going idle after every turn, 15 times in two seconds
-        append(events, *turn(f"remember that service {i} listens on port {7000 + i}"))
+        session.turn(f"remember that service {i} listens on port {7000 + i}")
         code, out, err = cli("hook", "--type", "idle", "--session-id", session_id, "--format", "json")
         assert code == 0, err
         answers.append(json.loads(out))

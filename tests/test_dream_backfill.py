@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 from dream_support import run_cli
+from fakes import StubLLM
+from session_writers import recorded_opencode_store
 
 from llmem.app import App
 from llmem.dream.backfill import rollback_backfill, run_backfill
@@ -16,13 +17,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SESSION = "ses_f0d5df91fffeoLpXSBPHrYDK6h"
 
 
-class StubLLM:
-    def __init__(self):
-        self.calls = 0
-
-    def chat_json(self, messages, schema, task):
-        self.calls += 1
-        return {"memories": [{"type": "project_state", "content": f"Backfilled fact number {self.calls}."}]}
+def backfill_llm() -> StubLLM:
+    return StubLLM(lambda n: {"memories": [{"type": "project_state", "content": f"Backfilled fact number {n}."}]})
 
 
 @pytest.fixture
@@ -30,10 +26,7 @@ def app(tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("LLMEM_HOME", str(home))
     data_dir = tmp_path / "opencode"
-    data_dir.mkdir()
-    conn = sqlite3.connect(data_dir / "opencode.db")
-    conn.executescript((FIXTURES / "opencode" / "opencode_fixture.sql").read_text(encoding="utf-8"))
-    conn.close()
+    recorded_opencode_store(data_dir)
     home.mkdir()
     (home / "config.yaml").write_text(
         "embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: opencode\n"
@@ -44,7 +37,7 @@ def app(tmp_path, monkeypatch):
 
 
 def test_backfill_resumes_and_rolls_back(app):
-    llm = StubLLM()
+    llm = backfill_llm()
     first = run_backfill(app, llm=llm)
     assert first.sessions >= 1 and first.added >= 1 and not first.errors
     Memory, DreamRun, SessionCursor = app.store.models.Memory, app.store.models.DreamRun, app.store.models.SessionCursor
@@ -60,7 +53,7 @@ def test_backfill_resumes_and_rolls_back(app):
     assert not SessionCursor.select().where(SessionCursor.session_id == SESSION).exists()
     assert DreamRun.get_by_id(first.run_id).status == "undone"
     # With the cursors back, the sessions are read again.
-    assert run_backfill(app, llm=StubLLM()).added == first.added
+    assert run_backfill(app, llm=backfill_llm()).added == first.added
 
 
 def test_rollback_refuses_other_runs(app):

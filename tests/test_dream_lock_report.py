@@ -11,7 +11,8 @@ from datetime import datetime
 from html.parser import HTMLParser
 
 import pytest
-from dream_support import WordEmbedder, add, open_store, run_cli
+from dream_support import add, open_store, run_cli
+from fakes import FakeEmbedder
 
 from llmem.dream import DreamLock, DreamLocked, run_dream
 from llmem.dream.lock import LOCK_KEY, read_lock
@@ -114,7 +115,7 @@ HOSTILE = ['<script>alert("x")</script> the deploy key lives in vault',
 
 def test_report_is_self_contained_and_inert(home, tmp_path):
     store, config = open_store(home, "dream:\n  auto_link_threshold: 0.3\n")
-    emb = WordEmbedder()
+    emb = FakeEmbedder(dim=512)
     for text in HOSTILE:
         add(store, text, embedder=emb, age_days=40)
     add(store, "Category: <b>NULL_SAFETY</b>\nWhat_happened: <script>x</script>", "self_assessment")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from dream_support import DAY, WordEmbedder, add, open_store, recall
+from dream_support import DAY, add, open_store, recall
+from fakes import FakeEmbedder, StubLLM
 
 from llmem.dream import run_dream
 from llmem.dream.deep import MAX_TERM_LOSS, llm_merge, term_loss
@@ -25,7 +26,7 @@ def home(tmp_path, monkeypatch):
 @pytest.fixture
 def env(home):
     store, config = open_store(home, "dream:\n  auto_link_threshold: 0.6\n")
-    yield store, config, WordEmbedder()
+    yield store, config, FakeEmbedder(dim=512)
     store.close()
 
 
@@ -211,28 +212,17 @@ def test_promotion_gates(home):
     store.close()
 
 
-class FakeLLM:
-    def __init__(self, reply=None, error=None):
-        self.reply, self.error, self.calls = reply, error, []
-
-    def chat_json(self, messages, schema, task):
-        self.calls.append(task)
-        if self.error:
-            raise self.error
-        return self.reply
-
-
 def test_llm_merge_accepted_rejected_or_unavailable():
     originals = ["deploys use scripts/deploy.sh with AWS_PROFILE=prod",
                  "deploy with scripts/deploy.sh, AWS_PROFILE=prod, from the main branch"]
-    good = FakeLLM({"content": "Deploy from the main branch with scripts/deploy.sh and AWS_PROFILE=prod."})
+    good = StubLLM({"content": "Deploy from the main branch with scripts/deploy.sh and AWS_PROFILE=prod."})
     text, why = llm_merge(good, originals)
-    assert text and good.calls == ["dream_merge"]
-    bad = FakeLLM({"content": "Deploys are scripted."})
+    assert text and good.tasks == ["dream_merge"]
+    bad = StubLLM({"content": "Deploys are scripted."})
     assert term_loss(originals, "Deploys are scripted.") > MAX_TERM_LOSS
     assert llm_merge(bad, originals)[0] is None
-    assert llm_merge(FakeLLM(error=LLMUnavailable("down")), originals)[0] is None
-    assert llm_merge(FakeLLM(error=LLMReplyInvalid("garbage")), originals)[0] is None
+    assert llm_merge(StubLLM(error=LLMUnavailable("down")), originals)[0] is None
+    assert llm_merge(StubLLM(error=LLMReplyInvalid("garbage")), originals)[0] is None
     assert llm_merge(None, originals)[0] is None
 
 
@@ -241,11 +231,11 @@ def test_merge_uses_llm_when_it_keeps_the_facts(env):
     Memory = store.models.Memory
     add(store, BASE, embedder=emb)
     add(store, BASE + " today", embedder=emb)
-    llm = FakeLLM({"content": BASE + " (today)"})
+    llm = StubLLM({"content": BASE + " (today)"})
     outcome = run_dream(store, config, apply=True, phases=["light", "deep"], llm=llm)
     merged = Memory.get(Memory.id == outcome.merge_results[0]["merged_id"])
     assert merged.metadata["merge_method"] == "llm" and merged.content == BASE + " (today)"
-    vague = FakeLLM({"content": "release stuff"})
+    vague = StubLLM({"content": "release stuff"})
     assert llm_merge(vague, [BASE, BASE + " today"])[0] is None
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from dream_support import DAY, WordEmbedder, add, open_store, recall, run_cli, snapshot
+from dream_support import DAY, add, open_store, recall, run_cli, snapshot
+from fakes import FakeEmbedder
 
 from llmem.dream import run_dream, undo_run
 from llmem.exchange import export_data
@@ -24,7 +25,7 @@ def home(tmp_path, monkeypatch):
 def build(home):
     """A store where every phase has something to do."""
     store, config = open_store(home, CONFIG)
-    emb = WordEmbedder()
+    emb = FakeEmbedder(dim=512)
     add(store, "the deploy script lives in scripts/deploy.sh and needs AWS_PROFILE set before running it",
         embedder=emb, age_days=3)
     add(store, "the deploy script lives in scripts/deploy.sh and it needs AWS_PROFILE set before running it",
@@ -154,7 +155,7 @@ def test_second_run_is_incremental(home):
     store = Store.open(config.db_path)
     first = run_dream(store, config, apply=True, phases=["light"])
     assert first.light.changed == 4
-    emb = WordEmbedder()
+    emb = FakeEmbedder(dim=512)
     add(store, "postgres is the main database and migrations run with alembic upgrade head", "decision",
         embedder=emb)
     second = run_dream(store, config, apply=True, phases=["light"])

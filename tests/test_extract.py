@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from fakes import FakeModelServer
+from fakes import FakeModelServer, StubLLM
+from session_writers import copilot_session, recorded_opencode_store
 
 from llmem.app import App
 from llmem.capture.extract import (
@@ -28,43 +28,6 @@ PROJECT = "/home/dev/shop"
 
 
 # ---- building transcripts ---------------------------------------------------------------------
-
-
-class CopilotSession:
-    """Writes a Copilot CLI session-state dir (events.jsonl + workspace.yaml) turn by turn."""
-
-    def __init__(self, state_dir: Path, session_id: str, cwd: str = PROJECT):
-        self.dir = state_dir / session_id
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.session_id = session_id
-        self.count = 0
-        (self.dir / "workspace.yaml").write_text(
-            f"id: {session_id}\ncwd: {cwd}\ngit_root: {cwd}\nname: test session\n")
-        self._write({"type": "session.start", "data": {"sessionId": session_id, "version": 1,
-                     "context": {"cwd": cwd, "gitRoot": cwd}}})
-
-    def _write(self, event: dict) -> str:
-        self.count += 1
-        event_id = f"00000000-0000-4000-8000-{self.count:012d}"
-        stamp = f"2026-10-01T09:{self.count // 60 % 60:02d}:{self.count % 60:02d}.000Z"
-        event = {**event, "id": event_id, "timestamp": stamp, "parentId": None}
-        with (self.dir / "events.jsonl").open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(event) + "\n")
-        return event_id
-
-    def user(self, text: str) -> str:
-        return self._write({"type": "user.message", "data": {"content": text}})
-
-    def assistant(self, text: str = "", tools: list[dict] | None = None) -> str:
-        requests = [{"toolCallId": f"call-{self.count}-{i}", "name": t["name"], "type": "function",
-                     "arguments": t.get("arguments", {})} for i, t in enumerate(tools or [])]
-        message_id = self._write({"type": "assistant.message", "data": {
-            "messageId": f"m{self.count}", "content": text, "toolRequests": requests}})
-        for request, tool in zip(requests, tools or [], strict=True):
-            self._write({"type": "tool.execution_complete", "data": {
-                "toolCallId": request["toolCallId"], "success": tool.get("success", True),
-                "result": {"content": tool.get("output", "")}}})
-        return message_id
 
 
 def session_config(configure, state_dir: Path, *, server=None, llm: bool = True,
@@ -138,7 +101,7 @@ def test_chunks_respect_the_token_budget_and_cut_huge_lines():
 
 
 def test_heuristics_capture_explicit_statements_without_an_llm(configure, state_dir, app):
-    session = CopilotSession(state_dir, "ses-heur")
+    session = copilot_session(state_dir, "ses-heur", cwd=PROJECT)
     session.user("Remember that the staging database listens on port 5433.")
     session.assistant("Noted.")
     session.user("I prefer small commits with imperative subjects. Can you fix the flaky test?")
@@ -177,7 +140,7 @@ def test_heuristics_capture_explicit_statements_without_an_llm(configure, state_
 
 
 def test_same_slice_twice_adds_nothing_and_new_messages_are_read_once(configure, state_dir, app):
-    session = CopilotSession(state_dir, "ses-idem")
+    session = copilot_session(state_dir, "ses-idem", cwd=PROJECT)
     session.user("Remember that builds run on Python 3.12.")
     session_config(configure, state_dir)
 
@@ -200,7 +163,7 @@ def test_same_slice_twice_adds_nothing_and_new_messages_are_read_once(configure,
 
 
 def test_injected_context_is_never_relearned(configure, state_dir, app, model_server):
-    session = CopilotSession(state_dir, "ses-ctx")
+    session = copilot_session(state_dir, "ses-ctx", cwd=PROJECT)
     session.user("<llmem-context>\n- [1234abcd] Remember that the cache is Redis.\n</llmem-context>\n"
                  "Remember that the queue is RabbitMQ.")
     session_config(configure, state_dir, server=model_server)
@@ -217,7 +180,7 @@ def test_injected_context_is_never_relearned(configure, state_dir, app, model_se
 
 
 def test_llm_extraction_types_confidence_embeddings_and_usage(configure, state_dir, app, model_server):
-    session = CopilotSession(state_dir, "ses-llm")
+    session = copilot_session(state_dir, "ses-llm", cwd=PROJECT)
     session.user("Let's paginate with keyset cursors; offsets drift under concurrent inserts.")
     session.assistant("Switching list_orders to keyset pagination.",
                       [{"name": "edit", "arguments": {"path": "app/repo/orders.py"}, "output": "ok"}])
@@ -245,7 +208,7 @@ def test_llm_extraction_types_confidence_embeddings_and_usage(configure, state_d
 
 
 def test_explicit_statements_the_llm_leaves_out_are_kept_once(configure, state_dir, app, model_server):
-    session = CopilotSession(state_dir, "ses-floor")
+    session = copilot_session(state_dir, "ses-floor", cwd=PROJECT)
     session.user("remember that the staging port is 8443. We decided to keep the theme in localStorage.")
     session.assistant("Noted.")
     session_config(configure, state_dir, server=model_server, llm=True)
@@ -262,7 +225,7 @@ def test_explicit_statements_the_llm_leaves_out_are_kept_once(configure, state_d
 def test_changed_decision_supersedes_the_old_one(configure, state_dir, app, model_server):
     session_config(configure, state_dir, server=model_server)
     old = app.store.add("The orders service stores data in MySQL 8.", "decision", project=PROJECT).memory
-    session = CopilotSession(state_dir, "ses-sup")
+    session = copilot_session(state_dir, "ses-sup", cwd=PROJECT)
     session.user("We are moving the orders service from MySQL to PostgreSQL 16.")
     model_server.chat_replies = [reply(
         {"type": "decision", "content": "The orders service moves from MySQL to PostgreSQL 16.",
@@ -285,9 +248,9 @@ def test_changed_decision_supersedes_the_old_one(configure, state_dir, app, mode
 def test_near_duplicate_updates_the_existing_memory(configure, state_dir, app, model_server):
     session_config(configure, state_dir, server=model_server,
                    extra="dream:\n  similarity_threshold: 0.9\n")
-    session = CopilotSession(state_dir, "ses-near")
+    session = copilot_session(state_dir, "ses-near", cwd=PROJECT)
     session.user("Remember the deploy steps.")
-    first = CopilotSession(state_dir, "ses-near-0")
+    first = copilot_session(state_dir, "ses-near-0", cwd=PROJECT)
     first.user("hello")
     model_server.chat_replies = [reply({"type": "procedure", "content": "Deploy with make deploy then run smoke tests"})]
     extract_session(app, "ses-near-0")
@@ -306,7 +269,7 @@ def test_near_duplicate_updates_the_existing_memory(configure, state_dir, app, m
 
 
 def test_garbage_reply_falls_back_to_heuristics_and_is_logged(configure, state_dir, app, model_server, caplog):
-    session = CopilotSession(state_dir, "ses-garbage")
+    session = copilot_session(state_dir, "ses-garbage", cwd=PROJECT)
     session.user("Remember that the API gateway times out after 30 seconds.")
     session_config(configure, state_dir, server=model_server)
     model_server.chat_replies = ["Sure! Here are your memories: none", '{"memories": "nope"}']
@@ -325,7 +288,7 @@ def test_garbage_reply_falls_back_to_heuristics_and_is_logged(configure, state_d
 def test_unreachable_llm_means_heuristics(configure, state_dir, app):
     from conftest import free_port_url
 
-    session = CopilotSession(state_dir, "ses-down")
+    session = copilot_session(state_dir, "ses-down", cwd=PROJECT)
     session.user("I prefer pytest over unittest.")
     configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {free_port_url()}\n"
               f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n")
@@ -337,7 +300,7 @@ def test_unreachable_llm_means_heuristics(configure, state_dir, app):
 
 
 def test_spent_budget_defers_but_heuristics_still_run(configure, state_dir, app, model_server):
-    session = CopilotSession(state_dir, "ses-budget")
+    session = copilot_session(state_dir, "ses-budget", cwd=PROJECT)
     session.user("Never log request bodies.")
     session_config(configure, state_dir, server=model_server, extra="")
     configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {model_server.url}\n"
@@ -364,7 +327,7 @@ def test_spent_budget_defers_but_heuristics_still_run(configure, state_dir, app,
 
 
 def test_long_slice_is_chunked_into_several_calls(configure, state_dir, app, model_server):
-    session = CopilotSession(state_dir, "ses-long")
+    session = copilot_session(state_dir, "ses-long", cwd=PROJECT)
     for i in range(40):
         session.user(f"Message {i}: " + "lorem ipsum dolor sit amet " * 60)
     session_config(configure, state_dir, server=model_server)
@@ -405,32 +368,25 @@ def test_copilot_fixture_transcript(configure, tmp_path, app, model_server):
 
 def test_opencode_fixture_transcript(configure, tmp_path, app):
     data_dir = tmp_path / "opencode"
-    data_dir.mkdir()
-    conn = sqlite3.connect(data_dir / "opencode.db")
-    conn.executescript((FIXTURES / "opencode" / "opencode_fixture.sql").read_text(encoding="utf-8"))
-    conn.close()
+    recorded_opencode_store(data_dir)
     configure(f"embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: opencode\n"
               f"  opencode:\n    data_dir: {data_dir}\n")
-    calls = []
+    llm = StubLLM({"memories": [{"type": "project_state", "content": "The OpenCode fixture session was read."}]})
 
-    class StubLLM:
-        def chat_json(self, messages, schema, task):
-            calls.append(messages[1]["content"])
-            return {"memories": [{"type": "project_state", "content": "The OpenCode fixture session was read."}]}
-
-    report = extract_session(app, "ses_f0d5df91fffeoLpXSBPHrYDK6h", llm=StubLLM())
+    report = extract_session(app, "ses_f0d5df91fffeoLpXSBPHrYDK6h", llm=llm)
 
     assert report.adapter == "opencode" and report.messages_read > 0 and report.used_llm
-    assert report.project and calls
-    assert extract_session(app, "ses_f0d5df91fffeoLpXSBPHrYDK6h", llm=StubLLM()).messages_read == 0
+    assert report.project and llm.messages[0][1]["content"]
+    assert extract_session(app, "ses_f0d5df91fffeoLpXSBPHrYDK6h", llm=llm).messages_read == 0
 
 
 # ---- speed ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_thousand_messages_outside_the_llm(configure, state_dir, app, capsys):
     """Extraction overhead on a 2,000-message transcript with a stub LLM (no HTTP)."""
-    session = CopilotSession(state_dir, "ses-big")
+    session = copilot_session(state_dir, "ses-big", cwd=PROJECT)
     for i in range(1000):
         session.user(f"Step {i}: please look at module_{i}.py and keep the API stable.")
         session.assistant(f"Looked at module_{i}.py.",
@@ -439,18 +395,13 @@ def test_two_thousand_messages_outside_the_llm(configure, state_dir, app, capsys
     session_config(configure, state_dir)
     app.store  # noqa: B018 - open (and migrate) outside the timing
 
-    class StubLLM:
-        calls = 0
-
-        def chat_json(self, messages, schema, task):
-            StubLLM.calls += 1
-            return {"memories": [{"type": "fact", "content": f"Chunk {StubLLM.calls} mentions modules."}]}
+    llm = StubLLM(lambda n: {"memories": [{"type": "fact", "content": f"Chunk {n} mentions modules."}]})
 
     started = time.perf_counter()
-    report = extract_session(app, "ses-big", llm=StubLLM())
+    report = extract_session(app, "ses-big", llm=llm)
     elapsed = time.perf_counter() - started
 
-    assert report.messages_read == 2000 and report.memories_added == StubLLM.calls == report.chunks
+    assert report.messages_read == 2000 and report.memories_added == len(llm.tasks) == report.chunks
     with capsys.disabled():
         print(f"\n[extract] 2000 messages, {report.chunks} chunks, stub LLM: {elapsed * 1000:.0f} ms")
     assert elapsed < 10

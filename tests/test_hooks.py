@@ -83,10 +83,10 @@ def test_each_event_runs_its_steps(copilot_config, recorded_steps, kind, steps):
         app.close()
     assert [c[0] for c in recorded_steps] == steps
     assert all(c[1:] == (SESSION, "copilot", "llm:m1:http://127.0.0.1:9") for c in recorded_steps)
-    assert result["errors"] == []
-    assert ("context" in result) == (kind in ("created", "compacting"))
+    assert result.errors == []
+    assert (result.context is not None) == (kind in ("created", "compacting"))
     if kind == "compacting":
-        assert "preserve across compaction" in result["context"]
+        assert "preserve across compaction" in result.context
 
 
 def test_worker_mode_raises_hook_mode_collects(copilot_config, monkeypatch):
@@ -102,9 +102,9 @@ def test_worker_mode_raises_hook_mode_collects(copilot_config, monkeypatch):
         result = handlers.handle_session_event(app, "compacting", SESSION, fail_open=True)
     finally:
         app.close()
-    assert result["errors"] == ["extract: Could not reach Ollama"]
-    assert result["steps"]["extract"]["result"] == "failed"
-    assert result["context"].startswith("<llmem-context>")  # the compaction still gets its block
+    assert result.errors == ["extract: Could not reach Ollama"]
+    assert result.steps["extract"]["result"] == "failed"
+    assert result.context.startswith("<llmem-context>")  # the compaction still gets its block
 
 
 def test_deferred_extraction_says_when_to_retry(copilot_config, monkeypatch):
@@ -116,7 +116,7 @@ def test_deferred_extraction_says_when_to_retry(copilot_config, monkeypatch):
         result = handlers.handle_session_event(app, "idle", SESSION)
     finally:
         app.close()
-    assert result["deferred_until"] > time.time() and result["deferred_reason"] == "budget spent"
+    assert result.deferred_until > time.time() and result.deferred_reason == "budget spent"
 
 
 def test_adapter_none_is_no_transcript_not_an_error(configure, cli):
@@ -143,27 +143,21 @@ def test_unknown_kind_and_bad_id_raise_in_the_library(copilot_config):
 
 # ---- the hook command --------------------------------------------------------------------
 
-def test_created_prints_the_block_quickly(cli, copilot_config):
+# How fast a hook answers is bench/hooks.py's to measure (fresh processes, percentiles).
+
+def test_created_prints_the_block(cli, copilot_config):
     [decision] = seed(("Order pages by (created_at, id)", "decision", PROJECT))
-    started = time.perf_counter()
     code, out, err = cli("hook", "--type", "created", "--session-id", SESSION)
-    elapsed = time.perf_counter() - started
     assert code == 0 and err == ""
     assert out.startswith("<llmem-context>") and f"[{decision[:8]}]" in out
-    assert elapsed < 1.0, elapsed
 
 
 def test_created_in_a_fresh_process(copilot_config):
     seed(("Order pages by (created_at, id)", "decision", PROJECT))
-    timings = []
-    for _ in range(2):
-        started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "llmem", "hook", "--type", "created",
-                               "--session-id", SESSION], capture_output=True, text=True, timeout=30)
-        timings.append(time.perf_counter() - started)
-        assert proc.returncode == 0 and proc.stderr == ""
-        assert "Order pages by (created_at, id)" in proc.stdout
-    assert min(timings) < 3.0, timings  # bench/hooks.py measures it properly
+    proc = subprocess.run([sys.executable, "-m", "llmem", "hook", "--type", "created",
+                           "--session-id", SESSION], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert "Order pages by (created_at, id)" in proc.stdout
 
 
 def test_copilot_session_start_json_on_stdin(cli, copilot_config, monkeypatch, tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from test_watcher import append, event_line, turn
+from session_writers import append_lines, copilot_line, copilot_turn_lines
 
 from llmem.app import App
 from llmem.pipeline.events import record_event, retry_events
@@ -60,10 +60,10 @@ def snapshot(app) -> dict[str, list[tuple]]:
 def admitted_mistake(prompt: str) -> list[str]:
     """A turn whose reply admits a mistake (what heuristic introspection reads)."""
     reply = "You're right, I forgot to check for None before indexing the result, so it crashed."
-    return [event_line("user.message", {"content": prompt}),
-            event_line("assistant.turn_start", {"turnId": "9"}),
-            event_line("assistant.message", {"messageId": str(uuid.uuid4()), "content": reply, "toolRequests": []}),
-            event_line("assistant.turn_end", {"turnId": "9"})]
+    return [copilot_line("user.message", {"content": prompt}),
+            copilot_line("assistant.turn_start", {"turnId": "9"}),
+            copilot_line("assistant.message", {"messageId": str(uuid.uuid4()), "content": reply, "toolRequests": []}),
+            copilot_line("assistant.turn_end", {"turnId": "9"})]
 
 
 def copilot_session(state_dir) -> str:
@@ -71,15 +71,16 @@ def copilot_session(state_dir) -> str:
     session_id = str(uuid.uuid4())
     events = state_dir / session_id / "events.jsonl"
     events.parent.mkdir()
-    append(events, event_line("session.start", {"sessionId": session_id, "context": {"cwd": "/work/acme"}}),
-           *turn("remember that the staging database listens on port 5433"),
-           *turn("We decided to keep the theme in localStorage"),
-           event_line("session.compaction_start", {}),
-           event_line("session.compaction_complete", {"success": True, "summaryContent": "Theme work."}),
-           *turn("No, that is wrong: the tests crashed because the value was None"),
-           *admitted_mistake("Fix the crash in the order loader"),
-           *turn("Always run ruff before committing"),
-           event_line("session.shutdown", {"shutdownType": "routine"}))
+    append_lines(events,
+                 copilot_line("session.start", {"sessionId": session_id, "context": {"cwd": "/work/acme"}}),
+                 *copilot_turn_lines("remember that the staging database listens on port 5433"),
+                 *copilot_turn_lines("We decided to keep the theme in localStorage"),
+                 copilot_line("session.compaction_start", {}),
+                 copilot_line("session.compaction_complete", {"success": True, "summaryContent": "Theme work."}),
+                 *copilot_turn_lines("No, that is wrong: the tests crashed because the value was None"),
+                 *admitted_mistake("Fix the crash in the order loader"),
+                 *copilot_turn_lines("Always run ruff before committing"),
+                 copilot_line("session.shutdown", {"shutdownType": "routine"}))
     return session_id
 
 
@@ -140,8 +141,9 @@ def two_turn_session(state_dir) -> str:
     session_id = str(uuid.uuid4())
     events = state_dir / session_id / "events.jsonl"
     events.parent.mkdir()
-    append(events, event_line("session.start", {"sessionId": session_id, "context": {"cwd": "/work/acme"}}),
-           *turn("remember that alpha is one"), *turn("remember that beta is two"))
+    append_lines(events,
+                 copilot_line("session.start", {"sessionId": session_id, "context": {"cwd": "/work/acme"}}),
+                 *copilot_turn_lines("remember that alpha is one"), *copilot_turn_lines("remember that beta is two"))
     return session_id
 
 

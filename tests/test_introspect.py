@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_extract import DONE, FIXTURES, CopilotSession, fast_model_server, session_config
+from session_writers import copilot_session
+from test_extract import DONE, FIXTURES, PROJECT, fast_model_server, session_config
 
 from llmem.app import App
 from llmem.capture.introspect import (
@@ -201,7 +202,7 @@ def test_auto_text_correction_becomes_what_it_states(app, fts_config, text, memo
 
 
 def test_auto_session_heuristics_find_the_agents_mistakes(configure, state_dir, app):
-    session = CopilotSession(state_dir, "ses-oops")
+    session = copilot_session(state_dir, "ses-oops", cwd=PROJECT)
     session.user("Add a discount field to the order API.")
     session.assistant("Running the tests first.", [{"name": "bash", "arguments": {"command": "pytest"},
                                                     "output": "3 failed, AssertionError: before my change"}])
@@ -232,7 +233,7 @@ def test_auto_session_heuristics_find_the_agents_mistakes(configure, state_dir, 
 
 
 def test_auto_session_twice_adds_nothing_even_without_its_cursor(configure, state_dir, app, cli):
-    session = CopilotSession(state_dir, "ses-twice")
+    session = copilot_session(state_dir, "ses-twice", cwd=PROJECT)
     session.user("Fix the export.")
     session.assistant("Editing.", [{"name": "edit", "arguments": {"path": "export.py"}, "output": "ok"}])
     session.user("it was None, crashed in prod")
@@ -257,7 +258,7 @@ def test_auto_session_moves_its_cursor_with_its_writes(configure, state_dir, app
     """A failure while storing leaves the cursor where it was, so nothing is skipped."""
     import llmem.capture.introspect as introspect
 
-    session = CopilotSession(state_dir, "ses-atomic")
+    session = copilot_session(state_dir, "ses-atomic", cwd=PROJECT)
     session.assistant("Editing.", [{"name": "edit", "arguments": {"path": "a.py"}, "output": "ok"}])
     session.user("it was None, crashed in prod")
     session.user("No, use uv instead of pip.")
@@ -289,7 +290,7 @@ def test_auto_session_records_nothing_for_a_clean_session(configure, tmp_path, a
 
 
 def test_auto_session_with_the_llm(configure, state_dir, app, model_server):
-    session = CopilotSession(state_dir, "ses-llm-i")
+    session = copilot_session(state_dir, "ses-llm-i", cwd=PROJECT)
     session.user("Why is the cache stale after updates?")
     session.assistant("I forgot to invalidate the cache in update_order.")
     session_config(configure, state_dir, server=model_server)

@@ -1,11 +1,11 @@
 """Lifecycle rules (FORMATS.md §3) on message and event sequences, and on the fixtures."""
 
 import dataclasses
-import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from session_writers import recorded_opencode_store
 
 from llmem.adapters import CopilotAdapter, OpenCodeAdapter, ToolCall, Transcript
 from llmem.adapters.base import TranscriptMessage
@@ -69,9 +69,7 @@ T0 = 1_790_000_000_000
 @pytest.fixture(scope="module")
 def fixture_sessions(tmp_path_factory) -> tuple[Transcript, Transcript]:
     data_dir = tmp_path_factory.mktemp("opencode")
-    conn = sqlite3.connect(data_dir / "opencode.db")
-    conn.executescript((FIXTURES / "opencode" / "opencode_fixture.sql").read_text())
-    conn.close()
+    recorded_opencode_store(data_dir)
     adapter = OpenCodeAdapter(data_dir)
     return adapter.read_transcript(MAIN), adapter.read_transcript(CHILD)
 

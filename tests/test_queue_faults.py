@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from fakes import wait_until
 
 from llmem.dream.lock import LOCK_KEY, read_lock
 from llmem.store import Store
@@ -30,16 +31,6 @@ sweep._plan_all = hang
 from llmem.cli import main
 main(["worker", "-w", "1"])
 """
-
-
-def wait_until(predicate, timeout=60.0, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not reached in time")
 
 
 def run_cli(*args):
@@ -73,7 +64,7 @@ def test_a_worker_killed_mid_dream_does_not_stop_the_next_dream(cli, home):
     worker = subprocess.Popen([sys.executable, "-c", SLOW_DREAM_WORKER], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: [r for r in dream_runs(home) if r[1] == "running"])
+        wait_until(lambda: [r for r in dream_runs(home) if r[1] == "running"], timeout=60)
     finally:
         worker.kill()  # kill -9 in the middle of the dream
         worker.wait()
@@ -93,7 +84,7 @@ def test_a_worker_killed_mid_dream_does_not_stop_the_next_dream(cli, home):
     assert run_cli("enqueue", "dream")[0] == 0
     worker = subprocess.Popen([*LLMEM, "worker", "-w", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: [r for r in dream_runs(home) if r[1] == "done"])
+        wait_until(lambda: [r for r in dream_runs(home) if r[1] == "done"], timeout=60)
     finally:
         assert stop(worker) == 0
     statuses = {run_id: (status, error) for run_id, status, error in dream_runs(home)}
@@ -141,7 +132,7 @@ def test_queue_db_keeps_no_task_results(cli, home):
         assert cli("enqueue", task)[0] == 0
     worker = subprocess.Popen([*LLMEM, "worker", "-w", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:  # one worker thread: the dream, queued last, runs last
-        wait_until(lambda: [r for r in dream_runs(home) if r[1] == "done"])
+        wait_until(lambda: [r for r in dream_runs(home) if r[1] == "done"], timeout=60)
         time.sleep(0.5)
     finally:
         assert stop(worker) == 0

@@ -167,6 +167,7 @@ def test_empty_text():
     assert redact("").count == 0
 
 
+@pytest.mark.slow
 def test_fast_enough_for_a_long_transcript():
     message = (
         "Let me look at app/repo/orders.py. The query orders by created_at only, see commit "

@@ -7,7 +7,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from test_extract import CopilotSession, fast_model_server
+from session_writers import copilot_session, recorded_opencode_store
+from test_extract import PROJECT, fast_model_server
 from test_redact import PLANTED
 
 from llmem.app import App
@@ -50,7 +51,7 @@ def test_no_planted_secret_reaches_the_store_or_any_request(configure, tmp_path,
 
     # Session A goes through the LLM; B gets garbage twice, so the heuristics handle it.
     for session_id in ("ses-secrets-a", "ses-secrets-b"):
-        session = CopilotSession(state_dir, session_id)
+        session = copilot_session(state_dir, session_id, cwd=PROJECT)
         for number, (text, _) in enumerate(planted):
             session.user(f"Remember that {text}")  # a statement the heuristics keep
             session.assistant(f"Using it: {text}", [{
@@ -162,18 +163,16 @@ def test_session_title_and_turns_never_reach_the_embedder(cli, configure, tmp_pa
     """`context`, the created hook and the compacting hook build a search query from the session
     (its title and recent user turns): the query is embedded, redacted."""
     import yaml
-    from test_adapters_opencode import MAIN, build_db
-    from test_extract import CopilotSession
+    from test_adapters_opencode import MAIN
 
     title, turn, secrets = _planted_turns()
     state_dir = tmp_path / "session-state"
-    copilot = CopilotSession(state_dir, "ses-title-token")
-    (copilot.dir / "workspace.yaml").write_text(yaml.safe_dump(
-        {"id": copilot.session_id, "cwd": "/home/dev/acme", "git_root": "/home/dev/acme", "name": title}))
+    copilot = copilot_session(state_dir, "ses-title-token", cwd=PROJECT)
+    (copilot.folder / "workspace.yaml").write_text(yaml.safe_dump(
+        {"id": copilot.id, "cwd": "/home/dev/acme", "git_root": "/home/dev/acme", "name": title}))
     copilot.user(turn)
     opencode_dir = tmp_path / "opencode"
-    opencode_dir.mkdir()
-    connection = sqlite3.connect(build_db(opencode_dir / "opencode.db"))
+    connection = sqlite3.connect(recorded_opencode_store(opencode_dir, journal_mode="WAL"))
     connection.execute("UPDATE session SET title = ? WHERE id = ?", (title, MAIN))
     connection.commit()
     connection.close()
@@ -185,10 +184,10 @@ def test_session_title_and_turns_never_reach_the_embedder(cli, configure, tmp_pa
     # A stored vector: from now on the session's query is embedded, not only matched by words.
     assert cli("add", "--content", "Deploys go out on Tuesdays")[0] == 0
 
-    runs = [("context", "--session-id", copilot.session_id),
-            ("context", "--session-id", copilot.session_id, "--compacting"),
-            ("hook", "--type", "created", "--session-id", copilot.session_id),
-            ("hook", "--type", "compacting", "--session-id", copilot.session_id, "--sync"),
+    runs = [("context", "--session-id", copilot.id),
+            ("context", "--session-id", copilot.id, "--compacting"),
+            ("hook", "--type", "created", "--session-id", copilot.id),
+            ("hook", "--type", "compacting", "--session-id", copilot.id, "--sync"),
             ("context", "--session-id", MAIN, "--adapter", "opencode")]
     for args in runs:
         before = len(model_server.embed_requests())

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 from conftest import free_port_url
-from fakes import fake_vector
+from fakes import FakeEmbedder
 
 from llmem.config import load_config
 from llmem.db import vec
@@ -25,19 +25,6 @@ CORPUS = [
 ]
 
 
-class WordEmbedder(Embedder):
-    """In-process deterministic embedder (same vectors as the fake server)."""
-
-    provider = "fake"
-
-    def __init__(self, model="words", dim=64):
-        super().__init__(model)
-        self.fixed_dim = dim
-
-    def _embed(self, texts):
-        return [fake_vector(t, self.fixed_dim) for t in texts]
-
-
 @pytest.fixture
 def store(tmp_path):
     s = Store.open(tmp_path / "memory.db")
@@ -52,7 +39,7 @@ def ranked(result):
 
 
 def test_hybrid_search_finds_by_meaning_and_words(store):
-    embedder = WordEmbedder()
+    embedder = FakeEmbedder()
     assert embed_pending(store, embedder) == len(CORPUS)
     result = Searcher(store, embedder).search("billing database", SearchOptions(limit=3))
     assert result.mode == "hybrid"
@@ -63,7 +50,7 @@ def test_hybrid_search_finds_by_meaning_and_words(store):
 
 
 def test_rrf_is_normalised_and_blend_means_what_it_says(store):
-    embedder = WordEmbedder()
+    embedder = FakeEmbedder()
     embed_pending(store, embedder)
     opts = SearchOptions(limit=10, track=False)
     hits = Searcher(store, embedder).search("billing database postgres", opts).hits
@@ -95,7 +82,7 @@ def test_numpy_fallback_returns_the_same_top_k_as_vec0(tmp_path):
     rng = np.random.default_rng(7)
     path = tmp_path / "m.db"
     store = Store.open(path)
-    embedder = WordEmbedder(dim=32)
+    embedder = FakeEmbedder(dim=32)
     memories = [store.add(f"memory number {i} about topic {i % 17}").memory for i in range(300)]
     vectors = rng.normal(size=(300, 32)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -134,7 +121,7 @@ class _Fixed(Embedder):
 
 def test_writes_without_vec0_are_repaired_when_vec0_is_back(tmp_path):
     path = tmp_path / "m.db"
-    embedder = WordEmbedder()
+    embedder = FakeEmbedder()
     with Store.open(path) as store:
         store.add("alpha beta gamma")
         embed_pending(store, embedder)
@@ -153,9 +140,9 @@ def test_writes_without_vec0_are_repaired_when_vec0_is_back(tmp_path):
 
 
 def test_model_or_dimension_change_rebuilds_the_index(store):
-    embed_pending(store, WordEmbedder(dim=64))
+    embed_pending(store, FakeEmbedder(dim=64))
     assert vec.index_state(store.db) == ("fake:words", 64)
-    bigger = WordEmbedder(model="words-v2", dim=96)
+    bigger = FakeEmbedder(model="words-v2", dim=96)
     assert embed_pending(store, bigger) == len(CORPUS)  # every memory is pending again
     assert vec.index_state(store.db) == ("fake:words-v2", 96)
     hits = Searcher(store, bigger).search("kubernetes cluster", SearchOptions(mode="semantic", track=False)).hits
@@ -172,8 +159,8 @@ def test_no_embedder_means_fts_only_with_a_notice(store):
 
 def test_filters_and_invalid_memories(store):
     Memory = store.models.Memory
-    embed_pending(store, WordEmbedder())
-    searcher = Searcher(store, WordEmbedder())
+    embed_pending(store, FakeEmbedder())
+    searcher = Searcher(store, FakeEmbedder())
     assert {h.memory.type for h in searcher.search("billing", SearchOptions(memory_type="fact")).hits} == {"fact"}
     target = Memory.get(Memory.content == CORPUS[2][1])
     store.invalidate(target.id, "cluster upgraded")

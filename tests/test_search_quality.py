@@ -8,27 +8,16 @@ and the lexical top hit's vector feeds the semantic query in hybrid mode.
 
 import numpy as np
 import pytest
-from fakes import fake_vector
+from fakes import FakeEmbedder
 
 from llmem import search as search_module
 from llmem.db.fts import semantic_text
-from llmem.providers.embedders import Embedder
 from llmem.search import Searcher, SearchOptions
 from llmem.store import Store
 from llmem.vectors import embed_pending
 
 TOPICS = ["garden tomatoes", "guitar lessons", "marathon training", "pottery class", "camping trip",
           "chess club", "baking bread", "bird watching", "painting sunsets", "learning spanish"]
-
-
-class WordEmbedder(Embedder):
-    provider = "fake"
-
-    def __init__(self):
-        super().__init__("words")
-
-    def _embed(self, texts):
-        return [fake_vector(t, 256) for t in texts]
 
 
 @pytest.fixture
@@ -40,7 +29,7 @@ def chat_store(tmp_path):
         store.add(f"Thanks alice {i}", "conversation")
         store.add(f"Wow alice {i}", "conversation")
         store.add(f"Hello alice {i}", "conversation")
-    embed_pending(store, WordEmbedder())
+    embed_pending(store, FakeEmbedder(dim=256))
     yield store
     store.close()
 
@@ -63,14 +52,14 @@ def test_a_small_store_keeps_the_whole_query(tmp_path):
 
 
 def test_a_common_name_does_not_pull_the_semantic_search_off_topic(chat_store):
-    searcher = Searcher(chat_store, WordEmbedder())
+    searcher = Searcher(chat_store, FakeEmbedder(dim=256))
     hits = searcher.search("alice pottery", SearchOptions(limit=3, mode="semantic", track=False)).hits
     assert "pottery class" in hits[0].memory.content
 
 
 def test_unrelated_memories_are_not_semantic_candidates(chat_store):
-    searcher = Searcher(chat_store, WordEmbedder())
-    vector = WordEmbedder().embed_query("pottery class")
+    searcher = Searcher(chat_store, FakeEmbedder(dim=256))
+    vector = FakeEmbedder(dim=256).embed_query("pottery class")
     where, params = searcher._filters(SearchOptions(), 0)
     candidates = searcher.vector_candidates(vector, 50, where, params)
     best = 1 - candidates[0][1]
@@ -84,7 +73,7 @@ def test_on_a_fresh_store_the_type_prior_does_not_bury_the_relevant_memory(tmp_p
         for text in ("use the staging environment for load tests", "staging deploys need approval",
                      "the cluster dashboards live in grafana", "migration scripts go in db/migrate"):
             store.add(text, "decision")  # higher type priority, one shared word each
-        embedder = WordEmbedder()
+        embedder = FakeEmbedder(dim=256)
         embed_pending(store, embedder)
         hits = Searcher(store, embedder).search("staging cluster migration rollback plan",
                                                 SearchOptions(limit=5, track=False)).hits
@@ -98,8 +87,8 @@ def test_on_a_fresh_store_the_type_prior_does_not_bury_the_relevant_memory(tmp_p
 
 
 def test_hybrid_feeds_the_lexical_top_hit_into_the_semantic_query(chat_store):
-    searcher = Searcher(chat_store, WordEmbedder())
-    query_vector = WordEmbedder().embed_query("zzz unrelated words")
+    searcher = Searcher(chat_store, FakeEmbedder(dim=256))
+    query_vector = FakeEmbedder(dim=256).embed_query("zzz unrelated words")
     fts_top = searcher.fts_candidates("pottery", 5, "1", [])[0][0]
     moved = searcher._with_feedback(query_vector, fts_top)
     assert np.linalg.norm(moved) == pytest.approx(1.0, abs=1e-5)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from session_writers import recorded_opencode_store
 
 from llmem.adapters import SessionNotFound, id_shape, resolve_adapter
 from llmem.config import load_config
@@ -27,10 +27,7 @@ LLMEM = [sys.executable, "-m", "llmem"]
 def both_agents(configure, tmp_path):
     """Both agents installed, each with the recorded fixture sessions; session.adapter auto."""
     opencode = tmp_path / "opencode"
-    opencode.mkdir()
-    conn = sqlite3.connect(opencode / "opencode.db")
-    conn.executescript((FIXTURES / "opencode" / "opencode_fixture.sql").read_text(encoding="utf-8"))
-    conn.close()
+    recorded_opencode_store(opencode)
     state = tmp_path / "copilot" / "session-state"
     shutil.copytree(FIXTURES / "copilot" / "session-state", state)
     shares = tmp_path / "shares"

@@ -12,12 +12,13 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-from session_writers import CopilotSession
+from session_writers import copilot_session
 
 from llmem.app import App
 from llmem.errors import LLMUnavailable
 from llmem.pipeline import handlers
 from llmem.pipeline.events import MAX_ATTEMPTS, record_event
+from llmem.pipeline.handlers import EventResult
 from workers import tasks
 from workers.app import build_huey
 
@@ -72,8 +73,7 @@ def run_due(huey, at: datetime) -> list:
 
 
 def test_an_event_runs_inline_and_is_done(app, state_dir, registered, huey):
-    session = CopilotSession(state_dir)
-    session.start()
+    session = copilot_session(state_dir)
     session.turn("remember that the staging database listens on port 5433")
     event = new_event(app, session.id)
 
@@ -128,7 +128,9 @@ def test_an_error_no_retry_can_cure_fails_the_event_at_once(app, registered, hue
 
 def test_a_deferred_event_is_scheduled_at_its_retry_at_and_then_runs(app, registered, huey, monkeypatch):
     retry_at = time.time() + 3600
-    replies = [{"deferred_until": retry_at, "deferred_reason": "the LLM's token budget is spent"}, {}]
+    replies = [EventResult("idle", "ses-1", deferred_until=retry_at,
+                           deferred_reason="the LLM's token budget is spent"),
+               EventResult("idle", "ses-1")]
     monkeypatch.setattr(handlers, "handle_session_event", lambda *args, **kwargs: replies.pop(0))
     event = new_event(app)
 
@@ -155,7 +157,7 @@ def test_sigterm_puts_the_running_event_back_to_pending(app, registered, huey, m
     def slow_handler(*args, **kwargs):
         inside.set()
         stopped.wait(10)
-        return {}
+        return EventResult("idle", "ses-1")
 
     monkeypatch.setattr(handlers, "handle_session_event", slow_handler)
     event = new_event(app)
@@ -176,8 +178,7 @@ def test_sigterm_puts_the_running_event_back_to_pending(app, registered, huey, m
 
 
 def test_reconcile_enqueues_an_event_whose_task_was_lost(app, state_dir, registered, huey):
-    session = CopilotSession(state_dir)
-    session.start()
+    session = copilot_session(state_dir)
     session.turn("remember that reconcile runs every few minutes")
     event = new_event(app, session.id)
     Event = app.store.models.Event

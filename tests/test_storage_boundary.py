@@ -25,8 +25,6 @@ ALLOWED = {
     "llmem/adapters/opencode.py": "reads OpenCode's own opencode.db, which is SQLite whatever llmem's store is",
     "llmem/errors.py": "a message telling the user how to check memory.db with the sqlite3 tool, not a query",
     "llmem/setup/doctor.py": "its store probes and counts are not moved yet (outside deliverable 6's files)",
-    "llmem/dream/lock.py": "its lock-row SQL is not moved yet: the file was under another change",
-    "llmem/pipeline/watcher.py": "its watch_session SQL is not moved yet: the file was under another change",
 }
 
 

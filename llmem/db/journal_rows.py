@@ -44,3 +44,9 @@ def replace_row(db, table: str, columns: tuple[str, ...], key: dict[str, Any],
         names = [c for c in columns if c in row]
         db.execute_sql(f"INSERT INTO {table}({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
                        [row[c] for c in names])
+
+
+def fail_running_run(db, run_id: str, error: str, at: float) -> None:
+    """Mark run `run_id` failed with `error` at `at`, if it is still marked running."""
+    db.execute_sql("UPDATE dream_run SET status = 'failed', error = ?, finished_at = ? "
+                   "WHERE id = ? AND status = 'running'", (error, at, run_id))

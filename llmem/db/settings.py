@@ -11,3 +11,7 @@ def get_setting(db, key: str, default: str | None = None) -> str | None:
 def set_setting(db, key: str, value: str) -> None:
     db.execute_sql("INSERT INTO setting(key, value) VALUES (?, ?) "
                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
+
+
+def delete_setting(db, key: str) -> None:
+    db.execute_sql("DELETE FROM setting WHERE key = ?", (key,))

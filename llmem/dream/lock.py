@@ -15,7 +15,8 @@ import json
 import os
 import socket
 
-from ..db.settings import get_setting, set_setting
+from ..db.journal_rows import fail_running_run
+from ..db.settings import delete_setting, get_setting, set_setting
 from ..errors import LlmemError
 from ..processes import process_is_running
 from ..times import now, to_iso
@@ -65,7 +66,7 @@ def clear_stale_lock(db) -> dict | None:
         holder = stale_lock(db)
         if holder is None:
             return None
-        db.execute_sql("DELETE FROM setting WHERE key = ?", (LOCK_KEY,))
+        delete_setting(db, LOCK_KEY)
         mark_run_interrupted(db, holder.get("run_id"))
     return holder
 
@@ -76,8 +77,7 @@ INTERRUPTED = "the process died during the run"
 def mark_run_interrupted(db, run_id: str | None) -> None:
     """A run whose process died holding the lock never finished: say so in its row."""
     if run_id:
-        db.execute_sql("UPDATE dream_run SET status = 'failed', error = ?, finished_at = ? "
-                       "WHERE id = ? AND status = 'running'", (INTERRUPTED, now(), run_id))
+        fail_running_run(db, run_id, INTERRUPTED, now())
 
 
 class DreamLock:
@@ -110,7 +110,7 @@ class DreamLock:
         with self.db.atomic():
             current = read_lock(self.db)
             if current and self._is_mine(current):
-                self.db.execute_sql("DELETE FROM setting WHERE key = ?", (LOCK_KEY,))
+                delete_setting(self.db, LOCK_KEY)
 
     def __enter__(self):
         return self.acquire()

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..db.watch_sessions import last_watch_session_update, save_watch_session, watch_session_rows
 from ..paths import expand
 
 log = logging.getLogger(__name__)
@@ -67,32 +68,23 @@ class SavedStates:
         self.db = store.db
 
     def load(self) -> dict[tuple[str, str], SessionState]:
-        rows = self.db.execute_sql(
-            "SELECT adapter, session_id, idle_reply, compacting, ended, ended_turn, seen_compaction_id "
-            "FROM watch_session").fetchall()
         return {(adapter, session_id): SessionState(idle_reply, bool(compacting), bool(ended),
                                                     ended_turn, seen_compaction_id)
                 for adapter, session_id, idle_reply, compacting, ended, ended_turn, seen_compaction_id
-                in rows}
+                in watch_session_rows(self.db)}
 
     def save(self, key: tuple[str, str], state: SessionState, at: float) -> None:
         with self.db.atomic():
-            self.db.execute_sql(
-                "INSERT INTO watch_session (adapter, session_id, idle_reply, compacting, ended, "
-                "ended_turn, seen_compaction_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (adapter, session_id) DO UPDATE SET idle_reply = excluded.idle_reply, "
-                "compacting = excluded.compacting, ended = excluded.ended, "
-                "ended_turn = excluded.ended_turn, seen_compaction_id = excluded.seen_compaction_id, "
-                "updated_at = excluded.updated_at",
-                (*key, state.idle_reply, int(state.compacting), int(state.ended), state.ended_turn,
-                 state.seen_compaction_id, at))
+            save_watch_session(self.db, *key, idle_reply=state.idle_reply, compacting=state.compacting,
+                               ended=state.ended, ended_turn=state.ended_turn,
+                               seen_compaction_id=state.seen_compaction_id, at=at)
 
     def last_alive(self) -> float | None:
         """When a watcher was last known to run (None: never, on this store)."""
         from ..db.settings import get_setting
 
         noted = get_setting(self.db, self.ALIVE_KEY)
-        saved = self.db.execute_sql("SELECT MAX(updated_at) FROM watch_session").fetchone()[0]
+        saved = last_watch_session_update(self.db)
         times = [float(noted)] if noted is not None else []
         times += [saved] if saved is not None else []
         return max(times, default=None)

@@ -50,9 +50,8 @@ def process_event(event_id: int) -> dict:
     log.info("session=%s event=%s kind=%s duration=%.0fms outcome=%s%s", outcome.session_id or "-",
              event_id, outcome.kind or "-", outcome.seconds * 1000, outcome.status,
              f" error={outcome.error}" if outcome.error else "")
-    retry_at = (outcome.result or {}).get("deferred_until") if outcome.status == "pending" else None
     return {"event_id": event_id, "status": outcome.status, "error": outcome.error,
-            "retry_at": retry_at}
+            "retry_at": outcome.retry_at}
 
 
 def embed_pending() -> dict:

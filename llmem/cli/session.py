@@ -138,7 +138,7 @@ def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=No
 
     def run_inline(run_kind):
         return handle_session_event(app, run_kind, session_id, adapter_name=adapter, model=model,
-                                    base_url=base_url, project=project, fail_open=True)
+                                    base_url=base_url, project=project, fail_open=True).as_json()
 
     if sync and run_lock_fd is not None and kind != "created":
         from ..pipeline.detached import run_coalesced

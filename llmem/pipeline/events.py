@@ -194,6 +194,7 @@ class EventOutcome:
     seconds: float = 0.0
     session_id: str | None = None
     kind: str | None = None
+    retry_at: float | None = None  # pending: when the event may run again
 
 
 def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] = ()) -> EventOutcome:
@@ -223,12 +224,12 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
         return EventOutcome(event_id, "failed", error=_describe(exc),
                             seconds=time.perf_counter() - started, session_id=event.session_id,
                             kind=event.kind)
-    deferred_until = (result or {}).get("deferred_until") if isinstance(result, dict) else None
-    if deferred_until:
-        defer_event(app.store, event_id, deferred_until, str(result.get("deferred_reason", "deferred")))
-        return EventOutcome(event_id, "pending", result=result, seconds=time.perf_counter() - started,
-                            session_id=event.session_id, kind=event.kind)
-    summary = {k: v for k, v in (result or {}).items() if k != "context"} if isinstance(result, dict) else None
+    if result.deferred_until:
+        defer_event(app.store, event_id, result.deferred_until, result.deferred_reason)
+        return EventOutcome(event_id, "pending", result=result.as_json(),
+                            seconds=time.perf_counter() - started, session_id=event.session_id,
+                            kind=event.kind, retry_at=result.deferred_until)
+    summary = result.as_json(with_context=False)  # the block is rebuilt at each session start
     finish_event(app.store, event_id, summary)
     return EventOutcome(event_id, "done", result=summary, seconds=time.perf_counter() - started,
                         session_id=event.session_id, kind=event.kind)
@@ -264,7 +265,7 @@ def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: f
         summary = {"deferred_until": llm_allowed_at}
     defer_event(app.store, event.id, llm_allowed_at, "waiting for the session's extraction interval")
     return EventOutcome(event.id, "pending", result=summary, seconds=time.perf_counter() - started,
-                        session_id=event.session_id, kind=event.kind)
+                        session_id=event.session_id, kind=event.kind, retry_at=llm_allowed_at)
 
 
 def _can_never_succeed(exc: Exception) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from ..adapters.base import NoTranscript, validate_session_id
@@ -27,6 +27,33 @@ STEPS = {
     EventKind.ENDING: ("extract", "introspect"),
     EventKind.COMPACTING: ("extract", "context"),
 }
+
+
+@dataclass
+class EventResult:
+    """What a session event did: each step's outcome and time, the failures a hook collected,
+    the context block (created, compacting), and when to come back if the daily token budget
+    deferred its LLM work."""
+
+    kind: str
+    session_id: str
+    steps: dict[str, dict] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    deferred_until: float | None = None
+    deferred_reason: str | None = None
+    context: str | None = None
+
+    def as_json(self, *, with_context: bool = True) -> dict[str, Any]:
+        """The JSON that `hook --json` prints and, without the context block, the event row
+        keeps: only the keys that hold something, in the order they always had."""
+        data: dict[str, Any] = {"kind": self.kind, "session_id": self.session_id,
+                                "steps": self.steps, "errors": self.errors}
+        if self.deferred_until is not None:
+            data["deferred_until"] = self.deferred_until
+            data["deferred_reason"] = self.deferred_reason
+        if with_context and self.context is not None:
+            data["context"] = self.context
+        return data
 
 
 def step_function(step: str):
@@ -105,20 +132,21 @@ class _EventLLM:
 
 def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str | None = None,
                          model: str | None = None, base_url: str | None = None,
-                         project: str | None = None, fail_open: bool = False) -> dict:
-    """Do what a session event asks; return what happened ({"context": …} for created/compacting).
+                         project: str | None = None, fail_open: bool = False) -> EventResult:
+    """Do what a session event asks; return what happened (the context block for created and
+    compacting).
 
     An unknown kind or an invalid session id always raises. A failing extraction or
     introspection raises too (the worker retries the event; every step is idempotent),
     unless `fail_open` (hooks): then the failure is logged and listed under "errors", and
     the remaining steps still run, so a compaction keeps its context block. The context
     step never fails the event. When extraction was deferred by the daily token budget,
-    "deferred_until" says when to try again.
+    `deferred_until` says when to try again.
     """
     if kind not in tuple(EventKind):
         raise UsageError(f"unknown session event {kind!r}", hint="use one of: " + ", ".join(EventKind))
     validate_session_id(session_id)
-    result: dict[str, Any] = {"kind": kind, "session_id": session_id, "steps": {}, "errors": []}
+    result = EventResult(kind, session_id)
     llm = _EventLLM(app, model, base_url)
     try:
         for step in STEPS[kind]:
@@ -127,8 +155,8 @@ def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str |
                 if step == "context":
                     from ..context import build_context
 
-                    result["context"] = build_context(app, session_id, project=project,
-                                                      compacting=kind == "compacting")
+                    result.context = build_context(app, session_id, project=project,
+                                                   compacting=kind == "compacting")
                     outcome: Any = "done"
                 else:
                     function = step_function(step)
@@ -144,13 +172,12 @@ def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str |
                 exc = store_failure(exc, app.config.db_path) or exc
                 log.warning("%s %s: %s failed: %s", kind, session_id, step, _one_line(exc),
                             exc_info=not isinstance(exc, LlmemError))
-                result["errors"].append(f"{step}: {_one_line(exc)}")
+                result.errors.append(f"{step}: {_one_line(exc)}")
                 outcome = "failed"
-            result["steps"][step] = {"result": outcome,
-                                     "seconds": round(time.perf_counter() - started, 4)}
+            result.steps[step] = {"result": outcome, "seconds": round(time.perf_counter() - started, 4)}
             if isinstance(outcome, dict) and outcome.get("deferred"):
-                result["deferred_until"] = next_local_midnight()
-                result["deferred_reason"] = outcome.get("llm_error") or "llm.daily_token_budget is spent"
+                result.deferred_until = next_local_midnight()
+                result.deferred_reason = outcome.get("llm_error") or "llm.daily_token_budget is spent"
     finally:
         llm.close()
     return result

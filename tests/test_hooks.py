@@ -143,27 +143,21 @@ def test_unknown_kind_and_bad_id_raise_in_the_library(copilot_config):
 
 # ---- the hook command --------------------------------------------------------------------
 
-def test_created_prints_the_block_quickly(cli, copilot_config):
+# How fast a hook answers is bench/hooks.py's to measure (fresh processes, percentiles).
+
+def test_created_prints_the_block(cli, copilot_config):
     [decision] = seed(("Order pages by (created_at, id)", "decision", PROJECT))
-    started = time.perf_counter()
     code, out, err = cli("hook", "--type", "created", "--session-id", SESSION)
-    elapsed = time.perf_counter() - started
     assert code == 0 and err == ""
     assert out.startswith("<llmem-context>") and f"[{decision[:8]}]" in out
-    assert elapsed < 1.0, elapsed
 
 
 def test_created_in_a_fresh_process(copilot_config):
     seed(("Order pages by (created_at, id)", "decision", PROJECT))
-    timings = []
-    for _ in range(2):
-        started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "llmem", "hook", "--type", "created",
-                               "--session-id", SESSION], capture_output=True, text=True, timeout=30)
-        timings.append(time.perf_counter() - started)
-        assert proc.returncode == 0 and proc.stderr == ""
-        assert "Order pages by (created_at, id)" in proc.stdout
-    assert min(timings) < 3.0, timings  # bench/hooks.py measures it properly
+    proc = subprocess.run([sys.executable, "-m", "llmem", "hook", "--type", "created",
+                           "--session-id", SESSION], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert "Order pages by (created_at, id)" in proc.stdout
 
 
 def test_copilot_session_start_json_on_stdin(cli, copilot_config, monkeypatch, tmp_path):

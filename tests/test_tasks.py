@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-from session_writers import CopilotSession
+from session_writers import copilot_session
 
 from llmem.app import App
 from llmem.errors import LLMUnavailable
@@ -73,8 +73,7 @@ def run_due(huey, at: datetime) -> list:
 
 
 def test_an_event_runs_inline_and_is_done(app, state_dir, registered, huey):
-    session = CopilotSession(state_dir)
-    session.start()
+    session = copilot_session(state_dir)
     session.turn("remember that the staging database listens on port 5433")
     event = new_event(app, session.id)
 
@@ -179,8 +178,7 @@ def test_sigterm_puts_the_running_event_back_to_pending(app, registered, huey, m
 
 
 def test_reconcile_enqueues_an_event_whose_task_was_lost(app, state_dir, registered, huey):
-    session = CopilotSession(state_dir)
-    session.start()
+    session = copilot_session(state_dir)
     session.turn("remember that reconcile runs every few minutes")
     event = new_event(app, session.id)
     Event = app.store.models.Event

@@ -308,6 +308,10 @@ class OpenCodeStore:
                 self.conn.execute(
                     "INSERT INTO project (id, worktree, vcs, name, time_created, time_updated, sandboxes) "
                     "VALUES (?, ?, 'git', ?, ?, ?, '[]')", (self.project_id, worktree, Path(worktree).name, now, now))
+        else:  # a store OpenCode already wrote (the recorded fixture, say): its first project
+            known = self.conn.execute("SELECT id, worktree FROM project ORDER BY time_created LIMIT 1").fetchone()
+            if known:
+                self.project_id, self.worktree = known
 
     def transaction(self):
         return _Transaction(self.conn)

@@ -10,7 +10,7 @@ import sys
 import uuid
 
 import pytest
-from test_watcher import append, event_line, turn
+from session_writers import append_lines, copilot_line, copilot_turn_lines
 
 from llmem.app import App
 from llmem.pipeline.events import (
@@ -67,8 +67,8 @@ def test_within_the_interval_heuristics_run_now_and_the_llm_waits(app, model_ser
     session_id = str(uuid.uuid4())
     events_file = app.state_dir / session_id / "events.jsonl"
     events_file.parent.mkdir()
-    append(events_file, event_line("session.start", {"sessionId": session_id, "context": {"cwd": "/w"}}),
-           *turn("we use black for formatting"))
+    append_lines(events_file, copilot_line("session.start", {"sessionId": session_id, "context": {"cwd": "/w"}}),
+                 *copilot_turn_lines("we use black for formatting"))
     model_server.chat_replies = [json.dumps({"memories": [
         {"type": "decision", "content": "The team formats Python with black", "confidence": 0.7}]})]
     first, _ = record_event(app.store, "copilot", session_id, "idle")
@@ -76,7 +76,7 @@ def test_within_the_interval_heuristics_run_now_and_the_llm_waits(app, model_ser
     chats = len([p for p, _ in model_server.requests if p == "/api/chat"])
     assert chats >= 1
 
-    append(events_file, *turn("remember that releases happen on thursdays"))
+    append_lines(events_file, *copilot_turn_lines("remember that releases happen on thursdays"))
     second, _ = record_event(app.store, "copilot", session_id, "idle")
     outcome = run_event(app, second.id)
     assert outcome.status == "pending" and outcome.result["deferred_until"] > now() + 50
@@ -104,12 +104,12 @@ def test_a_provisional_memory_the_llm_did_not_restate_is_kept(app, model_server)
     session_id = str(uuid.uuid4())
     events_file = app.state_dir / session_id / "events.jsonl"
     events_file.parent.mkdir()
-    append(events_file, event_line("session.start", {"sessionId": session_id, "context": {"cwd": "/w"}}),
-           *turn("hello"))
+    append_lines(events_file, copilot_line("session.start", {"sessionId": session_id, "context": {"cwd": "/w"}}),
+                 *copilot_turn_lines("hello"))
     model_server.chat_replies = [json.dumps({"memories": []})]
     first, _ = record_event(app.store, "copilot", session_id, "idle")
     assert run_event(app, first.id).status == "done"
-    append(events_file, *turn("remember that the staging port is 8443"))
+    append_lines(events_file, *copilot_turn_lines("remember that the staging port is 8443"))
     second, _ = record_event(app.store, "copilot", session_id, "idle")
     assert run_event(app, second.id).status == "pending"
     Event, Memory = app.store.models.Event, app.store.models.Memory
@@ -138,8 +138,8 @@ def test_an_event_another_worker_is_running_is_not_run_twice(app):
     session_id = str(uuid.uuid4())
     events_file = app.state_dir / session_id / "events.jsonl"
     events_file.parent.mkdir()
-    append(events_file, event_line("session.start", {"sessionId": session_id}),
-           *turn("remember that the cache ttl is ten minutes"))
+    append_lines(events_file, copilot_line("session.start", {"sessionId": session_id}),
+                 *copilot_turn_lines("remember that the cache ttl is ten minutes"))
     Event = app.store.models.Event
     event, _ = record_event(app.store, "copilot", session_id, "created")
     claim_event(app.store, event.id)  # a worker runs it now; reconcile delivers it once more
@@ -215,8 +215,8 @@ def test_an_event_whose_worker_died_is_run_at_once_when_delivered_again(app):
     session_id = str(uuid.uuid4())
     events_file = app.state_dir / session_id / "events.jsonl"
     events_file.parent.mkdir()
-    append(events_file, event_line("session.start", {"sessionId": session_id}),
-           *turn("remember that the cache ttl is ten minutes"))
+    append_lines(events_file, copilot_line("session.start", {"sessionId": session_id}),
+                 *copilot_turn_lines("remember that the cache ttl is ten minutes"))
     Event = app.store.models.Event
     event, _ = record_event(app.store, "copilot", session_id, "created")
     claim_in_a_process_that_dies(app, event.id)

@@ -13,20 +13,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_watcher import append, event_line, turn
+from fakes import wait_until
+from session_writers import CopilotSession, append_lines, copilot_turn_lines
 
 LLMEM = [sys.executable, "-m", "llmem"]
 FIXTURE_STATE = Path(__file__).parent / "fixtures" / "copilot" / "session-state"
-
-
-def wait_until(predicate, timeout=20.0, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not reached in time")
 
 
 @pytest.fixture
@@ -67,14 +58,13 @@ def memories(home):
 
 
 def new_session(state: Path, *texts: str) -> str:
-    session_id = str(uuid.uuid4())
-    folder = state / session_id
-    folder.mkdir()
-    lines = [event_line("session.start", {"sessionId": session_id, "context": {"cwd": "/work/acme"}})]
+    """A finished session, session.start and every turn in one write."""
+    session = CopilotSession(state)
+    session.start(locked=False)
     for text in texts:
-        lines += turn(text)
-    append(folder / "events.jsonl", *lines)
-    return session_id
+        session.turn(text, "done", flush=False)
+    session.write()
+    return session.id
 
 
 def stop(process, sig=signal.SIGINT, timeout=20):
@@ -132,7 +122,7 @@ def test_restarted_run_announces_nothing_twice_and_extracts_what_was_written_mea
         wait_until(lambda: json.loads(run_cli("search", "apples", "--json", "--no-track")[1]), timeout=30)
     finally:
         assert stop(runner) in (0, -signal.SIGINT)
-    append(state / session_id / "events.jsonl", *turn("remember that the second fact is about pears"))
+    append_lines(state / session_id / "events.jsonl", *copilot_turn_lines("remember that the second fact is about pears"))
     meanwhile = new_session(state, "remember that the third fact is about plums")
     runner = start("run", "-w", "2")
     try:
@@ -179,6 +169,7 @@ def test_kill_9_during_a_task_loses_nothing_and_duplicates_nothing(home, model_s
     assert any("ten minutes" in c for c in contents)
 
 
+@pytest.mark.slow  # the same path in-process: test_tasks.py (SIGNAL_INTERRUPTED → release)
 def test_sigterm_requeues_the_in_flight_event(home, model_server):
     llmem_home, state = home
     text = (llmem_home / "config.yaml").read_text().replace(
@@ -189,14 +180,17 @@ def test_sigterm_requeues_the_in_flight_event(home, model_server):
     run_cli("enqueue", "idle", session_id, "--adapter", "copilot")
     worker = start("worker", "-w", "1")
     wait_until(lambda: model_server.requests, timeout=20)
-    stop(worker, signal.SIGTERM)
-    assert events(home)[0]["status"] in ("pending", "done")
+    stop(worker, signal.SIGTERM)  # inside the 4 s LLM call: the task cannot have finished
+    interrupted = events(home)[0]
+    assert (interrupted["status"], interrupted["attempts"]) == ("pending", 0), interrupted
+    assert "requeued" in interrupted["error"]
     model_server.mode = "ok"
     worker = start("worker", "-w", "1")
     try:
         wait_until(lambda: events(home)[0]["status"] == "done", timeout=90)
     finally:
         stop(worker)
+    assert events(home)[0]["attempts"] == 1  # the interrupted run is not counted
 
 
 @pytest.mark.slow

@@ -154,3 +154,15 @@ def session_cursor_values(db, adapter: str, session_id: str, columns: tuple[str,
     """The values of `columns` (from a fixed list) of one session's cursor row, or None."""
     return db.execute_sql(f"SELECT {', '.join(columns)} FROM session_cursor WHERE adapter = ? AND session_id = ?",
                           (adapter, session_id)).fetchone()
+
+
+def recall_counts_by_origin(db) -> list[tuple[str, int, int]]:
+    """(origin, results recalled, distinct queries) for each recall origin."""
+    return db.execute_sql(
+        "SELECT origin, COUNT(*), COUNT(DISTINCT query_hash) FROM recall_event GROUP BY origin").fetchall()
+
+
+def probe_write(db) -> None:
+    """Take the write lock and write a temporary table: raises when the store is not writable."""
+    with db.atomic():
+        db.execute_sql("CREATE TEMP TABLE IF NOT EXISTS doctor_probe(x)")

@@ -127,6 +127,15 @@ def stored_vector(db, seq: int, model: str, dim: int) -> np.ndarray | None:
     return None if row is None else from_blob(row[0])
 
 
+def sample_vectors(db, model: str, size: int) -> list[np.ndarray]:
+    """Up to `size` vectors of valid memories under `model`, drawn at random (metrics)."""
+    rows = db.execute_sql(
+        "SELECT e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
+        "WHERE e.model = ? AND m.invalidated_at IS NULL ORDER BY random() LIMIT ?",
+        (model, size)).fetchall()
+    return [from_blob(row[0]) for row in rows]
+
+
 def current_embedding_count(db, model: str) -> int:
     """How many valid memories have an embedding from `model` of their current text."""
     return db.execute_sql("SELECT COUNT(*) FROM embedding e JOIN memory m ON m.id = e.memory_id "

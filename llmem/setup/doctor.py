@@ -52,6 +52,7 @@ def llm_status(config) -> dict[str, Any]:
 def run_doctor(app) -> dict[str, Any]:
     """Every health check, as data: {"checks": [...], "sqlite_vec": ..., "embedder": ...}."""
     from ..db.connection import driver
+    from ..db.queries import probe_write
 
     checks = []
     config = app.config
@@ -62,8 +63,7 @@ def run_doctor(app) -> dict[str, Any]:
     store_ok = True
     try:
         stats = app.store.stats()
-        with app.store.db.atomic():
-            app.store.db.execute_sql("CREATE TEMP TABLE IF NOT EXISTS doctor_probe(x)")
+        probe_write(app.store.db)
         checks.append(_check("store", "ok", f"{config.db_path} writable, {stats['memories']} memories"))
     except Exception as exc:
         store_ok = False
@@ -141,6 +141,7 @@ def embedding_metrics(store, config, sample: int = 2000) -> dict[str, Any]:
     import numpy as np
 
     from ..db import vec
+    from ..db.queries import recall_counts_by_origin
 
     stats = store.stats()
     model, dim = vec.index_state(store.db)
@@ -150,26 +151,22 @@ def embedding_metrics(store, config, sample: int = 2000) -> dict[str, Any]:
         "stale_or_missing": stats["pending_embedding"],
     }
     if model:
-        rows = store.db.execute_sql(
-            "SELECT e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
-            "WHERE e.model = ? AND m.invalidated_at IS NULL ORDER BY random() LIMIT ?",
-            (model, sample)).fetchall()
-        if len(rows) >= 2:
-            matrix = np.stack([vec.from_blob(r[0]) for r in rows])
+        vectors = vec.sample_vectors(store.db, model, sample)
+        if len(vectors) >= 2:
+            matrix = np.stack(vectors)
             sims = matrix @ matrix.T
             np.fill_diagonal(sims, np.nan)
             nearest = np.nanmax(sims, axis=1)
-            upper = sims[np.triu_indices(len(rows), k=1)]
+            upper = sims[np.triu_indices(len(vectors), k=1)]
             threshold = config.values["dream"]["similarity_threshold"]
             out.update({
-                "sampled": len(rows),
+                "sampled": len(vectors),
                 "mean_pairwise_cosine": round(float(np.nanmean(upper)), 4),
                 "nearest_neighbour_cosine_p50": round(float(np.median(nearest)), 4),
                 "nearest_neighbour_cosine_p95": round(float(np.percentile(nearest, 95)), 4),
                 "near_duplicate_pairs": int((upper >= threshold).sum()),
                 "near_duplicate_threshold": threshold,
             })
-    recalls = store.db.execute_sql(
-        "SELECT origin, COUNT(*), COUNT(DISTINCT query_hash) FROM recall_event GROUP BY origin").fetchall()
-    out["recalls"] = {origin: {"results": n, "distinct_queries": q} for origin, n, q in recalls}
+    out["recalls"] = {origin: {"results": n, "distinct_queries": q}
+                      for origin, n, q in recall_counts_by_origin(store.db)}
     return out

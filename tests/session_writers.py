@@ -55,6 +55,17 @@ def append_lines(path: Path, *lines: str) -> None:
         handle.write("".join(lines))
 
 
+def copilot_events_file(state_dir: Path, *lines: str, cwd: str | None = "/work/acme") -> tuple[str, Path]:
+    """A new session folder whose events.jsonl is session.start (with `cwd` as its context, if
+    any) then `lines`, in one write: a file a reader first sees whole. Returns its id and path."""
+    session_id = str(uuid.uuid4())
+    events = Path(state_dir) / session_id / "events.jsonl"
+    events.parent.mkdir(parents=True)
+    start = {"sessionId": session_id} | ({"context": {"cwd": cwd}} if cwd else {})
+    append_lines(events, copilot_line("session.start", start), *lines)
+    return session_id, events
+
+
 def copilot_turn_lines(text: str, reply: str = "done", turn_id: str = "0") -> list[str]:
     """A finished turn without a parentId chain (for tests that build files line by line)."""
     return [copilot_line("user.message", {"content": text}),

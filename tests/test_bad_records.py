@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from session_writers import copilot_events_file, copilot_line
 
 from llmem.adapters import CopilotAdapter, OpenCodeAdapter
 
@@ -141,11 +142,6 @@ def test_a_bad_part_row_costs_no_good_turn_and_leaks_nowhere(opencode_dir, confi
 
 # ---- Copilot -----------------------------------------------------------------------------------
 
-def line(kind: str, data: dict) -> str:
-    return json.dumps({"type": kind, "data": data, "id": str(uuid.uuid4()),
-                       "timestamp": "2026-11-30T10:00:00.000Z", "parentId": None}) + "\n"
-
-
 def deep_line(depth: int) -> str:
     """A user.message whose data holds a secret and a list nested `depth` levels deep."""
     head = json.dumps({"type": "user.message", "id": str(uuid.uuid4()),
@@ -156,16 +152,15 @@ def deep_line(depth: int) -> str:
 @pytest.fixture
 def copilot_state(tmp_path):
     state = tmp_path / "session-state"
-    session_id = str(uuid.uuid4())
-    (state / session_id).mkdir(parents=True)
-    lines = [line("session.start", {"sessionId": session_id, "context": {"cwd": "/work/billing"}}),
-             line("user.message", {"content": DECISION}),
-             line("assistant.message", {"messageId": "a1", "content": "Noted.", "toolRequests": []}),
-             deep_line(100_000),
-             deep_line(900),  # parses, but too deep for the code that walks tool inputs
-             line("user.message", {"content": "Also add an index."}),
-             line("assistant.message", {"messageId": "a2", "content": "Index added.", "toolRequests": []})]
-    (state / session_id / "events.jsonl").write_text("".join(lines))
+    session_id, _ = copilot_events_file(
+        state,
+        copilot_line("user.message", {"content": DECISION}),
+        copilot_line("assistant.message", {"messageId": "a1", "content": "Noted.", "toolRequests": []}),
+        deep_line(100_000),
+        deep_line(900),  # parses, but too deep for the code that walks tool inputs
+        copilot_line("user.message", {"content": "Also add an index."}),
+        copilot_line("assistant.message", {"messageId": "a2", "content": "Index added.", "toolRequests": []}),
+        cwd="/work/billing")
     return state, session_id
 
 

@@ -7,10 +7,9 @@ import os
 import socket
 import subprocess
 import sys
-import uuid
 
 import pytest
-from session_writers import append_lines, copilot_line, copilot_turn_lines
+from session_writers import append_lines, copilot_events_file, copilot_turn_lines
 
 from llmem.app import App
 from llmem.pipeline.events import (
@@ -64,11 +63,8 @@ def test_reconcile_finds_lost_and_released_events(app):
 
 
 def test_within_the_interval_heuristics_run_now_and_the_llm_waits(app, model_server):
-    session_id = str(uuid.uuid4())
-    events_file = app.state_dir / session_id / "events.jsonl"
-    events_file.parent.mkdir()
-    append_lines(events_file, copilot_line("session.start", {"sessionId": session_id, "context": {"cwd": "/w"}}),
-                 *copilot_turn_lines("we use black for formatting"))
+    session_id, events_file = copilot_events_file(
+        app.state_dir, *copilot_turn_lines("we use black for formatting"), cwd="/w")
     model_server.chat_replies = [json.dumps({"memories": [
         {"type": "decision", "content": "The team formats Python with black", "confidence": 0.7}]})]
     first, _ = record_event(app.store, "copilot", session_id, "idle")
@@ -101,11 +97,7 @@ def test_within_the_interval_heuristics_run_now_and_the_llm_waits(app, model_ser
 
 
 def test_a_provisional_memory_the_llm_did_not_restate_is_kept(app, model_server):
-    session_id = str(uuid.uuid4())
-    events_file = app.state_dir / session_id / "events.jsonl"
-    events_file.parent.mkdir()
-    append_lines(events_file, copilot_line("session.start", {"sessionId": session_id, "context": {"cwd": "/w"}}),
-                 *copilot_turn_lines("hello"))
+    session_id, events_file = copilot_events_file(app.state_dir, *copilot_turn_lines("hello"), cwd="/w")
     model_server.chat_replies = [json.dumps({"memories": []})]
     first, _ = record_event(app.store, "copilot", session_id, "idle")
     assert run_event(app, first.id).status == "done"
@@ -135,11 +127,8 @@ def test_restates_needs_every_identifier_and_half_the_words(candidate, provision
 
 
 def test_an_event_another_worker_is_running_is_not_run_twice(app):
-    session_id = str(uuid.uuid4())
-    events_file = app.state_dir / session_id / "events.jsonl"
-    events_file.parent.mkdir()
-    append_lines(events_file, copilot_line("session.start", {"sessionId": session_id}),
-                 *copilot_turn_lines("remember that the cache ttl is ten minutes"))
+    session_id, _ = copilot_events_file(
+        app.state_dir, *copilot_turn_lines("remember that the cache ttl is ten minutes"), cwd=None)
     Event = app.store.models.Event
     event, _ = record_event(app.store, "copilot", session_id, "created")
     claim_event(app.store, event.id)  # a worker runs it now; reconcile delivers it once more
@@ -212,11 +201,8 @@ def test_a_recycled_pid_or_another_host_is_not_taken_for_the_owner(app):
 
 
 def test_an_event_whose_worker_died_is_run_at_once_when_delivered_again(app):
-    session_id = str(uuid.uuid4())
-    events_file = app.state_dir / session_id / "events.jsonl"
-    events_file.parent.mkdir()
-    append_lines(events_file, copilot_line("session.start", {"sessionId": session_id}),
-                 *copilot_turn_lines("remember that the cache ttl is ten minutes"))
+    session_id, _ = copilot_events_file(
+        app.state_dir, *copilot_turn_lines("remember that the cache ttl is ten minutes"), cwd=None)
     Event = app.store.models.Event
     event, _ = record_event(app.store, "copilot", session_id, "created")
     claim_in_a_process_that_dies(app, event.id)

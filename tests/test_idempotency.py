@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from session_writers import append_lines, copilot_line, copilot_turn_lines
+from session_writers import copilot_events_file, copilot_line, copilot_turn_lines
 
 from llmem.app import App
 from llmem.pipeline.events import record_event, retry_events
@@ -68,19 +68,16 @@ def admitted_mistake(prompt: str) -> list[str]:
 
 def copilot_session(state_dir) -> str:
     """A session with stated facts, an agent mistake, a compaction and a shutdown."""
-    session_id = str(uuid.uuid4())
-    events = state_dir / session_id / "events.jsonl"
-    events.parent.mkdir()
-    append_lines(events,
-                 copilot_line("session.start", {"sessionId": session_id, "context": {"cwd": "/work/acme"}}),
-                 *copilot_turn_lines("remember that the staging database listens on port 5433"),
-                 *copilot_turn_lines("We decided to keep the theme in localStorage"),
-                 copilot_line("session.compaction_start", {}),
-                 copilot_line("session.compaction_complete", {"success": True, "summaryContent": "Theme work."}),
-                 *copilot_turn_lines("No, that is wrong: the tests crashed because the value was None"),
-                 *admitted_mistake("Fix the crash in the order loader"),
-                 *copilot_turn_lines("Always run ruff before committing"),
-                 copilot_line("session.shutdown", {"shutdownType": "routine"}))
+    session_id, _ = copilot_events_file(
+        state_dir,
+        *copilot_turn_lines("remember that the staging database listens on port 5433"),
+        *copilot_turn_lines("We decided to keep the theme in localStorage"),
+        copilot_line("session.compaction_start", {}),
+        copilot_line("session.compaction_complete", {"success": True, "summaryContent": "Theme work."}),
+        *copilot_turn_lines("No, that is wrong: the tests crashed because the value was None"),
+        *admitted_mistake("Fix the crash in the order loader"),
+        *copilot_turn_lines("Always run ruff before committing"),
+        copilot_line("session.shutdown", {"shutdownType": "routine"}))
     return session_id
 
 
@@ -138,12 +135,8 @@ def test_dream_with_nothing_new_changes_nothing(app, state_dir):
 
 
 def two_turn_session(state_dir) -> str:
-    session_id = str(uuid.uuid4())
-    events = state_dir / session_id / "events.jsonl"
-    events.parent.mkdir()
-    append_lines(events,
-                 copilot_line("session.start", {"sessionId": session_id, "context": {"cwd": "/work/acme"}}),
-                 *copilot_turn_lines("remember that alpha is one"), *copilot_turn_lines("remember that beta is two"))
+    session_id, _ = copilot_events_file(state_dir, *copilot_turn_lines("remember that alpha is one"),
+                                        *copilot_turn_lines("remember that beta is two"))
     return session_id
 
 

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from session_writers import append_lines, copilot_line, copilot_turn_lines
+from session_writers import append_lines, copilot_events_file, copilot_line, copilot_turn_lines
 
 import llmem.db.connection as connection
 import llmem.pipeline.watcher as watcher_module
@@ -118,19 +118,10 @@ def pipeline(dirs):
     running.close()
 
 
-def copilot_session(state: Path, *lines: str) -> tuple[str, Path]:
-    session_id = str(uuid.uuid4())
-    (state / session_id).mkdir()
-    events = state / session_id / "events.jsonl"
-    append_lines(events, copilot_line("session.start", {"sessionId": session_id, "context": {"cwd": "/work/acme"}}),
-                 *lines)
-    return session_id, events
-
-
 def test_quick_shutdown_after_the_decision_turn_is_searchable(dirs, pipeline):
     _, copilot = dirs
     pipeline.start(idle_debounce_seconds=5.0)  # the default: the session ends before it is idle
-    session_id, events = copilot_session(copilot, *copilot_turn_lines("We decided to keep the theme in localStorage"))
+    session_id, events = copilot_events_file(copilot, *copilot_turn_lines("We decided to keep the theme in localStorage"))
     time.sleep(1.0)
     append_lines(events, copilot_line("session.shutdown", {"shutdownType": "routine"}))
     pipeline.wait_for(session_id, "ending")
@@ -143,8 +134,8 @@ def test_one_shot_session_is_extracted_from_its_ending(dirs, pipeline):
     _, copilot = dirs
     pipeline.start()
     # `copilot -p`: start, one turn and shutdown, written as one burst.
-    session_id, _ = copilot_session(copilot, *copilot_turn_lines("remember that the build cache lives in /var/cache/acme"),
-                                    copilot_line("session.shutdown", {"shutdownType": "routine"}))
+    session_id, _ = copilot_events_file(copilot, *copilot_turn_lines("remember that the build cache lives in /var/cache/acme"),
+                                        copilot_line("session.shutdown", {"shutdownType": "routine"}))
     pipeline.wait_for(session_id, "ending")
     assert pipeline.kinds(session_id) == ["created", "ending"]
     pipeline.run_recorded()
@@ -234,12 +225,12 @@ def test_a_restarted_watcher_announces_nothing_twice_and_catches_up(dirs):
     _, copilot = dirs
     first = Pipeline().start()
     try:
-        known, events = copilot_session(copilot, *copilot_turn_lines("remember that fact number 0 is zero"))
+        known, events = copilot_events_file(copilot, *copilot_turn_lines("remember that fact number 0 is zero"))
         first.wait_for(known, "created", "idle")
         first.stop()  # the watcher goes down; the sessions go on
         facts = [f"remember that fact number {n} is {n * 7}" for n in range(1, 4)]
         append_lines(events, *[line for fact in facts for line in copilot_turn_lines(fact)])
-        meanwhile, _ = copilot_session(copilot, *copilot_turn_lines("remember that fact number 9 is sixty three"))
+        meanwhile, _ = copilot_events_file(copilot, *copilot_turn_lines("remember that fact number 9 is sixty three"))
         first.run_recorded()
     finally:
         first.close()
@@ -282,7 +273,7 @@ def test_an_event_written_while_the_store_is_locked_arrives_after(dirs, monkeypa
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        session_id, _ = copilot_session(copilot, *copilot_turn_lines("remember that the lock test passed"))
+        session_id, _ = copilot_events_file(copilot, *copilot_turn_lines("remember that the lock test passed"))
         deadline = time.monotonic() + 10
         while pipeline.watcher.errors < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -335,7 +326,7 @@ def wait_for_count(pipeline: Pipeline, session_id: str, kind: str, count: int, t
 def test_copilot_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipeline):
     _, copilot = dirs
     pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S)
-    session_id, events = copilot_session(copilot, *copilot_turn_lines("remember that the api listens on port 8080"))
+    session_id, events = copilot_events_file(copilot, *copilot_turn_lines("remember that the api listens on port 8080"))
     pipeline.wait_for(session_id, "created", "idle", "ending")  # ended by inactivity
     written = time.time()
     append_lines(events, *copilot_turn_lines("remember that the deploy runs at midnight"))  # user + finished reply, one write
@@ -377,7 +368,7 @@ def test_a_turn_after_an_inactivity_ending_survives_a_restart_inside_the_debounc
     before the idle debounce passed still emits the idle."""
     _, copilot = dirs
     pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S)
-    session_id, events = copilot_session(copilot, *copilot_turn_lines("remember that the api listens on port 8080"))
+    session_id, events = copilot_events_file(copilot, *copilot_turn_lines("remember that the api listens on port 8080"))
     pipeline.wait_for(session_id, "created", "idle", "ending")
     written = time.time()
     append_lines(events, *copilot_turn_lines("remember that the deploy runs at midnight"))

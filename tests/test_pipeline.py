@@ -102,12 +102,9 @@ def test_run_end_to_end_turn_becomes_searchable(home):
     try:
         time.sleep(1.5)  # watcher attached
         session_id = new_session(state, "remember that deploys need the vpn turned on")
-        started = time.monotonic()
         wait_until(lambda: json.loads(run_cli("search", "vpn deploys", "--json", "--no-track")[1]), timeout=30)
-        took = time.monotonic() - started
         kinds = {e["kind"] for e in events(home) if e["session_id"] == session_id}
         assert {"created", "idle"} <= kinds
-        assert took < 30
     finally:
         assert stop(runner) in (0, -signal.SIGINT)
 

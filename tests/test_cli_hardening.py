@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_extract import fast_model_server
 
 GOOD = {"id": "00000001-0000-4000-8000-000000000000", "type": "fact", "content": "a good row"}
 BAD_ID = "00000002-0000-4000-8000-000000000000"
@@ -15,11 +14,6 @@ def document(bad_row: dict | None = None, relations: list | None = None) -> dict
     memories = [GOOD] + ([{"id": BAD_ID, "type": "fact", "content": "the bad row", **bad_row}]
                          if bad_row is not None else [])
     return {"version": 1, "memories": memories, "relations": relations or []}
-
-
-@pytest.fixture
-def model_server():
-    yield from fast_model_server()
 
 
 def nested(depth: int) -> str:

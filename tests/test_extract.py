@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from fakes import FakeModelServer, StubLLM
+from fakes import StubLLM
 from session_writers import copilot_session, recorded_opencode_store
 
 from llmem.app import App
@@ -40,21 +39,6 @@ def session_config(configure, state_dir: Path, *, server=None, llm: bool = True,
         chat = "llm:\n  provider: none\n"
     configure(embedding + chat + f"session:\n  adapter: copilot\n  copilot:\n"
               f"    state_dir: {state_dir}\n    share_dir: {state_dir}\n" + extra)
-
-
-def fast_model_server():
-    """The shared fake server, polled faster so that stopping it takes ms, not 0.5 s."""
-    server = FakeModelServer()
-    server.thread = threading.Thread(target=server.httpd.serve_forever,
-                                     kwargs={"poll_interval": 0.01}, daemon=True)
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def model_server():
-    yield from fast_model_server()
 
 
 @pytest.fixture

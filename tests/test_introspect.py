@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from session_writers import copilot_session
-from test_extract import DONE, FIXTURES, PROJECT, fast_model_server, session_config
+from test_extract import DONE, FIXTURES, PROJECT, session_config
 
 from llmem.app import App
 from llmem.capture.introspect import (
@@ -23,11 +23,6 @@ from llmem.capture.introspect import (
 )
 from llmem.db.models import Memory
 from llmem.errors import UsageError
-
-
-@pytest.fixture
-def model_server():
-    yield from fast_model_server()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import time
 
 import pytest
 from conftest import free_port_url
-from test_extract import fast_model_server
 
 from llmem.app import App
 from llmem.errors import BudgetExhausted, LLMReplyInvalid, LLMUnavailable
@@ -32,11 +31,6 @@ SCHEMA = {
     },
     "required": ["items"],
 }
-
-
-@pytest.fixture
-def model_server():
-    yield from fast_model_server()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from session_writers import copilot_session, recorded_opencode_store
-from test_extract import PROJECT, fast_model_server
+from test_extract import PROJECT
 from test_redact import PLANTED
 
 from llmem.app import App
@@ -22,11 +22,6 @@ from llmem.capture.introspect import (
 )
 
 CUSTOM_SECRET = "ACME-INTERNAL-48151623"
-
-
-@pytest.fixture
-def model_server():
-    yield from fast_model_server()
 
 
 def planted_texts() -> list[tuple[str, str]]:

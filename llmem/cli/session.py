@@ -134,9 +134,10 @@ def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=No
     (which a queued event does not carry), the work runs in a detached process instead: one
     per session at a time, later hooks coalesce into it (llmem.pipeline.detached).
     """
-    from ..pipeline.handlers import handle_session_event
 
     def run_inline(run_kind):
+        from ..pipeline.handlers import handle_session_event
+
         return handle_session_event(app, run_kind, session_id, adapter_name=adapter, model=model,
                                     base_url=base_url, project=project, fail_open=True).as_json()
 

@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from ..db.models import MEMORY_TYPES, Memory
+from ..db.queries import metadata_value
 from ..errors import BudgetExhausted, EmbedderUnavailable, LLMReplyInvalid, LLMUnavailable
 from ..providers.llm import step_llm
 from ..redact import redact
@@ -646,9 +647,9 @@ def _settle_provisional(store, session_id: str, project: str | None, llm_content
     """After the pass that moves the cursor: a provisional memory the LLM restated gives way to
     the LLM's memory (invalidated, superseded); one it did not restate is kept for good."""
     Memory = store.models.Memory
-    waiting = [m for m in Memory.select().where((Memory.session_id == session_id)
-                                                 & Memory.invalidated_at.is_null())
-               if (m.metadata or {}).get(PROVISIONAL)]
+    waiting = list(Memory.select().where(
+        (Memory.session_id == session_id) & Memory.invalidated_at.is_null()
+        & (metadata_value(Memory.metadata, PROVISIONAL) == True)))  # noqa: E712
     for memory in waiting:
         restated_by = next((c for c in llm_contents if restates(c, memory.content)), None)
         newer = store.find_duplicate(content_hash(restated_by), project) if restated_by else None

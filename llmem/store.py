@@ -21,6 +21,7 @@ from .db.connection import open_database
 from .db.derived import text_hash, text_to_embed
 from .db.fts import index_hints
 from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, Models, Relation, bound_models
+from .db.queries import write_memory_columns
 from .errors import AmbiguousId, NotFound, UsageError
 from .redact import Redactor
 from .times import now, to_iso
@@ -244,7 +245,7 @@ class Store:
         if values.keys() & text.keys():
             values.update(derived_fields(**text))
         values.setdefault("updated_at", now())
-        self._write_columns(memory_id, values)
+        write_memory_columns(self.db, memory_id, values)
         return values
 
     def restore_row(self, memory_id: str, row: dict[str, Any]) -> int:
@@ -252,16 +253,7 @@ class Store:
         the restored text rather than trusted; return 1, or 0 when the memory is gone."""
         values = {**row, "content_hash": content_hash(row["content"]),
                   **derived_fields(row["content"], row["summary"], row["metadata"])}
-        return self._write_columns(memory_id, values)
-
-    def _write_columns(self, memory_id: str, values: dict[str, Any]) -> int:
-        # Raw SQL: a big dream night writes ~100k rows, and a peewee save costs ~30× more.
-        fields = self.models.Memory._meta.fields
-        assignments = ", ".join(f'"{fields[name].column_name}" = ?' for name in values)
-        params = [fields[name].db_value(value) for name, value in values.items()]
-        cursor = self.db.cursor()
-        cursor.execute(f"UPDATE memory SET {assignments} WHERE id = ?", (*params, memory_id))
-        return cursor.rowcount
+        return write_memory_columns(self.db, memory_id, values)
 
     def insert_rows(self, rows: list[dict[str, Any]]) -> None:
         """Insert whole memory rows (import: ids, times and counts as given), with the columns

@@ -17,6 +17,7 @@ from conftest import free_port_url
 from llmem.app import App
 from llmem.errors import LLMUnavailable
 from llmem.pipeline import handlers
+from llmem.providers import llm as llm_module
 
 FIXTURES = Path(__file__).parent / "fixtures" / "copilot"
 SESSION = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"
@@ -66,7 +67,7 @@ def recorded_steps(monkeypatch):
         return run
 
     monkeypatch.setattr(handlers, "step_function", fake)
-    monkeypatch.setattr(handlers, "make_event_llm", lambda app, model, base_url: f"llm:{model}:{base_url}")
+    monkeypatch.setattr(llm_module, "make_llm", lambda config, *, model, base_url, store: f"llm:{model}:{base_url}")
     return calls
 
 
@@ -94,7 +95,7 @@ def test_worker_mode_raises_hook_mode_collects(copilot_config, monkeypatch):
         raise LLMUnavailable("Could not reach Ollama")
 
     monkeypatch.setattr(handlers, "step_function", lambda step: broken)
-    monkeypatch.setattr(handlers, "make_event_llm", lambda *a: None)
+    monkeypatch.setattr(llm_module, "make_llm", lambda *a, **kw: None)
     app = App()
     try:
         with pytest.raises(LLMUnavailable):  # the worker retries the event
@@ -110,7 +111,7 @@ def test_worker_mode_raises_hook_mode_collects(copilot_config, monkeypatch):
 def test_deferred_extraction_says_when_to_retry(copilot_config, monkeypatch):
     monkeypatch.setattr(handlers, "step_function",
                         lambda step: lambda app, sid, **kw: {"deferred": True, "llm_error": "budget spent"})
-    monkeypatch.setattr(handlers, "make_event_llm", lambda *a: None)
+    monkeypatch.setattr(llm_module, "make_llm", lambda *a, **kw: None)
     app = App()
     try:
         result = handlers.handle_session_event(app, "idle", SESSION)

@@ -67,13 +67,6 @@ def step_function(step: str):
     return introspect_session
 
 
-def make_event_llm(app, model: str | None = None, base_url: str | None = None):
-    """The chat LLM for an event, with the hook's --model/--base-url (None: heuristics only)."""
-    from ..providers.llm import make_llm
-
-    return make_llm(app.config, model=model, base_url=base_url, store=app.store)
-
-
 def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, str | int | float | bool):
         return value
@@ -109,7 +102,8 @@ def next_local_midnight(at: float | None = None) -> float:
 
 
 class _EventLLM:
-    """The event's LLM, made on first use (created never needs one) and closed at the end."""
+    """The event's LLM, with the hook's --model/--base-url (None: heuristics only), made on
+    first use (created never needs one) and closed at the end."""
 
     def __init__(self, app, model: str | None, base_url: str | None):
         self.app, self.model, self.base_url = app, model, base_url
@@ -117,8 +111,11 @@ class _EventLLM:
 
     def get(self):
         if not self.made:
+            from ..providers.llm import make_llm
+
             self.made = True
-            self.value = make_event_llm(self.app, self.model, self.base_url)
+            self.value = make_llm(self.app.config, model=self.model, base_url=self.base_url,
+                                  store=self.app.store)
         return self.value
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 
+from ..db.derived import text_to_embed
 from ..db.models import MEMORY_TYPES, Memory
 from ..db.queries import metadata_value
 from ..errors import BudgetExhausted, EmbedderUnavailable, LLMReplyInvalid, LLMUnavailable
@@ -352,11 +353,9 @@ def _heuristic_candidates(chunk: list[SliceLine], *, all_roles: bool = False) ->
 
 
 def _embedding_text(content: str, summary: str | None) -> str:
-    # vectors.embedding_text without the metadata prefix: _embed_touched reuses a candidate's
-    # vector only when the stored memory embeds to this same text.
-    if summary and summary.strip() and summary not in content:
-        return f"{summary}\n{content}"
-    return content
+    # text_to_embed without the metadata prefix: _embed_touched reuses a candidate's vector
+    # only when the stored memory embeds to this same text.
+    return text_to_embed(content, summary, None)
 
 
 def _near_duplicate(searcher, vector, memory_type: str, project: str | None,

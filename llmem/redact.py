@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 
 MARKER = "[REDACTED:{kind}]"
 
@@ -59,101 +59,105 @@ _ASSIGNED_VALUE = _ASSIGN + r"(?:" + _QUOTED_VALUE + r"|" + _BARE_VALUE + r")"
 
 # Order matters: spans that may contain other secrets first, specific token formats before the
 # generic `name = value` rules, so each secret is counted once under its most precise kind.
-BUILTIN_PATTERNS: tuple[SecretPattern, ...] = (
-    _pattern("private", r"<private>.*?(?:</private>|\Z)", re.DOTALL | re.IGNORECASE),
-    _pattern(
-        "private_key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?"
-        r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-        re.DOTALL,
-    ),
-    _pattern("anthropic_key", r"sk-ant-" + _starts_word(7) + r"[A-Za-z0-9]{2,}-[A-Za-z0-9_-]{20,}"),
-    _pattern(
-        "openai_key",
-        r"sk-" + _starts_word(3)
-        + r"(?:proj-|svcacct-|admin-|None-)?(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{20,}",
-    ),
-    _pattern("github_token", r"gh[pousr]_" + _starts_word(4) + r"[A-Za-z0-9]{36,255}\b"),
-    _pattern("github_token", r"github_pat_" + _starts_word(11) + r"[A-Za-z0-9_]{22,255}\b"),
-    _pattern("gitlab_token", r"glpat-" + _starts_word(6) + r"[A-Za-z0-9_-]{20,}"),
-    _pattern(
-        "aws_access_key",
-        r"A(?:KIA|SIA|BIA|CCA|3T[A-Z0-9])" + _starts_word(4) + r"[A-Z0-9]{16}\b",
-    ),
-    _pattern(
-        "aws_secret_key",
-        r"(?i:aws)[A-Za-z0-9_.-]{0,30}?(?i:secret)[A-Za-z0-9_.-]{0,30}?"
-        r"""["']?\s*(?:=|:|=>)\s*["']?(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])""",
-        hints=("aws",),
-    ),
-    _pattern("gcp_api_key", r"AIza" + _starts_word(4) + r"[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"),
-    _pattern("gcp_oauth_token", r"ya29\." + _starts_word(5) + r"[0-9A-Za-z_-]{20,}"),
-    _pattern("gcp_client_secret", r"GOCSPX-" + _starts_word(7) + r"[0-9A-Za-z_-]{20,}"),
-    _pattern(
-        "azure_key",
-        r"(?i:AccountKey|SharedAccessKey|SharedSecret)\s*=\s*(?P<secret>[A-Za-z0-9+/]{20,}={0,2})",
-        hints=("accountkey", "sharedaccesskey", "sharedsecret"),
-    ),
-    _pattern(
-        "azure_sas_signature",
-        r"sig=(?<![A-Za-z0-9]sig=)(?P<secret>[A-Za-z0-9%+/]{20,}(?:%3D|=)*)",
-    ),
-    _pattern(
-        "azure_client_secret",
-        r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.-]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])",
-        hints=("q~",),
-    ),
-    _pattern("slack_token", r"xox[abposr]-" + _starts_word(5) + r"[A-Za-z0-9-]{10,}"),
-    _pattern(
-        "slack_webhook",
-        r"https://hooks\.slack\.com/(?:services|workflows)/(?P<secret>[A-Za-z0-9/_-]{20,})",
-    ),
-    _pattern(
-        "stripe_key",
-        r"(?<![A-Za-z0-9_])[sr]k_(?:live|test)_[0-9A-Za-z]{16,}\b",
-        hints=("k_live_", "k_test_"),
-    ),
-    _pattern("stripe_webhook_secret", r"whsec_" + _starts_word(6) + r"[0-9A-Za-z]{24,}\b"),
-    _pattern("npm_token", r"npm_" + _starts_word(4) + r"[A-Za-z0-9]{36}\b"),
-    _pattern("huggingface_token", r"hf_" + _starts_word(3) + r"[A-Za-z0-9]{30,}\b"),
-    _pattern("sendgrid_key", r"SG\." + _starts_word(3) + r"[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),
-    _pattern(
-        "jwt",
-        r"eyJ" + _starts_word(3) + r"[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-    ),
-    # scheme://user:password@host (the scheme itself does not matter).
-    _pattern(
-        "url_credentials",
-        r"://[^\s:/?#@'\"]+:(?P<secret>" + _NOT_A_MARKER + r"[^\s/?#@'\"]+)@",
-    ),
-    _pattern(
-        "bearer_token",
-        r"\b(?i:bearer)\s+(?P<secret>" + _NOT_A_MARKER + r"[A-Za-z0-9._~+/-]{16,}=*)",
-        hints=("bearer",),
-    ),
-    _pattern(
-        "basic_auth",
-        r"(?i:authorization)[\"']?\s*[:=]\s*[\"']?(?i:basic)\s+(?P<secret>[A-Za-z0-9+/]{8,}={0,2})",
-        hints=("authorization",),
-    ),
-    _pattern(
-        "password",
-        # No boundary before `password`: PGPASSWORD, DBPASSWORD are passwords too.
-        r"(?:(?i:password|passwd|passphrase)|(?<![A-Za-z0-9])(?i:pwd))\b" + _ASSIGNED_VALUE,
-        hints=("pass", "pwd"),
-    ),
-    _pattern(
-        "generic_secret",
-        r"(?<![A-Za-z0-9])(?i:" + _SECRET_NAMES + r")\b" + _ASSIGNED_VALUE,
-        hints=("key", "token", "secret", "credential"),
-    ),
-    _pattern(
-        "password",
-        # Command-line flags: `--password hunter2` (`-p` is too ambiguous to include).
-        r"--(?i:" + _PASSWORD_NAMES + r"|token|api-key|secret)\s+(?P<bare>"
-        + _NOT_A_MARKER + r"[^\s\"'-][^\s\"']{3,})",
-    ),
-)  # fmt: skip
+@cache
+def builtin_patterns() -> tuple[SecretPattern, ...]:
+    """The built-in secret patterns, compiled on first use: opening the store imports this
+    module, and a hook that only reads should not pay ~5 ms compiling them."""
+    return (
+        _pattern("private", r"<private>.*?(?:</private>|\Z)", re.DOTALL | re.IGNORECASE),
+        _pattern(
+            "private_key",
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?"
+            r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+            re.DOTALL,
+        ),
+        _pattern("anthropic_key", r"sk-ant-" + _starts_word(7) + r"[A-Za-z0-9]{2,}-[A-Za-z0-9_-]{20,}"),
+        _pattern(
+            "openai_key",
+            r"sk-" + _starts_word(3)
+            + r"(?:proj-|svcacct-|admin-|None-)?(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{20,}",
+        ),
+        _pattern("github_token", r"gh[pousr]_" + _starts_word(4) + r"[A-Za-z0-9]{36,255}\b"),
+        _pattern("github_token", r"github_pat_" + _starts_word(11) + r"[A-Za-z0-9_]{22,255}\b"),
+        _pattern("gitlab_token", r"glpat-" + _starts_word(6) + r"[A-Za-z0-9_-]{20,}"),
+        _pattern(
+            "aws_access_key",
+            r"A(?:KIA|SIA|BIA|CCA|3T[A-Z0-9])" + _starts_word(4) + r"[A-Z0-9]{16}\b",
+        ),
+        _pattern(
+            "aws_secret_key",
+            r"(?i:aws)[A-Za-z0-9_.-]{0,30}?(?i:secret)[A-Za-z0-9_.-]{0,30}?"
+            r"""["']?\s*(?:=|:|=>)\s*["']?(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])""",
+            hints=("aws",),
+        ),
+        _pattern("gcp_api_key", r"AIza" + _starts_word(4) + r"[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"),
+        _pattern("gcp_oauth_token", r"ya29\." + _starts_word(5) + r"[0-9A-Za-z_-]{20,}"),
+        _pattern("gcp_client_secret", r"GOCSPX-" + _starts_word(7) + r"[0-9A-Za-z_-]{20,}"),
+        _pattern(
+            "azure_key",
+            r"(?i:AccountKey|SharedAccessKey|SharedSecret)\s*=\s*(?P<secret>[A-Za-z0-9+/]{20,}={0,2})",
+            hints=("accountkey", "sharedaccesskey", "sharedsecret"),
+        ),
+        _pattern(
+            "azure_sas_signature",
+            r"sig=(?<![A-Za-z0-9]sig=)(?P<secret>[A-Za-z0-9%+/]{20,}(?:%3D|=)*)",
+        ),
+        _pattern(
+            "azure_client_secret",
+            r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.-]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])",
+            hints=("q~",),
+        ),
+        _pattern("slack_token", r"xox[abposr]-" + _starts_word(5) + r"[A-Za-z0-9-]{10,}"),
+        _pattern(
+            "slack_webhook",
+            r"https://hooks\.slack\.com/(?:services|workflows)/(?P<secret>[A-Za-z0-9/_-]{20,})",
+        ),
+        _pattern(
+            "stripe_key",
+            r"(?<![A-Za-z0-9_])[sr]k_(?:live|test)_[0-9A-Za-z]{16,}\b",
+            hints=("k_live_", "k_test_"),
+        ),
+        _pattern("stripe_webhook_secret", r"whsec_" + _starts_word(6) + r"[0-9A-Za-z]{24,}\b"),
+        _pattern("npm_token", r"npm_" + _starts_word(4) + r"[A-Za-z0-9]{36}\b"),
+        _pattern("huggingface_token", r"hf_" + _starts_word(3) + r"[A-Za-z0-9]{30,}\b"),
+        _pattern("sendgrid_key", r"SG\." + _starts_word(3) + r"[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),
+        _pattern(
+            "jwt",
+            r"eyJ" + _starts_word(3) + r"[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+        ),
+        # scheme://user:password@host (the scheme itself does not matter).
+        _pattern(
+            "url_credentials",
+            r"://[^\s:/?#@'\"]+:(?P<secret>" + _NOT_A_MARKER + r"[^\s/?#@'\"]+)@",
+        ),
+        _pattern(
+            "bearer_token",
+            r"\b(?i:bearer)\s+(?P<secret>" + _NOT_A_MARKER + r"[A-Za-z0-9._~+/-]{16,}=*)",
+            hints=("bearer",),
+        ),
+        _pattern(
+            "basic_auth",
+            r"(?i:authorization)[\"']?\s*[:=]\s*[\"']?(?i:basic)\s+(?P<secret>[A-Za-z0-9+/]{8,}={0,2})",
+            hints=("authorization",),
+        ),
+        _pattern(
+            "password",
+            # No boundary before `password`: PGPASSWORD, DBPASSWORD are passwords too.
+            r"(?:(?i:password|passwd|passphrase)|(?<![A-Za-z0-9])(?i:pwd))\b" + _ASSIGNED_VALUE,
+            hints=("pass", "pwd"),
+        ),
+        _pattern(
+            "generic_secret",
+            r"(?<![A-Za-z0-9])(?i:" + _SECRET_NAMES + r")\b" + _ASSIGNED_VALUE,
+            hints=("key", "token", "secret", "credential"),
+        ),
+        _pattern(
+            "password",
+            # Command-line flags: `--password hunter2` (`-p` is too ambiguous to include).
+            r"--(?i:" + _PASSWORD_NAMES + r"|token|api-key|secret)\s+(?P<bare>"
+            + _NOT_A_MARKER + r"[^\s\"'-][^\s\"']{3,})",
+        ),
+    )  # fmt: skip
 
 _CODE_LIKE = re.compile(r"[A-Za-z_]+(?:\.[A-Za-z_]+)*")
 _PATH_LIKE = re.compile(r"(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]*)*")
@@ -232,7 +236,7 @@ def redact(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> R
         return RedactionResult(text or "", 0, {})
     tally: Counter[str] = Counter()
     lowered = text.lower()
-    for pattern in BUILTIN_PATTERNS:
+    for pattern in builtin_patterns():
         if pattern.hints and not any(hint in lowered for hint in pattern.hints):
             continue
         text = _replace_all(pattern, text, tally)

@@ -203,6 +203,7 @@ SCHEMA: dict[str, Any] = {
         "min_score": _s(0.6, "float", "Promotion gate: minimum weighted score", minimum=0, maximum=1),
         "min_recall_count": _s(3, "int", "Promotion gate: minimum user recalls", minimum=0),
         "min_unique_queries": _s(2, "int", "Promotion gate: minimum distinct queries that recalled it", minimum=0),
+        "max_promoted_snippet_tokens": _s(160, "int", "Estimated tokens kept of each memory promoted to MEMORY.md, cut at a sentence end (seed: phases.deep.maxPromotedSnippetTokens)", minimum=1),
         "schedule": _s("0 3 * * *", "str", "Cron schedule of the worker's nightly dream"),
     },
 }

@@ -10,20 +10,20 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..db.settings import get_setting, set_setting
 from ..paths import write_output_file
 from ..times import now
-from . import diary
+from . import diary, memory_md
 from .deep import DeepResult, apply_action, plan_deep
 from .journal import PHASES, Action, Journal, finish_run, last_run, new_run_id, start_run
 from .light import LightResult, find_candidates
 from .lock import DreamLock, lock_is_live, read_lock
 from .outcome import DreamOutcome
-from .promote import promotable, recent_phase_hits
+from .promote import apply_promotions, promotable, recent_phase_hits
 from .rem import PROPOSED_KEY, RemResult, plan_rem, type_counts
 
 log = logging.getLogger(__name__)
@@ -212,6 +212,8 @@ def _apply_deep(store, journal: Journal, deep: DeepResult, llm, at: float, outco
         with store.db.atomic():
             for action in others[start:start + BATCH]:
                 apply_action(store, journal, action, at=at)
+    skipped = {a.memory_id for a in others if a.kind == "skip_promote"}
+    deep.promote = [c for c in deep.promote if c.memory_id not in skipped]
 
 
 def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal) -> None:
@@ -222,7 +224,8 @@ def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal) -> No
                        diary.append_entry(old, diary.diary_entry(outcome)))
     memory_md_path = config.paths.memory_md_path
     if (outcome.deep and outcome.deep.promote) or memory_md_path.exists():
-        journal.write_file("deep", "memory_md", memory_md_path, diary.memory_md(store))
+        journal.write_file("deep", "memory_md", memory_md_path,
+                           memory_md.render(store, config.values["dream"]["max_promoted_snippet_tokens"]))
 
 
 def _write_report(store, path: Path, outcome: DreamOutcome) -> None:
@@ -237,6 +240,7 @@ class PromoteOutcome:
     run_id: str | None
     chosen: list[Any]
     held: list[Any]
+    skipped: dict[str, str] = field(default_factory=dict)  # memory_id → why not promoted after all
 
 
 def run_promote(store, config, *, apply: bool = False, limit: int | None = None) -> PromoteOutcome:
@@ -251,9 +255,10 @@ def run_promote(store, config, *, apply: bool = False, limit: int | None = None)
         run = start_run(store, "promote", ["deep"], run_id)
         journal = Journal(store, run)
         with store.db.atomic():
-            for candidate in chosen:
-                journal.update("deep", "promote", candidate.memory_id, {"promoted_at": at})
-        journal.write_file("deep", "memory_md", config.paths.memory_md_path, diary.memory_md(store))
-        finish_run(store, run, {"counts": {"deep": {"promote": len(chosen)}},
-                                "promoted": [c.memory_id for c in chosen]})
-    return PromoteOutcome(True, run_id, chosen, held)
+            promoted, skipped = apply_promotions(store, journal, chosen, at)
+        journal.write_file("deep", "memory_md", config.paths.memory_md_path,
+                           memory_md.render(store, cfg["max_promoted_snippet_tokens"]))
+        counts = {"promote": len(promoted), **({"skip_promote": len(skipped)} if skipped else {})}
+        finish_run(store, run, {"counts": {"deep": counts}, "promoted": [c.memory_id for c in promoted],
+                                "skipped": skipped})
+    return PromoteOutcome(True, run_id, promoted, held, skipped)

@@ -33,6 +33,7 @@ LAYERS = [
     ("capture", "app"),
     ("context", "dream"),
     ("pipeline", "setup"),
+    ("ui",),
     ("workers",),
     ("cli",),
     ("__main__",),

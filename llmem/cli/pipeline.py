@@ -12,6 +12,7 @@ import click
 from ..pipeline.kinds import EventKind
 from .output import MAX_ROW_ID, bounded_int, json_option, print_json
 from .session import ADAPTER_CHOICE
+from .ui import NO_BROWSER_OPTION, port_option, prepare_viewer
 
 
 def _start_watcher(app):
@@ -75,13 +76,17 @@ def worker(app, workers):
 
 @click.command()
 @click.option("-w", "--workers", type=click.IntRange(1, 64), help="Worker threads (default: pipeline.workers).")
+@click.option("--ui", "with_ui", is_flag=True, help="Serve the web viewer too (its URL is printed).")
+@port_option("--ui-port")
+@NO_BROWSER_OPTION
 @click.pass_obj
-def run(app, workers):
+def run(app, workers, with_ui, port, no_browser):
     """Watcher + workers + scheduler in one foreground process (the everyday command)."""
     from ..logconfig import setup_file_logging
 
     log_path = setup_file_logging(app.config, "run")
     consumer = _consumer(app, workers or app.config.values["pipeline"]["workers"])
+    viewer = prepare_viewer(app, port, open_browser=not no_browser).start() if with_ui else None
     watcher = _start_watcher(app)
     click.echo(f"llmem run: {watcher.describe()}\n  store {app.config.db_path}, queue "
                f"{app.config.queue_path}, log {log_path}; Ctrl-C stops", err=True)
@@ -89,6 +94,8 @@ def run(app, workers):
         consumer.run()
     finally:
         watcher.stop()
+        if viewer is not None:
+            viewer.stop()
 
 
 @click.command()

@@ -1,0 +1,92 @@
+"""Sessions: the agents' sessions llmem has heard of, their events with status and error, the
+memories each session produced, and retry for a failed event."""
+
+from __future__ import annotations
+
+import peewee as pw
+from starlette.routing import Route
+
+from ...errors import NotFound, UsageError
+from ...pipeline.events import retry_events
+from ..web import redirect, render, store, viewer
+
+NAV = ("Sessions", "/sessions")
+
+PAGE_SIZE = 50
+AGENTS = ("opencode", "copilot", "claude", "codex")
+
+
+def sessions(request):
+    """Sessions by latest activity, with their event counts (failed apart) and memory counts."""
+    current_store = store(request)
+    Event, Memory = current_store.models.Event, current_store.models.Memory
+    Cursor = current_store.models.SessionCursor
+    agent = request.query_params.get("agent") or None
+    try:
+        page = max(1, min(int(request.query_params.get("page", "1")), 100_000))
+    except ValueError:
+        page = 1
+    failed = pw.fn.SUM(pw.Case(None, [(Event.status == "failed", 1)], 0))
+    waiting = pw.fn.SUM(pw.Case(None, [(Event.status.in_(("pending", "running")), 1)], 0))
+    query = (Event.select(Event.adapter, Event.session_id, pw.fn.COUNT(Event.id).alias("events"),
+                          failed.alias("failed"), waiting.alias("waiting"),
+                          pw.fn.MAX(Event.detected_at).alias("last_seen"))
+             .group_by(Event.adapter, Event.session_id))
+    if agent:
+        query = query.where(Event.adapter == agent)
+    total = query.count()
+    rows = list(query.order_by(pw.SQL("last_seen").desc()).paginate(page, PAGE_SIZE).dicts())
+    ids = [row["session_id"] for row in rows]
+    memory_counts = dict(Memory.select(Memory.session_id, pw.fn.COUNT(Memory.id))
+                         .where(Memory.session_id.in_(ids)).group_by(Memory.session_id).tuples()) if ids else {}
+    projects = {(c.adapter, c.session_id): c.project for c in
+                Cursor.select().where(Cursor.session_id.in_(ids))} if ids else {}
+    agents = [row[0] for row in Event.select(Event.adapter).distinct().order_by(Event.adapter).tuples()]
+    for row in rows:
+        row["memories"] = memory_counts.get(row["session_id"], 0)
+        row["project"] = projects.get((row["adapter"], row["session_id"]))
+    return render(request, "sessions.html", rows=rows, total=total, agent=agent, page=page,
+                  page_size=PAGE_SIZE, agents=sorted(set(agents) | set(AGENTS)))
+
+
+def session_page(request):
+    current_store = store(request)
+    models = current_store.models
+    session_id = request.path_params["session_id"]
+    events = list(models.Event.select().where(models.Event.session_id == session_id)
+                  .order_by(models.Event.detected_at.desc(), models.Event.id.desc()))
+    cursors = list(models.SessionCursor.select().where(models.SessionCursor.session_id == session_id))
+    Memory = models.Memory
+    memories = list(Memory.select().where(Memory.session_id == session_id)
+                    .order_by(Memory.created_at.desc(), Memory.seq.desc()))
+    if not (events or cursors or memories):
+        raise NotFound(f"llmem has no session {session_id!r}", hint="the Sessions page lists them")
+    return render(request, "session.html", session_id=session_id, events=events, cursors=cursors,
+                  memories=memories, queue_attached=viewer(request).queue is not None)
+
+
+def retry(request):
+    """A failed event back to pending and onto the queue, as `llmem queue retry ID` does."""
+    current_store = store(request)
+    Event = current_store.models.Event
+    event = Event.get_or_none(Event.id == request.path_params["event_id"])
+    if event is None:
+        raise NotFound(f"no event {request.path_params['event_id']}", hint="the Sessions page lists them")
+    back = f"/sessions/{event.session_id}"
+    if event.status != "failed":
+        return redirect(request, back, f"Event #{event.id} is {event.status}: only a failed event is retried",
+                        "error")
+    queue = viewer(request).queue
+    if queue is None:
+        raise UsageError("this viewer has no queue attached, so it cannot retry",
+                         hint=f"`llmem queue retry {event.id}`")
+    for retried in retry_events(current_store, [event.id]):
+        queue.enqueue_event(retried.id)
+    return redirect(request, back, f"Event #{event.id} is queued again")
+
+
+ROUTES = [
+    Route("/sessions", sessions),
+    Route("/sessions/{session_id}", session_page),
+    Route("/sessions/events/{event_id:int}/retry", retry, methods=["POST"]),
+]

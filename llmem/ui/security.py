@@ -93,8 +93,13 @@ class Guard:
                           "this page needs the token: open the URL `llmem ui` printed")
             return
         if method == "POST":
+            # Under no-referrer a browser sends `Origin: null` with its own forms, so the
+            # origin is judged by Sec-Fetch-Site where the browser sends it, and by Origin
+            # when that names a site.
             origin = headers.get("origin")
-            if origin is not None and origin not in self.origins:
+            site = headers.get("sec-fetch-site")
+            if (site is not None and site not in ("same-origin", "none")) or (
+                    origin not in (None, "null") and origin not in self.origins):
                 await _refuse(scope, receive, send, 403, "a form from another site is refused")
                 return
             body = await _read_body(receive)

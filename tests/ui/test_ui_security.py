@@ -88,12 +88,25 @@ def test_a_post_without_or_with_a_wrong_csrf_token_changes_nothing(viewer):
     assert kept.invalidated_at is None
 
 
-def test_a_post_from_another_origin_is_refused_even_with_the_csrf_token(viewer):
+@pytest.mark.parametrize("headers", [{"origin": "http://evil.example"},
+                                     {"origin": "http://127.0.0.1:1"},
+                                     {"sec-fetch-site": "cross-site"},
+                                     {"sec-fetch-site": "same-site", "origin": "null"}])
+def test_a_post_from_another_site_is_refused_even_with_the_csrf_token(viewer, headers):
     memory = viewer.store.add("the build runs on port 8080").memory
     response = viewer.client.post(f"/memories/{memory.id}/delete", data={"csrf": viewer.csrf_token},
-                                  headers={"origin": "http://evil.example"}, follow_redirects=False)
+                                  headers=headers, follow_redirects=False)
     assert response.status_code == 403
     assert viewer.store.get(memory.id).id == memory.id
+
+
+def test_a_post_from_the_viewers_own_page_is_served(viewer):
+    """What Chromium sends with its own form under no-referrer: Origin null, same-origin."""
+    memory = viewer.store.add("the build runs on port 8080").memory
+    response = viewer.client.post(f"/memories/{memory.id}/delete", data={"csrf": viewer.csrf_token},
+                                  headers={"origin": "null", "sec-fetch-site": "same-origin"},
+                                  follow_redirects=False)
+    assert response.status_code == 303
 
 
 def test_a_post_without_the_token_is_refused_before_its_form_is_read(viewer):

@@ -153,15 +153,31 @@ def _neighbours(current_store, memory) -> tuple[list[dict], list[dict]]:
     return first, second
 
 
+# Columns a journaled write re-derives from the text, and its clock: not what the run chose.
+_DERIVED = {"hints", "embed_hash", "content_hash", "updated_at"}
+
+
+def _journal(current_store, memory) -> list[dict]:
+    """The runs' writes to this memory, newest first, each with the fields it changed."""
+    DreamAction, DreamRun = current_store.models.DreamAction, current_store.models.DreamRun
+    actions = (DreamAction.select(DreamAction, DreamRun).join(DreamRun)
+               .where(DreamAction.memory_id == memory.id)
+               .order_by(DreamAction.created_at.desc(), DreamAction.id.desc()).limit(DETAIL_ROWS))
+    entries = []
+    for action in actions:
+        before, after = action.before or {}, action.after or {}
+        changes = [(name, before.get(name), value) for name, value in sorted(after.items())
+                   if name not in _DERIVED and isinstance(before, dict) and before.get(name) != value]
+        entries.append({"action": action, "run": action.run, "changes": changes})
+    return entries
+
+
 def memory_page(request):
     current_store = store(request)
     memory = _memory_or_404(request)
-    models = current_store.models
-    DreamAction, DreamRun, RecallEvent = models.DreamAction, models.DreamRun, models.RecallEvent
+    RecallEvent = current_store.models.RecallEvent
     relations, second_hop = _neighbours(current_store, memory)
-    journal = list(DreamAction.select(DreamAction, DreamRun).join(DreamRun)
-                   .where(DreamAction.memory_id == memory.id)
-                   .order_by(DreamAction.created_at.desc(), DreamAction.id.desc()).limit(DETAIL_ROWS))
+    journal = _journal(current_store, memory)
     recalls = RecallEvent.select().where(RecallEvent.memory == memory.id)
     return render(request, "memory.html", memory=memory, relations=relations, second_hop=second_hop,
                   journal=journal, recall_count=recalls.count(),

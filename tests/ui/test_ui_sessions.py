@@ -1,0 +1,90 @@
+"""The Sessions pages: sessions per agent, their events, their memories, retry."""
+
+from __future__ import annotations
+
+import re
+
+from starlette.testclient import TestClient
+
+from llmem.pipeline.events import record_event
+from llmem.times import now
+
+
+def event(store, session_id, kind="idle", status="done", adapter="copilot", error=None, at=None):
+    Event = store.models.Event
+    return Event.create(adapter=adapter, session_id=session_id, kind=kind, status=status,
+                        attempts=1 if status in ("done", "failed") else 0, last_error=error,
+                        detected_at=at or now(), finished_at=now() if status in ("done", "failed") else None)
+
+
+def test_sessions_are_listed_per_agent_with_their_counts(viewer):
+    store = viewer.store
+    event(store, "ses_one", "created", at=100.0)
+    event(store, "ses_one", "idle", "failed", error="LLM unreachable", at=200.0)
+    event(store, "ses_one", "ending", "pending", at=300.0)
+    event(store, "oc-two", "idle", adapter="opencode", at=400.0)
+    store.add("the api listens on 8080", session_id="ses_one")
+    store.add("deploys need the vpn", session_id="ses_one")
+    store.models.SessionCursor.create(adapter="copilot", session_id="ses_one", project="/work/api",
+                                      updated_at=now())
+    page = viewer.get("/sessions").text
+    assert page.index("oc-two") < page.index("ses_one")  # latest activity first
+    row = page.split('href="/sessions/ses_one"')[1].split("</tr>")[0]
+    cells = [re.sub(r"<[^>]+>", "", "<td" + cell).strip() for cell in row.split("<td")[1:]]
+    assert cells[0] == "/work/api"
+    assert cells[2:] == ["3", "1", "1", "2"]  # events, failed, waiting, memories
+    only_opencode = viewer.get("/sessions", params={"agent": "opencode"}).text
+    assert "oc-two" in only_opencode and "ses_one" not in only_opencode
+
+
+def test_a_session_page_shows_its_events_errors_and_memories(viewer):
+    store = viewer.store
+    done = event(store, "ses_one", "idle")
+    failed = event(store, "ses_one", "ending", "failed", error="LLM unreachable: connection refused")
+    memory = store.add("the api listens on 8080", session_id="ses_one").memory
+    store.add("unrelated", session_id="ses_other")
+    page = viewer.get("/sessions/ses_one").text
+    assert f'id="event-{done.id}"' in page and f'id="event-{failed.id}"' in page
+    assert "LLM unreachable: connection refused" in page
+    assert f"/memories/{memory.id}" in page and "unrelated" not in page
+    assert page.count(">Retry</button>") == 1
+    assert f'action="/sessions/events/{failed.id}/retry"' in page
+
+
+def test_an_unknown_session_is_a_404(viewer):
+    assert viewer.get("/sessions/ses_nothing").status_code == 404
+
+
+def test_retry_puts_a_failed_event_back_to_pending_and_enqueues_it(viewer):
+    failed = event(viewer.store, "ses_one", "idle", "failed", error="boom")
+    response = viewer.post(f"/sessions/events/{failed.id}/retry")
+    assert response.status_code == 303
+    assert response.headers["location"].startswith("/sessions/ses_one?flash=")
+    again = viewer.store.models.Event.get_by_id(failed.id)
+    assert (again.status, again.attempts) == ("pending", 0)
+    assert viewer.queue.enqueued == [failed.id]
+    assert "queued again" in viewer.get(response.headers["location"]).text
+
+
+def test_retry_of_an_event_that_did_not_fail_changes_nothing(viewer):
+    done = event(viewer.store, "ses_one", "idle", "done")
+    running, _ = record_event(viewer.store, "copilot", "ses_one", "ending")
+    for target in (done, running):
+        response = viewer.post(f"/sessions/events/{target.id}/retry", follow_redirects=True)
+        assert "only a failed event is retried" in response.text
+        assert viewer.store.models.Event.get_by_id(target.id).status == target.status
+    assert viewer.queue.enqueued == []
+    assert viewer.post("/sessions/events/999999/retry").status_code == 404
+    assert viewer.client.get(f"/sessions/events/{done.id}/retry").status_code == 405
+
+
+def test_without_a_queue_retry_is_refused_and_no_button_is_shown(llmem_app):
+    from .conftest import TOKEN, make_app
+
+    asgi, csrf_token = make_app(llmem_app, 8766)
+    failed = event(llmem_app.store, "ses_one", "idle", "failed", error="boom")
+    with TestClient(asgi, base_url="http://127.0.0.1:8766") as client:
+        assert "Retry" not in client.get("/sessions/ses_one", params={"token": TOKEN}).text
+        response = client.post(f"/sessions/events/{failed.id}/retry", data={"csrf": csrf_token})
+    assert response.status_code == 400 and "no queue attached" in response.text
+    assert llmem_app.store.models.Event.get_by_id(failed.id).status == "failed"

@@ -62,7 +62,10 @@ def _server_error(request, exc: Exception):
 
 def bind(port: int) -> socket.socket:
     """A listening socket on 127.0.0.1:`port` (0: a free port, read back from the socket)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP said outright: asyncio sets TCP_NODELAY only on sockets whose proto says
+    # TCP, and without it every keep-alive response after the first waited ~40 ms (Nagle
+    # holding the body until the browser's delayed ACK of the headers).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((HOST, port))

@@ -101,3 +101,25 @@ def test_help_does_not_import_the_web_stack():
              "print(sorted(m for m in ('starlette', 'uvicorn', 'jinja2') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30)
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_keep_alive_responses_are_not_held_back_by_nagle(live_viewer):
+    """Each response after the first on a connection waited ~40 ms (the server's socket had no
+    TCP_NODELAY), which made every page of a browser's keep-alive connection slow."""
+    import socket
+    import statistics
+
+    from .conftest import TOKEN
+
+    host = live_viewer.url.removeprefix("http://")
+    request = f"GET /static/icon.svg?token={TOKEN} HTTP/1.1\r\nHost: {host}\r\n\r\n"
+    times = []
+    with socket.create_connection(("127.0.0.1", int(host.split(":")[1]))) as conn:
+        for _ in range(6):
+            started = time.perf_counter()
+            conn.sendall(request.encode())
+            reply = b""
+            while b"</svg>" not in reply:
+                reply += conn.recv(65536)
+            times.append(time.perf_counter() - started)
+    assert statistics.median(times[1:]) < 0.030, times

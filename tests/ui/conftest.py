@@ -1,9 +1,10 @@
 """Fixtures for the web viewer's tests (llmem/ui), shared by every page's tests.
 
-- `viewer`: the app over this test's store, behind its guard, driven in-process through
+- `viewer`: the app over this test's store (FTS-only config), behind its guard, driven in-process through
   Starlette's TestClient (`viewer.client` has the token cookie, `viewer.anonymous` has none,
   `viewer.post(path, **fields)` posts a form with the CSRF token); `viewer.queue.enqueued`
-  records what the app asked the injected queue to run.
+  records what the app asked the injected queue to run. `open_viewer(app)` makes one over
+  another App (e.g. with the fake embedder of `ollama_config`).
 - `live_viewer`: the same app served by a real uvicorn on 127.0.0.1 in a thread (`.url`,
   `.entry_url` with the token).
 - `browser_page`: a page of a real headless Chromium (Debian's /usr/bin/chromium driven by
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,16 +79,23 @@ def llmem_app(fts_config):
     app.close()
 
 
-@pytest.fixture
-def viewer(llmem_app):
+@contextmanager
+def open_viewer(llmem):
+    """A ViewerClient over `llmem` (any App: one with an embedder, say)."""
     from starlette.testclient import TestClient
 
     queue = RecordingQueue()
-    asgi, csrf_token = make_app(llmem_app, TEST_PORT, queue)
+    asgi, csrf_token = make_app(llmem, TEST_PORT, queue)
     base = f"http://127.0.0.1:{TEST_PORT}"
     with TestClient(asgi, base_url=base) as client, TestClient(asgi, base_url=base) as anonymous:
         assert client.get("/", params={"token": TOKEN}).status_code == 200  # sets the cookie
-        yield ViewerClient(llmem_app, client, anonymous, csrf_token, queue)
+        yield ViewerClient(llmem, client, anonymous, csrf_token, queue)
+
+
+@pytest.fixture
+def viewer(llmem_app):
+    with open_viewer(llmem_app) as opened:
+        yield opened
 
 
 @dataclass

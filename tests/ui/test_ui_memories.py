@@ -245,3 +245,49 @@ def test_concurrent_requests_share_the_store_safely(viewer):
     for thread in threads:
         thread.join()
     assert results == [200] * 20
+
+
+def test_hybrid_search_draws_the_semantic_share_as_the_cli_explains_it(ollama_config, cli):
+    from llmem.app import App
+    from llmem.vectors import embed_pending
+
+    from .conftest import open_viewer
+
+    app = App()
+    try:
+        for text in ("deploys to staging need the vpn turned on", "the vpn client is wireguard",
+                     "staging deploys run from the release branch", "lunch is at noon"):
+            app.store.add(text, "fact")
+        assert embed_pending(app.store, app.embedder) == 4
+        code, out, err = cli("search", "staging vpn", "--explain", "--json", "--no-track")
+        assert code == 0, err
+        expected = json.loads(out)
+        with open_viewer(app) as viewer:
+            page = viewer.get("/memories", params={"q": "staging vpn"}).text
+        assert "hybrid search" in page
+        assert ids_on(page) == [row["id"] for row in expected]
+        assert any(row["explain"]["vec_rank"] for row in expected)
+        widths = [float(w) for w in re.findall(r'<rect class="bar-vec" x="[^"]+" y="0" width="([^"]+)"', page)]
+        assert len(widths) == len(expected)
+        for width, row in zip(widths, expected, strict=True):
+            assert (width > 0) == bool(row["explain"]["vec_rank"])
+            assert f"score <strong>{row['explain']['final']:.4f}</strong>" in page
+    finally:
+        app.close()
+
+
+def test_the_breakdown_shares_add_up_to_the_final_score():
+    from llmem.search import Hit
+    from llmem.ui.pages.memories import BAR_WIDTH, _breakdown
+
+    k, blend = 60, 0.3
+    rrf = 1 / (k + 2) + 1 / (k + 5)
+    rrf_norm = rrf / (2 / (k + 1))
+    hit = Hit(memory=None, score=rrf_norm * (1 - blend) + 0.62 * blend, fts_rank=2, vec_rank=5,
+              rrf=rrf, rrf_norm=rrf_norm, signal=0.62)
+    drawn = _breakdown(hit, blend, k)
+    shares = {s["name"]: s["share"] for s in drawn["segments"]}
+    assert abs(sum(shares.values()) - hit.score) < 1e-9
+    assert shares["fts"] > shares["vec"] > 0 and abs(shares["sig"] - 0.62 * blend) < 1e-9
+    right = drawn["segments"][-1]
+    assert abs(right["x"] + right["width"] - hit.score * BAR_WIDTH) < 0.05

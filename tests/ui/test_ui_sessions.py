@@ -26,7 +26,7 @@ def test_sessions_are_listed_per_agent_with_their_counts(viewer):
     store.add("the api listens on 8080", session_id="ses_one")
     store.add("deploys need the vpn", session_id="ses_one")
     store.models.SessionCursor.create(adapter="copilot", session_id="ses_one", project="/work/api",
-                                      updated_at=now())
+                                      updated_at=350.0)
     page = viewer.get("/sessions").text
     assert page.index("oc-two") < page.index("ses_one")  # latest activity first
     row = page.split('href="/sessions/ses_one"')[1].split("</tr>")[0]
@@ -88,3 +88,19 @@ def test_without_a_queue_retry_is_refused_and_no_button_is_shown(llmem_app):
         response = client.post(f"/sessions/events/{failed.id}/retry", data={"csrf": csrf_token})
     assert response.status_code == 400 and "no queue attached" in response.text
     assert llmem_app.store.models.Event.get_by_id(failed.id).status == "failed"
+
+
+def test_a_session_read_without_an_event_is_listed_too(viewer):
+    """A backfill or an inline hook reads a session without recording an event: its cursor
+    and memories still make it a session of the list."""
+    viewer.store.models.SessionCursor.create(adapter="claude", session_id="cl-backfilled",
+                                             project="/work/old", messages_read=12, updated_at=now())
+    viewer.store.add("the old api used soap", session_id="cl-backfilled")
+    event(viewer.store, "ses_one", "idle", at=1.0)
+    page = viewer.get("/sessions").text
+    assert page.index("cl-backfilled") < page.index("ses_one")
+    row = page.split('href="/sessions/cl-backfilled"')[1].split("</tr>")[0]
+    cells = [re.sub(r"<[^>]+>", "", "<td" + cell).strip() for cell in row.split("<td")[1:]]
+    assert cells[0] == "/work/old" and cells[2:] == ["0", "0", "0", "1"]
+    assert "cl-backfilled" not in viewer.get("/sessions", params={"agent": "copilot"}).text
+    assert "12 messages read" in viewer.get("/sessions/cl-backfilled").text

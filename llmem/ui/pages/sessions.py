@@ -16,37 +16,55 @@ PAGE_SIZE = 50
 AGENTS = ("opencode", "copilot", "claude", "codex")
 
 
+def _page_number(request) -> int:
+    try:
+        return max(1, min(int(request.query_params.get("page", "1")), 100_000))
+    except ValueError:
+        return 1
+
+
 def sessions(request):
-    """Sessions by latest activity, with their event counts (failed apart) and memory counts."""
+    """Every session llmem knows, latest activity first: those it recorded events for and
+    those an extraction read without one (a backfill, an inline hook), with their event
+    counts (failed and waiting apart) and memory counts.
+
+    Sessions number in the thousands, not millions: the two grouped reads are merged here
+    rather than in a UNION the storage boundary would have to say for every backend."""
     current_store = store(request)
     Event, Memory = current_store.models.Event, current_store.models.Memory
     Cursor = current_store.models.SessionCursor
     agent = request.query_params.get("agent") or None
-    try:
-        page = max(1, min(int(request.query_params.get("page", "1")), 100_000))
-    except ValueError:
-        page = 1
+    page = _page_number(request)
     failed = pw.fn.SUM(pw.Case(None, [(Event.status == "failed", 1)], 0))
     waiting = pw.fn.SUM(pw.Case(None, [(Event.status.in_(("pending", "running")), 1)], 0))
-    query = (Event.select(Event.adapter, Event.session_id, pw.fn.COUNT(Event.id).alias("events"),
-                          failed.alias("failed"), waiting.alias("waiting"),
-                          pw.fn.MAX(Event.detected_at).alias("last_seen"))
-             .group_by(Event.adapter, Event.session_id))
+    grouped = (Event.select(Event.adapter, Event.session_id, pw.fn.COUNT(Event.id).alias("events"),
+                            failed.alias("failed"), waiting.alias("waiting"),
+                            pw.fn.MAX(Event.detected_at).alias("last_seen"))
+               .group_by(Event.adapter, Event.session_id))
+    cursors = Cursor.select(Cursor.adapter, Cursor.session_id, Cursor.project, Cursor.updated_at)
     if agent:
-        query = query.where(Event.adapter == agent)
-    total = query.count()
-    rows = list(query.order_by(pw.SQL("last_seen").desc()).paginate(page, PAGE_SIZE).dicts())
+        grouped = grouped.where(Event.adapter == agent)
+        cursors = cursors.where(Cursor.adapter == agent)
+    known: dict[tuple[str, str], dict] = {}
+    for row in grouped.dicts():
+        known[(row["adapter"], row["session_id"])] = {**row, "project": None}
+    for adapter, session_id, project, updated_at in cursors.tuples():
+        row = known.setdefault((adapter, session_id), {
+            "adapter": adapter, "session_id": session_id, "events": 0, "failed": 0, "waiting": 0,
+            "last_seen": updated_at})
+        row["project"] = project
+        row["last_seen"] = max(row["last_seen"] or 0, updated_at or 0)
+    ordered = sorted(known.values(), key=lambda r: (-(r["last_seen"] or 0), r["session_id"]))
+    rows = ordered[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
     ids = [row["session_id"] for row in rows]
     memory_counts = dict(Memory.select(Memory.session_id, pw.fn.COUNT(Memory.id))
                          .where(Memory.session_id.in_(ids)).group_by(Memory.session_id).tuples()) if ids else {}
-    projects = {(c.adapter, c.session_id): c.project for c in
-                Cursor.select().where(Cursor.session_id.in_(ids))} if ids else {}
-    agents = [row[0] for row in Event.select(Event.adapter).distinct().order_by(Event.adapter).tuples()]
     for row in rows:
         row["memories"] = memory_counts.get(row["session_id"], 0)
-        row["project"] = projects.get((row["adapter"], row["session_id"]))
-    return render(request, "sessions.html", rows=rows, total=total, agent=agent, page=page,
-                  page_size=PAGE_SIZE, agents=sorted(set(agents) | set(AGENTS)))
+    agents = {row[0] for row in Event.select(Event.adapter).distinct().tuples()}
+    agents |= {row[0] for row in Cursor.select(Cursor.adapter).distinct().tuples()}
+    return render(request, "sessions.html", rows=rows, total=len(ordered), agent=agent, page=page,
+                  page_size=PAGE_SIZE, agents=sorted(agents | set(AGENTS)))
 
 
 def session_page(request):

@@ -104,3 +104,15 @@ def test_a_session_read_without_an_event_is_listed_too(viewer):
     assert cells[0] == "/work/old" and cells[2:] == ["0", "0", "0", "1"]
     assert "cl-backfilled" not in viewer.get("/sessions", params={"agent": "copilot"}).text
     assert "12 messages read" in viewer.get("/sessions/cl-backfilled").text
+
+
+def test_a_session_page_lists_its_latest_memories_and_counts_them_all(viewer):
+    from llmem.ui.pages.sessions import SESSION_MEMORIES
+
+    with viewer.store.db.atomic():
+        for n in range(SESSION_MEMORIES + 3):
+            viewer.store.add(f"note {n} of a long session", session_id="ses_long", created_at=1000.0 + n)
+    page = viewer.get("/sessions/ses_long").text
+    assert f"{SESSION_MEMORIES + 3} memories, newest first; the latest {SESSION_MEMORIES} shown" in page
+    assert page.count('class="card result"') == SESSION_MEMORIES
+    assert f"note {SESSION_MEMORIES + 2} of" in page and "note 2 of" not in page

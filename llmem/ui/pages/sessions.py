@@ -13,6 +13,8 @@ from ..web import redirect, render, store, viewer
 NAV = ("Sessions", "/sessions")
 
 PAGE_SIZE = 50
+# A session's page lists this many of its memories, newest first (the Memories page has the rest).
+SESSION_MEMORIES = 200
 AGENTS = ("opencode", "copilot", "claude", "codex")
 
 
@@ -75,12 +77,14 @@ def session_page(request):
                   .order_by(models.Event.detected_at.desc(), models.Event.id.desc()))
     cursors = list(models.SessionCursor.select().where(models.SessionCursor.session_id == session_id))
     Memory = models.Memory
-    memories = list(Memory.select().where(Memory.session_id == session_id)
-                    .order_by(Memory.created_at.desc(), Memory.seq.desc()))
-    if not (events or cursors or memories):
+    produced = Memory.select().where(Memory.session_id == session_id)
+    memory_count = produced.count()
+    memories = list(produced.order_by(Memory.created_at.desc(), Memory.seq.desc()).limit(SESSION_MEMORIES))
+    if not (events or cursors or memory_count):
         raise NotFound(f"llmem has no session {session_id!r}", hint="the Sessions page lists them")
     return render(request, "session.html", session_id=session_id, events=events, cursors=cursors,
-                  memories=memories, queue_attached=viewer(request).queue is not None)
+                  memories=memories, memory_count=memory_count,
+                  queue_attached=viewer(request).queue is not None)
 
 
 def retry(request):

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .output import json_option, limit_option, notice, print_json, short
+from .output import TEXT, json_option, limit_option, notice, print_json, short
 
 PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
 
@@ -131,6 +131,76 @@ def dream_undo(app, run_id, as_json):
                f"created memories removed, {result.unlinked} relations removed, {result.files} files restored")
     for path in result.skipped_files:
         notice(f"{path} changed since the run; left as it is")
+
+
+@dream_group.group(name="review", invoke_without_command=True)
+@json_option()
+@click.pass_context
+def dream_review(ctx, as_json):
+    """List the proposed changes (insights, skill patches) with their ids and decisions."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..dream.review import list_proposals
+
+    app = ctx.obj
+    path = app.config.paths.proposed_changes_path
+    proposals = list_proposals(app.store.db, path)
+    if as_json:
+        print_json([p.as_dict() for p in proposals])
+        return
+    if not proposals:
+        click.echo(f"No proposed changes in {path}")
+        return
+    for proposal in proposals:
+        decided = proposal.decision
+        state = "waiting" if decided is None else f"{decided.decision} by {decided.by}"
+        if proposal.changed_since_decision:
+            state += " (edited since)"
+        click.echo(f"{proposal.id:<32} {state:<36} {short(proposal.title, 60)}")
+    click.echo("Decide with: llmem dream review accept|reject ID")
+
+
+def _review_by() -> str:
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name for this uid (a container)
+        user = "unknown"
+    return f"cli {user}@{socket.gethostname()}"
+
+
+def _decide(app, proposal_id: str, decision: str, note: str, as_json: bool) -> None:
+    from ..dream.review import record_decision
+
+    made = record_decision(app.store, app.config.paths.proposed_changes_path, proposal_id,
+                           decision, by=_review_by(), note=note or "")
+    if as_json:
+        print_json(made.as_dict())
+        return
+    click.echo(f"Recorded: {made.proposal_id} {made.decision} by {made.by}. Nothing was applied"
+               + (": add the patch to your skill by hand." if decision == "accepted" else "."))
+
+
+@dream_review.command(name="accept")
+@click.argument("proposal_id")
+@click.option("--note", type=TEXT, help="Why, for the record.")
+@json_option()
+@click.pass_obj
+def dream_review_accept(app, proposal_id, note, as_json):
+    """Record that you accept a proposed change (you apply it by hand)."""
+    _decide(app, proposal_id, "accepted", note, as_json)
+
+
+@dream_review.command(name="reject")
+@click.argument("proposal_id")
+@click.option("--note", type=TEXT, help="Why, for the record.")
+@json_option()
+@click.pass_obj
+def dream_review_reject(app, proposal_id, note, as_json):
+    """Record that you reject a proposed change."""
+    _decide(app, proposal_id, "rejected", note, as_json)
 
 
 @click.command(name="promote")

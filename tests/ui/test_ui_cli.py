@@ -123,3 +123,21 @@ def test_keep_alive_responses_are_not_held_back_by_nagle(live_viewer):
                 reply += conn.recv(65536)
             times.append(time.perf_counter() - started)
     assert statistics.median(times[1:]) < 0.030, times
+
+
+def test_ui_opens_the_browser_on_the_printed_url_unless_told_not_to(llmem_app, monkeypatch, capsys):
+    import webbrowser
+
+    from llmem.cli.ui import prepare_viewer
+
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)  # never a real browser in tests
+    for open_browser in (True, False):
+        server = prepare_viewer(llmem_app, 0, open_browser=open_browser)
+        server.sock.close()
+    first, second = capsys.readouterr().out.splitlines()
+    deadline = time.monotonic() + 5
+    while not opened and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert opened == [first]
+    assert URL_LINE.fullmatch(second + "\n")

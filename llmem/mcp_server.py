@@ -48,6 +48,7 @@ GET_TOKENS = 2000
 MAX_RESULTS = 50
 MAX_IDS = 20
 LINE_CHARS = 200  # one search result's text
+ERROR_CHARS = 2000  # an error's text (it may quote what the caller sent)
 ID_CHARS = 8  # ids as the context block shows them; every tool takes a prefix of 4 or more
 
 INSTRUCTIONS = (
@@ -64,7 +65,7 @@ INSTRUCTIONS = (
 Tokens = Annotated[int, Field(ge=MIN_TOKENS, le=MAX_TOKENS)]
 OptionalTokens = Annotated[int | None, Field(ge=MIN_TOKENS, le=MAX_TOKENS)]
 Results = Annotated[int, Field(ge=1, le=MAX_RESULTS)]
-Project = Annotated[str | None, Field(description="repo root path; default: the working repo")]
+Project = Annotated[str | None, Field(description='repo path (default: the working repo; "" = none)')]
 
 
 def working_project(directory: str | os.PathLike) -> str | None:
@@ -207,7 +208,8 @@ class MemoryTools:
         if content is None:
             if old.invalidated_at is not None:
                 first = (old.metadata or {}).get("invalidation_reason") or "no reason recorded"
-                return f"Already invalidated [{old.id[:ID_CHARS]}] ({first}); left as it was"
+                return (f"Already invalidated [{old.id[:ID_CHARS]}] ({_one_line(first, LINE_CHARS)}); "
+                        "left as it was")
             store.invalidate(old.id, reason)
             return f"Invalidated [{old.id[:ID_CHARS]}]"
         if content_hash(store.redactor.text(content)) == old.content_hash:
@@ -320,6 +322,7 @@ def build_server(tools: MemoryTools):
         except Exception as exc:
             said = error_text(exc, tools.app.config.db_path)
             if said is not None:
+                said = said[:ERROR_CHARS]
                 log.info("tool %s: %s", name, " ".join(said.split()))
                 raise ToolError(said) from None
             log.exception("tool %s failed", name)

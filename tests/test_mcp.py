@@ -172,11 +172,20 @@ def test_search_filters_and_bounds(served, app):
     reply = client.text("search", query="bounded search memory", limit=30, max_tokens=100)
     assert len(reply) <= 400
     assert reply.splitlines()[-1].startswith("note: ") and "more not shown" in reply
-    assert client.text("search", query="bounded search memory", type="decision") == "No results."
+    assert client.text("search", query="bounded search memory", type="conversation") == "No results."
     assert "unknown memory type 'bogus'" in error_of(client.call("search", query="x", type="bogus"))
     assert "the search query is empty" in error_of(client.call("search", query="  "))
     too_many = error_of(client.call("search", query="x", limit=500))
     assert "limit" in too_many and "50" in too_many
+
+
+def test_search_scope_is_the_working_repo_unless_told(served, app):
+    client = served.client
+    app.store.add("Zanzibar release train leaves on Fridays.", "fact", project="/elsewhere/other-repo")
+    assert "Zanzibar" not in client.text("search", query="zanzibar release train")
+    assert "Zanzibar" in client.text("search", query="zanzibar release train", project="")
+    assert "Zanzibar" in client.text("search", query="zanzibar release train",
+                                     project="/elsewhere/other-repo")
 
 
 def test_get_shows_memories_whole_with_relations(served, app):
@@ -264,6 +273,8 @@ def test_introspect_and_learn_store_the_cli_forms(served, app):
     assert lesson.type == "procedure" and lesson.source == "learn"
     assert lesson.metadata["wrong"] == "called fetch_all()"
 
+    huge = error_of(client.call("introspect", category="X" * 100_000, what_happened="x"))
+    assert "unknown category" in huge and len(huge) < 2100
     unknown = error_of(client.call("introspect", category="nope", what_happened="x"))
     assert "unknown category 'nope'" in unknown and "NULL_SAFETY" in unknown
     assert "learn needs both --wrong and --right" in error_of(client.call("learn", wrong=" ", right="x"))

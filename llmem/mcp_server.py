@@ -342,8 +342,7 @@ def build_server(tools: MemoryTools):
         "text; `get` shows hits in full."))
     async def search(query: str, limit: Results = 10, type: str | None = None,
                      project: Project = None, max_tokens: Tokens = SEARCH_TOKENS) -> str:
-        return await run("search", tools.search, query, limit, type, project,
-                         max_tokens)
+        return await run("search", tools.search, query, limit, type, project, max_tokens)
 
     @server.tool(structured_output=False, annotations=reading, description=(
         "Full memories (JSON) by id or id prefix, with their relations."))
@@ -388,14 +387,12 @@ def build_server(tools: MemoryTools):
 
 def serve(app) -> None:
     """Serve the tools over stdin/stdout until the client closes them."""
-    import logging as logging_module
-
     from .logconfig import setup_file_logging
 
     setup_file_logging(app.config, LOG_COMPONENT, extra_loggers=("mcp",))
     # MCPServer calls logging.basicConfig (a handler on stderr at INFO) unless the root logger
     # has one already; the SDK's records go to mcp.log with llmem's instead.
-    logging_module.getLogger().addHandler(logging_module.NullHandler())
+    logging.getLogger().addHandler(logging.NullHandler())
     tools = MemoryTools(app, default_project=working_project(Path.cwd()))
     server, executor = build_server(tools)
     # Opened while the client initialises: the first call then finds them ready. A failure

@@ -77,6 +77,18 @@ def form(request: Request) -> dict[str, str]:
     return getattr(request.state, "form", {})
 
 
+# Deeper pages than this are not browsed; the bound keeps OFFSET within any integer type.
+MAX_PAGE = 100_000
+
+
+def page_number(request: Request) -> int:
+    """The `page` query parameter, 1 when absent or not a number."""
+    try:
+        return max(1, min(int(request.query_params.get("page", "1")), MAX_PAGE))
+    except ValueError:
+        return 1
+
+
 def _when(ts: float | None) -> str:
     if ts is None:
         return "–"

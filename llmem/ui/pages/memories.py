@@ -11,7 +11,7 @@ from starlette.routing import Route
 from ...db.models import MEMORY_TYPES
 from ...errors import EmbedderUnavailable, UsageError
 from ...times import now
-from ..web import form, redirect, render, store, viewer
+from ..web import form, page_number, redirect, render, store, viewer
 
 NAV = ("Memories", "/memories")
 
@@ -30,13 +30,9 @@ def _choice(value: str | None, choices, default=None):
 
 def _filters(request) -> dict:
     params = request.query_params
-    try:
-        page = max(1, min(int(params.get("page", "1")), 100_000))
-    except ValueError:
-        page = 1
     return {"q": (params.get("q") or "").strip(), "type": _choice(params.get("type"), MEMORY_TYPES),
             "project": params.get("project") or None,
-            "validity": _choice(params.get("validity"), VALIDITY, "current"), "page": page}
+            "validity": _choice(params.get("validity"), VALIDITY, "current"), "page": page_number(request)}
 
 
 def _validity_clause(Memory, Relation, validity: str, at: float):

@@ -8,7 +8,7 @@ from starlette.routing import Route
 
 from ...errors import NotFound, UsageError
 from ...pipeline.events import retry_events
-from ..web import redirect, render, store, viewer
+from ..web import page_number, redirect, render, store, viewer
 
 NAV = ("Sessions", "/sessions")
 
@@ -16,13 +16,6 @@ PAGE_SIZE = 50
 # A session's page lists this many of its memories, newest first (the Memories page has the rest).
 SESSION_MEMORIES = 200
 AGENTS = ("opencode", "copilot", "claude", "codex")
-
-
-def _page_number(request) -> int:
-    try:
-        return max(1, min(int(request.query_params.get("page", "1")), 100_000))
-    except ValueError:
-        return 1
 
 
 def sessions(request):
@@ -36,7 +29,7 @@ def sessions(request):
     Event, Memory = current_store.models.Event, current_store.models.Memory
     Cursor = current_store.models.SessionCursor
     agent = request.query_params.get("agent") or None
-    page = _page_number(request)
+    page = page_number(request)
     failed = pw.fn.SUM(pw.Case(None, [(Event.status == "failed", 1)], 0))
     waiting = pw.fn.SUM(pw.Case(None, [(Event.status.in_(("pending", "running")), 1)], 0))
     grouped = (Event.select(Event.adapter, Event.session_id, pw.fn.COUNT(Event.id).alias("events"),

@@ -293,3 +293,15 @@ def test_the_breakdown_shares_add_up_to_the_final_score():
     assert shares["fts"] > shares["vec"] > 0 and abs(shares["sig"] - 0.62 * blend) < 1e-9
     right = drawn["segments"][-1]
     assert abs(right["x"] + right["width"] - hit.score * BAR_WIDTH) < 0.05
+
+
+def test_search_in_a_project_includes_the_global_memories_as_the_cli_does(viewer):
+    store = viewer.store
+    mine = store.add("the vpn for api deploys", project="/work/api").memory
+    shared = store.add("the vpn needs the yubikey").memory
+    store.add("the vpn of the blog", project="/work/blog")
+    page = viewer.get("/memories", params={"q": "vpn", "project": "/work/api"}).text
+    assert set(ids_on(page)) == {mine.id, shared.id}
+    assert "in /work/api and the global memories" in page
+    listed = viewer.get("/memories", params={"project": "/work/api"}).text
+    assert ids_on(listed) == [mine.id]  # the list, as `llmem list --project`, is that project only

@@ -141,3 +141,17 @@ def test_ui_opens_the_browser_on_the_printed_url_unless_told_not_to(llmem_app, m
         time.sleep(0.01)
     assert opened == [first]
     assert URL_LINE.fullmatch(second + "\n")
+
+
+def test_the_queue_the_cli_hands_the_viewer_enqueues_on_the_real_queue(llmem_app):
+    from llmem.cli.queueing import open_queue, viewer_queue
+    from llmem.pipeline.events import record_event
+
+    event, _ = record_event(llmem_app.store, "copilot", "ses_one", "idle")
+    queue = viewer_queue(llmem_app)
+    assert queue.counts() == {"pending": 0, "scheduled": 0}
+    queue.enqueue_event(event.id)
+    huey, _ = open_queue(llmem_app.config)
+    assert huey.pending_count() == 1
+    assert queue.counts() == {"pending": 1, "scheduled": 0}
+    assert huey.pending()[0].args == (event.id,)

@@ -78,6 +78,27 @@ def test_invalidate_a_memory_in_the_browser_after_one_confirm(browser_page, live
     assert page.console_errors == []
 
 
+def test_correct_then_delete_in_the_browser(browser_page, live_viewer):
+    store = live_viewer.llmem.store
+    memory = store.add("the staging db listens on 5432", "fact").memory
+    page = browser_page
+    page.goto(f"{live_viewer.url}/memories/{memory.id}")
+    page.click("text=Correct")
+    page.fill("textarea[name=content]", "the staging db listens on 6543")
+    page.click("button:has-text('Supersede')")
+    expect(page.locator(".flash")).to_contain_text("now supersedes")
+    expect(page.locator("#memory-content")).to_have_text("the staging db listens on 6543")
+    assert store.get(memory.id).invalidated_at is not None
+    page.click("text=Delete")
+    expect(page.locator("h1")).to_have_text("Delete this memory for good?")
+    page.click("button:has-text('Delete')")
+    expect(page.locator(".flash")).to_contain_text("Deleted")
+    assert page.url.split("?")[0].endswith("/memories")
+    expect(page.locator("#memory-list")).not_to_contain_text("6543")
+    assert store.models.Memory.select().count() == 1  # the corrected one stays, invalidated
+    assert page.console_errors == []
+
+
 def test_sessions_page_shows_an_event_and_the_memories_it_produced(browser_page, live_viewer):
     store = live_viewer.llmem.store
     Event = store.models.Event

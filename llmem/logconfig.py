@@ -178,3 +178,33 @@ def read_entries(config, level: str | None = None) -> list[LogEntry]:
         entries.extend(reader.flush())
     entries.sort(key=lambda entry: entry.time)  # ISO times sort as text; stable within a file
     return [entry for entry in entries if at_least(entry, level)]
+
+
+class LogFollower:
+    """New entries of the log files since the last poll, as `llmem logs --follow` and the
+    viewer's live tail read them: from each file's size at the start, a rotated (shrunk)
+    file from its top, a record complete once its file stops growing."""
+
+    def __init__(self, config):
+        self.config = config
+        self.readers: dict[Path, EntryReader] = {}
+        self.offsets = {path: path.stat().st_size for path in log_files(config)}
+
+    def poll(self) -> list[LogEntry]:
+        entries: list[LogEntry] = []
+        for path in log_files(self.config):
+            reader = self.readers.setdefault(path, EntryReader(path))
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:  # rotated away between the listing and now
+                continue
+            start = self.offsets.get(path, 0)
+            if size < start:  # rotated
+                start = 0
+            if size > start:
+                with path.open(encoding="utf-8", errors="replace") as fh:
+                    fh.seek(start)
+                    entries.extend(reader.feed(fh))
+                self.offsets[path] = size
+            entries.extend(reader.flush())
+        return entries

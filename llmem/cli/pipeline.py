@@ -242,7 +242,7 @@ def logs(app, follow, lines, level, as_json):
     """Show the watcher's, workers' and hooks' log entries (newest last)."""
     import json
 
-    from ..logconfig import EntryReader, at_least, log_files, read_entries
+    from ..logconfig import LogFollower, at_least, read_entries
 
     def show(entries):
         for entry in entries:
@@ -264,25 +264,12 @@ def logs(app, follow, lines, level, as_json):
     show(shown)
     if not follow:
         return
-    readers = {}
-    offsets = {p: p.stat().st_size for p in log_files(app.config)}
+    follower = LogFollower(app.config)
     try:
         while True:
             time.sleep(0.5)
-            for path in log_files(app.config):
-                reader = readers.setdefault(path, EntryReader(path))
-                size = path.stat().st_size
-                start = offsets.get(path, 0)
-                if size < start:  # rotated
-                    start = 0
-                if size > start:
-                    with path.open(encoding="utf-8", errors="replace") as fh:
-                        fh.seek(start)
-                        show(reader.feed(fh))
-                    offsets[path] = size
-                # A record is complete once its file stops growing (its traceback is written whole).
-                show(reader.flush())
-                sys.stdout.flush()
+            show(follower.poll())
+            sys.stdout.flush()
     except KeyboardInterrupt:
         return
 

@@ -92,6 +92,9 @@ class ViewerServer:
         config = uvicorn.Config(asgi, log_level="warning", access_log=False, lifespan="off",
                                 server_header=False)
         self.server = uvicorn.Server(config)
+        # A streaming response (the Queue page's log tail) never ends by itself, and uvicorn's
+        # shutdown waits for every response: the stream asks this between polls and ends.
+        asgi.app.state.stopping = lambda: self.server.should_exit
         self.thread: threading.Thread | None = None
 
     def run(self) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from . import memories, overview, sessions
+from . import memories, overview, queue, sessions
 
-PAGES = (overview, memories, sessions)
+PAGES = (overview, memories, sessions, queue)
 
 
 def routes() -> list:

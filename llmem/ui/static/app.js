@@ -24,7 +24,27 @@ function submitOnChange(control) {
   control.addEventListener("change", () => control.form && control.form.requestSubmit());
 }
 
+// <pre id="log" data-sse="/queue/logs/stream">: a live tail over server-sent events. Each
+// (re)connection starts with the latest entries, so the server-rendered ones are replaced on
+// open; an entry is added as text, never as markup, and the oldest go past data-keep lines.
+function liveTail(element) {
+  const keep = Number(element.dataset.keep) || 1000;
+  const source = new EventSource(element.dataset.sse);
+  source.addEventListener("open", () => element.replaceChildren());
+  source.addEventListener("entry", (message) => {
+    const entry = JSON.parse(message.data);
+    const following = element.scrollTop + element.clientHeight >= element.scrollHeight - 8;
+    const line = document.createElement("span");
+    line.className = "log-" + (entry.level || "none");
+    line.textContent = entry.text + "\n";
+    element.append(line);
+    while (element.childElementCount > keep) element.firstElementChild.remove();
+    if (following) element.scrollTop = element.scrollHeight;
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("[data-live][id]").forEach(liveRefresh);
   document.querySelectorAll("[data-submit-on-change]").forEach(submitOnChange);
+  document.querySelectorAll("[data-sse]").forEach(liveTail);
 });

@@ -160,22 +160,11 @@ def dream_review(ctx, as_json):
     click.echo("Decide with: llmem dream review accept|reject ID")
 
 
-def _review_by() -> str:
-    import getpass
-    import socket
-
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no login name for this uid (a container)
-        user = "unknown"
-    return f"cli {user}@{socket.gethostname()}"
-
-
 def _decide(app, proposal_id: str, decision: str, note: str, as_json: bool) -> None:
-    from ..dream.review import record_decision
+    from ..dream.review import record_decision, reviewer
 
     made = record_decision(app.store, app.config.paths.proposed_changes_path, proposal_id,
-                           decision, by=_review_by(), note=note or "")
+                           decision, by=reviewer("cli"), note=note or "")
     if as_json:
         print_json(made.as_dict())
         return

@@ -130,6 +130,18 @@ def find_proposal(db, path: Path, proposal_id: str) -> Proposal:
                    hint="`llmem dream review` lists them with their ids")
 
 
+def reviewer(via: str) -> str:
+    """Who decides and where: the local login and host, and the way in (`cli`, `llmem ui`)."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name for this uid (a container)
+        user = "unknown"
+    return f"{via} {user}@{socket.gethostname()}"
+
+
 def record_decision(store, path: Path, proposal_id: str, decision: str, *, by: str,
                     note: str = "", at: float | None = None) -> Decision:
     """Record that a person accepted or rejected a proposed change. Nothing is applied."""

@@ -66,9 +66,10 @@ class Guard:
     def _with_headers(self, send, cookie: str | None = None):
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", [])
-                           if k.lower() not in SECURITY_HEADER_NAMES]
-                headers += SECURITY_HEADERS
+                given = message.get("headers", [])
+                headers = [(k, v) for k, v in given if k.lower() not in SECURITY_HEADER_NAMES]
+                headers += [(k, _sandboxed_policy(given) or v) if k == b"content-security-policy"
+                            else (k, v) for k, v in SECURITY_HEADERS]
                 if cookie:
                     headers.append((b"set-cookie", cookie.encode("latin-1")))
                 message = {**message, "headers": headers}
@@ -118,6 +119,16 @@ class Guard:
             send = self._with_headers(raw_send, cookie=(
                 f"{self.cookie_name}={self.token}; Path=/; HttpOnly; SameSite=Strict"))
         await self.app(scope, receive, send)
+
+
+def _sandboxed_policy(headers) -> bytes | None:
+    """A route's own policy when it starts with `sandbox` (the dream report, a document with
+    inline CSS): stricter than the pages' one, as it gives the document a unique origin and
+    no script. Any other policy a route sets is replaced by the pages' one."""
+    for name, value in headers:
+        if name.lower() == b"content-security-policy" and value.startswith(b"sandbox"):
+            return value
+    return None
 
 
 async def _read_body(receive) -> bytes | None:

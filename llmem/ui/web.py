@@ -143,5 +143,7 @@ def redirect(request: Request, path: str, message: str, kind: str = "ok") -> Red
     flashes[key] = (kind, message)
     while len(flashes) > MAX_FLASHES:
         flashes.popitem(last=False)
+    path, _, fragment = path.partition("#")  # the flash goes in the query, before any #anchor
     separator = "&" if "?" in path else "?"
-    return RedirectResponse(f"{path}{separator}flash={key}", status_code=303)
+    anchor = f"#{fragment}" if fragment else ""
+    return RedirectResponse(f"{path}{separator}flash={key}{anchor}", status_code=303)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from . import memories, overview, queue, sessions
+from . import dreams, memories, overview, queue, sessions
 
-PAGES = (overview, memories, sessions, queue)
+PAGES = (overview, memories, sessions, queue, dreams)
 
 
 def routes() -> list:

@@ -10,6 +10,7 @@ import hashlib
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -255,15 +256,18 @@ class Store:
                   **derived_fields(row["content"], row["summary"], row["metadata"])}
         return write_memory_columns(self.db, memory_id, values)
 
-    def insert_rows(self, rows: list[dict[str, Any]]) -> None:
+    def insert_rows(self, rows: list[dict[str, Any]], *,
+                    progress: Callable[[int], None] | None = None) -> None:
         """Insert whole memory rows (import: ids, times and counts as given), with the columns
-        derived from their text. Call inside a transaction."""
+        derived from their text. Call inside a transaction. `progress(n)`: n rows written."""
         Memory = self.models.Memory
         full = [{**row, "content_hash": content_hash(row["content"]),
                  **derived_fields(row["content"], row.get("summary"), row.get("metadata"))}
                 for row in rows]
         for start in range(0, len(full), 200):
             Memory.insert_many(full[start:start + 200]).execute()
+            if progress:
+                progress(min(start + 200, len(full)))
 
     def touch_accessed(self, memory_ids: list[str], at: float) -> None:
         """Count one access of each memory (shown in a result). Not a change of the memory:

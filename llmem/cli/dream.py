@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import click
 
-from .output import TEXT, json_option, limit_option, notice, print_json, short
+from .output import TEXT, json_option, limit_option, notice, print_json, progress_bar, short
 
 PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
 
@@ -26,14 +25,18 @@ def dream_group(ctx, apply_, phase, report_path, no_llm, as_json):
         return
     from pathlib import Path
 
-    from ..dream import run_dream
+    from ..dream import PHASES, run_dream
     from ..paths import check_output_folder
 
     if report_path:
         check_output_folder(Path(report_path))  # before the run: a typo must not cost a dream
     app = ctx.obj
-    outcome = run_dream(app.store, app.config, apply=apply_, phases=[phase] if phase else None,
-                        report_path=Path(report_path) if report_path else None, use_llm=not no_llm)
+    phases = [phase] if phase else None
+    with progress_bar("Dreaming" if apply_ else "Planning", len(phases or PHASES),
+                      show=not as_json) as progress:
+        outcome = run_dream(app.store, app.config, apply=apply_, phases=phases,
+                            report_path=Path(report_path) if report_path else None, use_llm=not no_llm,
+                            progress=lambda _phase: progress.advance())
     if as_json:
         data = outcome.summary()
         data["actions"] = [a.as_dict() for a in outcome.actions]
@@ -305,10 +308,9 @@ def backfill(app, adapter_name, since, limit, no_llm, rollback_id, as_json):
         click.echo(f"No sessions to backfill ({where}).")
         return
     label = f"Backfilling {', '.join(adapter.name for adapter in adapters)} sessions"
-    with click.progressbar(length=len(sessions), label=label, file=sys.stderr,
-                           show_pos=True) as bar:
+    with progress_bar(label, len(sessions), show=not as_json) as progress:
         outcome = run_backfill(app, adapter_name=adapter_name, use_llm=not no_llm, sessions=sessions,
-                               progress=lambda _info: bar.update(1))
+                               progress=lambda _info: progress.advance())
     if as_json:
         print_json(outcome.as_dict())
         return

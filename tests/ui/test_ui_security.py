@@ -68,7 +68,7 @@ def test_every_response_has_the_strict_headers_even_refusals_and_errors(viewer):
 def test_pages_have_no_inline_script_or_style(viewer):
     memory = viewer.store.add("a memory to show").memory
     for path in ("/", "/memories", f"/memories/{memory.id}", f"/memories/{memory.id}/edit",
-                 f"/memories/{memory.id}/delete", "/sessions"):
+                 f"/memories/{memory.id}/delete", "/sessions", "/queue", "/dreams"):
         html = viewer.get(path).text
         assert re.findall(r"<script(?![^>]*\bsrc=)", html) == [], path
         assert " style=" not in html and "<style" not in html, path

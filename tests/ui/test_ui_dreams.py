@@ -157,3 +157,13 @@ def test_the_report_file_of_the_last_run_is_served_when_configured(viewer, tmp_p
     assert f"run {outcome.run_id}" in served
     assert "preview" in viewer.get("/dreams/report", params={"preview": "1"}).text
     assert 'href="/dreams/report?preview=1"' in viewer.get("/dreams").text
+
+
+def test_a_hand_edited_marker_id_still_redirects_to_a_valid_url(viewer):
+    path = viewer.llmem.config.paths.proposed_changes_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('## [SKILL PATCH] odd\n<!-- llmem:skill-patch ünïcode"<b> -->\ntext\n')
+    response = viewer.post("/dreams/proposals/reject", proposal='skill-patch:ünïcode"<b>')
+    assert response.status_code == 303
+    assert response.headers["location"].endswith("#proposal-skill-patch:%C3%BCn%C3%AFcode%22%3Cb%3E")
+    assert list_proposals(viewer.store.db, path)[0].decision.decision == "rejected"

@@ -170,3 +170,23 @@ def test_an_open_log_stream_does_not_hold_the_server_at_shutdown(llmem_app):
     server.stop(timeout=10)
     assert not server.thread.is_alive() and time.monotonic() - started < 5
     assert ended.wait(5)  # the client saw the stream end
+
+
+def test_the_tail_reads_only_the_end_of_a_long_log(fts_config):
+    """The page refreshes every 5 s: it reads the last TAIL_BYTES of each file, starting at a
+    whole record (a traceback cut at its top is left out, not shown as a stray line)."""
+    from llmem.logconfig import TAIL_BYTES, tail_entries
+
+    config = load_config()
+    filler = "x" * 200
+    lines = [f"2026-11-29T00:{i // 60 % 60:02d}:{i % 60:02d} INFO llmem.worker[1]: old {i} {filler}"
+             for i in range(TAIL_BYTES // 200)]
+    lines += ["2026-11-30T09:00:00 ERROR llmem.worker[1]: boom", "Traceback (most recent call last):",
+              *[f"  frame {i} {filler}" for i in range(TAIL_BYTES // 150)],
+              "2026-11-30T10:00:00 INFO llmem.worker[1]: the newest"]
+    write_log(config, *lines)
+    entries = tail_entries(config, None, 50)
+    assert entries[-1].lines == ["2026-11-30T10:00:00 INFO llmem.worker[1]: the newest"]
+    assert all(entry.time for entry in entries)  # no headless fragment of the cut traceback
+    assert len(tail_entries(config, "ERROR", 50)) == 0  # the error's head is before the cut
+    assert len(tail_entries(config, None, 1)) == 1

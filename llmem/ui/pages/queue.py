@@ -15,7 +15,7 @@ from starlette.routing import Route
 
 from ...db.settings import get_setting
 from ...errors import UsageError
-from ...logconfig import LEVELS, LogFollower, at_least, read_entries
+from ...logconfig import LEVELS, LogFollower, at_least, tail_entries
 from ...pipeline.events import (
     WORKER_HEARTBEAT_KEY,
     WORKER_STALE_SECONDS,
@@ -70,7 +70,7 @@ def queue_page(request):
     seen = get_setting(current_store.db, WORKER_HEARTBEAT_KEY)
     huey, huey_problem = _huey_counts(request)
     level = _level(request)
-    entries = read_entries(viewer(request).llmem.config, level)[-BACKLOG:]
+    entries = tail_entries(viewer(request).llmem.config, level, BACKLOG)
     return render(request, "queue.html", counts=counts,
                   lists={name: list(query.limit(ROWS)) for name, query in lists.items()},
                   rows=ROWS, huey=huey, huey_problem=huey_problem,
@@ -107,9 +107,9 @@ async def log_stream(request):
         # The follower starts before the backlog is read: an entry written in between is
         # sent twice rather than lost.
         follower = await run_in_threadpool(LogFollower, config)
-        backlog = await run_in_threadpool(read_entries, config, level)
+        backlog = await run_in_threadpool(tail_entries, config, level, BACKLOG)
         yield "retry: 2000\n\n"
-        for entry in backlog[-BACKLOG:]:
+        for entry in backlog:
             yield _sse(entry)
         quiet = 0.0
         stopping = getattr(request.app.state, "stopping", lambda: False)  # set by ViewerServer

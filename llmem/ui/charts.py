@@ -81,10 +81,10 @@ def bars_by_day(labels: list[str], series: list[Series], *, title: str, limit: f
             out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
                        f'fill="{PALETTE[index % len(PALETTE)]}"><title>{escape(label)} '
                        f'{escape(one.name)}: {_number(value)}</title></rect>')
-    # Day labels: at most ~8 so they never overlap; the last day always named.
+    # Day labels: at most ~8 so they never overlap, counted back from the last day (always named).
     step = max(1, -(-len(labels) // 8))
     for i, label in enumerate(labels):
-        if i % step == 0 or i == len(labels) - 1:
+        if (len(labels) - 1 - i) % step == 0:
             x = left + i * slot + slot / 2
             out.append(f'<text x="{x:.1f}" y="{base_y + 14}" text-anchor="middle" font-size="11" '
                        f'fill="#5d6b7a">{escape(label[5:] if len(label) == 10 else label)}</text>')

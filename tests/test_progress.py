@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from session_writers import recorded_opencode_store
 
 from llmem.config import load_config
 from llmem.store import Store
@@ -86,6 +87,20 @@ def test_import_draws_a_bar_on_a_terminal_and_nothing_when_piped(fts_config, tmp
         else:
             done = run_piped("import", str(export))
             assert done.returncode == 0 and "Importing" not in done.stderr and "\r" not in done.stderr
+
+
+def test_backfill_draws_a_bar_on_a_terminal_and_nothing_when_piped(configure, tmp_path):
+    """click.progressbar, which backfill used before, wrote its label into a pipe."""
+    data_dir = tmp_path / "opencode"
+    recorded_opencode_store(data_dir)
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: opencode\n"
+              f"  opencode:\n    data_dir: {data_dir}\n")
+    done = run_piped("backfill", "--no-llm")
+    assert done.returncode == 0 and "Backfill " in done.stdout, done.stderr
+    assert "Backfilling" not in done.stderr and "\r" not in done.stderr
+    code, out, terminal = run_on_a_terminal("backfill", "--no-llm")
+    assert code == 0 and "Backfill " in out
+    assert "Backfilling opencode sessions" in terminal and "2/2" in terminal
 
 
 def test_dream_apply_counts_its_phases_on_a_terminal(fts_config):

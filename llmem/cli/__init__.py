@@ -42,6 +42,7 @@ COMMANDS = {
     "introspect": ("introspect", "introspect"),
     "learn": ("introspect", "learn"),
     "track-review": ("introspect", "track_review"),
+    "mcp": ("mcp", "mcp"),
     "run": ("pipeline", "run"),
     "watch": ("pipeline", "watch"),
     "worker": ("pipeline", "worker"),
@@ -52,6 +53,7 @@ COMMANDS = {
     "promote": ("dream", "promote"),
     "promote-explain": ("dream", "promote_explain"),
     "backfill": ("dream", "backfill"),
+    "ui": ("ui", "ui"),
 }
 
 

@@ -198,3 +198,19 @@ def test_rem_backfill_usage_errors(home, tmp_path):
     assert run_cli("dream", "rem-backfill", "--path", str(tmp_path), "--rollback", "abcd")[0] == 2
     code, _, err = run_cli("dream", "rem-backfill", "--rollback", "ffffffff")
     assert code == 1 and "no dream run" in err
+
+
+def test_secrets_in_a_note_are_redacted_before_any_entry_or_staged_memory_quotes_them(home, tmp_path):
+    open_store(home)[0].close()
+    token = "ghp_" + "a1B2c3D4" * 5
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "2026-10-05.md").write_text(f"Remember: the deploy bot authenticates with {token}\n")
+    code, out, _ = run_cli("dream", "rem-harness", "--path", str(notes), "--grounded")
+    assert code == 0 and token not in out and "deploy bot" in out
+    backfill("--path", str(notes), "--stage-short-term")
+    assert token not in (home / "DREAMS.md").read_text()
+    db = sqlite3.connect(home / "memory.db")
+    contents = [c for (c,) in db.execute("SELECT content FROM memory")]
+    db.close()
+    assert len(contents) == 1 and "deploy bot" in contents[0] and token not in contents[0]

@@ -32,6 +32,7 @@ from zoneinfo import ZoneInfo
 from ..capture.heuristics import classify_statement, statement_sentences
 from ..errors import UsageError
 from ..paths import write_private_text
+from ..redact import Redactor
 from ..times import now
 from .artefacts import REPORTS_DIR, artefact_path, artefact_reason
 from .journal import Journal, file_hash, find_run, finish_run, start_run
@@ -105,9 +106,10 @@ class GroundedNote:
                 "candidates": [vars(c) for c in self.candidates], "skipped": self.skipped}
 
 
-def read_note(day: str, path: Path) -> GroundedNote:
+def read_note(day: str, path: Path, redactor: Redactor) -> GroundedNote:
+    """One note's grounded reading; secrets are redacted before anything quotes the text."""
     note = GroundedNote(day, path)
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = redactor.text(path.read_text(encoding="utf-8", errors="replace"))
     reason = artefact_reason(text, None)
     if reason:
         note.skipped = f"it {reason}: dream output is never replayed"
@@ -137,7 +139,7 @@ def read_note(day: str, path: Path) -> GroundedNote:
     return note
 
 
-def read_notes(folder: Path) -> tuple[list[GroundedNote], list[str]]:
+def read_notes(folder: Path, redactor: Redactor) -> tuple[list[GroundedNote], list[str]]:
     """The dated notes directly in `folder`, oldest first, and the names of the files left out."""
     folder = Path(folder).expanduser()
     if not folder.is_dir():
@@ -157,7 +159,7 @@ def read_notes(folder: Path) -> tuple[list[GroundedNote], list[str]]:
         except ValueError:
             ignored.append(path.name)
             continue
-        notes.append(read_note(match.group(1), path))
+        notes.append(read_note(match.group(1), path, redactor))
     return notes, ignored
 
 
@@ -198,13 +200,13 @@ class BackfillOutcome:
 
 
 def preview(config, folder: Path) -> BackfillOutcome:
-    notes, ignored = read_notes(folder)
+    notes, ignored = read_notes(folder, Redactor.from_section(config.values.get("redaction")))
     return BackfillOutcome(None, str(folder), str(dreams_path(config)), notes, ignored)
 
 
 def run_rem_backfill(store, config, folder: Path, *, stage: bool) -> BackfillOutcome:
     """Write grounded entries for the notes in `folder` (and stage their candidates), journaled."""
-    notes, ignored = read_notes(folder)
+    notes, ignored = read_notes(folder, store.redactor)
     path = dreams_path(config)
     old = path.read_text(encoding="utf-8") if path.exists() else None
     outcome = BackfillOutcome(None, str(folder), str(path), notes, ignored, already=replayed_days(old))

@@ -47,6 +47,8 @@ def test_a_burst_of_six_searches_within_a_minute_passes_no_gate(home):
     assert data["verdict"].startswith("hold")
     code, out, _ = run_cli("promote", "--json")
     assert json.loads(out)["promote"] == []
+    code, out, _ = run_cli("dream", "status", "--deep")
+    assert "1 counted recalls of 6 recorded" in out and "held by: min_score, min_recall_count, min_unique_queries" in out
 
 
 def test_a_memory_recalled_on_three_days_by_different_queries_is_promoted(home):

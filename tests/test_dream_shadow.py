@@ -127,7 +127,7 @@ def test_without_an_llm_the_trial_says_it_did_not_run(home):
     assert code == 0, err
     assert "Shadow trial did not run: no LLM is configured" in out
     code, out, _ = run_cli("dream", "status", "--deep")
-    assert "Shadow trial: never ran" in out
+    assert "Shadow trial: did not run: no LLM is configured" in out
 
 
 def test_an_llm_that_is_down_runs_no_trial_and_records_nothing(home):

@@ -190,5 +190,7 @@ def print_deep_status(app, as_json: bool, status: dict) -> None:
     if trial:
         counts = ", ".join(f"{k} {v}" for k, v in sorted((trial.get("verdicts") or {}).items())) or "no verdict"
         click.echo(f"Last shadow trial: {trial['run_id']} at {trial['at']}: {counts}")
+    elif data["shadow_trial_can_run"]:
+        click.echo("Shadow trial: never ran (`llmem dream shadow` runs it)")
     else:
-        click.echo("Shadow trial: never ran (`llmem dream shadow` needs an LLM)")
+        click.echo("Shadow trial: did not run: no LLM is configured (llm.provider: none)")

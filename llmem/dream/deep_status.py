@@ -25,4 +25,5 @@ def deep_status(store, config, *, limit: int = SHOWN) -> dict[str, Any]:
         "grounded_staged": {"recalls": staged.count(),
                             "memories": staged.select(RecallEvent.memory).distinct().count()},
         "shadow_trial": last_trial(store),
+        "shadow_trial_can_run": config.values["llm"]["provider"] != "none",
     }

@@ -214,3 +214,16 @@ def test_secrets_in_a_note_are_redacted_before_any_entry_or_staged_memory_quotes
     contents = [c for (c,) in db.execute("SELECT content FROM memory")]
     db.close()
     assert len(contents) == 1 and "deploy bot" in contents[0] and token not in contents[0]
+
+
+def test_staged_memories_outlive_the_next_dream_and_then_roll_back(home, tmp_path):
+    open_store(home)[0].close()
+    notes = write_notes(tmp_path / "notes")
+    run_id = backfill("--path", str(notes), "--stage-short-term")["run_id"]
+    code, _, err = run_cli("dream", "--apply", "--no-llm")
+    assert code == 0, err
+    db = sqlite3.connect(home / "memory.db")
+    rows = db.execute("SELECT confidence, invalidated_at FROM memory").fetchall()
+    db.close()
+    assert rows and all(conf == 0.6 and invalid is None for conf, invalid in rows)  # notes of October: no decay
+    assert backfill("--rollback", run_id)["memories_removed"] == 3

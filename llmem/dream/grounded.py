@@ -237,8 +237,10 @@ def _stage(store, config, journal: Journal, notes: list[GroundedNote], outcome: 
         for note in notes:
             at = _note_time(note.day, zone)
             for candidate in note.candidates:
+                # Created now, not on the note's day: decay must not retire it before deep
+                # has weighed its evidence (which carries the note's day).
                 added = store.add(candidate.content, candidate.memory_type, confidence=candidate.confidence,
-                                  source="backfill", created_at=at,
+                                  source="backfill",
                                   metadata={"grounded": {"note": note.path.name, "line": candidate.line,
                                                          "day": note.day},
                                             "staged_by": journal.run.id})
@@ -326,11 +328,15 @@ def _adopted(store, memory, staged_hash: str | None) -> str | None:
     """Why a memory a backfill staged now belongs to live use (None: it can go)."""
     if memory.promoted_at:
         return "promoted since"
+    if memory.invalidated_at:
+        return "invalidated since (a dream merged or retired it)"
     if staged_hash and memory.content_hash != staged_hash:
         return "edited since"
-    RecallEvent = store.models.RecallEvent
+    RecallEvent, Relation = store.models.RecallEvent, store.models.Relation
     if RecallEvent.select().where(RecallEvent.memory == memory.id).exists():
         return "recalled by live use since"
+    if Relation.select().where((Relation.source == memory.id) | (Relation.target == memory.id)).exists():
+        return "linked to other memories since"
     return None
 
 

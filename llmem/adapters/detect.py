@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from llmem.adapters.base import is_valid_session_id
@@ -40,13 +41,33 @@ def has_sessions(state_dir: str | Path) -> bool:
 
 
 def detect_adapter(
-    opencode_data_dir: str | Path | None, copilot_state_dir: str | Path | None
+    opencode_data_dir: str | Path | None, copilot_state_dir: str | Path | None,
+    codex_home: str | Path | None = None,
 ) -> str:
-    """Pick `opencode`, `copilot` or `none` from what exists on disk (session.adapter: auto)."""
+    """Pick `opencode`, `copilot`, `codex` or `none` from what exists on disk (session.adapter: auto)."""
     if opencode_data_dir is not None:
         data_dir = Path(opencode_data_dir).expanduser()
         if find_databases(data_dir) or (data_dir / "storage").is_dir():
             return "opencode"
     if copilot_state_dir is not None and has_sessions(copilot_state_dir):
         return "copilot"
+    if codex_home is not None and has_codex_sessions(codex_home):
+        return "codex"
     return "none"
+
+
+# ---- Codex CLI (formats/CODEX.md §1)
+
+CODEX_SESSIONS_DIR = "sessions"
+CODEX_ARCHIVED_DIR = "archived_sessions"
+
+
+def codex_home_dir(configured: str | Path) -> Path:
+    """Codex's home: $CODEX_HOME when set (Codex itself obeys it), else the configured folder
+    (session.codex.home)."""
+    return Path(os.environ.get("CODEX_HOME") or configured).expanduser()
+
+
+def has_codex_sessions(home: str | Path) -> bool:
+    """True if Codex's sessions folder exists under its home."""
+    return (Path(home).expanduser() / CODEX_SESSIONS_DIR).is_dir()

@@ -83,6 +83,9 @@ class RolloutLines:
     lines: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     end: int = 0  # where the next read starts: past the last complete line
     skipped_malformed: int = 0
+    # JSON objects without the {type, payload} envelope: rollouts from before 2025-09 wrote
+    # bare items (CODEX.md §2.1), which this reader does not take.
+    skipped_unknown: int = 0
 
 
 def parse_lines(raw: bytes, start: int, source: str) -> RolloutLines:
@@ -96,10 +99,12 @@ def parse_lines(raw: bytes, start: int, source: str) -> RolloutLines:
             continue
         # A write cut mid-character must not fail the file; the damaged line is skipped below.
         item, problem = read_json_object(line.decode("utf-8", errors="replace"))
-        if item is None or not isinstance(item.get("type"), str) or "payload" not in item:
+        if item is None:
             result.skipped_malformed += 1
-            report_skipped(source, f"line at byte {line_start}",
-                           f"it is {problem}" if problem else "it has no type and payload")
+            report_skipped(source, f"line at byte {line_start}", f"it is {problem}")
+            continue
+        if not isinstance(item.get("type"), str) or "payload" not in item:
+            result.skipped_unknown += 1
             continue
         result.lines.append((line_start, item))
     return result
@@ -360,6 +365,7 @@ class _Normaliser:
         """Freeze the messages into the transcript."""
         self.transcript.messages = [message.freeze() for message in self.messages]
         self.transcript.skipped_malformed += lines.skipped_malformed
+        self.transcript.skipped_unknown += lines.skipped_unknown
 
 
 def transcript_from_lines(session_id: str, lines: RolloutLines,

@@ -1,6 +1,6 @@
 """Lifecycle moments (idle, compacting, just compacted, ending) read from transcripts alone.
 
-The rules are those of formats/FORMATS.md §3. They are pure functions of what the agent wrote
+The rules are those of formats/FORMATS.md §3 and CODEX.md §5. They are pure functions of what the agent wrote
 plus `now_ms`; a watcher calls them after each change and acts on what applies.
 """
 

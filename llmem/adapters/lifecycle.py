@@ -1,7 +1,8 @@
 """Lifecycle moments (idle, compacting, just compacted, ending) read from transcripts alone.
 
-The rules are those of formats/FORMATS.md §3 and CODEX.md §5. They are pure functions of what the agent wrote
-plus `now_ms`; a watcher calls them after each change and acts on what applies.
+The rules are those of formats/FORMATS.md §3 and CODEX.md §5. They are pure functions of
+what the agent wrote plus `now_ms`; a watcher calls them after each change and acts on what
+applies.
 """
 
 from __future__ import annotations

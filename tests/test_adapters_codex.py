@@ -33,6 +33,7 @@ def test_paginated_fixture_normalised(fixture_home):
     assert transcript.created_ms is not None and transcript.updated_ms > transcript.created_ms
     assert (transcript.skipped_malformed, transcript.skipped_unknown) == (0, 0)
     assert not transcript.is_subagent
+    assert transcript.title == "Find skipped orders cursor"  # from session_index.jsonl
     shape = [(m.role, m.kind) for m in transcript.messages]
     assert shape == [("user", "message"), ("assistant", "message"), ("assistant", "message"),
                      ("assistant", "compaction_summary")]

@@ -55,6 +55,9 @@ _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _ROLLOUT_RE = re.compile(rf"rollout-.*-({_UUID})\.jsonl", re.IGNORECASE)
 _THREAD_ID_RE = re.compile(_UUID, re.IGNORECASE)
 CURSOR_PREFIX = "offset:"
+# `session_index.jsonl`: one {"id", "thread_name", "updated_at"} line per named thread (§1).
+SESSION_INDEX = "session_index.jsonl"
+_SESSION_INDEX_CAP = 16 * 1024 * 1024
 # The first line carries the whole system prompt (~20 KB); more than this is no session_meta.
 _META_LINE_CAP = 4 * 1024 * 1024
 
@@ -486,9 +489,28 @@ class CodexAdapter:
             elif after is not None:
                 transcript.messages, transcript.cursor_found = messages_after(transcript.messages, after)
         transcript.read_to = f"{CURSOR_PREFIX}{lines.end}"
+        transcript.title = self.thread_name(session_id)
         transcript.source_path = str(path)
         transcript.updated_ms = transcript.updated_ms or _mtime_ms(path)
         return transcript
+
+    def thread_name(self, session_id: str) -> str | None:
+        """The thread's title (the TUI names threads), the newest entry of the session index."""
+        path = self.home / SESSION_INDEX
+        try:
+            if path.stat().st_size > _SESSION_INDEX_CAP:
+                return None  # a title is a search hint: not worth reading a runaway file
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        name = None
+        for line in text.splitlines():
+            if session_id not in line:
+                continue
+            entry, _ = read_json_object(line)
+            if entry is not None and entry.get("id") == session_id and isinstance(entry.get("thread_name"), str):
+                name = entry["thread_name"]
+        return name
 
     def rollout_files(self) -> list[Path]:
         """Every rollout file, live and archived."""

@@ -133,8 +133,8 @@ class SessionWatcher:
         self._thread: threading.Thread | None = None
         self._opencode = None
         self._copilot = None
-        self._codex_tails: dict = {}
-        self._codex_paths: dict = {}  # thread id → rollout file, from the events that named it  # thread id → CodexTail: each look parses only the new lines
+        self._codex_tails: dict = {}  # thread id → CodexTail: each look parses only the new lines
+        self._codex_paths: dict = {}  # thread id → rollout file, from the events that named it
         self.errors = 0
         self.started_at = clock()
         # Activity of an unknown session before this moment predates the watch: remembered,
@@ -457,7 +457,7 @@ class SessionWatcher:
             if path is None or not path.is_file():
                 path = CodexAdapter(self.codex_dir.parent).rollout_path(thread_id)
             if path is None:
-                self._codex_tails.pop(thread_id, None)  # moved away (archived) or deleted
+                self._codex_tails.pop(thread_id, None)  # deleted (an archived one is still found)
                 return
             tail = self._codex_tails[thread_id] = CodexTail(path)
         marks = tail.read()

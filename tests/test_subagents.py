@@ -124,19 +124,21 @@ def test_opencode_child_session_gives_no_memories_and_no_self_assessments(tmp_pa
     assert [m.session_id for m in stored(app)] == [parent]
 
 
-def test_backfill_skips_subagent_sessions(tmp_path, configure, cli, app):
+def test_backfill_reads_every_agent_but_skips_subagent_sessions(tmp_path, configure, cli, app):
     data_dir = tmp_path / "opencode"
     parent, child = opencode_parent_and_child(data_dir)
     codex_home = tmp_path / "codex"
-    spawned = CodexRollout(codex_home, parent=str(uuid.uuid4()))
+    main_thread = CodexRollout(codex_home)
+    main_thread.turn("Remember that the invoices job runs at 02:30 UTC.")
+    spawned = CodexRollout(codex_home, parent=main_thread.id)
     spawned.turn(SUBAGENT_PROMPT)
     configure(f"embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: auto\n"
               f"  opencode:\n    data_dir: {data_dir}\n  copilot:\n    state_dir: {tmp_path / 'none'}\n"
               f"  codex:\n    home: {codex_home}\n")
     code, out, err = cli("backfill", "--no-llm", "--json")
     assert code == 0, err
-    assert json.loads(out)["sessions_by_adapter"] == {"opencode": 1}
-    assert {m.session_id for m in stored(app)} == {parent}
+    assert json.loads(out)["sessions_by_adapter"] == {"opencode": 1, "codex": 1}
+    assert {m.session_id for m in stored(app)} == {parent, main_thread.id}
 
 
 def test_the_watcher_gives_subagent_sessions_no_events(tmp_path, configure, monkeypatch):

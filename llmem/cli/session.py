@@ -272,7 +272,7 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
             if not session_id:
                 from ..errors import UsageError
 
-                raise UsageError("no session id: pass --session-id or the hook's JSON on stdin")
+                raise UsageError("no session id: pass --session-id, or the hook's JSON on stdin or as PAYLOAD")
             from ..adapters.base import validate_session_id
 
             validate_session_id(session_id)

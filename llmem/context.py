@@ -375,6 +375,26 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
                         memory_ids, ids)
 
 
+def cut_block(text: str, max_chars: int) -> str:
+    """The block within `max_chars` (an agent's cap on injected text): whole memory lines are
+    dropped from the end, a section left without lines goes too, and the block stays closed."""
+    if len(text) <= max_chars:
+        return text
+    lines = text.removesuffix(CLOSE_MARKER).rstrip("\n").split("\n")
+    kept: list[str] = []
+    used = len(CLOSE_MARKER)
+    for line in lines:
+        if used + len(line) + 1 > max_chars:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    while kept and (not kept[-1].strip() or kept[-1].startswith("### ")):
+        kept.pop()
+    if not kept:
+        return ""  # not even the opening line fits: better no block than a broken one
+    return "\n".join(kept) + "\n" + CLOSE_MARKER
+
+
 def build_context(app, session_id: str | None = None, *, compacting: bool = False,
                   max_tokens: int | None = None, project: str | None = None) -> str:
     """The `<llmem-context>` Markdown block for a session (or for a project with no session)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .capture.markers import (
     CHARS_PER_TOKEN,
@@ -93,17 +92,6 @@ class ContextBlock:
 
 
 # ---- the session ------------------------------------------------------------------------
-
-def project_root_of(directory: str | None) -> str | None:
-    """The repository root holding `directory` (the nearest parent with .git), else itself."""
-    if not directory:
-        return None
-    path = Path(directory).expanduser()
-    for candidate in (path, *path.parents):
-        if (candidate / ".git").exists():
-            return str(candidate)
-    return str(path)
-
 
 def read_session(app, session_id: str | None, adapter_name: str | None = None) -> SessionView:
     """Title, project and recent user text of a session; never raises (unknown → empty view)."""

@@ -89,6 +89,16 @@ def test_llmems_own_context_block_is_not_in_the_transcript(adapter):
     assert "llmem-context" not in all_text(adapter.read_transcript(SESSION))
 
 
+def test_the_project_is_the_repository_the_session_ran_in(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "src" / "api").mkdir(parents=True)
+    session = ClaudeSession(tmp_path / "claude", cwd=str(repo / "src" / "api"))
+    session.turn("hello", "hi")
+    transcript = ClaudeAdapter(tmp_path / "claude").read_transcript(session.id)
+    assert (transcript.directory, transcript.project_root) == (str(repo / "src" / "api"), str(repo))
+
+
 def test_titles_the_custom_title_wins(tmp_path):
     session = ClaudeSession(tmp_path / "claude")
     session.turn("hello", "hi")

@@ -33,6 +33,7 @@ from llmem.adapters.base import (
     validate_session_id,
 )
 from llmem.adapters.detect import CLAUDE_PROJECTS_DIR, CLAUDE_SESSIONS_DIR, claude_session_id
+from llmem.paths import project_root_of
 from llmem.processes import pid_is_alive
 
 NAME = "claude"
@@ -353,6 +354,9 @@ def transcript_from_log(session_id: str, parsed: ClaudeLog, after: Cursor = None
     for index, line in parsed.lines:
         builder.add(index, line)
     builder.finish()
+    # Claude Code records the launch directory, not the repository: memories are kept per
+    # repository root, as the hooks map their stdin cwd.
+    transcript.project_root = project_root_of(transcript.directory)
     return transcript
 
 

@@ -245,7 +245,7 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
                     return
                 session_id = payload.get("sessionId") or payload.get("session_id")
                 if not project and isinstance(payload.get("cwd"), str) and payload["cwd"]:
-                    from ..context import project_root_of
+                    from ..paths import project_root_of
 
                     project = project_root_of(payload["cwd"])
             if not session_id:

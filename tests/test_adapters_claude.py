@@ -321,3 +321,26 @@ def test_process_registry(tmp_path):
     session.unregister()
     assert adapter.process_alive(session.id) is None
     assert os.listdir(tmp_path / "claude" / "sessions") == ["garbage.json"]
+
+
+def test_a_followed_transcript_parses_only_what_was_appended(tmp_path):
+    from llmem.adapters.claude import ClaudeTail
+
+    session = ClaudeSession(tmp_path / "claude")
+    session.prompt("first")
+    tail = ClaudeTail(session.path)
+    assert Moment.BUSY in claude_lifecycle(tail.read().line_objects, int(time.time() * 1000))
+    reply = session.reply_lines("one" * 5000)
+    whole = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in reply)
+    session.write(whole[:100])
+    assert len(tail.read().lines) == 2  # the snapshot, the prompt; the half line waits
+    session.write(whole[100:])
+    followed = tail.read()
+    direct = ClaudeAdapter(tmp_path / "claude").read_log(session.id)
+    assert [index for index, _ in followed.lines] == [index for index, _ in direct.lines]
+    now = int(time.time() * 1000) + 60_000
+    assert claude_lifecycle(followed.line_objects, now) == claude_lifecycle(direct.line_objects, now)
+    assert len(json.dumps(followed.line_objects)) < 4000  # the lifecycle view, not the 15 KB reply
+    # Rewritten shorter (Claude Code compacting its own file): read again from the start.
+    session.path.write_text(session.path.read_text().splitlines(keepends=True)[0])
+    assert [index for index, _ in tail.read().lines] == [0]

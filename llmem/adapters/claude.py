@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,12 +82,12 @@ class ClaudeLog:
         return [line for _, line in self.lines]
 
 
-def parse_lines(raw: bytes, source: str = "Claude Code transcript") -> ClaudeLog:
-    """Parse the complete lines of `raw`; the bytes after the last newline are a line Claude Code
-    is still appending: left for the next read, not counted as malformed."""
+def parse_lines(raw: bytes, source: str = "Claude Code transcript", first_index: int = 0) -> ClaudeLog:
+    """Parse the complete lines of `raw` (numbered from `first_index`); the bytes after the last
+    newline are a line Claude Code is still appending: left for the next read, not malformed."""
     parsed = ClaudeLog()
     complete = raw[: raw.rfind(b"\n") + 1]
-    for index, line in enumerate(complete.split(b"\n")):
+    for index, line in enumerate(complete.split(b"\n")[:-1], first_index):
         if not line.strip() or _JOURNAL_LINE.match(line):
             continue
         # A write cut mid-character must not fail the whole file; the damaged line is skipped.
@@ -110,6 +111,73 @@ def read_log_file(path: str | Path) -> ClaudeLog:
     parsed = parse_lines(raw, f"Claude Code transcript {path}")
     parsed.path, parsed.mtime_ms = str(path), mtime_ms
     return parsed
+
+
+# What the lifecycle rules read of a line (CLAUDE-CODE.md §6); a followed transcript keeps only
+# this, so a long session costs kilobytes of memory, not its megabytes of tool output.
+_LIFECYCLE_KEYS = ("type", "subtype", "uuid", "timestamp", "isSidechain", "agentId", "isMeta",
+                   "isCompactSummary", "origin", "preventedContinuation")
+_KEPT_TEXT = 200
+
+
+def _slim_block(block: Any) -> Any:
+    if not isinstance(block, dict):
+        return block
+    slim = {"type": block.get("type")}
+    if isinstance(block.get("text"), str):
+        slim["text"] = block["text"][:_KEPT_TEXT]
+    return slim
+
+
+def lifecycle_view(line: dict[str, Any]) -> dict[str, Any]:
+    """The part of a line the lifecycle rules look at."""
+    view = {key: line[key] for key in _LIFECYCLE_KEYS if key in line}
+    message = line.get("message")
+    if isinstance(message, dict):
+        content = message.get("content")
+        view["message"] = {
+            "stop_reason": message.get("stop_reason"),
+            "content": content[:_KEPT_TEXT] if isinstance(content, str)
+            else [_slim_block(block) for block in content] if isinstance(content, list) else None,
+        }
+    return view
+
+
+class ClaudeTail:
+    """One transcript followed by byte offset: each read parses only the lines appended since
+    the last, and keeps their lifecycle view. A file that shrank or was replaced is read again
+    from the start (Claude Code may rewrite its own transcript, §2.1)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._reset(None)
+
+    def _reset(self, identity: tuple[int, int] | None) -> None:
+        self.identity = identity
+        self.offset = 0
+        self.next_index = 0
+        self.log = ClaudeLog(path=str(self.path))
+
+    def read(self) -> ClaudeLog:
+        """The lifecycle view of every complete line so far."""
+        try:
+            with self.path.open("rb") as handle:
+                status = os.fstat(handle.fileno())
+                identity = (status.st_dev, status.st_ino)
+                if identity != self.identity or status.st_size < self.offset:
+                    self._reset(identity)
+                handle.seek(self.offset)
+                raw = handle.read()
+        except OSError as error:
+            raise AdapterError(f"cannot read Claude Code transcript {self.path}: {error}") from error
+        consumed = raw.rfind(b"\n") + 1
+        new = parse_lines(raw[:consumed], f"Claude Code transcript {self.path}", self.next_index)
+        self.offset += consumed
+        self.next_index += raw.count(b"\n", 0, consumed)
+        self.log.lines += [(index, lifecycle_view(line)) for index, line in new.lines]
+        self.log.skipped_malformed += new.skipped_malformed
+        self.log.mtime_ms = int(status.st_mtime * 1000)
+        return self.log
 
 
 def is_sidechain(line: dict[str, Any]) -> bool:

@@ -137,6 +137,7 @@ class SessionWatcher:
         self._copilot = None
         self._claude = None
         self._claude_live: set[str] = set()  # Claude sessions last seen held by a running process
+        self._claude_tails: dict = {}  # session id → ClaudeTail: each look parses only the new lines
         self.errors = 0
         self.started_at = clock()
         # Activity of an unknown session before this moment predates the watch: remembered,
@@ -457,17 +458,21 @@ class SessionWatcher:
     # ---- Claude Code -----------------------------------------------------------------------
 
     def _process_claude(self, session_id: str) -> None:
-        from ..adapters.claude import ClaudeAdapter, read_log_file
+        from ..adapters.claude import ClaudeAdapter, ClaudeTail
         from ..adapters.lifecycle import claude_lifecycle
 
         if self._claude is None:
             self._claude = ClaudeAdapter(self.claude_dir.parent)
-        path = self._claude.transcript_path(session_id)
-        if path is None:
-            # Removed by Claude Code's cleanup sweep: nothing to undo (CLAUDE-CODE.md §6).
-            self._claude_live.discard(session_id)
-            return
-        lines = read_log_file(path)
+        tail = self._claude_tails.get(session_id)
+        if tail is None or not tail.path.is_file():
+            path = self._claude.transcript_path(session_id)
+            if path is None:
+                # Removed by Claude Code's cleanup sweep: nothing to undo (CLAUDE-CODE.md §6).
+                self._claude_live.discard(session_id)
+                self._claude_tails.pop(session_id, None)
+                return
+            tail = self._claude_tails[session_id] = ClaudeTail(path)
+        lines = tail.read()
         alive = self._claude.process_alive(session_id)
         if alive:
             self._claude_live.add(session_id)

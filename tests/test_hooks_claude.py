@@ -148,12 +148,16 @@ def test_a_fact_stated_in_a_claude_session_is_searchable_after_stop(cli, claude_
     session.turn("Remember that the staging database is refreshed every Monday at 06:00 UTC.",
                  "Noted: staging refreshes on Mondays at 06:00 UTC.")
     session.subagent("Find who owns the nightly job", "Remember that the nightly job belongs to the raspberry team.")
+    session.write(session.user_line("Remember that the loop checks the gooseberry queue.",
+                                    origin={"kind": "loop_wakeup"}, promptSource="system"),
+                  *session.reply_lines("Checked."))
     stdin_json(monkeypatch, claude_dir, "Stop", session_id=session.id, stop_hook_active=False)
     code, out, err = cli(*HOOK, "--type", "idle", "--sync")
     assert code == 0 and out == "", err
     assert search_ids(cli, "staging database refreshed Monday")
     assert search_ids(cli, "blueberry") == []  # llmem's own block is not learnt back
     assert search_ids(cli, "raspberry") == []  # a subagent's report is not the user's statement
+    assert search_ids(cli, "gooseberry") == []  # nor is a prompt the harness wrote
     code, out, _ = cli("list", "--json")
     [memory] = [m for m in json.loads(out) if "staging" in m["content"]]
     assert memory["project"] == PROJECT and memory["session_id"] == session.id

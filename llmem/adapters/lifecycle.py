@@ -513,9 +513,13 @@ def claude_lifecycle(
     is JUST_COMPACTED, and the watcher emits compacting for it (the PreCompact hook is the live
     signal).
     """
-    times = [iso_to_ms(line.get("timestamp")) for line in lines if isinstance(line, dict)]
-    times.append(mtime_ms)
-    last_activity = max((moment for moment in times if moment is not None), default=None)
+    if mtime_ms is not None:
+        # A line is stamped before it is written: the file's time is never older than its
+        # newest stamp, and it also covers the rows without one.
+        last_activity: int | None = mtime_ms
+    else:
+        times = [iso_to_ms(line.get("timestamp")) for line in lines if isinstance(line, dict)]
+        last_activity = max((moment for moment in times if moment is not None), default=None)
     quiet_ms = now_ms - last_activity if last_activity is not None else None
     moments: set[Moment] = set()
     state, reply = claude_turn(lines)

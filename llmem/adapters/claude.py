@@ -317,10 +317,7 @@ class _Builder:
         elif line_type == "user":
             self._user(index, line_id, line, time_ms)
         elif line_type == "system" and line.get("subtype") == "compact_boundary":
-            self._emit(_PendingMessage(line_id, index, "system", time_ms=time_ms, kind="compaction_marker"))
-
-    def _emit(self, message: _PendingMessage) -> None:
-        self.messages.append(message)
+            self.messages.append(_PendingMessage(line_id, index, "system", time_ms=time_ms, kind="compaction_marker"))
 
     def _assistant(self, index: int, line_id: str, line: dict[str, Any], time_ms: int | None) -> None:
         message = _message(line)
@@ -331,7 +328,7 @@ class _Builder:
             pending = last  # one more content block of the same reply
         else:
             pending = _PendingMessage(line_id, index, "assistant", time_ms=time_ms, api_message_id=api_id)
-            self._emit(pending)
+            self.messages.append(pending)
         pending.id, pending.index, pending.updated_ms = line_id, index, time_ms or pending.updated_ms
         pending.finish = _str(message.get("stop_reason")) or pending.finish
         for block in _blocks(message):
@@ -358,19 +355,19 @@ class _Builder:
             if isinstance(block, dict) and block.get("type") == "tool_result":
                 self._tool_result(index, line_id, block, time_ms)
         if kind == "summary":
-            self._emit(_PendingMessage(line_id, index, "assistant", text=text, time_ms=time_ms,
+            self.messages.append(_PendingMessage(line_id, index, "assistant", text=text, time_ms=time_ms,
                                        kind="compaction_summary"))
         elif kind == "notification":
             self._notification(index, line_id, text, time_ms)
         elif kind == "command":
-            self._emit(_PendingMessage(line_id, index, "system", text=text, time_ms=time_ms, kind="command"))
+            self.messages.append(_PendingMessage(line_id, index, "system", text=text, time_ms=time_ms, kind="command"))
         elif kind == "interrupt":
-            self._emit(_PendingMessage(line_id, index, "system", text=text, time_ms=time_ms, kind="abort"))
+            self.messages.append(_PendingMessage(line_id, index, "system", text=text, time_ms=time_ms, kind="abort"))
         elif kind == "prompt" and text:
             origin = line.get("origin") if isinstance(line.get("origin"), dict) else {}
             # Prompts the harness wrote (wake-ups, polls) are not the user's own words.
             synthetic = origin.get("kind") not in (None, "human")
-            self._emit(_PendingMessage(line_id, index, "user", text=text, time_ms=time_ms, synthetic=synthetic))
+            self.messages.append(_PendingMessage(line_id, index, "user", text=text, time_ms=time_ms, synthetic=synthetic))
 
     def _tool_result(self, index: int, line_id: str, block: dict[str, Any], time_ms: int | None) -> None:
         call_id = _str(block.get("tool_use_id"))
@@ -381,7 +378,7 @@ class _Builder:
         call.output = abbreviate(_result_text(block))
         if index > self.cut and call.owner_index <= self.cut:
             # The call was read before the cursor (or never): its result stands on its own.
-            self._emit(_PendingMessage(line_id, index, "tool", time_ms=time_ms, calls=[call]))
+            self.messages.append(_PendingMessage(line_id, index, "tool", time_ms=time_ms, calls=[call]))
 
     def _notification(self, index: int, line_id: str, text: str, time_ms: int | None) -> None:
         fields = dict(_NOTIFICATION_FIELD.findall(text))
@@ -390,7 +387,7 @@ class _Builder:
         result = _PendingCall(name=call.name if call else "Agent", owner_index=index,
                               input=call.input if call else None, status="completed", call_id=call_id,
                               output=abbreviate((fields.get("result") or fields.get("summary") or text).strip()))
-        self._emit(_PendingMessage(line_id, index, "tool", time_ms=time_ms, calls=[result]))
+        self.messages.append(_PendingMessage(line_id, index, "tool", time_ms=time_ms, calls=[result]))
 
     def finish(self) -> None:
         transcript = self.transcript

@@ -63,7 +63,6 @@ _COMMAND_PREFIXES = ("<command-name>", "<command-message>", "<local-command-stdo
 _INTERRUPTED_PREFIX = "[Request interrupted by user"
 _TASK_NOTIFICATION = "<task-notification>"
 _NOTIFICATION_FIELD = re.compile(r"<(result|tool-use-id|summary)>(.*?)</\1>", re.DOTALL)
-_FINISHED_REASONS = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal"})
 
 
 @dataclass

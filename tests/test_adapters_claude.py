@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from session_writers import ClaudeSession, dead_pid
 
-from llmem.adapters import SessionNotFound, resolve_adapter
+from llmem.adapters import AdapterError, SessionNotFound, resolve_adapter
 from llmem.adapters.claude import ClaudeAdapter
 from llmem.adapters.lifecycle import Moment, claude_lifecycle
 from llmem.config import load_config
@@ -236,6 +236,17 @@ def test_auto_finds_a_claude_session_beside_copilot_and_env_wins(configure, conf
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config_dir))
     assert resolve_adapter(load_config(), SESSION).name == "claude"
     assert resolve_adapter(load_config(), "6f1e2d3c-0000-4000-8000-000000000000").name == "copilot"
+
+
+def test_auto_picks_claude_when_only_its_projects_folder_exists(config_dir, tmp_path):
+    from llmem.adapters import detect_adapter, get_adapter
+
+    nothing = tmp_path / "nothing"
+    assert detect_adapter(nothing, nothing, config_dir) == "claude"
+    assert detect_adapter(nothing, nothing, nothing) == "none"
+    assert get_adapter("auto", claude_dir=config_dir).name == "claude"
+    with pytest.raises(AdapterError, match="config folder"):
+        get_adapter("claude")
 
 
 # ---- lifecycle (CLAUDE-CODE.md §6) -----------------------------------------------------------

@@ -175,3 +175,19 @@ def test_llmem_run_ingests_a_claude_session(claude_dir, llmem_home):
         assert {"created", "idle"} <= kinds
     finally:
         assert stop(runner) in (0, -signal.SIGINT)
+
+
+def test_a_subagents_words_are_never_the_users_corrections(cli, claude_dir):
+    """Item 5: introspection learns from what the user corrects; a subagent's report (even one
+    phrased as a correction) and its own transcript are not that."""
+    correction = "No, use uv instead of pip"
+    session = ClaudeSession(claude_dir, cwd=PROJECT)
+    session.turn("Install the dependencies", "Running pip install.")
+    session.subagent(correction, correction)
+    code, out, err = cli("introspect", "--auto", "--session", session.id, "--json")
+    assert code == 0, err
+    assert json.loads(out) == []
+    session.turn(correction, "Switching to uv.")  # the same words from the user are a correction
+    code, out, err = cli("introspect", "--auto", "--session", session.id, "--json")
+    assert code == 0, err
+    assert [m["content"] for m in json.loads(out)] == ["Do: Use uv\nInstead of: pip"]

@@ -355,3 +355,25 @@ def test_a_followed_transcript_parses_only_what_was_appended(tmp_path):
     # Rewritten shorter (Claude Code compacting its own file): read again from the start.
     session.path.write_text(session.path.read_text().splitlines(keepends=True)[0])
     assert [index for index, _ in tail.read().lines] == [0]
+
+
+def test_hostile_lines_cost_only_themselves(tmp_path, caplog):
+    """A line nested 100,000 deep and one deep enough to overflow the code that walks tool inputs
+    are skipped and counted, named by line number and never by their text; a line cut
+    mid-character (not UTF-8) loses only the damaged bytes, as in the Copilot reader."""
+    session = ClaudeSession(tmp_path / "claude")
+    session.turn("first", "one")
+    deep = '{"type":"user","message":{"role":"user","content":' + "[" * 100_000 + "]" * 100_000 + "}}\n"
+    nested = {"type": "assistant", "message": {"content": []}}
+    for _ in range(900):
+        nested = {"x": nested}
+    session.write(deep, json.dumps(nested) + "\n")
+    with session.path.open("ab") as handle:
+        handle.write(b'{"type":"user","message":{"role":"user","content":"secret \xff\xfe here"}}\n')
+    session.turn("second", "two")
+    with caplog.at_level(logging.DEBUG, logger="llmem"):
+        transcript = ClaudeAdapter(tmp_path / "claude").read_transcript(session.id)
+    assert [m.text for m in transcript.messages] == ["first", "one", "secret \ufffd\ufffd here", "second", "two"]
+    assert transcript.skipped_malformed == 2
+    assert "line 7" in caplog.text and "line 8" in caplog.text and "nested deeper" in caplog.text
+    assert "secret" not in caplog.text and "[[[" not in caplog.text

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from fakes import wait_until
-from session_writers import ClaudeSession
+from session_writers import ClaudeSession, copilot_session
 from test_pipeline import events, run_cli, start, stop
 
 from llmem.app import App
@@ -191,3 +191,21 @@ def test_a_subagents_words_are_never_the_users_corrections(cli, claude_dir):
     code, out, err = cli("introspect", "--auto", "--session", session.id, "--json")
     assert code == 0, err
     assert [m["content"] for m in json.loads(out)] == ["Do: Use uv\nInstead of: pip"]
+
+
+def test_a_fact_learnt_in_copilot_is_served_to_claude_code_in_the_same_project(cli, claude_dir, tmp_path,
+                                                                                monkeypatch):
+    """Several agents at once (issue 11 item 7): one project's memory is every agent's."""
+    copilot = copilot_session(tmp_path / "copilot", cwd=PROJECT)  # the state_dir claude_dir configured
+    copilot.turn("Remember that the orders service reads its config from /etc/acme/orders.toml.", "Noted.")
+    code, out, err = cli("hook", "--type", "idle", "--session-id", copilot.id, "--sync")
+    assert code == 0, err
+    code, out, _ = cli("list", "--json")
+    [memory] = [m for m in json.loads(out) if "orders.toml" in m["content"]]
+    assert memory["project"] == PROJECT
+    session = ClaudeSession(claude_dir, cwd=PROJECT)
+    session.turn("Where does the orders service read its config?", "Let me check.")
+    stdin_json(monkeypatch, claude_dir, "SessionStart", session_id=session.id, source="resume")
+    code, out, err = cli(*HOOK, "--type", "created")
+    assert code == 0 and err == ""
+    assert memory["id"][:8] in json.loads(out)["hookSpecificOutput"]["additionalContext"]

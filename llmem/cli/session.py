@@ -11,8 +11,11 @@ import click
 from ..pipeline.kinds import EventKind
 from .output import bounded_int, http_url, json_option, print_json
 
-ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "codex", "none"])
+ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "claude", "codex", "none"])
 HOOK_LOG = "hooks.log"
+# Claude Code spills injected context above 10,000 characters into a file the model only sees
+# a preview of (CLAUDE-CODE.md §3.5): the block stays under this.
+CLAUDE_CONTEXT_CHARS = 9500
 # Codex spills a hook's context above ~2,500 tokens into a file the model only sees a preview
 # of (CODEX.md §3.4): the block stays under this.
 CODEX_CONTEXT_CHARS = 9000
@@ -237,8 +240,8 @@ def _one_line(value, limit: int = 300) -> str:
 @click.option("--model", help="LLM model for extraction and introspection (default: llm.model).")
 @click.option("--base-url", callback=http_url, help="LLM server URL (default: llm.base_url).")
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "copilot", "codex"]), default="text",
-              show_default=True, help="copilot: answer sessionStart with {additionalContext}; codex: answer "
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "copilot", "claude", "codex"]), default="text",
+              show_default=True, help="copilot: answer sessionStart with {additionalContext}; claude, codex: answer "
               "SessionStart with {hookSpecificOutput}, print nothing for other events.")
 # Internal: the session's run lock a worker-less hook hands to the process it detaches.
 @click.option("--run-lock-fd", type=bounded_int(3, 2**31 - 1), hidden=True)
@@ -256,8 +259,9 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
             if not session_id:
                 hook_input = _read_hook_input(payload)
                 if hook_input.get("agent_id"):
-                    # Fired inside a subagent: the subagent is not the session, and what it
-                    # finds reaches the parent's transcript (ARCHITECTURE.md, "Subagents are not users").
+                    # Claude Code or Codex fires the hook inside a subagent: the subagent is not
+                    # the session, and what it finds reaches the parent's transcript
+                    # (ARCHITECTURE.md, "Subagents are not users").
                     log.debug("hook %s inside subagent %s: nothing to do", kind, hook_input["agent_id"])
                     return
                 session_id = (hook_input.get("sessionId") or hook_input.get("session_id")
@@ -310,11 +314,13 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
             # Only sessionStart reads an answer; agentStop would read one as "keep going".
             if kind == "created" and result.get("context"):
                 click.echo(json.dumps({"additionalContext": result["context"]}, ensure_ascii=False))
-        elif fmt == "codex":
-            # Only SessionStart: Codex rejects JSON its other events' schemas do not expect.
+        elif fmt in ("claude", "codex"):
+            # Only SessionStart: context printed for Stop would keep a Claude Code turn going, and
+            # Codex rejects JSON its other events' schemas do not expect.
             from ..context import cut_block
 
-            block = cut_block(result.get("context") or "", CODEX_CONTEXT_CHARS) if kind == "created" else ""
+            cap = CLAUDE_CONTEXT_CHARS if fmt == "claude" else CODEX_CONTEXT_CHARS
+            block = cut_block(result.get("context") or "", cap) if kind == "created" else ""
             if block:
                 click.echo(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
                                                               "additionalContext": block}}, ensure_ascii=False))

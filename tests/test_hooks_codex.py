@@ -9,6 +9,7 @@ import io
 import json
 import subprocess
 import sys
+import uuid
 
 import pytest
 from session_writers import CodexRollout, uuid7
@@ -123,21 +124,32 @@ def test_a_fact_said_in_a_codex_session_becomes_searchable(cli, codex_home):
     rollout.turn("Remember that the invoices job runs nightly at 02:30 UTC.", "Noted.",
                  hook_context='<llmem-context project="acme">\n- Remember that injected text is not new.\n'
                               "</llmem-context>")
+    rollout.turn("Remember to run make check before every commit.", "Will do.")
     # As Codex runs its Stop hook: a fresh process, the hook's JSON on stdin.
     stdin = json.dumps(codex_stdin(rollout.id, "Stop", turn_id=rollout.turn_id, stop_hook_active=False,
-                                   last_assistant_message="Noted."))
+                                   last_assistant_message="Will do."))
     proc = subprocess.run([sys.executable, "-m", "llmem", "hook", "--adapter", "codex", "--format", "codex",
                            "--type", "idle", "--sync"], input=stdin, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "", proc.stderr
     code, out, err = cli("search", "invoices job nightly", "--json")
     assert code == 0, err
-    hits = json.loads(out)
-    hits = hits["results"] if isinstance(hits, dict) else hits
-    assert any("02:30 UTC" in hit["content"] for hit in hits)
+    assert "02:30 UTC" in json.loads(out)[0]["content"]
     app = App()
     try:
-        contents = [m.content for m in app.store.models.Memory.select()]
-        assert len(contents) == 1 and contents[0].startswith("The invoices job runs nightly")
-        assert {m.project for m in app.store.models.Memory.select()} == {PROJECT}
+        memories = {m.type: m for m in app.store.models.Memory.select()}
+        # What the user said, and nothing of AGENTS.md or llmem's own block.
+        assert sorted(memories) == ["fact", "procedure"]
+        assert memories["fact"].content.startswith("The invoices job runs nightly")
+        assert {m.project for m in memories.values()} == {PROJECT}
     finally:
         app.close()
+
+    # Shared by every agent: a Claude Code session starting in the same project is given the
+    # procedure learnt in Codex.
+    claude_start = {"session_id": str(uuid.uuid4()), "transcript_path": None, "cwd": PROJECT,
+                    "hook_event_name": "SessionStart", "source": "startup"}
+    proc = subprocess.run([sys.executable, "-m", "llmem", "hook", "--adapter", "claude", "--format", "claude",
+                           "--type", "created"], input=json.dumps(claude_start), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "make check" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]

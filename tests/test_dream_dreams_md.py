@@ -139,9 +139,6 @@ def test_unavailable_dream_model_is_retried_once_with_the_default(llmem_home, mo
     (llmem_home / "config.yaml").write_text(
         f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {model_server.url}\n"
         "dream:\n  model: dreamer\n")
-    code, out, err = run_cli("dream", "--apply", "--no-llm")  # --no-llm: no model at all, template
-    assert code == 0, err
-    assert _chat_models(model_server) == []
     store, config = open_store_keep(llmem_home)
     outcome = run_dream(store, config, apply=True)
     # dreamer once (404), then llama3.1:8b for each phase with material; dreamer not asked again.
@@ -212,8 +209,10 @@ def test_no_diary_entry_for_a_run_with_nothing_new(llmem_home):
     run_dream(store, config, apply=True, use_llm=False)
     diary = (llmem_home / "dream-diary.md").read_text()
     assert diary.count("## Dream run") == 1
-    quiet = run_dream(store, config, apply=True, use_llm=False)
+    llm = StubLLM({"entry": "The dream noticed the ruff theme."})
+    quiet = run_dream(store, config, apply=True, diary_llm=llm)
     assert not quiet.actions
+    assert llm.tasks == [] and quiet.narratives == {}  # no model asked to retell old themes
     assert (llmem_home / "dream-diary.md").read_text() == diary
     assert quiet.run_id in (llmem_home / "DREAMS.md").read_text()  # the blocks still say when it ran
     store.close()

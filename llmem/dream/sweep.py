@@ -226,9 +226,12 @@ def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal, *, di
     cfg = config.values["dream"]
     zone = dream_zone(config)
     tales = stories(store, outcome)
-    narrator = Narrator(config, store, llm=diary_llm) if use_llm else None
+    news = outcome.has_news()
+    # A run that found and changed nothing gets no narrative (and no diary entry): the
+    # blocks only say when it ran, and no model is asked to retell last night's themes.
+    narrator = Narrator(config, store, llm=diary_llm) if use_llm and news else None
     try:
-        for story in tales.values():
+        for story in tales.values() if news else ():
             if narrator is not None:
                 narrator.narrate(story)
             elif story.enough:
@@ -264,7 +267,7 @@ def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal, *, di
             before = report.read_text(encoding="utf-8") if report.exists() else None
             journal.write_file(phase, "phase_report", report,
                                dreams_md.report_text(before, phase, day, run_line(phase), story))
-    if outcome.has_news():
+    if news:
         diary_path = config.diary_path
         old = diary_path.read_text(encoding="utf-8") if diary_path.exists() else None
         journal.write_file("rem" if outcome.rem else last_phase, "diary", diary_path,

@@ -285,3 +285,17 @@ def test_md_escape_never_leaves_markdown_or_html(text):
     out = md(text)
     assert "<" not in out and "`" not in out.replace("\\`", "")
     assert not re.match(r"^([-+>#]|\d+\.)", out)
+
+
+def test_grounding_keeps_paraphrase_and_drops_inventions():
+    from llmem.dream.narrate import grounded
+
+    material = ("- Theme “ruff” in 3 memories: ab12cd34 “ruff is the linter for this repo”.\n"
+                "- Promoted ab12cd34 (score 0.84, 6 recalls): “ruff is the linter for this repo”.")
+    reply = ("Tonight the REM phase reflected on 3 memories, and ruff came back as the main theme. "
+             "The linter memory was promoted after 6 recalls. "
+             "Kubernetes restarted the linter. "
+             "It ran 12 times. "
+             "The config lives in pyproject.toml.")
+    assert grounded(reply, material) == ("Tonight the REM phase reflected on 3 memories, and ruff came back as "
+                                         "the main theme. The linter memory was promoted after 6 recalls.")

@@ -45,10 +45,12 @@ several handful single pair couple many few more fewer one two three four five s
 showed shows came come mostly mainly also again still while during since earlier later then first last
 time while whole part parts group groups grouped cluster clusters turned turn surfaced surface
 idea ideas thread threads pattern patterns repeated repeating repeat item items thing things
+afterwards overall meanwhile finally tonight's back main mainly strongest notable worth small large
 """
 NARRATIVE_WORDS = frozenset(_NARRATIVE_WORDS_TEXT.split())
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")  # not the digits inside an id
+_NAME = re.compile(r"\b[A-Z][A-Za-z]+\b")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]{}#|~!])")
 _LINE_START = re.compile(r"^(\s*)([-+=>]|\d+[.)])")
 
@@ -254,10 +256,14 @@ def grounded(reply: str, material: str) -> str:
             continue
         terms = {t for t in distinct_terms(sentence) if t not in STOPWORDS and t not in NARRATIVE_WORDS}
         unknown = terms - known_terms
-        # An identifier, path or version the facts do not hold is an invention, not a paraphrase.
+        # An identifier, path or version the facts do not hold is an invention, not a paraphrase;
+        # so is a name (a capitalised word that is neither common nor in the facts).
         if any(re.search(r"[\d_/.]", t) for t in unknown):
             continue
-        if terms and len(unknown) > max(1, len(terms) // 3):
+        if {w.lower() for w in _NAME.findall(sentence)} & unknown:
+            continue
+        # Plain words the facts do not hold are the telling ("came back", "mostly") up to a point.
+        if len(unknown) > max(2, len(terms) // 2):
             continue
         kept.append(sentence)
         if len(kept) == MAX_SENTENCES:

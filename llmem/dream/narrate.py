@@ -107,9 +107,9 @@ def stories(store, outcome: DreamOutcome) -> dict[str, PhaseStory]:
             ids.update((pair["a"], pair["b"]))
         for group in outcome.light.exact_duplicates[:SHOWN]:
             ids.update(group[:2])
-    ids.update(a.memory_id for a in outcome.actions if a.phase == "deep" and a.memory_id)
-    for action in outcome.actions:
-        if action.kind == "merge":
+    if outcome.deep:  # only what the facts quote: a big night decays tens of thousands
+        ids.update(c.memory_id for c in outcome.deep.promote[:SHOWN])
+        for action in [a for a in outcome.deep.actions if a.kind == "merge"][:SHOWN]:
             ids.update(action.detail["ids"])
     text = _contents(store, ids)
     out: dict[str, PhaseStory] = {}

@@ -145,10 +145,11 @@ def _light_story(outcome: DreamOutcome, text: dict[str, str]) -> PhaseStory:
     story.enough = found > 0
     looked = (f"compared {plural(light.changed, 'new or changed memory', 'new or changed memories')} "
               f"with {plural(light.compared_with, 'embedded one')}")
-    kinds = [plural(len(light.near_duplicates), "near-duplicate pair"),
-             plural(len(light.exact_duplicates), "group", "groups") + " of exact copies",
-             plural(len(light.auto_links), "related pair")]
-    story.gist.append(f"Light Sleep {looked} and found {', '.join(kinds[:2])} and {kinds[2]}.")
+    kinds = [text for n, text in (
+        (len(light.near_duplicates), plural(len(light.near_duplicates), "near-duplicate pair")),
+        (len(light.exact_duplicates), plural(len(light.exact_duplicates), "group") + " of exact copies"),
+        (len(light.auto_links), plural(len(light.auto_links), "related pair"))) if n]
+    story.gist.append(f"Light Sleep {looked} and found " + _and(kinds) + ".")
     if not found and not light.skipped:
         _add(story, "Found no near-duplicate, exact duplicate or related pair.")
     for label, pairs in (("say nearly the same", light.near_duplicates), ("are related", light.auto_links)):
@@ -194,8 +195,9 @@ def _rem_story(outcome: DreamOutcome) -> PhaseStory:
     story.enough = bool(rem.themes or rem.clusters or any(i["tiers"] for i in rem.insights) or rem.stale_procedures)
     gist = f"REM Sleep looked over {plural(total, 'memory', 'memories')}"
     if rem.themes:
-        gist += "; the themes that came back most were " + " and ".join(
-            f"{t['term']} ({plural(t['memories'], 'memory', 'memories')})" for t in rem.themes[:2])
+        top = [f"{t['term']} ({plural(t['memories'], 'memory', 'memories')})" for t in rem.themes[:2]]
+        gist += ("; the themes that came back most were " if len(top) > 1 else "; the theme that came back was ")
+        gist += " and ".join(top)
     story.gist.append(gist + ".")
     new_insights = [i["key"] for i in rem.insights if i["tiers"]]
     if new_insights:
@@ -203,10 +205,17 @@ def _rem_story(outcome: DreamOutcome) -> PhaseStory:
     return story
 
 
-_VERBS = {"merge": "merged near-duplicates into one", "dedupe": "dropped exact duplicates",
-          "decay": "lowered the confidence of idle memories", "boost": "raised the confidence of used memories",
-          "invalidate": "invalidated weak memories", "link": "linked related memories",
-          "promote": "promoted memories to MEMORY.md"}
+_DONE = {"merge": ("merged {} group of near-duplicates", "merged {} groups of near-duplicates"),
+         "dedupe": ("dropped {} group of exact copies", "dropped {} groups of exact copies"),
+         "decay": ("let {} idle memory fade a little", "let {} idle memories fade a little"),
+         "boost": ("raised the confidence of {} well-used memory", "raised the confidence of {} well-used memories"),
+         "invalidate": ("retired {} weak memory", "retired {} weak memories"),
+         "link": ("linked {} related pair", "linked {} related pairs"),
+         "promote": ("promoted {} memory to MEMORY.md", "promoted {} memories to MEMORY.md")}
+
+
+def _and(items: list[str]) -> str:
+    return " and ".join(items) if len(items) < 3 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _deep_story(outcome: DreamOutcome, text: dict[str, str]) -> PhaseStory:
@@ -217,8 +226,8 @@ def _deep_story(outcome: DreamOutcome, text: dict[str, str]) -> PhaseStory:
     if not total:
         _add(story, "Nothing to merge, decay, boost, invalidate, link or promote.")
     else:
-        parts = ", ".join(f"{n} × {_VERBS.get(kind, kind)}" for kind, n in sorted(counts.items()))
-        _add(story, f"{verb} {total} changes: {parts}.")
+        parts = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
+        _add(story, f"{verb} {plural(total, 'change')}: {parts}.")
     for action in [a for a in outcome.deep.actions if a.kind == "merge"][:SHOWN]:
         members = action.detail["ids"]
         plain = " + ".join(f"“{one_line(text.get(m, ''), 60)}”" for m in members)
@@ -231,8 +240,8 @@ def _deep_story(outcome: DreamOutcome, text: dict[str, str]) -> PhaseStory:
              f"Promoted {candidate.memory_id[:8]} (score {candidate.score:.2f}, {candidate.recalls} recalls): "
              f"{quote(body)}.")
     story.enough = total > 0
-    story.gist.append(story.plain[0].replace("Made", "Deep Sleep made", 1).replace("Proposed", "Deep Sleep proposed", 1)
-                      if total else "Deep Sleep had nothing to change.")
+    done = [_DONE[kind][n != 1].format(n) if kind in _DONE else f"{kind} {n}" for kind, n in sorted(counts.items())]
+    story.gist.append(f"Deep Sleep {_and(done)}." if done else "Deep Sleep had nothing to change.")
     return story
 
 

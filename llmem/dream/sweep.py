@@ -223,15 +223,25 @@ def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal, *, di
                    use_llm: bool = True) -> None:
     """DREAMS.md, the phase reports, the diary entry and the MEMORY.md mirror, journaled like
     every other write."""
+    # A run that found and changed nothing writes nothing here: DREAMS.md keeps telling the
+    # last run that did something (`dream status` says when this one ran), no report or diary
+    # entry is added and no model is asked to retell last night's themes.
+    if outcome.has_news():
+        _write_dreams(store, config, outcome, journal, diary_llm=diary_llm, use_llm=use_llm)
+    memory_md_path = config.paths.memory_md_path
+    if (outcome.deep and outcome.deep.promote) or memory_md_path.exists():
+        journal.write_file("deep", "memory_md", memory_md_path, diary.memory_md(store))
+
+
+def _write_dreams(store, config, outcome: DreamOutcome, journal: Journal, *, diary_llm: Any,
+                  use_llm: bool) -> None:
+    """The narratives, DREAMS.md's phase blocks, the phase reports and the diary entry."""
     cfg = config.values["dream"]
     zone = dream_zone(config)
     tales = stories(store, outcome)
-    news = outcome.has_news()
-    # A run that found and changed nothing gets no narrative (and no diary entry): the
-    # blocks only say when it ran, and no model is asked to retell last night's themes.
-    narrator = Narrator(config, store, llm=diary_llm) if use_llm and news else None
+    narrator = Narrator(config, store, llm=diary_llm) if use_llm else None
     try:
-        for story in tales.values() if news else ():
+        for story in tales.values():
             if narrator is not None:
                 narrator.narrate(story)
             elif story.enough:
@@ -267,14 +277,10 @@ def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal, *, di
             before = report.read_text(encoding="utf-8") if report.exists() else None
             journal.write_file(phase, "phase_report", report,
                                dreams_md.report_text(before, phase, day, run_line(phase), story))
-    if news:
-        diary_path = config.diary_path
-        old = diary_path.read_text(encoding="utf-8") if diary_path.exists() else None
-        journal.write_file("rem" if outcome.rem else last_phase, "diary", diary_path,
-                           diary.append_entry(old, diary.diary_entry(outcome, tales)))
-    memory_md_path = config.paths.memory_md_path
-    if (outcome.deep and outcome.deep.promote) or memory_md_path.exists():
-        journal.write_file("deep", "memory_md", memory_md_path, diary.memory_md(store))
+    diary_path = config.diary_path
+    old = diary_path.read_text(encoding="utf-8") if diary_path.exists() else None
+    journal.write_file("rem" if outcome.rem else last_phase, "diary", diary_path,
+                       diary.append_entry(old, diary.diary_entry(outcome, tales)))
 
 
 def _write_report(store, path: Path, outcome: DreamOutcome) -> None:

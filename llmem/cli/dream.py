@@ -133,7 +133,7 @@ def dream_status_cmd(app, as_json):
         click.echo(f"Running:   run {data['running'].get('run_id')} (pid {data['running'].get('pid')})")
     c = data["candidates"]
     click.echo(f"Waiting:   {c['merge_pairs']} near-duplicate pairs, {c['promotion_ready']} memories ready "
-               f"for promotion ({c['promotion_held']} held back by the gates)")
+               f"for promotion ({c['promotion_held']} held back by the gates); `llmem dream` previews every change")
     if data["recent_runs"]:
         click.echo("Recent runs:")
         for run in data["recent_runs"]:

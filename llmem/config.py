@@ -203,7 +203,7 @@ SCHEMA: dict[str, Any] = {
     "dream": {
         # The user's Dreaming design names these in camelCase (plugins…memory-core.config.dreaming.*);
         # each doc says which, so config.example.yaml carries the mapping.
-        "enabled": _s(True, "bool", "Dreaming on or off (seed: dreaming.enabled). Off pauses the worker's periodic dream and the systemd timer's run; `llmem dream on|off` overrides this in the store"),
+        "enabled": _s(True, "bool", "Dreaming on or off (seed: dreaming.enabled, off by default there; llmem's worker dreams by default). Off pauses the worker's periodic dream and the systemd timer's run; `llmem dream on|off` overrides this in the store"),
         "timezone": _s(None, "timezone", "Time zone the schedule is read in (seed: dreaming.timezone). null: the system's local zone", nullable=True),
         "model": _s(None, "str", "Chat model that writes the narrative diary, on llm.provider (seed: dreaming.model). Unavailable: retried once with llm.model; a 401/403 refusal is not retried. null: llm.model", nullable=True),
         "max_promoted_snippet_tokens": _s(160, "int", "Estimated tokens kept of each memory promoted to MEMORY.md (seed: phases.deep.maxPromotedSnippetTokens)", minimum=1),

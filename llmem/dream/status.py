@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from ..times import now, to_iso
@@ -46,7 +45,7 @@ def dream_status(store, config, *, recent: int = 5) -> dict[str, Any]:
     schedule = cfg["schedule"]
     zone = dream_zone(config)
     switch = dream_switch(store, config)
-    upcoming = next_run(schedule, datetime.now(zone), zone) if switch.enabled else None
+    upcoming = next_run(schedule, zone=zone) if switch.enabled else None
     waiting_pairs = 0
     light_run = last_run(store, "dream", "light")
     if light_run is not None:

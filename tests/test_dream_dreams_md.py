@@ -303,3 +303,22 @@ def test_grounding_keeps_paraphrase_and_drops_inventions():
              "The config lives in pyproject.toml.")
     assert grounded(reply, material) == ("Tonight the REM phase reflected on 3 memories, and ruff came back as "
                                          "the main theme. The linter memory was promoted after 6 recalls.")
+
+
+def test_one_phase_run_rewrites_only_its_own_block(llmem_home):
+    store, config, _ = pair_store(llmem_home, first="plain")
+    run_dream(store, config, apply=True, use_llm=False)
+    path = llmem_home / "DREAMS.md"
+    before = path.read_text()
+    busy = add(store, "ruff is the linter for this repo")
+    recall(store, busy, [f"lint {i}" for i in range(6)], days_ago=[0, 0, 1, 1, 2, 3])
+    deep = run_dream(store, config, apply=True, use_llm=False, phases=["deep"])
+    after = path.read_text()
+
+    def block_of(text: str, phase: str) -> str:
+        return text[text.index(marker(phase, "begin")):text.index(marker(phase, "end"))]
+
+    assert block_of(after, "light") == block_of(before, "light")
+    assert block_of(after, "rem") == block_of(before, "rem")
+    assert deep.run_id in block_of(after, "deep") and deep.run_id not in block_of(before, "deep")
+    store.close()

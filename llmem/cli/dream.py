@@ -18,7 +18,8 @@ PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
 @click.option("--phase", type=PHASE_CHOICE, help="Run only this phase (default: light → REM → deep).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write an HTML report (self-contained) to this file.")
-@click.option("--no-llm", is_flag=True, help="Merge by concatenation, without asking the LLM.")
+@click.option("--no-llm", is_flag=True,
+              help="Ask no LLM: merges concatenate, the diary narrative uses the plain template.")
 @click.option("--scheduled", is_flag=True,
               help="Run as the schedule does (the systemd timer): do nothing while dreaming is off.")
 @json_option("Print the plan or the outcome as JSON.")

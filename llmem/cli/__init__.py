@@ -53,6 +53,7 @@ COMMANDS = {
     "promote": ("dream", "promote"),
     "promote-explain": ("dream", "promote_explain"),
     "backfill": ("dream", "backfill"),
+    "ui": ("ui", "ui"),
 }
 
 

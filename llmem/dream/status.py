@@ -20,15 +20,24 @@ def _run_info(store, run, live_run_id: str | None) -> dict[str, Any] | None:
         # Its process died without finishing (the next run's takeover records it as failed).
         status, error = "interrupted", error or INTERRUPTED
     writes = action_counts(store, run.id)
-    # The changes the run planned and applied, counted as its preview counted them; the
-    # journal holds several rows per change (a merge: the new memory, each original, each
-    # relation), which is what `writes` counts.
-    counts = (run.summary or {}).get("counts") or writes
+    counts = change_counts(run, writes)
     return {"id": run.id, "kind": run.kind, "phases": run.phases.split(",") if run.phases else [],
             "status": status, "started_at": to_iso(run.started_at),
             "finished_at": to_iso(run.finished_at), "error": error,
             "counts": counts, "changes": change_total(counts),
             "writes": sum(sum(kinds.values()) for kinds in writes.values())}
+
+
+def change_counts(run, writes: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
+    """A run's changes per phase and kind, counted as its preview counted them.
+
+    The journal holds several rows per change (a merge: the new memory, each original, each
+    relation); those are `writes`, used only for runs whose summary has no counts.
+    """
+    counts = (run.summary or {}).get("counts")
+    if counts is None:
+        counts = writes if writes is not None else {}
+    return {phase: kinds for phase, kinds in counts.items() if kinds}
 
 
 def change_total(counts: dict[str, dict[str, int]]) -> int:

@@ -159,7 +159,7 @@ SCHEMA: dict[str, Any] = {
         "daily_token_budget": _s(0, "int", "Tokens per day before extraction is deferred; 0 = no limit", minimum=0),
     },
     "session": {
-        "adapter": _s("auto", "choice", "Where transcripts come from: auto, opencode, copilot or none", choices=("auto", "opencode", "copilot", "none")),
+        "adapter": _s("auto", "choice", "Where transcripts come from: auto, opencode, copilot, claude, codex or none", choices=("auto", "opencode", "copilot", "claude", "codex", "none")),
         "opencode": {
             "data_dir": _s("~/.local/share/opencode", "path", "OpenCode data folder (opencode*.db and the legacy storage/ tree)"),
             "plugins_dir": _s("~/.config/opencode/plugins", "path", "Where `llmem install opencode` writes its plugin"),
@@ -168,6 +168,12 @@ SCHEMA: dict[str, Any] = {
             "state_dir": _s("~/.copilot/session-state", "path", "Copilot CLI session-state folder"),
             "share_dir": _s(".", "path", "Folder holding `--share` Markdown exports"),
             "hooks_dir": _s("~/.copilot/hooks", "path", "Where `llmem install copilot` writes its hooks file"),
+        },
+        "claude": {
+            "config_dir": _s("~/.claude", "path", "Claude Code config folder (its projects/ transcripts); $CLAUDE_CONFIG_DIR wins when set"),
+        },
+        "codex": {
+            "home": _s("~/.codex", "path", "Codex CLI home (its sessions/ rollouts); $CODEX_HOME wins when set"),
         },
     },
     "search": {

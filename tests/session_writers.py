@@ -3,7 +3,11 @@
 CopilotSession appends to `session-state/<id>/events.jsonl` (parentId chain, ISO timestamps),
 keeps `workspace.yaml` and the `inuse.<pid>.lock` file. OpenCodeStore owns an `opencode.db` in
 the 1.18.33 schema and writes it through its own connection with OpenCode's pragmas, one
-transaction per projector step, as the OpenCode process would. Every write method returns the
+transaction per projector step, as the OpenCode process would. ClaudeSession appends to
+`projects/<encoded-cwd>/<id>.jsonl` (formats/CLAUDE-CODE.md, the shapes of its fixture), writes
+subagent transcripts beside it and the `sessions/<pid>.json` registry. CodexRollout appends to
+`sessions/YYYY/MM/DD/rollout-…-<id>.jsonl` (formats/CODEX.md, the shapes of its fixture, both
+history modes). Every write method returns the
 wall-clock time (epoch seconds) at which the write became visible to a reader.
 """
 
@@ -519,3 +523,420 @@ def _bash_part(command: str, output: str, now: int) -> dict:
 def _step_finish() -> dict:
     return {"type": "step-finish", "reason": "stop", "cost": 0.0021,
             "tokens": {"input": 1200, "output": 80, "reasoning": 0, "cache": {"read": 0, "write": 0}}}
+
+
+# ---- Claude Code ------------------------------------------------------------------------------
+
+CLAUDE_VERSION = "2.1.332"
+CLAUDE_MODEL = "claude-opus-5-5"
+
+
+def claude_project_dir_name(cwd: str) -> str:
+    """`<encoded-cwd>`: every character outside [A-Za-z0-9] becomes '-' (CLAUDE-CODE.md §1.1)."""
+    return "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in cwd)
+
+
+def _claude_usage() -> dict:
+    return {"input_tokens": 2410, "cache_creation_input_tokens": 640, "cache_read_input_tokens": 18250,
+            "output_tokens": 96, "service_tier": "standard"}
+
+
+class ClaudeSession:
+    """One Claude Code session under `config_dir` (CLAUDE-CODE.md §1–§2, the fixture's shapes).
+
+    Claude Code writes no transcript before the first prompt; each method appends what the
+    interactive CLI (entrypoint `cli`) writes for that step, in one write, chaining parentUuid.
+    `register()` keeps the live-process registry entry `sessions/<pid>.json` of §5.
+    """
+
+    def __init__(self, config_dir: Path, session_id: str | None = None, *, cwd: str = "/work/acme",
+                 branch: str = "main"):
+        self.config_dir = Path(config_dir)
+        self.id = session_id or str(uuid.uuid4())
+        self.cwd = cwd
+        self.branch = branch
+        self.folder = self.config_dir / "projects" / claude_project_dir_name(cwd)
+        self.path = self.folder / f"{self.id}.jsonl"
+        self.parent: str | None = None
+        self.prompt_id: str | None = None
+        self.pid: int | None = None
+
+    # -- lines
+
+    def envelope(self, kind: str, body: dict, *, at: float | None = None, parent: str | None = ...,
+                 **extra) -> dict:
+        """A conversational line: body first, then the common envelope in Claude Code's key order."""
+        line_id = str(uuid.uuid4())
+        line = {"parentUuid": self.parent if parent is ... else parent, "isSidechain": False, **body,
+                "type": kind, "uuid": line_id, "timestamp": iso(at), **extra, "userType": "external",
+                "entrypoint": "cli", "cwd": self.cwd, "sessionId": self.id, "version": CLAUDE_VERSION,
+                "gitBranch": self.branch}
+        self.parent = line_id
+        return line
+
+    def user_line(self, content, **extra) -> dict:
+        body = {"promptId": self.prompt_id} if self.prompt_id else {}
+        return self.envelope("user", body | {"message": {"role": "user", "content": content}}, **extra)
+
+    def assistant_line(self, block: dict, message_id: str, stop_reason: str, index: int = 0) -> dict:
+        message = {"id": message_id, "type": "message", "role": "assistant", "model": CLAUDE_MODEL,
+                   "content": [block], "stop_reason": stop_reason, "stop_sequence": None, "usage": _claude_usage()}
+        return self.envelope("assistant", {"message": message, "apiBlockIndex": index,
+                                           "requestId": "req_" + secrets.token_hex(12)})
+
+    def system_line(self, subtype: str, **fields) -> dict:
+        return self.envelope("system", {"subtype": subtype, **fields}, isMeta=False)
+
+    def write(self, *lines: dict | str) -> float:
+        """Append lines (dicts as compact JSON, strings as they are) in one write."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        text = "".join(line if isinstance(line, str) else json.dumps(line, separators=(",", ":")) + "\n"
+                       for line in lines)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(text)
+        return time.time()
+
+    # -- what the session does
+
+    def context_lines(self, block: str, source: str = "startup") -> list[dict]:
+        """The attachments a SessionStart hook answering with llmem's block leaves (§3.6)."""
+        answer = json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": block}})
+        success = self.envelope("attachment", {"attachment": {
+            "type": "hook_success", "hookName": f"SessionStart:{source}", "hookEvent": "SessionStart",
+            "content": "", "stdout": answer + "\n", "stderr": "", "exitCode": 0,
+            "command": "llmem hook --adapter claude --format claude --type created", "durationMs": 180}})
+        context = self.envelope("attachment", {"attachment": {
+            "type": "hook_additional_context", "content": [block], "hookName": "SessionStart",
+            "hookEvent": "SessionStart"}},
+            rendered=[{"content": f"<system-reminder>\nSessionStart hook additional context: {block}\n</system-reminder>"}],
+            renderedRole="system")
+        return [success, context]
+
+    def prompt_lines(self, text: str) -> list[dict]:
+        self.prompt_id = str(uuid.uuid4())
+        snapshot = {"type": "file-history-snapshot", "messageId": str(uuid.uuid4()),
+                    "snapshot": {"messageId": str(uuid.uuid4()), "trackedFileBackups": {}, "timestamp": iso()},
+                    "isSnapshotUpdate": False}
+        return [snapshot, self.user_line(text, permissionMode="default", origin={"kind": "human"},
+                                         promptSource="typed")]
+
+    def reply_lines(self, text: str, *, thinking: str | None = None, turn_done: bool = True) -> list[dict]:
+        """The final answer (one line per content block), then the turn-complete rows."""
+        message_id = "msg_" + secrets.token_hex(12)
+        blocks = ([{"type": "thinking", "thinking": thinking, "signature": "sig"}] if thinking else [])
+        blocks.append({"type": "text", "text": text})
+        lines = [self.assistant_line(block, message_id, "end_turn", index) for index, block in enumerate(blocks)]
+        if turn_done:
+            lines += self.turn_done_lines()
+        return lines
+
+    def turn_done_lines(self) -> list[dict]:
+        return [self.system_line("stop_hook_summary", hookCount=1, hookInfos=[], hookErrors=[],
+                                 preventedContinuation=False, stopReason="", hasOutput=False, level="suggestion"),
+                self.system_line("turn_duration", durationMs=3100, messageCount=4),
+                {"type": "last-prompt", "leafUuid": self.parent, "sessionId": self.id}]
+
+    def tool_lines(self, command: str, output: str, *, name: str = "Bash", text: str = "") -> list[dict]:
+        """A model call that runs a tool (text then tool_use lines), and the tool's result."""
+        message_id = "msg_" + secrets.token_hex(12)
+        call_id = "toolu_" + secrets.token_hex(12)
+        lines = [self.assistant_line({"type": "text", "text": text}, message_id, "tool_use")] if text else []
+        tool_use = self.assistant_line({"type": "tool_use", "id": call_id, "name": name,
+                                        "input": {"command": command}}, message_id, "tool_use", len(lines))
+        lines.append(tool_use)
+        lines.append(self.user_line([{"tool_use_id": call_id, "type": "tool_result", "content": output,
+                                      "is_error": False}],
+                                    toolUseResult={"stdout": output, "stderr": "", "interrupted": False},
+                                    sourceToolAssistantUUID=tool_use["uuid"]))
+        return lines
+
+    def turn(self, text: str, reply: str = "Done.", *, tool: tuple[str, str] | None = None) -> float:
+        """A whole interactive turn in one write: prompt, (tool step), answer, turn complete."""
+        lines = self.prompt_lines(text)
+        if tool is not None:
+            lines += self.tool_lines(*tool)
+        return self.write(*lines, *self.reply_lines(reply))
+
+    def prompt(self, text: str) -> float:
+        return self.write(*self.prompt_lines(text))
+
+    def reply(self, text: str, *, turn_done: bool = True) -> float:
+        return self.write(*self.reply_lines(text, turn_done=turn_done))
+
+    def subagent(self, prompt: str, report: str, *, description: str = "Survey") -> float:
+        """A background Agent launched, its sidechain transcript, then the task notification
+        turn that carries its report back to the parent (§2.4, §2.6)."""
+        agent_id = "a" + secrets.token_hex(8)
+        message_id = "msg_" + secrets.token_hex(12)
+        call_id = "toolu_" + secrets.token_hex(12)
+        tool_use = self.assistant_line({"type": "tool_use", "id": call_id, "name": "Agent",
+                                        "input": {"description": description, "prompt": prompt,
+                                                  "subagent_type": "Explore"}}, message_id, "tool_use")
+        launched = self.user_line([{"tool_use_id": call_id, "type": "tool_result", "content": [
+            {"type": "text", "text": f"Async agent launched successfully.\nagentId: {agent_id}"}]}],
+            toolUseResult={"isAsync": True, "status": "async_launched", "agentId": agent_id,
+                           "description": description, "prompt": prompt})
+        self.write(tool_use, launched, *self.reply_lines("I'll report back when the survey is done."))
+        self.write_sidechain(agent_id, prompt, report, call_id, description)
+        notification = (f"<task-notification>\n<task-id>{agent_id}</task-id>\n<tool-use-id>{call_id}</tool-use-id>\n"
+                        f"<status>completed</status>\n<summary>Agent \"{description}\" finished</summary>\n"
+                        f"<result>{report}</result>\n</task-notification>")
+        self.prompt_id = str(uuid.uuid4())
+        return self.write({"type": "queue-operation", "operation": "enqueue", "timestamp": iso(),
+                           "sessionId": self.id, "content": notification},
+                          {"type": "queue-operation", "operation": "dequeue", "timestamp": iso(), "sessionId": self.id},
+                          self.user_line(notification, permissionMode="default",
+                                         origin={"kind": "task-notification", "producer": "session-task"},
+                                         promptSource="system", turnOrigin="task_notification"),
+                          *self.reply_lines("The survey is back."))
+
+    def write_sidechain(self, agent_id: str, prompt: str, report: str, call_id: str, description: str) -> Path:
+        """`<session>/subagents/agent-<id>.jsonl` (every line isSidechain, the parent's sessionId)
+        and its `.meta.json`."""
+        folder = self.folder / self.id / "subagents"
+        folder.mkdir(parents=True, exist_ok=True)
+        first = str(uuid.uuid4())
+        common = {"agentId": agent_id, "userType": "external", "entrypoint": "cli", "cwd": self.cwd,
+                  "sessionId": self.id, "version": CLAUDE_VERSION, "gitBranch": self.branch}
+        lines = [
+            {"parentUuid": None, "isSidechain": True, "type": "user",
+             "message": {"role": "user", "content": prompt}, "uuid": first, "timestamp": iso(), **common},
+            {"parentUuid": first, "isSidechain": True, "type": "assistant",
+             "message": {"id": "msg_" + secrets.token_hex(12), "type": "message", "role": "assistant",
+                         "model": CLAUDE_MODEL, "content": [{"type": "text", "text": report}],
+                         "stop_reason": "end_turn", "stop_sequence": None, "usage": _claude_usage()},
+             "uuid": str(uuid.uuid4()), "timestamp": iso(), **common},
+        ]
+        path = folder / f"agent-{agent_id}.jsonl"
+        path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
+        (folder / f"agent-{agent_id}.meta.json").write_text(json.dumps(
+            {"agentType": "Explore", "description": description, "toolUseId": call_id, "spawnDepth": 1,
+             "model": CLAUDE_MODEL, "finished": True}))
+        return path
+
+    def compaction(self, summary: str) -> float:
+        """A manual /compact: boundary, summary, command echo lines, SessionStart:compact (§2.5)."""
+        leaf = self.parent
+        boundary = self.envelope("system", {"subtype": "compact_boundary", "content": "Conversation compacted",
+                                            "level": "info", "compactMetadata": {"trigger": "manual",
+                                                                                 "preTokens": 23870,
+                                                                                 "postTokens": 4120}},
+                                 parent=None, logicalParentUuid=leaf, isMeta=False)
+        self.prompt_id = str(uuid.uuid4())
+        summary_line = self.user_line(f"Session continued after compaction. Summary:\n{summary}",
+                                      isVisibleInTranscriptOnly=True, isCompactSummary=True)
+        caveat = self.user_line("<local-command-caveat>Output of a local slash command follows.</local-command-caveat>",
+                                isMeta=True)
+        echo = self.user_line("<command-name>/compact</command-name>\n<command-message>compact</command-message>\n"
+                              "<command-args></command-args>")
+        stdout = self.user_line("<local-command-stdout>Compacted</local-command-stdout>", repeatsCompactSummary=True)
+        return self.write(boundary, summary_line, caveat, echo, stdout)
+
+    def exit(self) -> float:
+        """A clean exit: the cost ledger row last, and the registry entry goes."""
+        written = self.write({"type": "cost-state", "sessionId": self.id, "totalCostUSD": 0.41,
+                              "totalDuration": 151300, "modelUsage": {}})
+        self.unregister()
+        return written
+
+    def register(self, pid: int | None = None) -> None:
+        """`sessions/<pid>.json`: the process holding the session (default: this process)."""
+        self.unregister()
+        self.pid = os.getpid() if pid is None else pid
+        registry = self.config_dir / "sessions"
+        registry.mkdir(parents=True, exist_ok=True)
+        (registry / f"{self.pid}.json").write_text(json.dumps(
+            {"pid": self.pid, "sessionId": self.id, "cwd": self.cwd, "startedAt": int(time.time() * 1000),
+             "version": CLAUDE_VERSION, "kind": "interactive", "entrypoint": "cli", "status": "idle"}))
+
+    def unregister(self) -> None:
+        if self.pid is not None:
+            (self.config_dir / "sessions" / f"{self.pid}.json").unlink(missing_ok=True)
+            self.pid = None
+
+
+# ---- Codex CLI --------------------------------------------------------------------------------
+
+CODEX_VERSIONS = {"paginated": "0.171.0", "legacy": "0.144.1"}
+
+
+def uuid7(at: float | None = None) -> str:
+    """A UUID v7 as Codex makes thread and turn ids: 48 bits of epoch ms, then random bits."""
+    ms = int((time.time() if at is None else at) * 1000)
+    value = (ms << 80) | (0x7 << 76) | (secrets.randbits(12) << 64) | (0b10 << 62) | secrets.randbits(62)
+    return str(uuid.UUID(int=value))
+
+
+def codex_line(item_type: str, payload: dict, *, at: float | None = None, ordinal: int | None = None,
+               metadata: dict | None = None) -> str:
+    """One rollout line, keys in Codex's order (`ordinal` only in paginated files)."""
+    line: dict = {"timestamp": iso(at)}
+    if ordinal is not None:
+        line["ordinal"] = ordinal
+    line |= {"type": item_type, "payload": payload}
+    if metadata is not None:
+        line["metadata"] = metadata
+    return json.dumps(line, separators=(",", ":")) + "\n"
+
+
+class CodexRollout:
+    """One Codex CLI thread under `<home>/sessions/YYYY/MM/DD/` (formats/CODEX.md §2), in the
+    fixture's line shapes: `paginated` (0.171.0: prompts as item_completed UserMessage, lines
+    with `ordinal`) or `legacy` (0.144.1: user_message / agent_message events).
+
+    Codex creates the file at the first turn: nothing is on disk before `turn()`/`begin()`.
+    `subagent` makes a spawned thread's session_meta (thread_source subagent, parent id).
+    """
+
+    def __init__(self, home: Path, *, mode: str = "paginated", cwd: str = "/work/acme",
+                 thread_id: str | None = None, parent: str | None = None, subagent: bool = False,
+                 agents_md: str = "- Run `make test` before committing."):
+        self.home = Path(home)
+        self.mode = mode
+        self.cwd = cwd
+        self.created_at = time.time()
+        self.id = thread_id or uuid7(self.created_at)
+        self.parent = parent
+        self.subagent = subagent or parent is not None
+        self.agents_md = agents_md
+        local = datetime.fromtimestamp(self.created_at)
+        self.path = (self.home / "sessions" / f"{local:%Y/%m/%d}"
+                     / f"rollout-{local:%Y-%m-%dT%H-%M-%S}-{self.id}.jsonl")
+        self._ordinal = itertools.count()
+        self._started = False
+        self.turn_id: str | None = None
+
+    @property
+    def paginated(self) -> bool:
+        return self.mode == "paginated"
+
+    def _line(self, item_type: str, payload: dict, metadata: dict | None = None) -> str:
+        ordinal = next(self._ordinal) if self.paginated else None
+        return codex_line(item_type, payload, ordinal=ordinal,
+                          metadata=metadata if self.paginated else None)
+
+    def write(self, *lines: str) -> float:
+        """Append lines in one write (Codex flushes per item; tests batch what lands together)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(lines))
+        return time.time()
+
+    def _meta(self) -> str:
+        source: object = "cli"
+        thread_source = "user"
+        if self.subagent:
+            thread_source = "subagent"
+            source = {"subagent": {"thread_spawn": {"parent_thread_id": self.parent, "depth": 1,
+                                                    "agent_path": "/explorer", "agent_nickname": "explorer",
+                                                    "agent_role": "explorer"}}} if self.parent else {"subagent": "review"}
+        return self._line("session_meta", {
+            "session_id": self.id, "id": self.id, "timestamp": iso(self.created_at), "cwd": self.cwd,
+            "originator": "codex-tui" if self.paginated else "codex_exec",
+            "cli_version": CODEX_VERSIONS[self.mode], "source": source, "thread_source": thread_source,
+            "model_provider": "openai", "base_instructions": {"text": "[harness text]"},
+            "history_mode": self.mode, "context_window": {"window_id": uuid7()},
+            "git": {"commit_hash": "9c41d2e07b5a38f6e1d0c4b7a2f98e3d5c6b1a07", "branch": "main"}})
+
+    def _message(self, role: str, texts: list[str], kinds: list[str] | None = None,
+                 metadata: dict | None = None) -> str:
+        part = "output_text" if role == "assistant" else "input_text"
+        passthrough: dict = {"turn_id": self.turn_id}
+        if kinds is not None and self.paginated:
+            passthrough["content_item_kinds"] = kinds
+        return self._line("response_item", {"type": "message", "id": f"msg_{secrets.token_hex(10)}", "role": role,
+                                            "content": [{"type": part, "text": text} for text in texts],
+                                            "internal_chat_message_metadata_passthrough": passthrough},
+                          metadata or {"history_sequence": 1, "client_authored": False})
+
+    def _event(self, payload: dict) -> str:
+        return self._line("event_msg", payload)
+
+    def begin(self, prompt: str, *, hook_context: str | None = None) -> float:
+        """A turn starts: task_started, the harness's injected messages, the prompt (busy)."""
+        self.turn_id = uuid7()
+        lines = [] if self._started else [self._meta()]
+        lines.append(self._event({"type": "task_started", "turn_id": self.turn_id,
+                                  "started_at": int(time.time()), "model_context_window": 258400,
+                                  "collaboration_mode_kind": "default"}))
+        lines.append(self._message("developer", ["<permissions instructions>\n[harness text]\n</permissions instructions>"],
+                                   ["permissions.instructions"]))
+        if not self._started:
+            lines.append(self._message("user", [
+                f"# AGENTS.md instructions for {self.cwd}\n\n<INSTRUCTIONS>\n{self.agents_md}\n</INSTRUCTIONS>",
+                f"<environment_context>\n  <cwd>{self.cwd}</cwd>\n  <shell>zsh</shell>\n</environment_context>"],
+                ["agents_md.instructions", "environments.environment_context"]))
+            lines.append(self._line("world_state", {"full": True, "state": {
+                "agents_md": {"directory": self.cwd, "text": self.agents_md}}}))
+        lines.append(self._line("turn_context", {"turn_id": self.turn_id, "cwd": self.cwd,
+                                                 "approval_policy": "on-request", "model": "gpt-5.5-codex"}))
+        if hook_context is not None:
+            lines.append(self._message("developer", [hook_context], ["hooks.additional_context"]))
+        lines.append(self._message("user", [prompt], ["user.text"]))
+        if self.paginated:
+            lines.append(self._event({"type": "item_completed", "thread_id": self.id, "turn_id": self.turn_id,
+                                      "item": {"type": "UserMessage", "id": uuid7(),
+                                               "content": [{"type": "text", "text": prompt, "text_elements": []}]}}))
+        else:
+            lines.append(self._event({"type": "user_message", "message": prompt, "images": [],
+                                      "local_images": [], "text_elements": []}))
+        self._started = True
+        return self.write(*lines)
+
+    def tool(self, command: str, output: str) -> float:
+        """The model runs a shell command and reads its output (the turn goes on)."""
+        call_id = f"call_{secrets.token_hex(10)}"
+        passthrough = {"turn_id": self.turn_id}
+        return self.write(
+            self._line("response_item", {"type": "reasoning", "id": f"rs_{secrets.token_hex(10)}",
+                                         "summary": [{"type": "summary_text", "text": f"Run {command}."}],
+                                         "content": None, "encrypted_content": "gAAAA",
+                                         "internal_chat_message_metadata_passthrough": passthrough}),
+            self._line("response_item", {"type": "function_call", "id": f"fc_{secrets.token_hex(10)}",
+                                         "name": "exec_command", "arguments": json.dumps({"cmd": command}),
+                                         "call_id": call_id, "internal_chat_message_metadata_passthrough": passthrough}),
+            self._line("response_item", {"type": "function_call_output", "call_id": call_id,
+                                         "output": f"Process exited with code 0\nOutput:\n{output}\n",
+                                         "internal_chat_message_metadata_passthrough": passthrough}))
+
+    def finish(self, reply: str) -> float:
+        """The answer, then task_complete: the turn is over (idle)."""
+        lines = []
+        if self.paginated:
+            lines.append(self._event({"type": "item_completed", "thread_id": self.id, "turn_id": self.turn_id,
+                                      "item": {"type": "AgentMessage", "id": f"msg_{secrets.token_hex(10)}",
+                                               "content": [{"type": "Text", "text": reply}]}}))
+        else:
+            lines.append(self._event({"type": "agent_message", "message": reply, "phase": None,
+                                      "memory_citation": None}))
+        lines.append(self._message("assistant", [reply]))
+        lines.append(self._event({"type": "token_count", "info": None, "rate_limits": None}))
+        lines.append(self._event({"type": "task_complete", "turn_id": self.turn_id, "last_agent_message": reply,
+                                  "completed_at": int(time.time()), "duration_ms": 1200}))
+        return self.write(*lines)
+
+    def turn(self, prompt: str, reply: str = "Done.", *, hook_context: str | None = None) -> float:
+        """A whole turn in one write."""
+        self.begin(prompt, hook_context=hook_context)
+        return self.finish(reply)
+
+    def abort(self) -> float:
+        """The user interrupts the running turn."""
+        return self.write(self._event({"type": "turn_aborted", "turn_id": self.turn_id, "reason": "interrupted"}))
+
+    def compact(self, summary: str) -> float:
+        """A manual /compact: its own turn, the summary, the `compacted` checkpoint."""
+        self.turn_id = uuid7()
+        lines = [self._event({"type": "task_started", "turn_id": self.turn_id, "started_at": int(time.time()),
+                              "model_context_window": 258400, "collaboration_mode_kind": "default"}),
+                 self._message("assistant", [summary], metadata={"history_sequence": 9, "compaction_output": True}),
+                 self._line("compacted", {"message": f"[compaction preamble]\n{summary}", "replacement_history": [],
+                                          "window_number": 1, "window_id": uuid7()})]
+        if self.paginated:
+            lines.append(self._event({"type": "item_completed", "thread_id": self.id, "turn_id": self.turn_id,
+                                      "item": {"type": "ContextCompaction", "id": uuid7()}}))
+        else:
+            lines.append(self._event({"type": "context_compacted"}))
+        lines.append(self._event({"type": "task_complete", "turn_id": self.turn_id, "last_agent_message": None,
+                                  "completed_at": int(time.time()), "duration_ms": 6500}))
+        return self.write(*lines)

@@ -227,3 +227,23 @@ def test_staged_memories_outlive_the_next_dream_and_then_roll_back(home, tmp_pat
     db.close()
     assert rows and all(conf == 0.6 and invalid is None for conf, invalid in rows)  # notes of October: no decay
     assert backfill("--rollback", run_id)["memories_removed"] == 3
+
+
+def test_entries_sit_beside_the_phase_blocks_and_a_rollback_after_a_dream_keeps_the_blocks(home, tmp_path):
+    store, _ = open_store(home)
+    docs = add(store, "the docs site is built with mkdocs material")
+    recall(store, docs, ["docs build", "mkdocs theme", "site generator"], days_ago=[2, 1, 0])
+    store.close()
+    notes = write_notes(tmp_path / "notes")
+    run_id = backfill("--path", str(notes))["run_id"]
+    code, _, err = run_cli("dream", "--apply", "--no-llm")  # rewrites its phase blocks in DREAMS.md
+    assert code == 0, err
+    dreams = home / "DREAMS.md"
+    text = dreams.read_text()
+    assert "## Deep Sleep" in text and text.count("## Grounded replay:") == 2
+    blocks = text[text.index("<!-- llmem:dreams light begin -->"):]
+
+    backfill("--rollback", run_id)
+    after = dreams.read_text()
+    assert "Grounded replay" not in after and after.endswith(blocks)
+    assert after == text.replace(text[text.index("\n<!-- llmem:grounded"):text.index("\n<!-- llmem:dreams light")], "")

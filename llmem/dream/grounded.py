@@ -35,18 +35,19 @@ from ..paths import write_private_text
 from ..redact import Redactor
 from ..times import now
 from .artefacts import REPORTS_DIR, artefact_path, artefact_reason
+from .dreams_md import HEAD as DREAMS_HEAD
+from .dreams_md import dreams_path
 from .journal import Journal, file_hash, find_run, finish_run, start_run
+from .narrate import md
 from .text import distinct_terms
 
 RUN_KIND = "rem-backfill"
 DATED_NOTE = re.compile(r"^(\d{4}-\d{2}-\d{2})\.md$")
 GROUNDED_SCORE = 0.5  # a note's mention weighs like a fair search match, not a perfect one
 GROUNDED_CONFIDENCE = 0.6  # of a memory staged from a note: stated, but long ago
-DREAMS_HEAD = "# Dreams\n"
 _LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+(?:\[[ xX]\]\s+)?")
 _HEADING = re.compile(r"^\s*#{1,6}\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#])")
 
 
 def entry_marker(run_id: str, day: str, edge: str) -> str:
@@ -55,11 +56,6 @@ def entry_marker(run_id: str, day: str, edge: str) -> str:
 
 _ENTRY = re.compile(r"\n?<!-- llmem:grounded (?P<run>\S+) (?P<day>\d{4}-\d{2}-\d{2}) begin -->\n"
                     r".*?<!-- llmem:grounded (?P=run) (?P=day) end -->\n", re.DOTALL)
-
-
-def md_quote(text: str) -> str:
-    """Note text as inert Markdown on one line: it can neither format nor forge a marker."""
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(text.replace("-->", "- ->").split()))
 
 
 @dataclass
@@ -84,15 +80,15 @@ class GroundedNote:
         """The grounded diary entry (with its markers when written by a run)."""
         by = f"`llmem dream rem-backfill` run {run_id}" if run_id else "a preview (nothing written)"
         lines = [f"## Grounded replay: {self.day}", "",
-                 f"_From the note {md_quote(self.path.name)} ({self.lines} lines), replayed by {by}; "
+                 f"_From the note {md(self.path.name)} ({self.lines} lines), replayed by {by}; "
                  "every line below quotes it._", ""]
         if self.topics:
-            lines.append("- Topics: " + "; ".join(md_quote(t) for t in self.topics))
+            lines.append("- Topics: " + "; ".join(md(t) for t in self.topics))
         if self.themes:
-            lines.append("- Themes: " + ", ".join(f"{md_quote(t)} ({n} lines)" for t, n in self.themes))
+            lines.append("- Themes: " + ", ".join(f"{md(t)} ({n} lines)" for t, n in self.themes))
         if self.candidates:
             lines.append("- Durable candidates:")
-            lines += [f"  - {c.memory_type} (line {c.line}): {md_quote(c.content)}" for c in self.candidates]
+            lines += [f"  - {c.memory_type} (line {c.line}): {md(c.content)}" for c in self.candidates]
         else:
             lines.append("- No durable statement: nothing here to stage.")
         text = "\n".join(lines) + "\n"
@@ -161,12 +157,6 @@ def read_notes(folder: Path, redactor: Redactor) -> tuple[list[GroundedNote], li
             continue
         notes.append(read_note(match.group(1), path, redactor))
     return notes, ignored
-
-
-def dreams_path(config) -> Path:
-    folder = config.diary_path.parent
-    lower, upper = folder / "dreams.md", folder / "DREAMS.md"
-    return lower if lower.exists() and not upper.exists() else upper
 
 
 def replayed_days(text: str | None) -> dict[str, str]:

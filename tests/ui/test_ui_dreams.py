@@ -185,3 +185,21 @@ def test_a_candidate_shows_its_counted_recalls_and_its_shadow_verdict_escaped(vi
     assert "8 counted recalls of 8 recorded" in card and "on 7 days from 8 query contexts" in card
     assert "Shadow trial (report-only): harmful → reject" in card and "risk flags: stale" in card
     assert "<script>alert" not in card and "&lt;script&gt;" in card
+
+
+def test_runs_count_changes_as_the_cli_does_and_say_when_dreaming_is_off(viewer):
+    from fakes import FakeEmbedder
+
+    from llmem.dream.switch import set_dream_enabled
+
+    store, config = viewer.store, viewer.llmem.config
+    emb = FakeEmbedder(dim=512)
+    add(store, "the deploy script lives in scripts/deploy.sh and needs AWS_PROFILE", embedder=emb)
+    add(store, "the deploy script lives in scripts/deploy.sh and it needs AWS_PROFILE", embedder=emb)
+    outcome = run_dream(store, config, apply=True, use_llm=False)
+    assert outcome.action_counts()["deep"]["merge"] == 1
+    row = run_row(viewer.get("/dreams").text, outcome.run_id)
+    # One merge is one change, not the seven journal rows it wrote.
+    assert "merge 1" in row and "merge 7" not in row
+    set_dream_enabled(store, config, False)
+    assert "none: dreaming is off" in viewer.get("/dreams").text

@@ -489,7 +489,7 @@ def install(config, agent: str, *, uninstall: bool = False, with_mcp: bool = Tru
         parts.insert(0, Part("plugin" if agent == "opencode" else "hooks", result.path, result.action))
 
     for file in files:
-        if uninstall and file.changed and file.after.strip() in ("{}", ""):
+        if uninstall and file.before is not None and file.changed and file.after.strip() in ("{}", ""):
             # Nothing but llmem's members was in it: the file goes (after its backup), as
             # it was before the install created it.
             file.backup = _backup_path(file.path)

@@ -131,6 +131,19 @@ def test_a_changed_note_supersedes_and_a_removed_one_is_retired(cli, env):
                           "created_at": relations[0]["created_at"]}]
 
 
+def test_memories_of_a_deleted_file_are_retired(cli, env):
+    _, project = env
+    local = put(project / "CLAUDE.local.md", "- My scratch database is on port 5544 here.\n")
+    put(project / "CLAUDE.md", "- Use the staging cluster for load tests only.\n")
+    assert cli("import-native", "claude", "--project", str(project))[0] == 0
+    local.unlink()
+    code, out, _ = cli("import-native", "claude", "--project", str(project))
+    assert code == 0 and "1 retired" in out
+    gone = next(m for m in memories(cli) if "5544" in m["content"])
+    assert gone["invalidated_at"] and "is gone" in gone["metadata"]["invalidation_reason"]
+    assert [m["content"] for m in valid(memories(cli))] == ["Use the staging cluster for load tests only."]
+
+
 def test_dry_run_writes_nothing(cli, env):
     homes, project = env
     put(homes["codex"] / "AGENTS.md", "- Always answer in British English spelling.\n")

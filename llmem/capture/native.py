@@ -37,9 +37,30 @@ def _imported_from(store, path: str) -> list:
                                       & Memory.invalidated_at.is_null()).order_by(Memory.seq))
 
 
-def import_native(store, agent: str, files: list[NativeFile], *, dry_run: bool = False) -> NativeImport:
-    """Add the notes of `files` as memories; with dry_run, only say what would change."""
+def _from_vanished_files(store, agent: str, project: str | None, read: set[str]) -> list:
+    """Valid memories imported from a file of `agent` that is gone from disk, for this project
+    or for every project (the user's own files)."""
+    from pathlib import Path
+
+    Memory = store.models.Memory
+    scope = Memory.project.is_null() if project is None else (Memory.project.is_null() | (Memory.project == project))
+    rows = Memory.select().where((metadata_value(Memory.metadata, "native_agent") == agent)
+                                 & Memory.invalidated_at.is_null() & scope).order_by(Memory.seq)
+    return [m for m in rows
+            if (path := (m.metadata or {}).get("native_path")) not in read and not Path(str(path)).exists()]
+
+
+def import_native(store, agent: str, files: list[NativeFile], *, project: str | None = None,
+                  dry_run: bool = False) -> NativeImport:
+    """Add the notes of `files` as memories; with dry_run, only say what would change.
+
+    Memories from a file of this agent that no longer exists (for `project`, or the user's
+    own) are retired too: the file was their truth."""
     outcome = NativeImport(files=[str(f.path) for f in files])
+    for memory in _from_vanished_files(store, agent, project, set(outcome.files)):
+        if not dry_run:
+            store.invalidate(memory.id, f"its file {memory.metadata.get('native_path')} is gone")
+        outcome.retired.append({"id": memory.id, "content": memory.content})
     seen_this_run: set[tuple[str, str | None]] = set()
     for file in files:
         path = str(file.path)

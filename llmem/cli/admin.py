@@ -342,11 +342,11 @@ def import_native(app, agent, project_dir, dry_run, as_json):
                         opencode=expand(config.values["session"]["opencode"]["config_dir"]))
     dirs = list(dict.fromkeys([Path(project), folder]))
     files = native_files(agent, homes, dirs, project)
-    outcome = run_import(app.store, agent, files, dry_run=dry_run)
+    outcome = run_import(app.store, agent, files, project=project, dry_run=dry_run)
     if as_json:
         print_json({**outcome.as_dict(), "agent": agent, "project": project, "dry_run": dry_run})
         return
-    if not files:
+    if not files and not outcome.retired:
         click.echo(f"No {agent} instruction or memory files found for {project}")
         return
     verb = "Would add" if dry_run else "Added"

@@ -341,7 +341,6 @@ def _install_command(agent: str, what: str):
 
         _report(agents.install(app.config, agent, uninstall=uninstall, with_mcp=not no_mcp), as_json)
 
-    command.__doc__ = what
     command.help = what
     return command
 

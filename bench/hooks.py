@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Hook latency: fresh-process `llmem hook --type created` and `llmem context`, and extraction
-overhead on a 2,000-message transcript with a stub LLM (time outside the LLM).
+"""Hook latency: fresh-process `llmem hook --type created` and `llmem context`, an MCP search
+round trip (`llmem mcp`: first result from spawn, then warm), and extraction overhead on a
+2,000-message transcript with a stub LLM (time outside the LLM).
 
 Prints figures; it is not a test. Everything lives in a temporary LLMEM_HOME. Example:
     python bench/hooks.py
@@ -120,6 +121,33 @@ def bench_processes(runs: int, env: dict) -> None:
     print(f"{label:<42} {statistics.median(timings):7.1f} {percentile(timings, 0.95):7.1f} {min(timings):7.1f}")
 
 
+def bench_mcp(searches: int, env: dict) -> None:
+    """`llmem mcp` through the SDK's own client: spawn to the first search result, then warm
+    round trips (the store, embedder and vectors stay open in the server)."""
+    from mcp_client import McpClient
+
+    queries = [" ".join(random.Random(i).choices(WORDS, k=3)) for i in range(searches + 1)]
+    timings = []
+    with open(os.devnull, "w") as errlog:
+        started = time.perf_counter()
+        client = McpClient(env, errlog=errlog).start()
+        try:
+            initialised = time.perf_counter()
+            client.text("search", query=queries[0], project=PROJECT)
+            first = time.perf_counter()
+            for query in queries[1:]:
+                call_started = time.perf_counter()
+                client.text("search", query=query, project=PROJECT)
+                timings.append((time.perf_counter() - call_started) * 1000)
+        finally:
+            client.close()
+    print(f"\nMCP search round trip (llmem mcp over stdio, SDK client), {searches} warm searches (ms)")
+    print(f"  spawn → initialised {(initialised - started) * 1000:7.1f}; → first search result "
+          f"{(first - started) * 1000:7.1f} (the call itself {(first - initialised) * 1000:.1f})")
+    print(f"  warm search: p50 {statistics.median(timings):.1f}, p95 {percentile(timings, 0.95):.1f}, "
+          f"min {min(timings):.1f}")
+
+
 def bench_extraction(messages: int, state_dir: Path) -> None:
     from llmem.app import App
 
@@ -169,6 +197,7 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=3000)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--mcp-searches", type=int, default=50)
     parser.add_argument("--fake-embedder", action="store_true",
                         help="embed through the fake Ollama on 127.0.0.1 (hybrid search path)")
     args = parser.parse_args()
@@ -199,6 +228,7 @@ def main() -> None:
         try:
             seed_store(args.memories, random.Random(1))
             bench_processes(args.runs, dict(os.environ))
+            bench_mcp(args.mcp_searches, dict(os.environ))
             bench_extraction(args.messages, state_dir)
         finally:
             if server:

@@ -83,8 +83,9 @@ def _configure(handler: logging.Handler, level: str | int) -> None:
     handler.addFilter(_expected_in_one_line)
 
 
-def setup_file_logging(config, component: str) -> Path:
-    """Send llmem's (and huey's) logs to <log_dir>/<component>.log, rotated."""
+def setup_file_logging(config, component: str, extra_loggers: tuple[str, ...] = ()) -> Path:
+    """Send llmem's (and huey's) logs to <log_dir>/<component>.log, rotated; `extra_loggers`
+    names other libraries' loggers to send there too (the MCP SDK's, for `llmem mcp`)."""
     import logging.handlers
 
     class OwnRotatingFileHandler(_OwnFileMixin, logging.handlers.RotatingFileHandler):
@@ -103,7 +104,7 @@ def setup_file_logging(config, component: str) -> Path:
                          hint="check logging.dir in config.yaml and that folder") from None
     private_file(path)  # one an older llmem made with a looser mode
     _configure(handler, section["level"])
-    for name in ("llmem", "workers", "huey"):
+    for name in ("llmem", "workers", "huey", *extra_loggers):
         logger = logging.getLogger(name)
         logger.addHandler(handler)
         if logger.level == logging.NOTSET or logger.level > logging.getLevelName(section["level"]):

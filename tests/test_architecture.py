@@ -32,7 +32,7 @@ LAYERS = [
     ("vectors", "search", "exchange"),
     ("capture", "app"),
     ("context", "dream"),
-    ("pipeline", "setup"),
+    ("pipeline", "setup", "mcp_server"),
     ("workers",),
     ("cli",),
     ("__main__",),

@@ -43,6 +43,7 @@ COMMANDS = {
     "introspect": ("introspect", "introspect"),
     "learn": ("introspect", "learn"),
     "track-review": ("introspect", "track_review"),
+    "mcp": ("mcp", "mcp"),
     "run": ("pipeline", "run"),
     "watch": ("pipeline", "watch"),
     "worker": ("pipeline", "worker"),

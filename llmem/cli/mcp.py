@@ -1,0 +1,27 @@
+"""The mcp command: llmem's tools for agents, served over stdio by the MCP SDK."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+
+@click.command()
+@click.argument("action", required=False, type=click.Choice(["serve"]))
+@click.pass_obj
+def mcp(app, action):
+    """Serve memory tools to an agent over MCP (stdio; `serve` is a synonym).
+
+    The agent starts it: register the command `llmem mcp` in its MCP settings
+    (`llmem install AGENT` does). Logs go to mcp.log; stdout is the protocol.
+    """
+    from ..mcp_server import serve
+
+    if not click.get_current_context().find_root().params["verbose"]:
+        # stderr ends up in the agent's own log of this server: warnings only there, the
+        # rest is in mcp.log.
+        for handler in logging.getLogger("llmem").handlers:
+            if getattr(handler, "_llmem_stderr", False):
+                handler.setLevel(logging.WARNING)
+    serve(app)

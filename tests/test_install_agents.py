@@ -318,3 +318,34 @@ def test_doctor_says_detected_hooks_and_mcp_for_each_agent(cli, homes):
     code, out, _ = cli("doctor")
     claude_line = next(line for line in out.splitlines() if "] claude:" in line)
     assert claude_line.startswith("[warn]") and "not valid JSON" in claude_line
+
+
+# ---- the registration really starts `llmem mcp` ---------------------------------------------
+
+def test_the_registered_server_answers_tools_list(cli, homes, llmem_home, tmp_path):
+    """Each agent's entry names the same argv; started as Codex would start it, it serves."""
+    import os
+
+    from mcp import StdioServerParameters
+    from mcp_client import McpClient
+
+    for agent in ("opencode", "copilot", "claude", "codex"):
+        assert cli("install", agent)[0] == 0
+    opencode = json.loads((homes["opencode"] / "opencode.json").read_text())["mcp"]["llmem"]["command"]
+    copilot = json.loads((homes["copilot"] / "mcp-config.json").read_text())["mcpServers"]["llmem"]
+    claude = json.loads((homes["claude"] / ".claude.json").read_text())["mcpServers"]["llmem"]
+    codex = tomlkit.parse((homes["codex"] / "config.toml").read_text()).unwrap()["mcp_servers"]["llmem"]
+    argvs = [opencode] + [[e["command"], *e["args"]] for e in (copilot, claude, codex)]
+    assert all(argv == argvs[0] for argv in argvs) and argvs[0][-1] == "mcp"
+
+    env = {**os.environ, "LLMEM_HOME": str(llmem_home), "HOME": str(tmp_path / "user-home")}
+    with (tmp_path / "server-stderr.txt").open("w") as errlog:
+        client = McpClient(env, cwd=tmp_path, errlog=errlog)
+        client.params = StdioServerParameters(command=codex["command"], args=codex["args"], env=env,
+                                              cwd=str(tmp_path))
+        client.start()
+        try:
+            names = {tool.name for tool in client.list_tools().tools}
+        finally:
+            client.close()
+    assert {"search", "remember"} <= names

@@ -213,6 +213,16 @@ def test_codex_from_nothing(cli, homes):
     assert not (homes["codex"] / "hooks.json").exists()
 
 
+def test_codex_inline_mcp_servers(cli, homes):
+    text = 'mcp_servers = { docs = { url = "http://127.0.0.1:8765/mcp" } }\n'
+    config = put(homes["codex"] / "config.toml", text)
+    assert cli("install", "codex")[0] == 0
+    servers = tomlkit.parse(config.read_text()).unwrap()["mcp_servers"]
+    assert set(servers) == {"docs", "llmem"} and servers["llmem"]["args"][-1] == "mcp"
+    assert cli("install", "codex", "--uninstall")[0] == 0
+    assert config.read_text() == text
+
+
 # ---- OpenCode and Copilot -------------------------------------------------------------------
 
 OPENCODE_JSONC = """\

@@ -357,6 +357,7 @@ def _edit_codex_config(doc, command: list[str], uninstall: bool, file: Path, not
                        with_mcp: bool) -> tuple[str, str | None]:
     """(notify action, MCP action or None) on Codex's config.toml document."""
     import tomlkit
+    from tomlkit.items import InlineTable
 
     notify = doc.get("notify")
     current = notify.unwrap() if hasattr(notify, "unwrap") else notify
@@ -386,16 +387,23 @@ def _edit_codex_config(doc, command: list[str], uninstall: bool, file: Path, not
         return notify_action, None
 
     servers = doc.get("mcp_servers")
-    entry = servers.get(SERVER_NAME) if servers is not None and hasattr(servers, "get") else None
+    if servers is not None and not isinstance(servers, dict):  # tomlkit's tables are dicts
+        raise UsageError(f"{file}: 'mcp_servers' is not a table; nothing was changed",
+                         hint="fix the file, then run `llmem install codex` again")
+    entry = servers.get(SERVER_NAME) if servers is not None else None
     entry = entry.unwrap() if hasattr(entry, "unwrap") else entry
     wanted_entry = mcp_entry("codex", command)
     if entry is None:
         if uninstall:
             return notify_action, "absent"
-        table = tomlkit.table()
-        for key, value in wanted_entry.items():
-            table[key] = value
-        table.add(tomlkit.nl())  # a blank line before whatever table follows
+        if isinstance(servers, InlineTable):  # `mcp_servers = { … }` takes an inline entry
+            table = tomlkit.inline_table()
+            table.update(wanted_entry)
+        else:
+            table = tomlkit.table()
+            for key, value in wanted_entry.items():
+                table[key] = value
+            table.add(tomlkit.nl())  # a blank line before whatever table follows
         if servers is None:
             servers = tomlkit.table(is_super_table=True)
             servers[SERVER_NAME] = table

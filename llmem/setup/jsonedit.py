@@ -23,7 +23,7 @@ from json5.loader import ModelLoader
 from json5.loader import loads as _load_model
 from json5.utils import JSON5DecodeError
 
-Path_ = tuple[str | int, ...]
+KeyPath = tuple[str | int, ...]
 
 
 class JsonSyntaxError(ValueError):
@@ -113,7 +113,7 @@ class JsonDocument:
                 return indent
         return "  "
 
-    def _node(self, path: Path_) -> m.Value | None:
+    def _node(self, path: KeyPath) -> m.Value | None:
         node = self._root.value
         for step in path:
             if isinstance(node, m.JSONObject) and isinstance(step, str):
@@ -136,7 +136,7 @@ class JsonDocument:
                 found = i
         return found
 
-    def get(self, path: Path_) -> Any:
+    def get(self, path: KeyPath) -> Any:
         node = self._node(path)
         return None if node is None else plain(node)
 
@@ -200,7 +200,7 @@ class JsonDocument:
         else:
             container.values.append(tail)
 
-    def set_member(self, path: Path_, key: str, value: Any) -> None:
+    def set_member(self, path: KeyPath, key: str, value: Any) -> None:
         """Set `key` of the object at `path` (created with its parents when missing).
 
         An existing member keeps its place and the whitespace around it; a new one goes last.
@@ -239,7 +239,7 @@ class JsonDocument:
         lead, tail = self._new_pair(key, value, separator)
         self._append(obj, lead, tail, depth, separator)
 
-    def append_item(self, path: Path_, value: Any) -> None:
+    def append_item(self, path: KeyPath, value: Any) -> None:
         """Append `value` to the array at `path`, or make `path`'s last key a one-item array."""
         array = self._node(path)
         if array is None:
@@ -251,7 +251,7 @@ class JsonDocument:
         item = self._new_item(value, separator)
         self._append(array, item, item, len(path), separator)
 
-    def remove_member(self, path: Path_, key: str | int) -> bool:
+    def remove_member(self, path: KeyPath, key: str | int) -> bool:
         """Remove a key of the object (or an index of the array) at `path`; False if absent.
 
         A container this leaves empty is removed from its own parent in turn (the top level

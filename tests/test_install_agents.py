@@ -274,6 +274,15 @@ def test_opencode_fixture_and_no_mcp(cli, homes):
     assert path.read_bytes() == original
 
 
+def test_opencode_server_switched_off_by_the_user_stays_off(cli, homes):
+    assert cli("install", "opencode")[0] == 0
+    path = homes["opencode"] / "opencode.json"
+    path.write_text(path.read_text().replace('"enabled": true', '"enabled": false'))
+    code, out, _ = cli("install", "opencode")
+    assert code == 0 and "is already installed" in out
+    assert json.loads(path.read_text())["mcp"]["llmem"]["enabled"] is False
+
+
 def test_opencode_config_created_with_its_schema(cli, homes):
     assert cli("install", "opencode")[0] == 0
     data = json.loads((homes["opencode"] / "opencode.json").read_text())

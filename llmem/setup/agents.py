@@ -347,6 +347,8 @@ def _edit_json_server(doc, key_path: tuple, agent: str, command: list[str], unin
     if uninstall:
         doc.remove_member(key_path, SERVER_NAME)
         return "removed"
+    if entry.get("enabled") is False:  # switched off in OpenCode by the user: it stays off
+        wanted = {**wanted, "enabled": False}
     if entry == wanted:
         return "unchanged"
     doc.set_member(key_path, SERVER_NAME, wanted)

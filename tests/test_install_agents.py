@@ -278,8 +278,8 @@ def test_opencode_server_switched_off_by_the_user_stays_off(cli, homes):
     assert cli("install", "opencode")[0] == 0
     path = homes["opencode"] / "opencode.json"
     path.write_text(path.read_text().replace('"enabled": true', '"enabled": false'))
-    code, out, _ = cli("install", "opencode")
-    assert code == 0 and "is already installed" in out
+    code, out, _ = cli("install", "opencode", "--json")
+    assert code == 0 and [p["action"] for p in json.loads(out)["parts"]] == ["unchanged", "unchanged"]
     assert json.loads(path.read_text())["mcp"]["llmem"]["enabled"] is False
 
 

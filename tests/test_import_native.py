@@ -200,6 +200,14 @@ def test_nothing_to_import_and_a_bad_project(cli, env):
     assert code == 2 and "missing" in err
 
 
+def test_a_byte_order_mark_and_crlf_lines(cli, env):
+    _, project = env
+    (project / "AGENTS.md").write_bytes("\ufeff# Build\r\n- Run `make all` before tagging.\r\n".encode())
+    assert cli("import-native", "codex", "--project", str(project))[0] == 0
+    [row] = memories(cli)
+    assert row["content"] == "Run `make all` before tagging." and row["metadata"]["native_section"] == "Build"
+
+
 def test_split_markdown_keeps_notes_whole():
     notes = split_markdown("<!-- hidden -->\n# A\nintro line one\ncontinued here too\n\n"
                            "## B\n1. first numbered step here\n2. second numbered step here\n"

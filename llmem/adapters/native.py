@@ -224,7 +224,7 @@ def note_type(text: str) -> str:
 
 def read_notes(file: NativeFile) -> list[NativeNote]:
     try:
-        text = file.path.read_text(encoding="utf-8", errors="replace")
+        text = file.path.read_text(encoding="utf-8-sig", errors="replace")  # a BOM is no text
     except OSError:
         return []
     return [NativeNote(content, note_type(content), file.path, section, file.project)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from llmem.setup.jsonedit import JsonDocument, JsonSyntaxError
+from llmem.setup.jsonedit import JsonDocument, JsonSyntaxError, PlainJsonDocument, load_document
 
 ENTRY = {"type": "local", "command": ["/opt/llmem", "mcp"]}
 
@@ -20,13 +20,15 @@ TEXTS = {
     "comments": '// head\n{\n  "a": 1, // after a\n  /* before mcp */\n  "mcp": {\n    "x": 1 // after x\n  }\n}\n',
     "trailing commas": '{\n  "a": [1, 2,],\n  "mcp": {\n    "x": 1,\n  },\n}\n',
     "comment in empty": '{\n  "mcp": { /* none yet */ }\n}\n',
+    "as json.dumps writes it": json.dumps({"a": "é", "mcp": {"x": [1, {}]}, "n": None}, indent=2) + "\n",
 }
 
 
 @pytest.mark.parametrize("name", list(TEXTS))
-def test_add_then_remove_gives_back_the_text(name):
+@pytest.mark.parametrize("load", [JsonDocument, load_document])
+def test_add_then_remove_gives_back_the_text(name, load):
     text = TEXTS[name]
-    doc = JsonDocument(text)
+    doc = load(text)
     doc.set_member(("mcp",), "llmem", ENTRY)
     added = doc.text()
     import json5
@@ -34,7 +36,7 @@ def test_add_then_remove_gives_back_the_text(name):
     data = json5.loads(added)
     assert data["mcp"]["llmem"] == ENTRY
     assert {k: v for k, v in data.items() if k != "mcp"} == {k: v for k, v in json5.loads(text).items() if k != "mcp"}
-    again = JsonDocument(added)
+    again = load(added)
     assert again.remove_member(("mcp",), "llmem")
     if name in ("empty", "comment in empty"):
         # The `mcp` llmem created (or found empty) goes with its last member.
@@ -90,3 +92,21 @@ def test_arrays_of_hook_groups():
 def test_what_is_not_a_json_object_is_refused(text):
     with pytest.raises(JsonSyntaxError):
         JsonDocument(text)
+
+
+def test_a_large_file_as_json_dumps_writes_it_is_edited_as_data():
+    """~/.claude.json can run to megabytes; json-five's parser takes seconds per MB."""
+    import time
+
+    data = {"projects": {f"/home/dev/p{i}": {"history": [{"display": "x" * 80}] * 50} for i in range(200)}}
+    text = json.dumps(data, indent=2)  # ≈ 1.5 MB, the shape Claude Code writes
+    started = time.perf_counter()
+    doc = load_document(text)
+    doc.set_member(("mcpServers",), "llmem", ENTRY)
+    added = doc.text()
+    assert isinstance(doc, PlainJsonDocument) and time.perf_counter() - started < 2
+    assert added.startswith(text[:-2]) and json.loads(added)["mcpServers"]["llmem"] == ENTRY
+    again = load_document(added)
+    again.remove_member(("mcpServers",), "llmem")
+    assert again.text() == text
+    assert not isinstance(load_document(text.replace("{", "{ ", 1)), PlainJsonDocument)

@@ -196,12 +196,12 @@ def _open(path: Path) -> _File:
 
 
 def _json(file: _File, agent: str):
-    from .jsonedit import JsonDocument, JsonSyntaxError
+    from .jsonedit import JsonSyntaxError, load_document, new_document
 
     if file.before is None or not file.before.strip():
-        return JsonDocument.new({})
+        return new_document({})
     try:
-        return JsonDocument(file.before)
+        return load_document(file.before)
     except JsonSyntaxError as exc:
         raise UsageError(f"{file.path} is not valid JSON ({exc}); nothing was changed",
                          hint=f"fix the file (or move it away), then run `llmem install {agent}` again") from None
@@ -481,9 +481,9 @@ def install(config, agent: str, *, uninstall: bool = False, with_mcp: bool = Tru
         path = opencode_config_file(config) if agent == "opencode" else copilot_mcp_path(config)
         shared = _open(path)
         if shared.before is None and not uninstall and agent == "opencode":
-            from .jsonedit import JsonDocument
+            from .jsonedit import new_document
 
-            doc = JsonDocument.new({"$schema": "https://opencode.ai/config.json"})
+            doc = new_document({"$schema": "https://opencode.ai/config.json"})
         else:
             doc = _json(shared, agent)
         key = ("mcp",) if agent == "opencode" else ("mcpServers",)
@@ -531,7 +531,7 @@ def _detected(config, agent: str) -> tuple[bool, Path]:
 
 def _peek_json(path: Path) -> Any:
     """The data of an agent's JSON file for a read-only check (None when missing)."""
-    from .jsonedit import JsonDocument, JsonSyntaxError
+    from .jsonedit import JsonSyntaxError, load_document
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -542,7 +542,11 @@ def _peek_json(path: Path) -> Any:
     if not text.strip():
         return None
     try:
-        return JsonDocument(text).data
+        return json.loads(text)  # strict JSON at stdlib speed; JSONC goes to the model below
+    except ValueError:
+        pass
+    try:
+        return load_document(text).data
     except JsonSyntaxError as exc:
         raise ValueError(f"{path} is not valid JSON ({exc})") from None
 

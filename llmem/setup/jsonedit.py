@@ -9,6 +9,11 @@ the nodes, so an edit here touches one member and dumping gives back the rest un
 Adding a member and removing it again gives back the original bytes: the whitespace that
 closed the container before the addition is moved onto the new member, and moved back on
 removal. Containers that a removal leaves empty are removed too (see `remove_member`).
+
+json-five's parser is pure Python (about 4 s per MB), and Claude Code's ~/.claude.json can
+run to megabytes. A file that is exactly what `json.dumps` writes for its data (Claude Code
+and Copilot write theirs with JSON.stringify(…, null, 2), which is the same text) is edited
+as plain data instead, in milliseconds, with the same result: `load_document` picks.
 """
 
 from __future__ import annotations
@@ -80,18 +85,94 @@ def _has_comment(wsc: list) -> bool:
     return any(isinstance(item, m.Comment) for item in wsc)
 
 
+def _holds(container: Any, key: str | int) -> bool:
+    """Whether `container` (an object or an array of plain data) has the member `key`."""
+    if isinstance(container, dict):
+        return isinstance(key, str) and key in container
+    if isinstance(container, list):
+        return isinstance(key, int) and 0 <= key < len(container)
+    return False
+
+
+def load_document(text: str) -> JsonDocument | PlainJsonDocument:
+    """The document for `text`: plain data when json.dumps gives the text back, else the model."""
+    return PlainJsonDocument.of(text) or JsonDocument(text)
+
+
+def new_document(data: dict) -> PlainJsonDocument:
+    return PlainJsonDocument(data, 2, "\n")
+
+
+class PlainJsonDocument:
+    """A JSON text that json.dumps(data, indent=…) writes back byte for byte, edited as data."""
+
+    def __init__(self, data: dict, indent: int | str, end: str):
+        self._data, self._indent, self._end = data, indent, end
+
+    @classmethod
+    def of(cls, text: str) -> PlainJsonDocument | None:
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        body = text.rstrip("\n")
+        for indent in (2, 4, "\t"):
+            if json.dumps(data, indent=indent, ensure_ascii=False) == body:
+                return cls(data, indent, text[len(body):])
+        return None
+
+    @property
+    def data(self) -> dict:
+        return self._data
+
+    def text(self) -> str:
+        return json.dumps(self._data, indent=self._indent, ensure_ascii=False) + self._end
+
+    def get(self, path: KeyPath) -> Any:
+        node: Any = self._data
+        for step in path:
+            if not _holds(node, step):
+                return None
+            node = node[step]
+        return node
+
+    def set_member(self, path: KeyPath, key: str, value: Any) -> None:
+        node = self._data
+        for i, step in enumerate(path):
+            node = node.setdefault(step, {})
+            if not isinstance(node, dict):
+                raise JsonSyntaxError(f"'{'.'.join(map(str, path[: i + 1]))}' is not an object")
+        node[key] = value
+
+    def append_item(self, path: KeyPath, value: Any) -> None:
+        array = self.get(path)
+        if array is None:
+            self.set_member(path[:-1], str(path[-1]), [value])
+        elif not isinstance(array, list):
+            raise JsonSyntaxError(f"'{'.'.join(map(str, path))}' is not an array")
+        else:
+            array.append(value)
+
+    def remove_member(self, path: KeyPath, key: str | int) -> bool:
+        container = self.get(path)
+        if not _holds(container, key):
+            return False
+        del container[key]
+        if not container and path:
+            self.remove_member(path[:-1], path[-1])
+        return True
+
+
 class JsonDocument:
-    """One JSON/JSONC text, its data, and edits that keep everything else as it was."""
+    """One JSON/JSONC text as json-five's model, and edits that keep everything else as it was."""
 
     def __init__(self, text: str):
         self._root = _parse(text)
         if not isinstance(self._root.value, m.JSONObject):
             raise JsonSyntaxError("the top level is not an object")
         self._unit = self._detect_unit()
-
-    @classmethod
-    def new(cls, data: dict) -> JsonDocument:
-        return cls(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
     @property
     def data(self) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -266,8 +267,9 @@ def plan_import(store, document: Any) -> ImportPlan:
     return plan
 
 
-def apply_import(store, plan: ImportPlan) -> dict[str, int]:
-    """Write a validated plan in one transaction."""
+def apply_import(store, plan: ImportPlan, *,
+                 progress: Callable[[int], None] | None = None) -> dict[str, int]:
+    """Write a validated plan in one transaction; `progress(n)`: n new memories written so far."""
     if plan.errors:
         raise UsageError("the import file has errors; nothing was written")
     Relation, Embedding = store.models.Relation, store.models.Embedding
@@ -282,7 +284,7 @@ def apply_import(store, plan: ImportPlan) -> dict[str, int]:
             row["created_at"] = row["created_at"] or stamp
             row["updated_at"] = row["updated_at"] or row["created_at"]
             rows.append(row)
-        store.insert_rows(rows)
+        store.insert_rows(rows, progress=progress)
         for memory in plan.new:
             if "embedding" in memory:
                 e = memory["embedding"]

@@ -178,3 +178,57 @@ def read_entries(config, level: str | None = None) -> list[LogEntry]:
         entries.extend(reader.flush())
     entries.sort(key=lambda entry: entry.time)  # ISO times sort as text; stable within a file
     return [entry for entry in entries if at_least(entry, level)]
+
+
+TAIL_BYTES = 256 * 1024  # of each file, for the latest entries
+
+
+def tail_entries(config, level: str | None = None, count: int = 200) -> list[LogEntry]:
+    """The latest `count` entries at `level` or above, from the end of each file only: the
+    viewer's Queue page refreshes every few seconds and must not parse megabytes each time."""
+    entries = []
+    for path in log_files(config):
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            start = max(0, size - TAIL_BYTES)
+            fh.seek(start)
+            lines = fh.read().decode("utf-8", errors="replace").splitlines(keepends=True)
+        if start:
+            # Cut mid-file: drop the cut line and the rest of a record that began before it.
+            lines = lines[1:]
+            while lines and not _HEAD.match(lines[0]):
+                lines.pop(0)
+        reader = EntryReader(path)
+        entries.extend(reader.feed(lines))
+        entries.extend(reader.flush())
+    entries.sort(key=lambda entry: entry.time)
+    return [entry for entry in entries if at_least(entry, level)][-count:]
+
+class LogFollower:
+    """New entries of the log files since the last poll, as `llmem logs --follow` and the
+    viewer's live tail read them: from each file's size at the start, a rotated (shrunk)
+    file from its top, a record complete once its file stops growing."""
+
+    def __init__(self, config):
+        self.config = config
+        self.readers: dict[Path, EntryReader] = {}
+        self.offsets = {path: path.stat().st_size for path in log_files(config)}
+
+    def poll(self) -> list[LogEntry]:
+        entries: list[LogEntry] = []
+        for path in log_files(self.config):
+            reader = self.readers.setdefault(path, EntryReader(path))
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:  # rotated away between the listing and now
+                continue
+            start = self.offsets.get(path, 0)
+            if size < start:  # rotated
+                start = 0
+            if size > start:
+                with path.open(encoding="utf-8", errors="replace") as fh:
+                    fh.seek(start)
+                    entries.extend(reader.feed(fh))
+                self.offsets[path] = size
+            entries.extend(reader.flush())
+        return entries

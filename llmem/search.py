@@ -79,6 +79,12 @@ class Hit:
     components: dict[str, float] = field(default_factory=dict)
     via: str | None = None  # set for results added by --related
 
+    def explain(self) -> dict[str, Any]:
+        """Every score component by name, in the order `llmem search --explain` prints them."""
+        return {"fts_rank": self.fts_rank, "bm25": self.fts_bm25, "vec_rank": self.vec_rank,
+                "cosine_distance": self.vec_distance, "rrf": self.rrf, "rrf_norm": self.rrf_norm,
+                "signal": self.signal, **self.components, "final": self.score}
+
 
 @dataclass
 class SearchResult:

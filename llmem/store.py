@@ -10,6 +10,7 @@ import hashlib
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -255,15 +256,18 @@ class Store:
                   **derived_fields(row["content"], row["summary"], row["metadata"])}
         return write_memory_columns(self.db, memory_id, values)
 
-    def insert_rows(self, rows: list[dict[str, Any]]) -> None:
+    def insert_rows(self, rows: list[dict[str, Any]], *,
+                    progress: Callable[[int], None] | None = None) -> None:
         """Insert whole memory rows (import: ids, times and counts as given), with the columns
-        derived from their text. Call inside a transaction."""
+        derived from their text. Call inside a transaction. `progress(n)`: n rows written."""
         Memory = self.models.Memory
         full = [{**row, "content_hash": content_hash(row["content"]),
                  **derived_fields(row["content"], row.get("summary"), row.get("metadata"))}
                 for row in rows]
         for start in range(0, len(full), 200):
             Memory.insert_many(full[start:start + 200]).execute()
+            if progress:
+                progress(min(start + 200, len(full)))
 
     def touch_accessed(self, memory_ids: list[str], at: float) -> None:
         """Count one access of each memory (shown in a result). Not a change of the memory:
@@ -290,6 +294,27 @@ class Store:
                 setattr(memory, name, value)
             memory.save()
         return memory
+
+    def supersede(self, id_or_prefix: str, content: str, *, reason: str | None = None) -> Memory:
+        """Correct a memory: a new one stating `content` (same type, project and session, the
+        user's confidence) supersedes it, and it is invalidated, in one transaction (as an
+        extraction does when the LLM restates a provisional memory). Returns the new memory."""
+        memory_id = self.resolve_id(id_or_prefix)
+        Memory = self.models.Memory
+        with self.db.atomic():
+            old = Memory.get(Memory.id == memory_id)
+            if old.invalidated_at is not None:
+                raise UsageError(f"memory {old.id} is already invalidated",
+                                 hint="correct the memory that replaced it instead")
+            result = self.add(content, old.type, confidence=0.9, source="user",
+                              project=old.project, session_id=old.session_id)
+            newer = result.memory
+            if newer.id == old.id:
+                raise UsageError("the correction says the same as the memory",
+                                 hint="change the text, or edit the memory instead")
+            self.relate(newer.id, old.id, "supersedes")
+            self.invalidate(old.id, (reason or "").strip() or f"corrected by {newer.id}")
+        return newer
 
     def delete(self, id_or_prefix: str) -> str:
         """Delete a memory for good, with its relations, embedding and recall events."""

@@ -33,6 +33,7 @@ LAYERS = [
     ("capture", "app"),
     ("context", "dream"),
     ("pipeline", "setup", "mcp_server"),
+    ("ui",),
     ("workers",),
     ("cli",),
     ("__main__",),

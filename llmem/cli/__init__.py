@@ -54,6 +54,7 @@ COMMANDS = {
     "promote": ("dream", "promote"),
     "promote-explain": ("dream", "promote_explain"),
     "backfill": ("dream", "backfill"),
+    "ui": ("ui", "ui"),
 }
 
 

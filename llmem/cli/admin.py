@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .output import bounded_int, http_url, json_option, notice, print_json
+from .output import bounded_int, http_url, json_option, notice, print_json, progress_bar
 
 
 @click.command()
@@ -165,7 +165,11 @@ def import_memories(app, file, dry_run, as_json):
         if more > 0:
             click.echo(f"  … and {more} more", err=True)
         raise UsageError(f"{source} has {len(plan.errors)} problem(s); nothing was imported")
-    outcome = plan.summary() if dry_run else apply_import(app.store, plan)
+    if dry_run:
+        outcome = plan.summary()
+    else:
+        with progress_bar("Importing", len(plan.new), show=not as_json) as progress:
+            outcome = apply_import(app.store, plan, progress=progress.to)
     outcome["dry_run"] = dry_run
     if as_json:
         print_json(outcome)
@@ -185,20 +189,14 @@ def import_memories(app, file, dry_run, as_json):
 def embed(app, mode, as_json):
     """Embed memories that have no vector yet (or all of them)."""
     from ..errors import UsageError
-    from ..vectors import embed_pending
+    from ..vectors import embed_pending, pending_query
 
     if not app.embedder.available:
         raise UsageError("no embedder is configured (embedding.provider: none)",
                          hint="set embedding.provider in config.yaml")
-    show = sys.stderr.isatty() and not as_json
-
-    def progress(done):
-        if show:
-            click.echo(f"\rembedded {done}", nl=False, err=True)
-
-    count = embed_pending(app.store, app.embedder, everything=(mode == "all"), progress=progress)
-    if show and count:
-        click.echo("", err=True)
+    pending = pending_query(app.store, app.embedder.identity, everything=(mode == "all")).count()
+    with progress_bar("Embedding", pending, show=not as_json) as progress:
+        count = embed_pending(app.store, app.embedder, everything=(mode == "all"), progress=progress.to)
     if as_json:
         print_json({"embedded": count, "model": app.embedder.identity})
     else:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import click
 
-from .output import json_option, limit_option, notice, print_json, short
+from .output import TEXT, json_option, limit_option, notice, print_json, progress_bar, short
 
 PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
 
@@ -26,14 +25,18 @@ def dream_group(ctx, apply_, phase, report_path, no_llm, as_json):
         return
     from pathlib import Path
 
-    from ..dream import run_dream
+    from ..dream import PHASES, run_dream
     from ..paths import check_output_folder
 
     if report_path:
         check_output_folder(Path(report_path))  # before the run: a typo must not cost a dream
     app = ctx.obj
-    outcome = run_dream(app.store, app.config, apply=apply_, phases=[phase] if phase else None,
-                        report_path=Path(report_path) if report_path else None, use_llm=not no_llm)
+    phases = [phase] if phase else None
+    with progress_bar("Dreaming" if apply_ else "Planning", len(phases or PHASES),
+                      show=not as_json) as progress:
+        outcome = run_dream(app.store, app.config, apply=apply_, phases=phases,
+                            report_path=Path(report_path) if report_path else None, use_llm=not no_llm,
+                            progress=lambda _phase: progress.advance())
     if as_json:
         data = outcome.summary()
         data["actions"] = [a.as_dict() for a in outcome.actions]
@@ -131,6 +134,65 @@ def dream_undo(app, run_id, as_json):
                f"created memories removed, {result.unlinked} relations removed, {result.files} files restored")
     for path in result.skipped_files:
         notice(f"{path} changed since the run; left as it is")
+
+
+@dream_group.group(name="review", invoke_without_command=True)
+@json_option()
+@click.pass_context
+def dream_review(ctx, as_json):
+    """List the proposed changes (insights, skill patches) with their ids and decisions."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..dream.review import list_proposals
+
+    app = ctx.obj
+    path = app.config.paths.proposed_changes_path
+    proposals = list_proposals(app.store.db, path)
+    if as_json:
+        print_json([p.as_dict() for p in proposals])
+        return
+    if not proposals:
+        click.echo(f"No proposed changes in {path}")
+        return
+    for proposal in proposals:
+        decided = proposal.decision
+        state = "waiting" if decided is None else f"{decided.decision} by {decided.by}"
+        if proposal.changed_since_decision:
+            state += " (edited since)"
+        click.echo(f"{proposal.id:<32} {state:<36} {short(proposal.title, 60)}")
+    click.echo("Decide with: llmem dream review accept|reject ID")
+
+
+def _decide(app, proposal_id: str, decision: str, note: str, as_json: bool) -> None:
+    from ..dream.review import record_decision, reviewer
+
+    made = record_decision(app.store, app.config.paths.proposed_changes_path, proposal_id,
+                           decision, by=reviewer("cli"), note=note or "")
+    if as_json:
+        print_json(made.as_dict())
+        return
+    click.echo(f"Recorded: {made.proposal_id} {made.decision} by {made.by}. Nothing was applied"
+               + (": add the patch to your skill by hand." if decision == "accepted" else "."))
+
+
+@dream_review.command(name="accept")
+@click.argument("proposal_id")
+@click.option("--note", type=TEXT, help="Why, for the record.")
+@json_option()
+@click.pass_obj
+def dream_review_accept(app, proposal_id, note, as_json):
+    """Record that you accept a proposed change (you apply it by hand)."""
+    _decide(app, proposal_id, "accepted", note, as_json)
+
+
+@dream_review.command(name="reject")
+@click.argument("proposal_id")
+@click.option("--note", type=TEXT, help="Why, for the record.")
+@json_option()
+@click.pass_obj
+def dream_review_reject(app, proposal_id, note, as_json):
+    """Record that you reject a proposed change."""
+    _decide(app, proposal_id, "rejected", note, as_json)
 
 
 @click.command(name="promote")
@@ -246,10 +308,9 @@ def backfill(app, adapter_name, since, limit, no_llm, rollback_id, as_json):
         click.echo(f"No sessions to backfill ({where}).")
         return
     label = f"Backfilling {', '.join(adapter.name for adapter in adapters)} sessions"
-    with click.progressbar(length=len(sessions), label=label, file=sys.stderr,
-                           show_pos=True) as bar:
+    with progress_bar(label, len(sessions), show=not as_json) as progress:
         outcome = run_backfill(app, adapter_name=adapter_name, use_llm=not no_llm, sessions=sessions,
-                               progress=lambda _info: bar.update(1))
+                               progress=lambda _info: progress.advance())
     if as_json:
         print_json(outcome.as_dict())
         return

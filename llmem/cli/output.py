@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -80,6 +83,36 @@ def memory_line(memory, score: float | None = None) -> str:
     if score is not None:
         lead += f"  {score:.3f}"
     return f"{lead}  {short(memory.content, 90)}{flags}"
+
+
+class Progress:
+    """Where a long command is: the library calls back with counts (it never prints), the
+    command moves this bar; without a terminal there is no bar and the calls do nothing."""
+
+    def __init__(self, bar=None):
+        self.bar = bar
+        self.done = 0
+
+    def to(self, done: int) -> None:
+        """`done` steps are finished in all."""
+        if self.bar is not None and done > self.done:
+            self.bar.update(done - self.done)
+        self.done = max(self.done, done)
+
+    def advance(self, steps: int = 1) -> None:
+        self.to(self.done + steps)
+
+
+@contextmanager
+def progress_bar(label: str, total: int, *, show: bool = True) -> Iterator[Progress]:
+    """A progress bar on stderr for `total` steps, drawn only when stderr is a terminal (and
+    `show`, false for --json): piped or redirected, a command prints no progress at all."""
+    if not show or total <= 0 or not sys.stderr.isatty():
+        yield Progress()
+        return
+    with click.progressbar(length=total, label=label, file=sys.stderr, show_pos=True,
+                           show_eta=True) as bar:
+        yield Progress(bar)
 
 
 def notice(message: str) -> None:

@@ -12,6 +12,7 @@ import click
 from ..pipeline.kinds import EventKind
 from .output import MAX_ROW_ID, bounded_int, json_option, print_json
 from .session import ADAPTER_CHOICE
+from .ui import NO_BROWSER_OPTION, port_option, prepare_viewer
 
 
 def _start_watcher(app):
@@ -75,13 +76,17 @@ def worker(app, workers):
 
 @click.command()
 @click.option("-w", "--workers", type=click.IntRange(1, 64), help="Worker threads (default: pipeline.workers).")
+@click.option("--ui", "with_ui", is_flag=True, help="Serve the web viewer too (its URL is printed).")
+@port_option("--ui-port")
+@NO_BROWSER_OPTION
 @click.pass_obj
-def run(app, workers):
+def run(app, workers, with_ui, port, no_browser):
     """Watcher + workers + scheduler in one foreground process (the everyday command)."""
     from ..logconfig import setup_file_logging
 
     log_path = setup_file_logging(app.config, "run")
     consumer = _consumer(app, workers or app.config.values["pipeline"]["workers"])
+    viewer = prepare_viewer(app, port, open_browser=not no_browser).start() if with_ui else None
     watcher = _start_watcher(app)
     click.echo(f"llmem run: {watcher.describe()}\n  store {app.config.db_path}, queue "
                f"{app.config.queue_path}, log {log_path}; Ctrl-C stops", err=True)
@@ -89,6 +94,8 @@ def run(app, workers):
         consumer.run()
     finally:
         watcher.stop()
+        if viewer is not None:
+            viewer.stop()
 
 
 @click.command()
@@ -235,7 +242,7 @@ def logs(app, follow, lines, level, as_json):
     """Show the watcher's, workers' and hooks' log entries (newest last)."""
     import json
 
-    from ..logconfig import EntryReader, at_least, log_files, read_entries
+    from ..logconfig import LogFollower, at_least, read_entries
 
     def show(entries):
         for entry in entries:
@@ -257,25 +264,12 @@ def logs(app, follow, lines, level, as_json):
     show(shown)
     if not follow:
         return
-    readers = {}
-    offsets = {p: p.stat().st_size for p in log_files(app.config)}
+    follower = LogFollower(app.config)
     try:
         while True:
             time.sleep(0.5)
-            for path in log_files(app.config):
-                reader = readers.setdefault(path, EntryReader(path))
-                size = path.stat().st_size
-                start = offsets.get(path, 0)
-                if size < start:  # rotated
-                    start = 0
-                if size > start:
-                    with path.open(encoding="utf-8", errors="replace") as fh:
-                        fh.seek(start)
-                        show(reader.feed(fh))
-                    offsets[path] = size
-                # A record is complete once its file stops growing (its traceback is written whole).
-                show(reader.flush())
-                sys.stdout.flush()
+            show(follower.poll())
+            sys.stdout.flush()
     except KeyboardInterrupt:
         return
 

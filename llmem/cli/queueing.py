@@ -37,3 +37,19 @@ def submit_event(app, adapter: str, session_id: str, kind: str) -> int:
         _, tasks = open_queue(app.config)
         tasks.process_event(event.id)
     return event.id
+
+
+def viewer_queue(app):
+    """The queue as the web viewer may use it (retry an event, count waiting tasks): functions
+    handed to `llmem.ui`, which cannot import the queue itself."""
+    from ..ui.web import QueueAccess
+
+    def enqueue_event(event_id: int) -> None:
+        _, tasks = open_queue(app.config)
+        tasks.process_event(event_id)
+
+    def counts() -> dict[str, int]:
+        huey, _ = open_queue(app.config)
+        return {"pending": huey.pending_count(), "scheduled": huey.scheduled_count()}
+
+    return QueueAccess(enqueue_event=enqueue_event, counts=counts)

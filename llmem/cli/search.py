@@ -53,7 +53,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
             if hit.via:
                 row["via"] = hit.via
             if explain:
-                row["explain"] = _explain(hit)
+                row["explain"] = hit.explain()
             rows.append(row)
         print_json(rows)
         return
@@ -63,7 +63,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
         line = memory_line(hit.memory, hit.score)
         click.echo(line + (f"  (via {hit.via})" if hit.via else ""))
         if explain:
-            parts = _explain(hit)
+            parts = hit.explain()
             click.echo("          " + "  ".join(f"{k}={_fmt(v)}" for k, v in parts.items()))
 
 
@@ -72,12 +72,6 @@ def _fts_searcher(app):
     from ..search import Searcher
 
     return Searcher(app.store, None)
-
-
-def _explain(hit) -> dict:
-    return {"fts_rank": hit.fts_rank, "bm25": hit.fts_bm25, "vec_rank": hit.vec_rank,
-            "cosine_distance": hit.vec_distance, "rrf": hit.rrf, "rrf_norm": hit.rrf_norm,
-            "signal": hit.signal, **hit.components, "final": hit.score}
 
 
 def _fmt(value) -> str:

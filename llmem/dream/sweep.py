@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,10 @@ def _light_from_last_run(store) -> LightResult:
 
 def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = None,
               report_path: Path | None = None, llm: Any = None, use_llm: bool = True,
-              promote_limit: int | None = None) -> DreamOutcome:
-    """Run the sweep (or the chosen phases) in the order light → REM → deep."""
+              promote_limit: int | None = None,
+              progress: Callable[[str], None] | None = None) -> DreamOutcome:
+    """Run the sweep (or the chosen phases) in the order light → REM → deep; `progress(phase)`
+    is called as each phase is done (the CLI's bar: the library prints nothing)."""
     cfg = config.values["dream"]
     chosen = [p for p in PHASES if p in (phases or PHASES)]
     at = now()
@@ -95,7 +98,7 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
     outcome.type_counts = type_counts(store.db)
 
     if not apply:
-        _plan_all(store, config, cfg, outcome, at, promote_limit)
+        _plan_all(store, config, cfg, outcome, at, promote_limit, progress=progress)
         outcome.confidence_after = _simulate(dict(_confidences(store)), outcome.actions)
         outcome.finished_at = now()
         if report_path:
@@ -118,7 +121,8 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
         made_llm = _make_llm(store, config) if use_llm and llm is None and "deep" in chosen else None
         llm = llm if llm is not None else made_llm
         try:
-            _plan_all(store, config, cfg, outcome, at, promote_limit, journal=journal, llm=llm)
+            _plan_all(store, config, cfg, outcome, at, promote_limit, journal=journal, llm=llm,
+                      progress=progress)
             _write_outputs(store, config, outcome, journal)
         except Exception as exc:
             outcome.finished_at = now()
@@ -139,8 +143,10 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
 
 
 def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limit: int | None,
-              journal: Journal | None = None, llm: Any = None) -> None:
+              journal: Journal | None = None, llm: Any = None,
+              progress: Callable[[str], None] | None = None) -> None:
     """Plan each phase in order; with a journal, apply each phase before planning the next."""
+    done = progress or (lambda _phase: None)
     light: LightResult | None = None
     if "light" in outcome.phases:
         started = time.perf_counter()
@@ -150,6 +156,7 @@ def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limi
                                 since=previous.started_at if previous else None)
         outcome.light = light
         outcome.phase_seconds["light"] = round(time.perf_counter() - started, 3)
+        done("light")
     if "rem" in outcome.phases:
         started = time.perf_counter()
         pairs = (light.near_duplicates + light.auto_links) if light else []
@@ -159,6 +166,7 @@ def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limi
         if journal is not None:
             _apply_rem(store, journal, rem, config)
         outcome.phase_seconds["rem"] = round(time.perf_counter() - started, 3)
+        done("rem")
     if "deep" in outcome.phases:
         started = time.perf_counter()
         source = light if light is not None else _light_from_last_run(store)
@@ -176,6 +184,7 @@ def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limi
         if journal is not None:
             _apply_deep(store, journal, deep, llm, at, outcome)
         outcome.phase_seconds["deep"] = round(time.perf_counter() - started, 3)
+        done("deep")
 
 
 def _apply_rem(store, journal: Journal, rem: RemResult, config) -> None:

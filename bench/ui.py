@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The web viewer's page times on a synthetic store, served by the real uvicorn on 127.0.0.1.
+
+Prints figures; it is not a test. Example:
+    python bench/ui.py --memories 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TYPES = ["fact", "decision", "preference", "event", "project_state", "procedure", "conversation"]
+AGENTS = ["copilot", "opencode", "claude", "codex"]
+
+
+def build_store(store, count: int, rng: random.Random) -> tuple[str, str]:
+    """`count` memories over 20 projects and count/20 sessions, with relations, events and
+    recalls; returns a memory id with relations and a session id with events."""
+    from llmem.times import now
+
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
+             for _ in range(4000)]
+    weights = [1.0 / (rank + 1) for rank in range(len(words))]
+    sessions = [f"ses_{n:05d}" for n in range(max(count // 20, 1))]
+    started = now() - 90 * 86400
+    ids = []
+    with store.db.atomic():
+        for n in range(count):
+            text = " ".join(rng.choices(words, weights=weights, k=rng.randint(8, 30)))
+            memory = store.add(f"{text} #{n}", rng.choice(TYPES), source="extraction",
+                               project=f"/work/project-{n % 20}", session_id=rng.choice(sessions),
+                               created_at=started + n * 60).memory
+            ids.append(memory.id)
+        for _ in range(count // 5):
+            a, b = rng.sample(ids, 2)
+            store.relate(a, b, rng.choice(["related_to", "supersedes", "depends_on"]))
+        Event = store.models.Event
+        for session in sessions:
+            for kind in ("created", "idle", "ending"):
+                status = "failed" if rng.random() < 0.05 else "done"
+                Event.create(adapter=rng.choice(AGENTS), session_id=session, kind=kind, status=status,
+                             attempts=1, last_error="LLM unreachable" if status == "failed" else None,
+                             detected_at=started + rng.random() * 90 * 86400)
+        RecallEvent = store.models.RecallEvent
+        RecallEvent.insert_many([{"memory": rng.choice(ids), "query_hash": "q", "rank": 1, "score": 0.5,
+                                  "origin": "search", "created_at": now()} for _ in range(count)]).execute()
+    related = store.relations_of([ids[0]])
+    anchor = related[0].source_id if related else ids[0]
+    return anchor, sessions[0]
+
+
+def timed(client, path: str, repeat: int) -> tuple[float, float]:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        response = client.get(path)
+        times.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 200, (path, response.status_code)
+    times.sort()
+    return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.95))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+
+    import httpx
+
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["LLMEM_HOME"] = home
+        Path(home, "config.yaml").write_text("embedding:\n  provider: none\nllm:\n  provider: none\n")
+        from llmem.app import App
+        from llmem.ui.server import ViewerServer, bind, create_app
+
+        app = App()
+        started = time.perf_counter()
+        anchor, session = build_store(app.store, args.memories, random.Random(7))
+        print(f"store: {args.memories} memories built in {time.perf_counter() - started:.1f} s")
+        sock = bind(0)
+        port = sock.getsockname()[1]
+        server = ViewerServer(create_app(app, port=port, token="bench"), sock).start()
+        word = app.store.get(anchor).content.split()[0]
+        pages = ["/", "/memories", "/memories?type=decision", "/memories?validity=valid",
+                 "/memories?page=100", f"/memories?q={word}", f"/memories?q={word}+zzz&type=fact",
+                 f"/memories/{anchor}", f"/memories/{anchor}/edit", "/sessions", "/sessions?agent=codex",
+                 f"/sessions/{session}"]
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                client.get("/", params={"token": "bench"})
+                print(f"{'page':<48} {'median ms':>10} {'p95 ms':>8}")
+                for path in pages:
+                    median, p95 = timed(client, path, args.repeat)
+                    print(f"{path[:48]:<48} {median:>10.1f} {p95:>8.1f}")
+        finally:
+            server.stop()
+            app.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Dreams: the runs with their counts per phase and undo, the diary (and DREAMS.md), the HTML
+report served sandboxed, the proposed changes with accept/reject recorded, and the promotion
+candidates with every signal and gate, and promote."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+
+from ...dream import DreamLock, DreamLocked, dream_status, undo_run
+from ...dream.journal import action_counts, find_run, new_run_id
+from ...dream.promote import candidates
+from ...dream.review import DECISIONS, list_proposals, record_decision, reviewer
+from ...errors import UsageError
+from ..web import form, redirect, render, store, viewer
+
+log = logging.getLogger(__name__)
+
+NAV = ("Dreams", "/dreams")
+
+RUNS = 30  # runs listed
+CANDIDATES = 50  # promotion candidates listed, best first
+TEXT_TAIL = 60_000  # characters of the diary shown (its newest entries are at the end)
+# The report is a document of its own with inline CSS: it gets a sandbox (a unique origin,
+# no script, no form, no plugin) instead of the pages' policy, and loads nothing.
+REPORT_CSP = ("sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; "
+              "form-action 'none'; frame-ancestors 'none'; base-uri 'none'")
+
+
+def _tail(path: Path) -> tuple[str | None, bool]:
+    """The end of a text file (None when absent) and whether its start was cut off."""
+    if not path.is_file():
+        return None, False
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if len(text) <= TEXT_TAIL:
+        return text, False
+    return text[-TEXT_TAIL:], True
+
+
+def dreams_md_path(config) -> Path | None:
+    """DREAMS.md beside the diary, as the dream writes it (a lower-case dreams.md also counts)."""
+    folder = config.diary_path.parent
+    for name in ("DREAMS.md", "dreams.md"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def dreams_page(request):
+    current_store, config = store(request), viewer(request).llmem.config
+    DreamRun = current_store.models.DreamRun
+    runs = list(DreamRun.select().order_by(DreamRun.started_at.desc()).limit(RUNS))
+    counts = {run.id: action_counts(current_store, run.id) for run in runs}
+    status = dream_status(current_store, config, recent=0)
+    diary, diary_cut = _tail(config.diary_path)
+    dreams_md = dreams_md_path(config)
+    dreams_text, dreams_cut = _tail(dreams_md) if dreams_md else (None, False)
+    proposals_path = config.paths.proposed_changes_path
+    ranked = candidates(current_store, config.values["dream"])
+    report_path = config.values["dream"].get("report_path")
+    return render(request, "dreams.html", runs=runs, counts=counts, status=status,
+                  diary=diary, diary_cut=diary_cut, diary_path=config.diary_path,
+                  dreams_md=dreams_md, dreams_text=dreams_text, dreams_cut=dreams_cut,
+                  proposals=list_proposals(current_store.db, proposals_path),
+                  proposals_path=proposals_path,
+                  candidates=[c.as_dict() for c in ranked[:CANDIDATES]], candidate_total=len(ranked),
+                  ready=sum(1 for c in ranked if c.passes),
+                  report_file=Path(report_path).expanduser() if report_path else None)
+
+
+def undo(request):
+    """GET: what undoing the run will do, asked once. POST: undo it, as `llmem dream undo`."""
+    current_store = store(request)
+    run = find_run(current_store, request.path_params["run_id"])
+    if request.method == "GET":
+        total = sum(sum(kinds.values()) for kinds in action_counts(current_store, run.id).values())
+        return render(request, "confirm.html", question=f"Undo {run.kind} run {run.id}?",
+                      subject=f"{run.kind} run {run.id}, {run.status}, phases {run.phases or '–'}: "
+                              f"{total} journaled change{'' if total == 1 else 's'}",
+                      detail="Every memory it changed is restored as it was, what it created is "
+                             "removed, its files are put back unless edited since. Later runs "
+                             "that touched the same memories must be undone first.",
+                      action=f"/dreams/runs/{run.id}/undo", fields=[], button="Undo this run",
+                      back="/dreams")
+    try:
+        with DreamLock(current_store.db, new_run_id(), what="undo"):
+            result = undo_run(current_store, run.id)
+    except DreamLocked as exc:
+        return redirect(request, "/dreams", f"Not undone: {exc.message}", "error")
+    message = (f"Undid run {result.run_id}: {result.restored} memory rows restored, {result.deleted} "
+               f"created memories removed, {result.unlinked} relations removed, {result.files} files restored")
+    if result.skipped_files:
+        message += f"; left as they are (edited since the run): {', '.join(result.skipped_files)}"
+    return redirect(request, f"/dreams#run-{result.run_id}", message)
+
+
+def report(request):
+    """The dream report, sandboxed: the file dream.report_path names when it exists (the last
+    applied run's), else (or with ?preview=1) a preview of what a dream would do now."""
+    from ...dream import run_dream
+    from ...dream.report import render_report
+
+    current_store, config = store(request), viewer(request).llmem.config
+    configured = config.values["dream"].get("report_path")
+    path = Path(configured).expanduser() if configured else None
+    if path is not None and path.is_file() and not request.query_params.get("preview"):
+        html = path.read_text(encoding="utf-8", errors="replace")
+    else:
+        # A preview writes nothing and asks no LLM (run_dream without apply only plans).
+        html = render_report(current_store, run_dream(current_store, config, apply=False))
+    return HTMLResponse(html, headers={"content-security-policy": REPORT_CSP})
+
+
+def decide(request):
+    """Record accept or reject of a proposed change: nothing is applied to any skill."""
+    fields = form(request)
+    decision = request.path_params["decision"]
+    if decision not in ("accept", "reject"):
+        raise UsageError(f"unknown decision {decision!r}", hint="accept or reject")
+    verdict = DECISIONS[0] if decision == "accept" else DECISIONS[1]
+    client = request.client.host if request.client else "?"
+    made = record_decision(store(request), viewer(request).llmem.config.paths.proposed_changes_path,
+                           fields.get("proposal", ""), verdict,
+                           by=f"{reviewer('llmem ui')} from {client}", note=fields.get("note", ""))
+    tail = " Nothing was applied: add it to your skill by hand." if verdict == "accepted" else ""
+    return redirect(request, f"/dreams#proposal-{made.proposal_id}",
+                    f"Recorded: {made.proposal_id} {made.decision}.{tail}")
+
+
+def promote(request):
+    """Promote every candidate past the gates, as `llmem promote --apply` (undo from the runs)."""
+    from ...dream.sweep import run_promote
+
+    try:
+        outcome = run_promote(store(request), viewer(request).llmem.config, apply=True)
+    except DreamLocked as exc:
+        return redirect(request, "/dreams", f"Not promoted: {exc.message}", "error")
+    if not outcome.applied:
+        return redirect(request, "/dreams#promotion", "No memory passes every gate: nothing promoted")
+    return redirect(request, f"/dreams#run-{outcome.run_id}",
+                    f"Promoted {len(outcome.chosen)} memories to core (run {outcome.run_id}, undo from its row)")
+
+
+ROUTES = [
+    Route("/dreams", dreams_page),
+    Route("/dreams/report", report),
+    Route("/dreams/runs/{run_id}/undo", undo, methods=["GET", "POST"]),
+    Route("/dreams/proposals/{decision}", decide, methods=["POST"]),
+    Route("/dreams/promote", promote, methods=["POST"]),
+]

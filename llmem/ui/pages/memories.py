@@ -1,0 +1,267 @@
+"""Memories: the list with filters, search with the score breakdown, one memory's page, and
+its actions (edit, correct, invalidate, delete) through the same Store methods as the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import peewee as pw
+from starlette.routing import Route
+
+from ...db.models import MEMORY_TYPES
+from ...errors import EmbedderUnavailable, UsageError
+from ...times import now
+from ..web import form, page_number, redirect, render, store, viewer
+
+NAV = ("Memories", "/memories")
+
+PAGE_SIZE = 50
+SEARCH_LIMIT = 30
+# validity filter -> what it keeps: "current" is the CLI's default (not invalidated), "valid"
+# is `--valid-only` (expired and superseded dropped too), "invalid" only the invalidated.
+VALIDITY = ("current", "valid", "invalid", "all")
+# How many rows of a memory's journal, recalls and second-hop neighbours its page shows.
+DETAIL_ROWS = 50
+
+
+def _choice(value: str | None, choices, default=None):
+    return value if value in choices else default
+
+
+def _filters(request) -> dict:
+    params = request.query_params
+    return {"q": (params.get("q") or "").strip(), "type": _choice(params.get("type"), MEMORY_TYPES),
+            "project": params.get("project") or None,
+            "validity": _choice(params.get("validity"), VALIDITY, "current"), "page": page_number(request)}
+
+
+def _validity_clause(Memory, Relation, validity: str, at: float):
+    if validity == "all":
+        return None
+    if validity == "invalid":
+        return Memory.invalidated_at.is_null(False)
+    clause = Memory.invalidated_at.is_null()
+    if validity == "valid":
+        Newer = Memory.alias()
+        superseded = (Relation.select(Relation.id).join(Newer, on=(Relation.source == Newer.id))
+                      .where((Relation.target == Memory.id) & (Relation.type == "supersedes")
+                             & Newer.invalidated_at.is_null()))
+        clause &= (Memory.valid_until.is_null() | (Memory.valid_until > at)) & ~pw.fn.EXISTS(superseded)
+    return clause
+
+
+def _listing(current_store, chosen: dict) -> tuple[list, int]:
+    Memory, Relation = current_store.models.Memory, current_store.models.Relation
+    query = Memory.select()
+    clauses = [c for c in (
+        Memory.type == chosen["type"] if chosen["type"] else None,
+        Memory.project == chosen["project"] if chosen["project"] else None,
+        _validity_clause(Memory, Relation, chosen["validity"], now())) if c is not None]
+    for clause in clauses:
+        query = query.where(clause)
+    total = query.count()
+    rows = list(query.order_by(Memory.created_at.desc(), Memory.seq.desc())
+                .paginate(chosen["page"], PAGE_SIZE))
+    return rows, total
+
+
+def _search(request, chosen: dict):
+    """The CLI's search (`llmem search --explain`): the same Searcher and options, but a person
+    reading results is not an agent recalling them, so no access or recall is recorded."""
+    from ...search import Searcher
+
+    llmem = viewer(request).llmem
+    validity = chosen["validity"]
+    opts = llmem.search_options(limit=SEARCH_LIMIT, memory_type=chosen["type"],
+                                project=chosen["project"], include_invalid=validity in ("invalid", "all"),
+                                valid_only=validity == "valid", track=False)
+    embedder = llmem.embedder if llmem.embedder.available else None
+    result = Searcher(llmem.store, embedder).search(chosen["q"], opts)
+    if validity == "invalid":
+        result.hits = [h for h in result.hits if h.memory.invalidated_at is not None]
+    return result, [_breakdown(hit, opts.blend, opts.rrf_k) for hit in result.hits]
+
+
+# Width in pixels of a score of 1.0 in the breakdown bar.
+BAR_WIDTH = 240
+
+
+def _breakdown(hit, blend: float, rrf_k: int) -> dict:
+    """What the final score is made of, as the bar draws it: the lexical and semantic shares
+    of the fused rank (weighted 1 - blend) and the memory's own signal (weighted blend)."""
+    parts = {"fts": 1.0 / (rrf_k + hit.fts_rank) if hit.fts_rank else 0.0,
+             "vec": 1.0 / (rrf_k + hit.vec_rank) if hit.vec_rank else 0.0}
+    fused = sum(parts.values())
+    shares = {name: (hit.rrf_norm * part / fused if fused else 0.0) * (1 - blend)
+              for name, part in parts.items()}
+    shares["sig"] = hit.signal * blend
+    segments, left = [], 0.0
+    for name in ("fts", "vec", "sig"):
+        width = shares[name] * BAR_WIDTH
+        segments.append({"name": name, "x": round(left, 2), "width": round(width, 2),
+                         "share": shares[name]})
+        left += width
+    return {"segments": segments, "components": hit.explain(), "bar_width": BAR_WIDTH}
+
+
+def memories(request):
+    current_store = store(request)
+    chosen = _filters(request)
+    Memory = current_store.models.Memory
+    projects = [row[0] for row in Memory.select(Memory.project).where(Memory.project.is_null(False))
+                .distinct().order_by(Memory.project).tuples()]
+    context = {"chosen": chosen, "types": MEMORY_TYPES, "projects": projects,
+               "validities": VALIDITY, "page_size": PAGE_SIZE}
+    if chosen["q"]:
+        result, breakdowns = _search(request, chosen)
+        return render(request, "memories.html", result=result,
+                      results=list(zip(result.hits, breakdowns, strict=True)), **context)
+    rows, total = _listing(current_store, chosen)
+    return render(request, "memories.html", result=None, rows=rows, total=total, **context)
+
+
+def _memory_or_404(request):
+    return store(request).get(request.path_params["memory_id"])
+
+
+def _neighbours(current_store, memory) -> tuple[list[dict], list[dict]]:
+    """The memory's relations with the memory at the other end, then the relations of those
+    neighbours that lead further (second hop), each once."""
+    Memory = current_store.models.Memory
+    relations = current_store.relations_of([memory.id])
+    ends = {r.target_id if r.source_id == memory.id else r.source_id for r in relations}
+    by_id = {m.id: m for m in Memory.select().where(Memory.id.in_(list(ends)))} if ends else {}
+    first = [{"relation": r, "outgoing": r.source_id == memory.id,
+              "other": by_id.get(r.target_id if r.source_id == memory.id else r.source_id)}
+             for r in relations]
+    seen = ends | {memory.id}
+    second, further = [], set()
+    for relation in current_store.relations_of(list(ends))[: DETAIL_ROWS * 4]:
+        for near, far in ((relation.source_id, relation.target_id), (relation.target_id, relation.source_id)):
+            if near in ends and far not in seen and far not in further:
+                further.add(far)
+                second.append({"relation": relation, "via": near, "far_id": far})
+    second = second[:DETAIL_ROWS]
+    far_memories = ({m.id: m for m in Memory.select().where(Memory.id.in_([s["far_id"] for s in second]))}
+                    if second else {})
+    for entry in second:
+        entry["other"] = far_memories.get(entry["far_id"])
+    return first, second
+
+
+# Columns a journaled write re-derives from the text, and its clock: not what the run chose.
+_DERIVED = {"hints", "embed_hash", "content_hash", "updated_at"}
+
+
+def _journal(current_store, memory) -> list[dict]:
+    """The runs' writes to this memory, newest first, each with the fields it changed."""
+    DreamAction, DreamRun = current_store.models.DreamAction, current_store.models.DreamRun
+    actions = (DreamAction.select(DreamAction, DreamRun).join(DreamRun)
+               .where(DreamAction.memory_id == memory.id)
+               .order_by(DreamAction.created_at.desc(), DreamAction.id.desc()).limit(DETAIL_ROWS))
+    entries = []
+    for action in actions:
+        before, after = action.before or {}, action.after or {}
+        changes = [(name, before.get(name), value) for name, value in sorted(after.items())
+                   if name not in _DERIVED and isinstance(before, dict) and before.get(name) != value]
+        entries.append({"action": action, "run": action.run, "changes": changes})
+    return entries
+
+
+def memory_page(request):
+    current_store = store(request)
+    memory = _memory_or_404(request)
+    RecallEvent = current_store.models.RecallEvent
+    relations, second_hop = _neighbours(current_store, memory)
+    journal = _journal(current_store, memory)
+    recalls = RecallEvent.select().where(RecallEvent.memory == memory.id)
+    return render(request, "memory.html", memory=memory, relations=relations, second_hop=second_hop,
+                  journal=journal, recall_count=recalls.count(),
+                  recalls=list(recalls.order_by(RecallEvent.created_at.desc()).limit(DETAIL_ROWS)),
+                  metadata=json.dumps(memory.metadata or {}, indent=2, ensure_ascii=False, sort_keys=True),
+                  types=MEMORY_TYPES)
+
+
+def _embed_now(request, memory) -> str:
+    """Embed a memory whose text changed, as `llmem add`/`update` do; when the embedder is
+    down it stays pending for the worker's embed_pending. Returns a note for the flash."""
+    from ...vectors import embed_memories
+
+    llmem = viewer(request).llmem
+    if not llmem.embedder.available:
+        return ""
+    try:
+        embed_memories(llmem.store, llmem.embedder, [memory])
+    except EmbedderUnavailable as exc:
+        return f" (not embedded yet: {exc.message})"
+    return ""
+
+
+def _page_of(memory) -> str:
+    return f"/memories/{memory.id}"
+
+
+def edit(request):
+    memory = _memory_or_404(request)
+    if request.method == "GET":
+        return render(request, "memory_edit.html", memory=memory, types=MEMORY_TYPES)
+    fields = form(request)
+    content = fields.get("content", "")
+    summary = fields.get("summary", "")
+    try:
+        confidence = float(fields.get("confidence", memory.confidence))
+    except ValueError:
+        raise UsageError(f"confidence {fields.get('confidence')!r} is not a number",
+                         hint="use a number from 0.0 to 1.0") from None
+    memory_type = _choice(fields.get("type"), MEMORY_TYPES, memory.type)
+    text_changed = content.strip() != memory.content or (summary.strip() or None) != memory.summary
+    updated = store(request).update(memory.id, content=content, summary=summary, confidence=confidence,
+                                    memory_type=memory_type)
+    note = _embed_now(request, updated) if text_changed else ""
+    return redirect(request, _page_of(updated), f"Saved {updated.id[:8]}{note}")
+
+
+def correct(request):
+    memory = _memory_or_404(request)
+    if request.method == "GET":
+        return render(request, "memory_correct.html", memory=memory)
+    fields = form(request)
+    newer = store(request).supersede(memory.id, fields.get("content", ""), reason=fields.get("reason"))
+    note = _embed_now(request, newer)
+    return redirect(request, _page_of(newer), f"{newer.id[:8]} now supersedes {memory.id[:8]}, "
+                    f"which is invalidated{note}")
+
+
+def invalidate(request):
+    memory = _memory_or_404(request)
+    if memory.invalidated_at is not None:
+        reason = (memory.metadata or {}).get("invalidation_reason") or "no reason recorded"
+        return redirect(request, _page_of(memory), f"Already invalidated ({reason}); left as it was",
+                        "error")
+    if request.method == "GET":
+        return render(request, "confirm.html", question="Invalidate this memory?", subject=memory.content,
+                      detail="It stays for reference; search and the session context no longer use it.",
+                      action=f"{_page_of(memory)}/invalidate", fields=[("reason", "Why it no longer holds")],
+                      button="Invalidate", back=_page_of(memory))
+    store(request).invalidate(memory.id, form(request).get("reason", ""))
+    return redirect(request, _page_of(memory), f"Invalidated {memory.id[:8]}")
+
+
+def delete(request):
+    memory = _memory_or_404(request)
+    if request.method == "GET":
+        return render(request, "confirm.html", question="Delete this memory for good?", subject=memory.content,
+                      detail="Its relations, vector and recalls go with it. Invalidating keeps it for reference.",
+                      action=f"{_page_of(memory)}/delete", fields=[], button="Delete", back=_page_of(memory))
+    deleted = store(request).delete(memory.id)
+    return redirect(request, "/memories", f"Deleted {deleted[:8]}")
+
+
+ROUTES = [
+    Route("/memories", memories),
+    Route("/memories/{memory_id}", memory_page),
+    Route("/memories/{memory_id}/edit", edit, methods=["GET", "POST"]),
+    Route("/memories/{memory_id}/correct", correct, methods=["GET", "POST"]),
+    Route("/memories/{memory_id}/invalidate", invalidate, methods=["GET", "POST"]),
+    Route("/memories/{memory_id}/delete", delete, methods=["GET", "POST"]),
+]

@@ -1,0 +1,117 @@
+"""Build the viewer's ASGI app and serve it on 127.0.0.1 with uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from ..errors import LlmemError, NotFound, UsageError, store_failure
+from . import pages
+from .security import Guard
+from .web import QueueAccess, Viewer, render
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"  # never anything else: the viewer is for this machine's user alone
+
+
+def create_app(llmem: App, *, port: int, token: str | None = None,
+               queue: QueueAccess | None = None) -> Guard:
+    """The viewer for `llmem`'s store, answering on 127.0.0.1:`port` with `token`.
+
+    `queue` comes from the CLI (the library does not import the queue); without it the
+    pages that would enqueue say that no queue is attached.
+    """
+    token = token or secrets.token_urlsafe(32)
+    csrf_token = secrets.token_urlsafe(32)
+    app = Starlette(
+        routes=[*pages.routes(),
+                Mount("/static", StaticFiles(packages=[("llmem.ui", "static")]), name="static")],
+        exception_handlers={LlmemError: _llmem_error, 500: _server_error})
+    app.state.viewer = Viewer(llmem=llmem, queue=queue, token=token, csrf_token=csrf_token,
+                              navigation=pages.navigation(), flashes=OrderedDict())
+    return Guard(app, token=token, csrf_token=csrf_token, port=port)
+
+
+def _llmem_error(request, exc: LlmemError):
+    status = 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, UsageError) else 500
+    return render(request, "error.html", status_code=status, message=exc.message, hint=exc.hint)
+
+
+def _server_error(request, exc: Exception):
+    """A SQLite failure said as what it means for the store (busy, full, read-only), else a
+    plain failure; the traceback goes to the log, not the page."""
+    said = store_failure(exc, request.app.state.viewer.llmem.config.db_path)
+    if said is None:
+        log.exception("llmem ui: %s %s failed", request.method, request.url.path, exc_info=exc)
+        return render(request, "error.html", status_code=500,
+                      message=f"unexpected failure: {exc.__class__.__name__}", hint="see `llmem logs`")
+    return render(request, "error.html", status_code=503, message=said.message, hint=said.hint)
+
+
+def bind(port: int) -> socket.socket:
+    """A listening socket on 127.0.0.1:`port` (0: a free port, read back from the socket)."""
+    # IPPROTO_TCP said outright: asyncio sets TCP_NODELAY only on sockets whose proto says
+    # TCP, and without it every keep-alive response after the first waited ~40 ms (Nagle
+    # holding the body until the browser's delayed ACK of the headers).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((HOST, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {HOST}:{port}: {exc.strerror}",
+                         hint="pick another --port, or --port 0 for a free one") from None
+    sock.listen(128)
+    return sock
+
+
+def url_of(sock: socket.socket, token: str) -> str:
+    return f"http://{HOST}:{sock.getsockname()[1]}/?token={token}"
+
+
+class ViewerServer:
+    """uvicorn serving `asgi` on an already listening socket, in this thread or another."""
+
+    def __init__(self, asgi, sock: socket.socket):
+        import uvicorn
+
+        self.sock = sock
+        # No access log and nothing below warnings: `llmem ui` prints its URL and nothing else.
+        config = uvicorn.Config(asgi, log_level="warning", access_log=False, lifespan="off",
+                                server_header=False)
+        self.server = uvicorn.Server(config)
+        # A streaming response (the Queue page's log tail) never ends by itself, and uvicorn's
+        # shutdown waits for every response: the stream asks this between polls and ends.
+        asgi.app.state.stopping = lambda: self.server.should_exit
+        self.thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        """Serve until Ctrl-C or SIGTERM (uvicorn handles both in the main thread)."""
+        try:
+            self.server.run(sockets=[self.sock])
+        except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it stopped on: a normal stop
+            pass
+
+    def start(self) -> ViewerServer:
+        """Serve from a daemon thread (beside `llmem run`'s consumer)."""
+        self.thread = threading.Thread(target=self.run, name="llmem-ui", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.server.should_exit = True
+        if self.thread is not None:
+            self.thread.join(timeout)
+        self.sock.close()

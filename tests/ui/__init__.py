@@ -1,0 +1,1 @@
+"""The web viewer's tests (a package, so its conftest does not shadow tests/conftest.py)."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Hook latency: fresh-process `llmem hook --type created` and `llmem context`, an MCP search
-round trip (`llmem mcp`: first result from spawn, then warm), and extraction overhead on a
-2,000-message transcript with a stub LLM (time outside the LLM).
+"""Hook latency: fresh-process `llmem hook --type created` and `llmem context` (Copilot and Claude
+Code hook forms), an MCP search round trip (`llmem mcp`: first result from spawn, then warm), and
+extraction overhead on a 2,000-message transcript with a stub LLM (time outside the LLM).
 
 Prints figures; it is not a test. Everything lives in a temporary LLMEM_HOME. Example:
     python bench/hooks.py
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fakes import StubLLM  # noqa: E402
-from session_writers import copilot_session  # noqa: E402
+from session_writers import ClaudeSession, copilot_session  # noqa: E402
 
 PROJECT = "/home/dev/acme-api"
 SESSION = "ses-bench-start"
@@ -87,15 +88,28 @@ def time_command(args: list[str], runs: int, env: dict, stdin: str | None = None
     return timings
 
 
-def bench_processes(runs: int, env: dict) -> None:
+def claude_payload(session: ClaudeSession, event: str, **extra) -> str:
+    """The JSON Claude Code gives a hook on stdin (CLAUDE-CODE.md §3.4)."""
+    return json.dumps({"session_id": session.id, "transcript_path": str(session.path), "cwd": session.cwd,
+                       "hook_event_name": event, **extra})
+
+
+CLAUDE_HOOK = ["hook", "--adapter", "claude", "--format", "claude", "--type"]
+
+
+def bench_processes(runs: int, env: dict, claude: ClaudeSession) -> None:
     llmem = [sys.executable, "-m", "llmem"]
     start_payload = json.dumps({"sessionId": SESSION, "cwd": PROJECT, "source": "new"})
+    claude_start = claude_payload(claude, "SessionStart", source="startup")
     cases = [
         ("python -c pass (interpreter floor)", [sys.executable, "-c", "pass"], None),
         ("llmem --help", [*llmem, "--help"], None),
         ("hook --type created (session known)", [*llmem, "hook", "--type", "created", "--session-id", SESSION], None),
         ("hook --type created (unknown session)", [*llmem, "hook", "--type", "created", "--session-id", "ses-nope"], None),
         ("hook created, Copilot JSON on stdin", [*llmem, "hook", "--type", "created", "--format", "copilot"], start_payload),
+        ("Claude SessionStart → created", [*llmem, *CLAUDE_HOOK, "created"], claude_start),
+        ("Claude Stop → idle (no worker: detach)", [*llmem, *CLAUDE_HOOK, "idle"],
+         claude_payload(claude, "Stop", stop_hook_active=False)),
         ("context --session-id (known)", [*llmem, "context", "--session-id", SESSION], None),
         ("context --compacting", [*llmem, "context", "--session-id", SESSION, "--compacting"], None),
         ("hook --type idle --detach (returns)", [*llmem, "hook", "--type", "idle", "--session-id", SESSION, "--detach"], None),
@@ -118,6 +132,17 @@ def bench_processes(runs: int, env: dict) -> None:
         timings.append((time.perf_counter() - started) * 1000)
     timings = timings[1:]  # the first run warms the page cache
     label = "hook --type idle (worker alive: enqueue)"
+    print(f"{label:<42} {statistics.median(timings):7.1f} {percentile(timings, 0.95):7.1f} {min(timings):7.1f}")
+    timings = []
+    for _ in range(runs + 1):  # a new session id each time: every Stop records and enqueues
+        claude.id = str(uuid.uuid4())
+        payload = claude_payload(claude, "Stop", stop_hook_active=False)
+        started = time.perf_counter()
+        subprocess.run([*llmem, *CLAUDE_HOOK, "idle"], input=payload, text=True, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        timings.append((time.perf_counter() - started) * 1000)
+    timings = timings[1:]
+    label = "Claude Stop → idle (worker alive: enqueue)"
     print(f"{label:<42} {statistics.median(timings):7.1f} {percentile(timings, 0.95):7.1f} {min(timings):7.1f}")
 
 
@@ -212,6 +237,7 @@ def main() -> None:
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         os.environ["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
         os.environ.pop("LLMEM_CONFIG", None)
+        os.environ.pop("CLAUDE_CONFIG_DIR", None)  # the sessions measured are the ones written here
         server = None
         embedding = "embedding:\n  provider: none\n"
         if args.fake_embedder:
@@ -219,15 +245,20 @@ def main() -> None:
 
             server = FakeModelServer().start()
             embedding = f"embedding:\n  provider: ollama\n  base_url: {server.url}\n"
+        claude_dir = Path(tmp) / "claude"
         (home / "config.yaml").write_text(
             embedding + "llm:\n  provider: none\n"
-            f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n")
+            f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n"
+            f"  claude:\n    config_dir: {claude_dir}\n")
         start = copilot_session(state_dir, SESSION, cwd=PROJECT)
         start.user("Why does test_list_orders_paginates fail intermittently? The cursor ordering "
                    "looks wrong when created_at ties.")
         try:
             seed_store(args.memories, random.Random(1))
-            bench_processes(args.runs, dict(os.environ))
+            claude = ClaudeSession(claude_dir, cwd=PROJECT)
+            claude.turn("Why does test_list_orders_paginates fail intermittently? The cursor ordering "
+                        "looks wrong when created_at ties.", "The sort key is not unique.")
+            bench_processes(args.runs, dict(os.environ), claude)
             bench_mcp(args.mcp_searches, dict(os.environ))
             bench_extraction(args.messages, state_dir)
         finally:

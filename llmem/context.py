@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .capture.markers import (
     CHARS_PER_TOKEN,
@@ -93,17 +92,6 @@ class ContextBlock:
 
 
 # ---- the session ------------------------------------------------------------------------
-
-def project_root_of(directory: str | None) -> str | None:
-    """The repository root holding `directory` (the nearest parent with .git), else itself."""
-    if not directory:
-        return None
-    path = Path(directory).expanduser()
-    for candidate in (path, *path.parents):
-        if (candidate / ".git").exists():
-            return str(candidate)
-    return str(path)
-
 
 def read_session(app, session_id: str | None, adapter_name: str | None = None) -> SessionView:
     """Title, project and recent user text of a session; never raises (unknown → empty view)."""
@@ -373,6 +361,26 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
     memory_ids = [memory_id for group in ids.values() for memory_id in group]
     return ContextBlock(text, session_id, project, view.found, compacting, max_tokens,
                         memory_ids, ids)
+
+
+def cut_block(text: str, max_chars: int) -> str:
+    """The block within `max_chars` (an agent's cap on injected text): whole memory lines are
+    dropped from the end, a section left without lines goes too, and the block stays closed."""
+    if len(text) <= max_chars:
+        return text
+    lines = text.removesuffix(CLOSE_MARKER).rstrip("\n").split("\n")
+    kept: list[str] = []
+    used = len(CLOSE_MARKER)
+    for line in lines:
+        if used + len(line) + 1 > max_chars:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    while kept and (not kept[-1].strip() or kept[-1].startswith("### ")):
+        kept.pop()
+    if not kept:
+        return ""  # not even the opening line fits: better no block than a broken one
+    return "\n".join(kept) + "\n" + CLOSE_MARKER
 
 
 def build_context(app, session_id: str | None = None, *, compacting: bool = False,

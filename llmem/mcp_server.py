@@ -31,8 +31,9 @@ from .capture.heuristics import Candidate
 from .capture.introspect import CATEGORIES, introspect_manual
 from .capture.introspect import learn as learn_lesson
 from .capture.markers import CHARS_PER_TOKEN
-from .context import assemble_context, project_root_of
+from .context import assemble_context
 from .errors import EmbedderUnavailable, LlmemError, UsageError, store_failure
+from .paths import project_root_of
 from .search import Searcher
 from .store import check_confidence, check_type, content_hash, memory_to_dict
 

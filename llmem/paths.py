@@ -166,3 +166,17 @@ def _write_atomically(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def project_root_of(directory: str | None) -> str | None:
+    """The repository root holding `directory` (the nearest parent with .git), else itself.
+
+    Here rather than in context.py: a Claude Code or Copilot hook maps its stdin `cwd` to the
+    project on every turn, and importing context costs such a hook ~25 ms."""
+    if not directory:
+        return None
+    path = Path(directory).expanduser()
+    for candidate in (path, *path.parents):
+        if (candidate / ".git").exists():
+            return str(candidate)
+    return str(path)

@@ -3,7 +3,9 @@
 CopilotSession appends to `session-state/<id>/events.jsonl` (parentId chain, ISO timestamps),
 keeps `workspace.yaml` and the `inuse.<pid>.lock` file. OpenCodeStore owns an `opencode.db` in
 the 1.18.33 schema and writes it through its own connection with OpenCode's pragmas, one
-transaction per projector step, as the OpenCode process would. Every write method returns the
+transaction per projector step, as the OpenCode process would. ClaudeSession appends to
+`projects/<encoded-cwd>/<id>.jsonl` (formats/CLAUDE-CODE.md, the shapes of its fixture), writes
+subagent transcripts beside it and the `sessions/<pid>.json` registry. Every write method returns the
 wall-clock time (epoch seconds) at which the write became visible to a reader.
 """
 
@@ -519,3 +521,233 @@ def _bash_part(command: str, output: str, now: int) -> dict:
 def _step_finish() -> dict:
     return {"type": "step-finish", "reason": "stop", "cost": 0.0021,
             "tokens": {"input": 1200, "output": 80, "reasoning": 0, "cache": {"read": 0, "write": 0}}}
+
+
+# ---- Claude Code ------------------------------------------------------------------------------
+
+CLAUDE_VERSION = "2.1.332"
+CLAUDE_MODEL = "claude-opus-5-5"
+
+
+def claude_project_dir_name(cwd: str) -> str:
+    """`<encoded-cwd>`: every character outside [A-Za-z0-9] becomes '-' (CLAUDE-CODE.md §1.1)."""
+    return "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in cwd)
+
+
+def _claude_usage() -> dict:
+    return {"input_tokens": 2410, "cache_creation_input_tokens": 640, "cache_read_input_tokens": 18250,
+            "output_tokens": 96, "service_tier": "standard"}
+
+
+class ClaudeSession:
+    """One Claude Code session under `config_dir` (CLAUDE-CODE.md §1–§2, the fixture's shapes).
+
+    Claude Code writes no transcript before the first prompt; each method appends what the
+    interactive CLI (entrypoint `cli`) writes for that step, in one write, chaining parentUuid.
+    `register()` keeps the live-process registry entry `sessions/<pid>.json` of §5.
+    """
+
+    def __init__(self, config_dir: Path, session_id: str | None = None, *, cwd: str = "/work/acme",
+                 branch: str = "main"):
+        self.config_dir = Path(config_dir)
+        self.id = session_id or str(uuid.uuid4())
+        self.cwd = cwd
+        self.branch = branch
+        self.folder = self.config_dir / "projects" / claude_project_dir_name(cwd)
+        self.path = self.folder / f"{self.id}.jsonl"
+        self.parent: str | None = None
+        self.prompt_id: str | None = None
+        self.pid: int | None = None
+
+    # -- lines
+
+    def envelope(self, kind: str, body: dict, *, at: float | None = None, parent: str | None = ...,
+                 **extra) -> dict:
+        """A conversational line: body first, then the common envelope in Claude Code's key order."""
+        line_id = str(uuid.uuid4())
+        line = {"parentUuid": self.parent if parent is ... else parent, "isSidechain": False, **body,
+                "type": kind, "uuid": line_id, "timestamp": iso(at), **extra, "userType": "external",
+                "entrypoint": "cli", "cwd": self.cwd, "sessionId": self.id, "version": CLAUDE_VERSION,
+                "gitBranch": self.branch}
+        self.parent = line_id
+        return line
+
+    def user_line(self, content, **extra) -> dict:
+        body = {"promptId": self.prompt_id} if self.prompt_id else {}
+        return self.envelope("user", body | {"message": {"role": "user", "content": content}}, **extra)
+
+    def assistant_line(self, block: dict, message_id: str, stop_reason: str, index: int = 0) -> dict:
+        message = {"id": message_id, "type": "message", "role": "assistant", "model": CLAUDE_MODEL,
+                   "content": [block], "stop_reason": stop_reason, "stop_sequence": None, "usage": _claude_usage()}
+        return self.envelope("assistant", {"message": message, "apiBlockIndex": index,
+                                           "requestId": "req_" + secrets.token_hex(12)})
+
+    def system_line(self, subtype: str, **fields) -> dict:
+        return self.envelope("system", {"subtype": subtype, **fields}, isMeta=False)
+
+    def write(self, *lines: dict | str) -> float:
+        """Append lines (dicts as compact JSON, strings as they are) in one write."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        text = "".join(line if isinstance(line, str) else json.dumps(line, separators=(",", ":")) + "\n"
+                       for line in lines)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(text)
+        return time.time()
+
+    # -- what the session does
+
+    def context_lines(self, block: str, source: str = "startup") -> list[dict]:
+        """The attachments a SessionStart hook answering with llmem's block leaves (§3.6)."""
+        answer = json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": block}})
+        success = self.envelope("attachment", {"attachment": {
+            "type": "hook_success", "hookName": f"SessionStart:{source}", "hookEvent": "SessionStart",
+            "content": "", "stdout": answer + "\n", "stderr": "", "exitCode": 0,
+            "command": "llmem hook --adapter claude --format claude --type created", "durationMs": 180}})
+        context = self.envelope("attachment", {"attachment": {
+            "type": "hook_additional_context", "content": [block], "hookName": "SessionStart",
+            "hookEvent": "SessionStart"}},
+            rendered=[{"content": f"<system-reminder>\nSessionStart hook additional context: {block}\n</system-reminder>"}],
+            renderedRole="system")
+        return [success, context]
+
+    def prompt_lines(self, text: str) -> list[dict]:
+        self.prompt_id = str(uuid.uuid4())
+        snapshot = {"type": "file-history-snapshot", "messageId": str(uuid.uuid4()),
+                    "snapshot": {"messageId": str(uuid.uuid4()), "trackedFileBackups": {}, "timestamp": iso()},
+                    "isSnapshotUpdate": False}
+        return [snapshot, self.user_line(text, permissionMode="default", origin={"kind": "human"},
+                                         promptSource="typed")]
+
+    def reply_lines(self, text: str, *, thinking: str | None = None, turn_done: bool = True) -> list[dict]:
+        """The final answer (one line per content block), then the turn-complete rows."""
+        message_id = "msg_" + secrets.token_hex(12)
+        blocks = ([{"type": "thinking", "thinking": thinking, "signature": "sig"}] if thinking else [])
+        blocks.append({"type": "text", "text": text})
+        lines = [self.assistant_line(block, message_id, "end_turn", index) for index, block in enumerate(blocks)]
+        if turn_done:
+            lines += self.turn_done_lines()
+        return lines
+
+    def turn_done_lines(self) -> list[dict]:
+        return [self.system_line("stop_hook_summary", hookCount=1, hookInfos=[], hookErrors=[],
+                                 preventedContinuation=False, stopReason="", hasOutput=False, level="suggestion"),
+                self.system_line("turn_duration", durationMs=3100, messageCount=4),
+                {"type": "last-prompt", "leafUuid": self.parent, "sessionId": self.id}]
+
+    def tool_lines(self, command: str, output: str, *, name: str = "Bash", text: str = "") -> list[dict]:
+        """A model call that runs a tool (text then tool_use lines), and the tool's result."""
+        message_id = "msg_" + secrets.token_hex(12)
+        call_id = "toolu_" + secrets.token_hex(12)
+        lines = [self.assistant_line({"type": "text", "text": text}, message_id, "tool_use")] if text else []
+        tool_use = self.assistant_line({"type": "tool_use", "id": call_id, "name": name,
+                                        "input": {"command": command}}, message_id, "tool_use", len(lines))
+        lines.append(tool_use)
+        lines.append(self.user_line([{"tool_use_id": call_id, "type": "tool_result", "content": output,
+                                      "is_error": False}],
+                                    toolUseResult={"stdout": output, "stderr": "", "interrupted": False},
+                                    sourceToolAssistantUUID=tool_use["uuid"]))
+        return lines
+
+    def turn(self, text: str, reply: str = "Done.", *, tool: tuple[str, str] | None = None) -> float:
+        """A whole interactive turn in one write: prompt, (tool step), answer, turn complete."""
+        lines = self.prompt_lines(text)
+        if tool is not None:
+            lines += self.tool_lines(*tool)
+        return self.write(*lines, *self.reply_lines(reply))
+
+    def prompt(self, text: str) -> float:
+        return self.write(*self.prompt_lines(text))
+
+    def reply(self, text: str, *, turn_done: bool = True) -> float:
+        return self.write(*self.reply_lines(text, turn_done=turn_done))
+
+    def subagent(self, prompt: str, report: str, *, description: str = "Survey") -> float:
+        """A background Agent launched, its sidechain transcript, then the task notification
+        turn that carries its report back to the parent (§2.4, §2.6)."""
+        agent_id = "a" + secrets.token_hex(8)
+        message_id = "msg_" + secrets.token_hex(12)
+        call_id = "toolu_" + secrets.token_hex(12)
+        tool_use = self.assistant_line({"type": "tool_use", "id": call_id, "name": "Agent",
+                                        "input": {"description": description, "prompt": prompt,
+                                                  "subagent_type": "Explore"}}, message_id, "tool_use")
+        launched = self.user_line([{"tool_use_id": call_id, "type": "tool_result", "content": [
+            {"type": "text", "text": f"Async agent launched successfully.\nagentId: {agent_id}"}]}],
+            toolUseResult={"isAsync": True, "status": "async_launched", "agentId": agent_id,
+                           "description": description, "prompt": prompt})
+        self.write(tool_use, launched, *self.reply_lines("I'll report back when the survey is done."))
+        self.write_sidechain(agent_id, prompt, report, call_id, description)
+        notification = (f"<task-notification>\n<task-id>{agent_id}</task-id>\n<tool-use-id>{call_id}</tool-use-id>\n"
+                        f"<status>completed</status>\n<summary>Agent \"{description}\" finished</summary>\n"
+                        f"<result>{report}</result>\n</task-notification>")
+        self.prompt_id = str(uuid.uuid4())
+        return self.write({"type": "queue-operation", "operation": "enqueue", "timestamp": iso(),
+                           "sessionId": self.id, "content": notification},
+                          {"type": "queue-operation", "operation": "dequeue", "timestamp": iso(), "sessionId": self.id},
+                          self.user_line(notification, permissionMode="default",
+                                         origin={"kind": "task-notification", "producer": "session-task"},
+                                         promptSource="system", turnOrigin="task_notification"),
+                          *self.reply_lines("The survey is back."))
+
+    def write_sidechain(self, agent_id: str, prompt: str, report: str, call_id: str, description: str) -> Path:
+        """`<session>/subagents/agent-<id>.jsonl` (every line isSidechain, the parent's sessionId)
+        and its `.meta.json`."""
+        folder = self.folder / self.id / "subagents"
+        folder.mkdir(parents=True, exist_ok=True)
+        first = str(uuid.uuid4())
+        common = {"agentId": agent_id, "userType": "external", "entrypoint": "cli", "cwd": self.cwd,
+                  "sessionId": self.id, "version": CLAUDE_VERSION, "gitBranch": self.branch}
+        lines = [
+            {"parentUuid": None, "isSidechain": True, "type": "user",
+             "message": {"role": "user", "content": prompt}, "uuid": first, "timestamp": iso(), **common},
+            {"parentUuid": first, "isSidechain": True, "type": "assistant",
+             "message": {"id": "msg_" + secrets.token_hex(12), "type": "message", "role": "assistant",
+                         "model": CLAUDE_MODEL, "content": [{"type": "text", "text": report}],
+                         "stop_reason": "end_turn", "stop_sequence": None, "usage": _claude_usage()},
+             "uuid": str(uuid.uuid4()), "timestamp": iso(), **common},
+        ]
+        path = folder / f"agent-{agent_id}.jsonl"
+        path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
+        (folder / f"agent-{agent_id}.meta.json").write_text(json.dumps(
+            {"agentType": "Explore", "description": description, "toolUseId": call_id, "spawnDepth": 1,
+             "model": CLAUDE_MODEL, "finished": True}))
+        return path
+
+    def compaction(self, summary: str) -> float:
+        """A manual /compact: boundary, summary, command echo lines, SessionStart:compact (§2.5)."""
+        leaf = self.parent
+        boundary = self.envelope("system", {"subtype": "compact_boundary", "content": "Conversation compacted",
+                                            "level": "info", "compactMetadata": {"trigger": "manual",
+                                                                                 "preTokens": 23870,
+                                                                                 "postTokens": 4120}},
+                                 parent=None, logicalParentUuid=leaf, isMeta=False)
+        self.prompt_id = str(uuid.uuid4())
+        summary_line = self.user_line(f"Session continued after compaction. Summary:\n{summary}",
+                                      isVisibleInTranscriptOnly=True, isCompactSummary=True)
+        caveat = self.user_line("<local-command-caveat>Output of a local slash command follows.</local-command-caveat>",
+                                isMeta=True)
+        echo = self.user_line("<command-name>/compact</command-name>\n<command-message>compact</command-message>\n"
+                              "<command-args></command-args>")
+        stdout = self.user_line("<local-command-stdout>Compacted</local-command-stdout>", repeatsCompactSummary=True)
+        return self.write(boundary, summary_line, caveat, echo, stdout)
+
+    def exit(self) -> float:
+        """A clean exit: the cost ledger row last, and the registry entry goes."""
+        written = self.write({"type": "cost-state", "sessionId": self.id, "totalCostUSD": 0.41,
+                              "totalDuration": 151300, "modelUsage": {}})
+        self.unregister()
+        return written
+
+    def register(self, pid: int | None = None) -> None:
+        """`sessions/<pid>.json`: the process holding the session (default: this process)."""
+        self.unregister()
+        self.pid = os.getpid() if pid is None else pid
+        registry = self.config_dir / "sessions"
+        registry.mkdir(parents=True, exist_ok=True)
+        (registry / f"{self.pid}.json").write_text(json.dumps(
+            {"pid": self.pid, "sessionId": self.id, "cwd": self.cwd, "startedAt": int(time.time() * 1000),
+             "version": CLAUDE_VERSION, "kind": "interactive", "entrypoint": "cli", "status": "idle"}))
+
+    def unregister(self) -> None:
+        if self.pid is not None:
+            (self.config_dir / "sessions" / f"{self.pid}.json").unlink(missing_ok=True)
+            self.pid = None

@@ -392,7 +392,7 @@ def test_detect_and_get_adapter(tmp_path, data_dir):
     assert none.list_sessions() == []
     with pytest.raises(NoTranscript, match="no_transcript"):
         none.read_transcript(MAIN)
-    with pytest.raises(AdapterError, match="unknown session adapter 'claude'.*auto, opencode"):
-        get_adapter("claude", **paths)
+    with pytest.raises(AdapterError, match="unknown session adapter 'windsurf'.*auto, opencode"):
+        get_adapter("windsurf", **paths)
     with pytest.raises(AdapterError, match="needs"):
         get_adapter("copilot")

@@ -11,7 +11,8 @@ import pytest
 
 from llmem.app import App
 from llmem.capture.markers import CLOSE_MARKER, OPEN_MARKER, estimate_tokens, strip_context_blocks
-from llmem.context import assemble_context, build_context, project_root_of
+from llmem.context import assemble_context, build_context
+from llmem.paths import project_root_of
 
 FIXTURES = Path(__file__).parent / "fixtures" / "copilot"
 SESSION = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"  # "Fix flaky pagination test" in /home/dev/acme-api

@@ -110,8 +110,8 @@ def test_enqueue_of_an_unknown_id_is_not_found(both_agents, cli):
 
 
 def test_enqueue_rejects_an_unknown_adapter(both_agents, cli):
-    code, _, err = cli("enqueue", "idle", COPILOT_ID, "--adapter", "claude")
-    assert code == 2 and "claude" in err
+    code, _, err = cli("enqueue", "idle", COPILOT_ID, "--adapter", "windsurf")
+    assert code == 2 and "windsurf" in err
 
 
 def test_introspect_a_copilot_session(both_agents, cli):
@@ -191,7 +191,7 @@ def test_the_worker_reads_the_session_an_event_names(both_agents, cli):
 @pytest.mark.parametrize("adapter, session_id, error", [
     ("opencode", COPILOT_ID, "not found"),  # what `auto` recorded before sessions were resolved
     ("copilot", UNKNOWN_ID, "not found"),
-    ("claude", COPILOT_ID, "unknown session adapter"),
+    ("windsurf", COPILOT_ID, "unknown session adapter"),  # an agent llmem does not read
 ])
 def test_an_event_that_can_never_succeed_fails_once(both_agents, cli, adapter, session_id, error):
     from llmem.app import App

@@ -31,8 +31,9 @@ from llmem.adapters.resolve import (
 )
 
 # The readers load on first use (PEP 562): a hook that only validates an id or detects the
-# adapter should not pay for importing both.
-_LAZY = {"CopilotAdapter": "llmem.adapters.copilot", "OpenCodeAdapter": "llmem.adapters.opencode"}
+# adapter should not pay for importing them all.
+_LAZY = {"ClaudeAdapter": "llmem.adapters.claude", "CopilotAdapter": "llmem.adapters.copilot",
+         "OpenCodeAdapter": "llmem.adapters.opencode"}
 
 
 def __getattr__(name: str):
@@ -47,6 +48,7 @@ __all__ = [
     "ADAPTER_NAMES",
     "CONFIG_CHOICES",
     "AdapterError",
+    "ClaudeAdapter",
     "CopilotAdapter",
     "Cursor",
     "InvalidSessionId",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from llmem.adapters.base import is_valid_session_id
@@ -40,13 +41,52 @@ def has_sessions(state_dir: str | Path) -> bool:
 
 
 def detect_adapter(
-    opencode_data_dir: str | Path | None, copilot_state_dir: str | Path | None
+    opencode_data_dir: str | Path | None, copilot_state_dir: str | Path | None,
+    claude_dir: str | Path | None = None,
 ) -> str:
-    """Pick `opencode`, `copilot` or `none` from what exists on disk (session.adapter: auto)."""
+    """Pick `opencode`, `copilot`, `claude` or `none` from what exists on disk (session.adapter: auto)."""
     if opencode_data_dir is not None:
         data_dir = Path(opencode_data_dir).expanduser()
         if find_databases(data_dir) or (data_dir / "storage").is_dir():
             return "opencode"
     if copilot_state_dir is not None and has_sessions(copilot_state_dir):
         return "copilot"
+    if claude_dir is not None and has_claude_projects(claude_dir):
+        return "claude"
     return "none"
+
+
+# ---- Claude Code (formats/CLAUDE-CODE.md §1)
+
+CLAUDE_PROJECTS_DIR = "projects"
+CLAUDE_SESSIONS_DIR = "sessions"
+
+
+def claude_config_dir(configured: str | Path) -> Path:
+    """Claude Code's config home: $CLAUDE_CONFIG_DIR when set (Claude Code itself obeys it),
+    else the configured folder (session.claude.config_dir)."""
+    from_env = os.environ.get("CLAUDE_CONFIG_DIR")
+    return Path(from_env or configured).expanduser()
+
+
+def has_claude_projects(config_dir: str | Path) -> bool:
+    """True if Claude Code's projects folder exists under its config home."""
+    return (Path(config_dir).expanduser() / CLAUDE_PROJECTS_DIR).is_dir()
+
+
+def claude_session_id(path: Path, projects_dir: Path) -> str | None:
+    """The session id of a main transcript `projects/<encoded-cwd>/<id>.jsonl`, else None.
+
+    Subagent transcripts (`<id>/subagents/agent-*.jsonl`, and the flat `agent-*.jsonl` of
+    versions before 2.1.2) and `tool-results/` files are never sessions of their own.
+    """
+    try:
+        parts = path.relative_to(projects_dir).parts
+    except ValueError:
+        return None
+    if len(parts) != 2 or not parts[1].endswith(".jsonl"):
+        return None
+    session_id = parts[1][: -len(".jsonl")]
+    if session_id.startswith("agent-") or not is_valid_session_id(session_id):
+        return None
+    return session_id

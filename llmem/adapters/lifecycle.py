@@ -1,6 +1,6 @@
 """Lifecycle moments (idle, compacting, just compacted, ending) read from transcripts alone.
 
-The rules are those of formats/FORMATS.md §3. They are pure functions of what the agent wrote
+The rules are those of formats/FORMATS.md §3 and CLAUDE-CODE.md §6. They are pure functions of what the agent wrote
 plus `now_ms`; a watcher calls them after each change and acts on what applies.
 """
 
@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from llmem.adapters.base import Transcript, TranscriptMessage, iso_to_ms
+from llmem.adapters.claude import is_sidechain, user_line_kind
 
 
 class Moment(StrEnum):
@@ -407,3 +408,141 @@ def copilot_lifecycle(
     # When idle, the newest turn event is the turn_end (or abort) that finished the reply.
     return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id,
                      reply_id=last_turn_id if idle else None, last_turn_id=last_turn_id)
+
+
+# ---------------------------------------------------------------- Claude Code (CLAUDE-CODE.md §6)
+
+# After an assistant line with a finished stop_reason, Claude Code writes only bookkeeping rows
+# (or a Stop hook makes the turn go on): wait this long without writes before calling it idle
+# when no turn_duration / stop_hook_summary line confirms it.
+CLAUDE_IDLE_DEBOUNCE_MS = 1500
+_CLAUDE_DONE_REASONS = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal"})
+# User lines the harness writes around a /compact or a local command: they move no turn.
+_CLAUDE_QUIET_USER_KINDS = frozenset({"summary", "meta", "command"})
+
+
+def _claude_main(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Lines of the main conversation: subagent (sidechain) lines are left out."""
+    return [line for line in lines if isinstance(line, dict) and not is_sidechain(line)]
+
+
+def _claude_blocks(line: dict[str, Any]) -> list[Any]:
+    message = line.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, list) else []
+
+
+def claude_turn(lines: Sequence[dict[str, Any]]) -> tuple[str, str | None]:
+    """("idle" | "idle_confirmed" | "busy" | "waiting", and the reply's uuid when idle).
+
+    Read backwards from the newest line that moves a turn: a turn_duration, or a Stop hook that
+    let the turn end, confirms it; the assistant line that ended the turn is the reply.
+    """
+    confirmed = False
+    for line in reversed(_claude_main(lines)):
+        line_type = line.get("type")
+        if line_type == "system":
+            subtype = line.get("subtype")
+            if subtype == "turn_duration":
+                confirmed = True
+            elif subtype == "stop_hook_summary":
+                if line.get("preventedContinuation") is True and not confirmed:
+                    return "busy", None  # a Stop hook made the turn go on
+                confirmed = True
+        elif line_type == "user":
+            kind = user_line_kind(line)
+            if kind in _CLAUDE_QUIET_USER_KINDS:
+                continue
+            if kind == "interrupt":
+                return "idle_confirmed", line.get("uuid") if isinstance(line.get("uuid"), str) else None
+            return "busy", None  # a prompt, a notification or a tool result: the model is called next
+        elif line_type == "assistant":
+            message = line.get("message") if isinstance(line.get("message"), dict) else {}
+            asks_tool = any(isinstance(block, dict) and block.get("type") == "tool_use"
+                            for block in _claude_blocks(line))
+            if asks_tool or message.get("stop_reason") not in _CLAUDE_DONE_REASONS:
+                return "busy", None
+            reply = line.get("uuid") if isinstance(line.get("uuid"), str) else None
+            return ("idle_confirmed" if confirmed else "idle"), reply
+    return "waiting", None
+
+
+def claude_last_compaction(lines: Sequence[dict[str, Any]]) -> str | None:
+    """The uuid of the newest compact_boundary line (compaction leaves only its result)."""
+    for line in reversed(_claude_main(lines)):
+        if line.get("type") == "system" and line.get("subtype") == "compact_boundary":
+            uuid = line.get("uuid")
+            return uuid if isinstance(uuid, str) else None
+    return None
+
+
+def claude_last_turn_id(lines: Sequence[dict[str, Any]]) -> str | None:
+    """The uuid of the newest user or assistant line of the main conversation."""
+    for line in reversed(_claude_main(lines)):
+        if line.get("type") in ("user", "assistant") and isinstance(line.get("uuid"), str):
+            return line["uuid"]
+    return None
+
+
+def claude_exited(lines: Sequence[dict[str, Any]]) -> bool:
+    """A cost-state row (written at every clean exit) follows the last conversation line."""
+    for line in reversed(_claude_main(lines)):
+        line_type = line.get("type")
+        if line_type == "cost-state":
+            return True
+        if line_type in ("user", "assistant"):
+            return False
+    return False
+
+
+def claude_lifecycle(
+    lines: Sequence[dict[str, Any]],
+    now_ms: int,
+    *,
+    process_alive: bool | None = None,
+    mtime_ms: int | None = None,
+    seen_compaction_id: str | None = None,
+    idle_debounce_ms: int = CLAUDE_IDLE_DEBOUNCE_MS,
+    inactivity_ms: int = DEFAULT_INACTIVITY_MS,
+) -> Lifecycle:
+    """Moments of a Claude Code session from its transcript lines.
+
+    `process_alive` comes from Claude Code's live-process registry (None: no entry for the
+    session), `mtime_ms` from the file: many rows carry no timestamp, and the file's time is
+    when it was last written. There is no row for "compaction started": a new compact_boundary
+    is JUST_COMPACTED, and the watcher emits compacting for it (the PreCompact hook is the live
+    signal).
+    """
+    if mtime_ms is not None:
+        # A line is stamped before it is written: the file's time is never older than its
+        # newest stamp, and it also covers the rows without one.
+        last_activity: int | None = mtime_ms
+    else:
+        times = [iso_to_ms(line.get("timestamp")) for line in lines if isinstance(line, dict)]
+        last_activity = max((moment for moment in times if moment is not None), default=None)
+    quiet_ms = now_ms - last_activity if last_activity is not None else None
+    moments: set[Moment] = set()
+    state, reply = claude_turn(lines)
+    busy = state == "busy"
+
+    ending_reason = None
+    if claude_exited(lines) and process_alive is not True:
+        ending_reason = "shutdown"
+    elif process_alive is False:
+        ending_reason = "crashed"  # its registry entry names a process that is gone
+    elif not busy and quiet_ms is not None and quiet_ms >= inactivity_ms:
+        ending_reason = "inactive"
+    if ending_reason is not None:
+        moments.add(Moment.ENDING)
+
+    idle = state in ("idle", "idle_confirmed")
+    if ending_reason not in ("shutdown", "crashed"):
+        if busy:
+            moments.add(Moment.BUSY)
+        elif state == "idle_confirmed" or (idle and quiet_ms is not None and quiet_ms >= idle_debounce_ms):
+            moments.add(Moment.IDLE)
+    compaction_id = claude_last_compaction(lines)
+    if compaction_id is not None and compaction_id != seen_compaction_id:
+        moments.add(Moment.JUST_COMPACTED)
+    return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id,
+                     reply_id=reply if idle else None, last_turn_id=claude_last_turn_id(lines))

@@ -22,21 +22,29 @@ from llmem.adapters.base import (
     UnknownAdapter,
     validate_session_id,
 )
-from llmem.adapters.detect import detect_adapter, find_databases
+from llmem.adapters.detect import (
+    claude_config_dir,
+    detect_adapter,
+    find_databases,
+    has_claude_projects,
+)
 
-# FORMATS.md §1.6: OpenCode ids are `ses_` + 26 characters; §2.1: Copilot's are UUID v4.
+# FORMATS.md §1.6: OpenCode ids are `ses_` + 26 characters; §2.1: Copilot's are UUID v4, and
+# so are Claude Code's (CLAUDE-CODE.md §1.2): a UUID is looked up in both stores.
 _OPENCODE_ID_RE = re.compile(r"ses_[0-9A-Za-z]+")
 _COPILOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
 
-_LABELS = {"opencode": "OpenCode", "copilot": "Copilot"}
+_LABELS = {"opencode": "OpenCode", "copilot": "Copilot", "claude": "Claude Code"}
+# Agents whose session ids have the shape id_shape() names.
+_SHAPE_OWNERS = {"opencode": ("opencode",), "copilot": ("copilot", "claude")}
 
-ADAPTER_NAMES = ("opencode", "copilot", "none")
+ADAPTER_NAMES = ("opencode", "copilot", "claude", "none")
 # `auto` is a config value, resolved by detect_adapter() to one of ADAPTER_NAMES.
 CONFIG_CHOICES = ("auto", *ADAPTER_NAMES)
 
 
 def id_shape(session_id: str) -> str | None:
-    """The agent whose ids look like this one (`opencode`, `copilot`), or None for neither."""
+    """The id shape: `opencode` (ses_…), `copilot` (a UUID, which Claude Code uses too), or None."""
     if _OPENCODE_ID_RE.fullmatch(session_id):
         return "opencode"
     if _COPILOT_ID_RE.fullmatch(session_id):
@@ -49,7 +57,8 @@ def _store_paths(config) -> dict[str, Path]:
 
     session = config.values["session"]
     return {"opencode": expand(session["opencode"]["data_dir"]),
-            "copilot": expand(session["copilot"]["state_dir"])}
+            "copilot": expand(session["copilot"]["state_dir"]),
+            "claude": claude_config_dir(expand(session["claude"]["config_dir"]))}
 
 
 def present_agents(config) -> list[str]:
@@ -60,6 +69,8 @@ def present_agents(config) -> list[str]:
         present.append("opencode")
     if paths["copilot"].is_dir():
         present.append("copilot")
+    if has_claude_projects(paths["claude"]):
+        present.append("claude")
     return present
 
 
@@ -85,8 +96,8 @@ def resolve_adapter(config, session_id: str, name: str | None = None) -> Session
     agents = present_agents(config)
     if not agents:
         return adapter_from_config(config, "none")
-    shape = id_shape(session_id)
-    agents.sort(key=lambda agent: agent != shape)
+    owners = _SHAPE_OWNERS.get(id_shape(session_id) or "", ())
+    agents.sort(key=lambda agent: agent not in owners)
     paths = _store_paths(config)
     unreadable: AdapterError | None = None
     for agent in agents:
@@ -100,7 +111,7 @@ def resolve_adapter(config, session_id: str, name: str | None = None) -> Session
         raise unreadable
     looked_in = " and ".join(f"{_LABELS[agent]} ({paths[agent]})" for agent in agents)
     raise SessionNotFound(f"session {session_id} not found: looked in {looked_in}",
-                          hint="check the id, or name the agent with --adapter opencode|copilot")
+                          hint="check the id, or name the agent with --adapter opencode|copilot|claude")
 
 
 class NoneAdapter:
@@ -127,10 +138,11 @@ def get_adapter(
     opencode_data_dir: str | Path | None = None,
     copilot_state_dir: str | Path | None = None,
     copilot_share_dir: str | Path | None = None,
+    claude_dir: str | Path | None = None,
 ) -> SessionAdapter:
     """The adapter called `name` (or `auto`), built from the paths it needs; others are ignored."""
     if name == "auto":
-        name = detect_adapter(opencode_data_dir, copilot_state_dir)
+        name = detect_adapter(opencode_data_dir, copilot_state_dir, claude_dir)
     if name == "opencode":
         if opencode_data_dir is None:
             raise AdapterError(
@@ -145,6 +157,12 @@ def get_adapter(
         from llmem.adapters.copilot import CopilotAdapter
 
         return CopilotAdapter(copilot_state_dir, copilot_share_dir)
+    if name == "claude":
+        if claude_dir is None:
+            raise AdapterError("the claude adapter needs Claude Code's config folder (session.claude.config_dir)")
+        from llmem.adapters.claude import ClaudeAdapter
+
+        return ClaudeAdapter(claude_dir)
     if name == "none":
         return NoneAdapter()
     raise UnknownAdapter(
@@ -160,4 +178,5 @@ def adapter_from_config(config, name: str | None = None) -> SessionAdapter:
     opencode_dir = expand(session["opencode"]["data_dir"])
     copilot_dir = expand(session["copilot"]["state_dir"])
     return get_adapter(name or session["adapter"], opencode_data_dir=opencode_dir, copilot_state_dir=copilot_dir,
-                       copilot_share_dir=expand(session["copilot"]["share_dir"]))
+                       copilot_share_dir=expand(session["copilot"]["share_dir"]),
+                       claude_dir=claude_config_dir(expand(session["claude"]["config_dir"])))

@@ -226,7 +226,9 @@ def prepare_slice(config, messages) -> PreparedSlice:
             continue
         if not text:
             parts.insert(0, f"{message.role}:")
-        role = "user" if message.role == "user" and not message.synthetic else message.role
+        # A user-role message the harness wrote (OpenCode's compaction continue, a Claude Code
+        # wake-up prompt) is not the user's statement: the heuristics read role "user" only.
+        role = "synthetic" if message.role == "user" and message.synthetic else message.role
         if message.kind == "compaction_summary":
             role = "summary"  # the agent's own summary: never read as user statements
         lines.append(SliceLine(message.id, role, text, "\n".join(parts)))

@@ -13,7 +13,7 @@ from .output import bounded_int, http_url, json_option, notice, print_json, prog
 
 @click.command()
 @click.option("--ollama-url", callback=http_url, help="Ollama URL for embeddings and the LLM (default http://localhost:11434).")
-@click.option("--adapter", type=click.Choice(["auto", "opencode", "copilot", "none"]),
+@click.option("--adapter", type=click.Choice(["auto", "opencode", "copilot", "claude", "none"]),
               help="Session adapter (default: auto-detected).")
 @json_option("Print the outcome as JSON.")
 @click.pass_obj
@@ -326,9 +326,8 @@ def import_native(app, agent, project_dir, dry_run, as_json):
 
     from ..adapters.native import NativeHomes, native_files
     from ..capture.native import import_native as run_import
-    from ..context import project_root_of
     from ..errors import UsageError
-    from ..paths import expand
+    from ..paths import expand, project_root_of
     from ..setup.agents import claude_home, codex_home, copilot_home
 
     folder = Path(project_dir or os.getcwd()).expanduser().resolve()

@@ -11,8 +11,11 @@ import click
 from ..pipeline.kinds import EventKind
 from .output import bounded_int, http_url, json_option, print_json
 
-ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "none"])
+ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "claude", "none"])
 HOOK_LOG = "hooks.log"
+# Claude Code spills injected context above 10,000 characters into a file the model only sees
+# a preview of (CLAUDE-CODE.md §3.5): the block stays under this.
+CLAUDE_CONTEXT_CHARS = 9500
 
 log = logging.getLogger("llmem.hooks")
 
@@ -107,7 +110,7 @@ def _rotate_if_big(path, max_bytes: int, backups: int) -> None:
 
 
 def _read_hook_input() -> dict:
-    """The JSON an agent hook gets on stdin (Copilot CLI), or {} when there is none."""
+    """The JSON an agent hook gets on stdin (Copilot CLI, Claude Code), or {} when there is none."""
     if sys.stdin is None or sys.stdin.isatty():
         return {}
     text = sys.stdin.read()
@@ -221,8 +224,9 @@ def _one_line(value, limit: int = 300) -> str:
 @click.option("--model", help="LLM model for extraction and introspection (default: llm.model).")
 @click.option("--base-url", callback=http_url, help="LLM server URL (default: llm.base_url).")
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "copilot"]), default="text",
-              show_default=True, help="copilot: answer sessionStart with {additionalContext}.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "copilot", "claude"]), default="text",
+              show_default=True, help="copilot: answer sessionStart with {additionalContext}; claude: answer "
+              "SessionStart with {hookSpecificOutput}, print nothing for other events.")
 # Internal: the session's run lock a worker-less hook hands to the process it detaches.
 @click.option("--run-lock-fd", type=bounded_int(3, 2**31 - 1), hidden=True)
 @click.pass_context
@@ -234,9 +238,14 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
         try:
             if not session_id:
                 payload = _read_hook_input()
+                if payload.get("agent_id"):
+                    # Claude Code fires the hook inside a subagent: the subagent is not the
+                    # session, and what it finds reaches the parent's transcript.
+                    log.debug("hook %s inside subagent %s: nothing to do", kind, payload["agent_id"])
+                    return
                 session_id = payload.get("sessionId") or payload.get("session_id")
                 if not project and isinstance(payload.get("cwd"), str) and payload["cwd"]:
-                    from ..context import project_root_of
+                    from ..paths import project_root_of
 
                     project = project_root_of(payload["cwd"])
             if not session_id:
@@ -280,6 +289,14 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
             # Only sessionStart reads an answer; agentStop would read one as "keep going".
             if kind == "created" and result.get("context"):
                 click.echo(json.dumps({"additionalContext": result["context"]}, ensure_ascii=False))
+        elif fmt == "claude":
+            # Only SessionStart: context printed for Stop would keep the turn going.
+            from ..context import cut_block
+
+            block = cut_block(result.get("context") or "", CLAUDE_CONTEXT_CHARS) if kind == "created" else ""
+            if block:
+                click.echo(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
+                                                              "additionalContext": block}}, ensure_ascii=False))
         elif fmt == "json":
             print_json(result)
         elif kind in ("created", "compacting"):

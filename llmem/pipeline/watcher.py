@@ -101,13 +101,20 @@ class SavedStates:
 
 
 class SessionWatcher:
-    """Observe OpenCode's data folder and Copilot's session-state, emit lifecycle events."""
+    """Observe OpenCode's data folder, Copilot's session-state and Claude Code's projects
+    folder, emit lifecycle events."""
 
     def __init__(self, config, emit: Callable[[str, str, str], None], *, store=None, clock=time.time):
         session = config.values["session"]
         pipeline = config.values["pipeline"]
         self.opencode_dir = expand(session["opencode"]["data_dir"])
         self.copilot_dir = expand(session["copilot"]["state_dir"])
+        from ..adapters.detect import CLAUDE_PROJECTS_DIR, CLAUDE_SESSIONS_DIR, claude_config_dir
+
+        claude_dir = claude_config_dir(expand(session["claude"]["config_dir"]))
+        self.claude_dir = claude_dir / CLAUDE_PROJECTS_DIR
+        # Claude Code's live-process registry: a file removed there is a session that exited.
+        self.claude_registry = claude_dir / CLAUDE_SESSIONS_DIR
         self.adapter_setting = session["adapter"]
         self.emit_callback = emit
         self.clock = clock
@@ -128,6 +135,9 @@ class SessionWatcher:
         self._thread: threading.Thread | None = None
         self._opencode = None
         self._copilot = None
+        self._claude = None
+        self._claude_live: set[str] = set()  # Claude sessions last seen held by a running process
+        self._claude_tails: dict = {}  # session id → ClaudeTail: each look parses only the new lines
         self.errors = 0
         self.started_at = clock()
         # Activity of an unknown session before this moment predates the watch: remembered,
@@ -185,8 +195,9 @@ class SessionWatcher:
     def _recheck_known_sessions(self) -> None:
         """Look again at known sessions not ended yet: a turn may have finished (or the
         session gone quiet for good) while no watcher ran."""
+        folders = {"opencode": self.opencode_dir, "copilot": self.copilot_dir, "claude": self.claude_dir}
         for (adapter, session_id), state in list(self.states.items()):
-            folder = self.opencode_dir if adapter == "opencode" else self.copilot_dir
+            folder = folders.get(adapter)
             if not state.ended and self._wants(adapter) and folder in self._watched:
                 self._process_key(_process_key_for(adapter, session_id))
 
@@ -205,7 +216,8 @@ class SessionWatcher:
     def describe(self) -> str:
         """What is watched, for the start-up line: each agent folder and whether it exists."""
         parts = []
-        for adapter, folder in (("opencode", self.opencode_dir), ("copilot", self.copilot_dir)):
+        for adapter, folder in (("opencode", self.opencode_dir), ("copilot", self.copilot_dir),
+                                ("claude", self.claude_dir)):
             if not self._wants(adapter):
                 continue
             state = "watching" if folder in self._watched else "not there yet, will attach when it appears"
@@ -231,13 +243,17 @@ class SessionWatcher:
             targets.append((self.opencode_dir, False))
         if self._wants("copilot"):
             targets.append((self.copilot_dir, True))
+        if self._wants("claude"):
+            # Recursive: a subagent's transcript sits two levels down, and is ignored by _key_for.
+            targets += [(self.claude_dir, True), (self.claude_registry, False)]
         for folder, recursive in targets:
             if folder in self._watched or not folder.is_dir():
                 continue
             self._observer.schedule(Handler(), str(folder), recursive=recursive)
             self._watched.add(folder)
             log.info("watching %s", folder)
-            self._scan(folder, announce=not initial)
+            if folder != self.claude_registry:
+                self._scan(folder, announce=not initial)
 
     # ---- change intake -------------------------------------------------------------------
 
@@ -257,6 +273,13 @@ class SessionWatcher:
             if name.endswith((".db", ".db-wal")):
                 return "opencode:" + str(self.opencode_dir / name.removesuffix("-wal"))
             return None
+        if path.parent == self.claude_registry:
+            return "claude-registry:" if name.endswith(".json") else None
+        if path.is_relative_to(self.claude_dir):
+            from ..adapters.detect import claude_session_id
+
+            session_id = claude_session_id(path, self.claude_dir)
+            return "claude:" + session_id if session_id else None
         try:
             relative = path.relative_to(self.copilot_dir)
         except ValueError:
@@ -273,6 +296,14 @@ class SessionWatcher:
         if folder == self.opencode_dir:
             for db in sorted(folder.glob("opencode*.db")):
                 self._safely(str(db), self._process_opencode, db)
+        elif folder == self.claude_dir:
+            from ..adapters.detect import claude_session_id
+
+            horizon = min(self.clock() - self.inactivity_ms / 1000, self.catch_up_from)
+            for path in sorted(folder.glob("*/*.jsonl")):
+                session_id = claude_session_id(path, folder)
+                if session_id and (announce or _modified_after(path, horizon)):
+                    self._safely(session_id, self._process_claude, session_id)
         else:
             horizon = min(self.clock() - self.inactivity_ms / 1000, self.catch_up_from)
             for child in sorted(folder.iterdir()):
@@ -337,6 +368,12 @@ class SessionWatcher:
             self._safely(rest, self._evaluate_opencode, rest)
         elif kind == "copilot":
             self._safely(rest, self._process_copilot, rest)
+        elif kind == "claude":
+            self._safely(rest, self._process_claude, rest)
+        elif kind == "claude-registry":
+            # A Claude Code process started or exited: its session may have just ended.
+            for session_id in sorted(self._claude_live):
+                self._safely(session_id, self._process_claude, session_id)
 
     def _safely(self, what: str, step, *args, **kwargs) -> None:
         """Run one read; a locked DB or an unknown schema is logged and the watcher goes on."""
@@ -417,6 +454,36 @@ class SessionWatcher:
             seen_compaction_id=state.seen_compaction_id if state else None,
             idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
         self._apply("copilot", session_id, lifecycle)
+
+    # ---- Claude Code -----------------------------------------------------------------------
+
+    def _process_claude(self, session_id: str) -> None:
+        from ..adapters.claude import ClaudeAdapter, ClaudeTail
+        from ..adapters.lifecycle import claude_lifecycle
+
+        if self._claude is None:
+            self._claude = ClaudeAdapter(self.claude_dir.parent)
+        tail = self._claude_tails.get(session_id)
+        if tail is None or not tail.path.is_file():
+            path = self._claude.transcript_path(session_id)
+            if path is None:
+                # Removed by Claude Code's cleanup sweep: nothing to undo (CLAUDE-CODE.md §6).
+                self._claude_live.discard(session_id)
+                self._claude_tails.pop(session_id, None)
+                return
+            tail = self._claude_tails[session_id] = ClaudeTail(path)
+        lines = tail.read()
+        alive = self._claude.process_alive(session_id)
+        if alive:
+            self._claude_live.add(session_id)
+        else:
+            self._claude_live.discard(session_id)
+        state = self.states.get(("claude", session_id))
+        lifecycle = claude_lifecycle(
+            lines.line_objects, int(self.clock() * 1000), process_alive=alive, mtime_ms=lines.mtime_ms,
+            seen_compaction_id=state.seen_compaction_id if state else None,
+            idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
+        self._apply("claude", session_id, lifecycle)
 
     # ---- turning moments into events -------------------------------------------------------
 
@@ -534,12 +601,13 @@ class SessionWatcher:
 
 
 def _process_key_for(adapter: str, session_id: str) -> str:
-    return f"copilot:{session_id}" if adapter == "copilot" else f"opencode-session:{session_id}"
+    return f"{adapter}:{session_id}" if adapter in ("copilot", "claude") else f"opencode-session:{session_id}"
 
 
-def _modified_after(session_dir: Path, horizon: float) -> bool:
-    """Was the session's folder or its events file written after `horizon` (epoch s)?"""
-    for path in (session_dir / "events.jsonl", session_dir):
+def _modified_after(session_path: Path, horizon: float) -> bool:
+    """Was the session's folder or its events file (or its transcript file) written after
+    `horizon` (epoch s)?"""
+    for path in (session_path / "events.jsonl", session_path):
         try:
             if path.stat().st_mtime > horizon:
                 return True

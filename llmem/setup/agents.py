@@ -50,7 +50,9 @@ def _env_or(variable: str, configured: str) -> Path:
 
 def claude_home(config) -> Path:
     """Claude Code's config home: $CLAUDE_CONFIG_DIR, else session.claude.config_dir."""
-    return _env_or("CLAUDE_CONFIG_DIR", config.values["session"]["claude"]["config_dir"])
+    from ..adapters.detect import claude_config_dir
+
+    return claude_config_dir(expand(config.values["session"]["claude"]["config_dir"]))
 
 
 def claude_json_path(config) -> Path:

@@ -1,0 +1,100 @@
+"""The watcher on real watchdog events for Claude Code: transcripts appended under projects/,
+subagent files beside them, the live-process registry; each moment emitted once."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from session_writers import ClaudeSession
+from test_watcher import Recorder
+
+import llmem.pipeline.watcher as watcher_module
+from llmem.config import load_config
+from llmem.pipeline.watcher import SessionWatcher
+
+FIXTURE = Path(__file__).parent / "fixtures" / "claude"
+
+
+@pytest.fixture
+def claude_dir(tmp_path, configure, monkeypatch):
+    monkeypatch.setattr(watcher_module, "DIR_CHECK_SECONDS", 0.3)
+    claude = tmp_path / "claude"
+    (claude / "projects").mkdir(parents=True)
+    configure(f"session:\n  adapter: auto\n  opencode:\n    data_dir: {tmp_path / 'opencode'}\n"
+              f"  copilot:\n    state_dir: {tmp_path / 'copilot'}\n  claude:\n    config_dir: {claude}\n"
+              "pipeline:\n  idle_debounce_seconds: 0.2\n  min_extraction_interval_seconds: 0\n")
+    return claude
+
+
+def wait_count(recorder: Recorder, session_id: str, kind: str, count: int, timeout: float = 8.0) -> None:
+    deadline = time.monotonic() + timeout
+    while recorder.kinds(session_id).count(kind) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert recorder.kinds(session_id).count(kind) >= count, recorder.events
+
+
+def test_a_claude_session_gives_created_idle_compacting_and_ending(claude_dir):
+    recorder = Recorder()
+    watcher = SessionWatcher(load_config(), recorder)
+    watcher.start()
+    try:
+        assert f"claude {claude_dir / 'projects'} (watching)" in watcher.describe()
+        session = ClaudeSession(claude_dir, cwd="/work/acme")
+        session.register()
+        session.prompt("Why do the order pages repeat?")
+        recorder.wait_for(("claude", session.id, "created"))
+        time.sleep(0.6)
+        assert recorder.kinds(session.id) == ["created"]  # busy: the model is working
+        session.reply("Sorting by created_at alone is not stable.")
+        recorder.wait_for(("claude", session.id, "idle"))
+        session.subagent("Which tests page through /orders?", "Two tests; none has tied timestamps.")
+        wait_count(recorder, session.id, "idle", 2)
+        session.compaction("We found the unstable sort.")
+        recorder.wait_for(("claude", session.id, "compacting"))
+        session.write({"type": "cost-state", "sessionId": session.id, "totalCostUSD": 0.2})
+        time.sleep(0.8)
+        assert "ending" not in recorder.kinds(session.id)  # its process still runs
+        session.unregister()  # Claude Code exited: the registry entry goes
+        recorder.wait_for(("claude", session.id, "ending"))
+        time.sleep(0.5)
+        kinds = recorder.kinds(session.id)
+        assert kinds[:2] == ["created", "idle"] and kinds[-2:] == ["compacting", "ending"]
+        assert 2 <= kinds.count("idle") <= 3  # the launch reply and the notification turn, seen apart or together
+        # The subagent's transcript is no session of its own.
+        assert {session_id for _, session_id, _ in recorder.events} == {session.id}
+        assert list((session.folder / session.id / "subagents").glob("agent-*.jsonl"))
+    finally:
+        watcher.stop()
+
+
+def test_sessions_already_there_are_a_baseline_and_subagent_writes_are_ignored(claude_dir):
+    shutil.copytree(FIXTURE / "projects", claude_dir / "projects", dirs_exist_ok=True)
+    recorder = Recorder()
+    watcher = SessionWatcher(load_config(), recorder)
+    watcher.start()
+    try:
+        time.sleep(0.8)
+        subagents = next((claude_dir / "projects").glob("*/*/subagents"))
+        (subagents / "agent-a0000000000000001.jsonl").write_text('{"type":"user","isSidechain":true}\n')
+        time.sleep(1.0)
+        assert recorder.events == []
+    finally:
+        watcher.stop()
+
+
+def test_the_projects_folder_appearing_later_is_watched(claude_dir):
+    shutil.rmtree(claude_dir / "projects")
+    recorder = Recorder()
+    watcher = SessionWatcher(load_config(), recorder)
+    watcher.start()
+    try:
+        assert "not there yet" in watcher.describe()
+        session = ClaudeSession(claude_dir)
+        session.turn("remember that we deploy on Fridays", "Noted.")
+        recorder.wait_for(("claude", session.id, "idle"), timeout=10)
+        assert recorder.kinds(session.id) == ["created", "idle"]
+    finally:
+        watcher.stop()

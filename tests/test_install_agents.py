@@ -368,3 +368,25 @@ def test_the_registered_server_answers_tools_list(cli, homes, llmem_home, tmp_pa
         finally:
             client.close()
     assert {"search", "remember"} <= names
+
+
+def test_the_installed_claude_session_start_command_answers(cli, homes, tmp_path):
+    """The command line written into settings.json, run by a shell as Claude Code runs it."""
+    import os
+    import subprocess
+
+    project = tmp_path / "acme-api"
+    (project / ".git").mkdir(parents=True)
+    assert cli("add", "-c", "Always run the linter before pushing", "-t", "procedure",
+               "--project", str(project))[0] == 0
+    assert cli("install", "claude", "--no-mcp")[0] == 0
+    settings = json.loads((homes["claude"] / "settings.json").read_text())
+    [command] = [h["command"] for group in settings["hooks"]["SessionStart"] for h in group["hooks"]]
+    payload = {"session_id": "0b6c2f5e-1111-4a2b-8c3d-4e5f60718293", "cwd": str(project),
+               "transcript_path": str(homes["claude"] / "projects" / "x" / "0b6c2f5e.jsonl"),
+               "hook_event_name": "SessionStart", "source": "startup"}
+    proc = subprocess.run(["bash", "-c", command], input=json.dumps(payload), capture_output=True,
+                          text=True, timeout=60, env=os.environ.copy())
+    assert proc.returncode == 0 and proc.stderr == ""
+    context = json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "Always run the linter" in context

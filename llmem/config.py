@@ -144,7 +144,7 @@ SCHEMA: dict[str, Any] = {
         "daily_token_budget": _s(0, "int", "Tokens per day before extraction is deferred; 0 = no limit", minimum=0),
     },
     "session": {
-        "adapter": _s("auto", "choice", "Where transcripts come from: auto, opencode, copilot, claude or none", choices=("auto", "opencode", "copilot", "claude", "none")),
+        "adapter": _s("auto", "choice", "Where transcripts come from: auto, opencode, copilot, claude, codex or none", choices=("auto", "opencode", "copilot", "claude", "codex", "none")),
         "opencode": {
             "data_dir": _s("~/.local/share/opencode", "path", "OpenCode data folder (opencode*.db and the legacy storage/ tree)"),
             "plugins_dir": _s("~/.config/opencode/plugins", "path", "Where `llmem install opencode` writes its plugin"),

@@ -5,7 +5,9 @@ keeps `workspace.yaml` and the `inuse.<pid>.lock` file. OpenCodeStore owns an `o
 the 1.18.33 schema and writes it through its own connection with OpenCode's pragmas, one
 transaction per projector step, as the OpenCode process would. ClaudeSession appends to
 `projects/<encoded-cwd>/<id>.jsonl` (formats/CLAUDE-CODE.md, the shapes of its fixture), writes
-subagent transcripts beside it and the `sessions/<pid>.json` registry. Every write method returns the
+subagent transcripts beside it and the `sessions/<pid>.json` registry. CodexRollout appends to
+`sessions/YYYY/MM/DD/rollout-…-<id>.jsonl` (formats/CODEX.md, the shapes of its fixture, both
+history modes). Every write method returns the
 wall-clock time (epoch seconds) at which the write became visible to a reader.
 """
 
@@ -751,3 +753,190 @@ class ClaudeSession:
         if self.pid is not None:
             (self.config_dir / "sessions" / f"{self.pid}.json").unlink(missing_ok=True)
             self.pid = None
+
+
+# ---- Codex CLI --------------------------------------------------------------------------------
+
+CODEX_VERSIONS = {"paginated": "0.171.0", "legacy": "0.144.1"}
+
+
+def uuid7(at: float | None = None) -> str:
+    """A UUID v7 as Codex makes thread and turn ids: 48 bits of epoch ms, then random bits."""
+    ms = int((time.time() if at is None else at) * 1000)
+    value = (ms << 80) | (0x7 << 76) | (secrets.randbits(12) << 64) | (0b10 << 62) | secrets.randbits(62)
+    return str(uuid.UUID(int=value))
+
+
+def codex_line(item_type: str, payload: dict, *, at: float | None = None, ordinal: int | None = None,
+               metadata: dict | None = None) -> str:
+    """One rollout line, keys in Codex's order (`ordinal` only in paginated files)."""
+    line: dict = {"timestamp": iso(at)}
+    if ordinal is not None:
+        line["ordinal"] = ordinal
+    line |= {"type": item_type, "payload": payload}
+    if metadata is not None:
+        line["metadata"] = metadata
+    return json.dumps(line, separators=(",", ":")) + "\n"
+
+
+class CodexRollout:
+    """One Codex CLI thread under `<home>/sessions/YYYY/MM/DD/` (formats/CODEX.md §2), in the
+    fixture's line shapes: `paginated` (0.171.0: prompts as item_completed UserMessage, lines
+    with `ordinal`) or `legacy` (0.144.1: user_message / agent_message events).
+
+    Codex creates the file at the first turn: nothing is on disk before `turn()`/`begin()`.
+    `subagent` makes a spawned thread's session_meta (thread_source subagent, parent id).
+    """
+
+    def __init__(self, home: Path, *, mode: str = "paginated", cwd: str = "/work/acme",
+                 thread_id: str | None = None, parent: str | None = None, subagent: bool = False,
+                 agents_md: str = "- Run `make test` before committing."):
+        self.home = Path(home)
+        self.mode = mode
+        self.cwd = cwd
+        self.created_at = time.time()
+        self.id = thread_id or uuid7(self.created_at)
+        self.parent = parent
+        self.subagent = subagent or parent is not None
+        self.agents_md = agents_md
+        local = datetime.fromtimestamp(self.created_at)
+        self.path = (self.home / "sessions" / f"{local:%Y/%m/%d}"
+                     / f"rollout-{local:%Y-%m-%dT%H-%M-%S}-{self.id}.jsonl")
+        self._ordinal = itertools.count()
+        self._started = False
+        self.turn_id: str | None = None
+
+    @property
+    def paginated(self) -> bool:
+        return self.mode == "paginated"
+
+    def _line(self, item_type: str, payload: dict, metadata: dict | None = None) -> str:
+        ordinal = next(self._ordinal) if self.paginated else None
+        return codex_line(item_type, payload, ordinal=ordinal,
+                          metadata=metadata if self.paginated else None)
+
+    def write(self, *lines: str) -> float:
+        """Append lines in one write (Codex flushes per item; tests batch what lands together)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(lines))
+        return time.time()
+
+    def _meta(self) -> str:
+        source: object = "cli"
+        thread_source = "user"
+        if self.subagent:
+            thread_source = "subagent"
+            source = {"subagent": {"thread_spawn": {"parent_thread_id": self.parent, "depth": 1,
+                                                    "agent_path": "/explorer", "agent_nickname": "explorer",
+                                                    "agent_role": "explorer"}}} if self.parent else {"subagent": "review"}
+        return self._line("session_meta", {
+            "session_id": self.id, "id": self.id, "timestamp": iso(self.created_at), "cwd": self.cwd,
+            "originator": "codex-tui" if self.paginated else "codex_exec",
+            "cli_version": CODEX_VERSIONS[self.mode], "source": source, "thread_source": thread_source,
+            "model_provider": "openai", "base_instructions": {"text": "[harness text]"},
+            "history_mode": self.mode, "context_window": {"window_id": uuid7()},
+            "git": {"commit_hash": "9c41d2e07b5a38f6e1d0c4b7a2f98e3d5c6b1a07", "branch": "main"}})
+
+    def _message(self, role: str, texts: list[str], kinds: list[str] | None = None,
+                 metadata: dict | None = None) -> str:
+        part = "output_text" if role == "assistant" else "input_text"
+        passthrough: dict = {"turn_id": self.turn_id}
+        if kinds is not None and self.paginated:
+            passthrough["content_item_kinds"] = kinds
+        return self._line("response_item", {"type": "message", "id": f"msg_{secrets.token_hex(10)}", "role": role,
+                                            "content": [{"type": part, "text": text} for text in texts],
+                                            "internal_chat_message_metadata_passthrough": passthrough},
+                          metadata or {"history_sequence": 1, "client_authored": False})
+
+    def _event(self, payload: dict) -> str:
+        return self._line("event_msg", payload)
+
+    def begin(self, prompt: str, *, hook_context: str | None = None) -> float:
+        """A turn starts: task_started, the harness's injected messages, the prompt (busy)."""
+        self.turn_id = uuid7()
+        lines = [] if self._started else [self._meta()]
+        lines.append(self._event({"type": "task_started", "turn_id": self.turn_id,
+                                  "started_at": int(time.time()), "model_context_window": 258400,
+                                  "collaboration_mode_kind": "default"}))
+        lines.append(self._message("developer", ["<permissions instructions>\n[harness text]\n</permissions instructions>"],
+                                   ["permissions.instructions"]))
+        if not self._started:
+            lines.append(self._message("user", [
+                f"# AGENTS.md instructions for {self.cwd}\n\n<INSTRUCTIONS>\n{self.agents_md}\n</INSTRUCTIONS>",
+                f"<environment_context>\n  <cwd>{self.cwd}</cwd>\n  <shell>zsh</shell>\n</environment_context>"],
+                ["agents_md.instructions", "environments.environment_context"]))
+            lines.append(self._line("world_state", {"full": True, "state": {
+                "agents_md": {"directory": self.cwd, "text": self.agents_md}}}))
+        lines.append(self._line("turn_context", {"turn_id": self.turn_id, "cwd": self.cwd,
+                                                 "approval_policy": "on-request", "model": "gpt-5.5-codex"}))
+        if hook_context is not None:
+            lines.append(self._message("developer", [hook_context], ["hooks.additional_context"]))
+        lines.append(self._message("user", [prompt], ["user.text"]))
+        if self.paginated:
+            lines.append(self._event({"type": "item_completed", "thread_id": self.id, "turn_id": self.turn_id,
+                                      "item": {"type": "UserMessage", "id": uuid7(),
+                                               "content": [{"type": "text", "text": prompt, "text_elements": []}]}}))
+        else:
+            lines.append(self._event({"type": "user_message", "message": prompt, "images": [],
+                                      "local_images": [], "text_elements": []}))
+        self._started = True
+        return self.write(*lines)
+
+    def tool(self, command: str, output: str) -> float:
+        """The model runs a shell command and reads its output (the turn goes on)."""
+        call_id = f"call_{secrets.token_hex(10)}"
+        passthrough = {"turn_id": self.turn_id}
+        return self.write(
+            self._line("response_item", {"type": "reasoning", "id": f"rs_{secrets.token_hex(10)}",
+                                         "summary": [{"type": "summary_text", "text": f"Run {command}."}],
+                                         "content": None, "encrypted_content": "gAAAA",
+                                         "internal_chat_message_metadata_passthrough": passthrough}),
+            self._line("response_item", {"type": "function_call", "id": f"fc_{secrets.token_hex(10)}",
+                                         "name": "exec_command", "arguments": json.dumps({"cmd": command}),
+                                         "call_id": call_id, "internal_chat_message_metadata_passthrough": passthrough}),
+            self._line("response_item", {"type": "function_call_output", "call_id": call_id,
+                                         "output": f"Process exited with code 0\nOutput:\n{output}\n",
+                                         "internal_chat_message_metadata_passthrough": passthrough}))
+
+    def finish(self, reply: str) -> float:
+        """The answer, then task_complete: the turn is over (idle)."""
+        lines = []
+        if self.paginated:
+            lines.append(self._event({"type": "item_completed", "thread_id": self.id, "turn_id": self.turn_id,
+                                      "item": {"type": "AgentMessage", "id": f"msg_{secrets.token_hex(10)}",
+                                               "content": [{"type": "Text", "text": reply}]}}))
+        else:
+            lines.append(self._event({"type": "agent_message", "message": reply, "phase": None,
+                                      "memory_citation": None}))
+        lines.append(self._message("assistant", [reply]))
+        lines.append(self._event({"type": "token_count", "info": None, "rate_limits": None}))
+        lines.append(self._event({"type": "task_complete", "turn_id": self.turn_id, "last_agent_message": reply,
+                                  "completed_at": int(time.time()), "duration_ms": 1200}))
+        return self.write(*lines)
+
+    def turn(self, prompt: str, reply: str = "Done.", *, hook_context: str | None = None) -> float:
+        """A whole turn in one write."""
+        self.begin(prompt, hook_context=hook_context)
+        return self.finish(reply)
+
+    def abort(self) -> float:
+        """The user interrupts the running turn."""
+        return self.write(self._event({"type": "turn_aborted", "turn_id": self.turn_id, "reason": "interrupted"}))
+
+    def compact(self, summary: str) -> float:
+        """A manual /compact: its own turn, the summary, the `compacted` checkpoint."""
+        self.turn_id = uuid7()
+        lines = [self._event({"type": "task_started", "turn_id": self.turn_id, "started_at": int(time.time()),
+                              "model_context_window": 258400, "collaboration_mode_kind": "default"}),
+                 self._message("assistant", [summary], metadata={"history_sequence": 9, "compaction_output": True}),
+                 self._line("compacted", {"message": f"[compaction preamble]\n{summary}", "replacement_history": [],
+                                          "window_number": 1, "window_id": uuid7()})]
+        if self.paginated:
+            lines.append(self._event({"type": "item_completed", "thread_id": self.id, "turn_id": self.turn_id,
+                                      "item": {"type": "ContextCompaction", "id": uuid7()}}))
+        else:
+            lines.append(self._event({"type": "context_compacted"}))
+        lines.append(self._event({"type": "task_complete", "turn_id": self.turn_id, "last_agent_message": None,
+                                  "completed_at": int(time.time()), "duration_ms": 6500}))
+        return self.write(*lines)

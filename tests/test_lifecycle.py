@@ -102,22 +102,6 @@ def test_fixture_compaction_in_progress(fixture_sessions):
     assert state.compaction_id is None
 
 
-def test_child_session_ends_when_the_parent_task_completes(fixture_sessions):
-    main, child = fixture_sessions
-    now = child.updated_ms + 2 * SECOND
-    state = opencode_lifecycle(child, now, parent=main)
-    assert Moment.ENDING in state and state.ending_reason == "parent_task_done"
-    running_task = [
-        dataclasses.replace(
-            message,
-            tool_calls=tuple(dataclasses.replace(c, status="running") for c in message.tool_calls),
-        )
-        for message in main.messages
-    ]
-    parent_busy = dataclasses.replace(main, messages=running_task)
-    assert Moment.ENDING not in opencode_lifecycle(child, now, parent=parent_busy)
-
-
 @pytest.mark.parametrize(
     ("messages", "idle"),
     [

@@ -100,7 +100,8 @@ def test_backfill_draws_a_bar_on_a_terminal_and_nothing_when_piped(configure, tm
     assert "Backfilling" not in done.stderr and "\r" not in done.stderr
     code, out, terminal = run_on_a_terminal("backfill", "--no-llm")
     assert code == 0 and "Backfill " in out
-    assert "Backfilling opencode sessions" in terminal and "2/2" in terminal
+    # The fixture's main session; its task child is a subagent's, no session of its own.
+    assert "Backfilling opencode sessions" in terminal and "1/1" in terminal
 
 
 def test_dream_apply_counts_its_phases_on_a_terminal(fts_config):

@@ -32,7 +32,8 @@ from llmem.adapters.resolve import (
 
 # The readers load on first use (PEP 562): a hook that only validates an id or detects the
 # adapter should not pay for importing them all.
-_LAZY = {"ClaudeAdapter": "llmem.adapters.claude", "CopilotAdapter": "llmem.adapters.copilot",
+_LAZY = {"ClaudeAdapter": "llmem.adapters.claude", "CodexAdapter": "llmem.adapters.codex",
+         "CopilotAdapter": "llmem.adapters.copilot",
          "OpenCodeAdapter": "llmem.adapters.opencode"}
 
 
@@ -49,6 +50,7 @@ __all__ = [
     "CONFIG_CHOICES",
     "AdapterError",
     "ClaudeAdapter",
+    "CodexAdapter",
     "CopilotAdapter",
     "Cursor",
     "InvalidSessionId",

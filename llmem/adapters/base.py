@@ -108,6 +108,9 @@ class Transcript:
     directory: str | None = None
     project_root: str | None = None
     parent_session_id: str | None = None
+    # A helper agent's thread whose format names no parent (a Codex review thread): with a
+    # parent id, the session is a subagent's anyway (see is_subagent).
+    subagent: bool = False
     created_ms: int | None = None
     updated_ms: int | None = None
     archived_ms: int | None = None
@@ -121,11 +124,23 @@ class Transcript:
     # False when a cursor was given but not found: `messages` then holds the whole session.
     cursor_found: bool = True
     source_path: str | None = None
+    # Adapters that read by byte offset (Codex): where the next read starts, past every
+    # complete line read, message or not.
+    read_to: str | None = None
 
     @property
     def cursor(self) -> str | None:
-        """The id of the last message read, to pass back as `after` next time."""
+        """Where the next read starts: pass it back as `after` (the last message's id, or
+        `read_to` when the adapter reads by offset)."""
+        if self.read_to is not None:
+            return self.read_to
         return self.messages[-1].id if self.messages else None
+
+    @property
+    def is_subagent(self) -> bool:
+        """A subagent's session: never extracted or introspected on its own (ARCHITECTURE.md,
+        "Subagents are not users")."""
+        return self.subagent or self.parent_session_id is not None
 
 
 @dataclass(frozen=True)
@@ -137,6 +152,12 @@ class SessionInfo:
     directory: str | None
     updated_ms: int | None
     parent_session_id: str | None = None
+    subagent: bool = False  # as Transcript.subagent
+
+    @property
+    def is_subagent(self) -> bool:
+        """As Transcript.is_subagent: backfill skips these."""
+        return self.subagent or self.parent_session_id is not None
 
 
 Cursor = str | int | None

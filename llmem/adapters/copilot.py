@@ -28,6 +28,7 @@ from llmem.adapters.base import (
     validate_session_id,
 )
 from llmem.adapters.detect import EVENTS_FILE, WORKSPACE_FILE
+from llmem.adapters.lifecycle import copilot_subagent_event
 from llmem.processes import pid_is_alive
 
 NAME = "copilot"
@@ -199,6 +200,10 @@ def transcript_from_events(session_id: str, log: CopilotEventLog) -> Transcript:
             transcript.updated_ms = max(transcript.updated_ms or 0, time_ms)
         if event_type not in KNOWN_EVENT_TYPES:
             transcript.skipped_unknown += 1
+            continue
+        if copilot_subagent_event(event):
+            # A sub-agent's prompt, replies and tools: what it found comes back as the result
+            # of the main agent's tool call that ran it (ARCHITECTURE.md, "Subagents are not users").
             continue
         if event_type in ("session.start", "session.resume"):
             context = data.get("context") if isinstance(data.get("context"), dict) else {}

@@ -42,9 +42,10 @@ def has_sessions(state_dir: str | Path) -> bool:
 
 def detect_adapter(
     opencode_data_dir: str | Path | None, copilot_state_dir: str | Path | None,
-    claude_dir: str | Path | None = None,
+    claude_dir: str | Path | None = None, codex_home: str | Path | None = None,
 ) -> str:
-    """Pick `opencode`, `copilot`, `claude` or `none` from what exists on disk (session.adapter: auto)."""
+    """Pick `opencode`, `copilot`, `claude`, `codex` or `none` from what exists on disk
+    (session.adapter: auto)."""
     if opencode_data_dir is not None:
         data_dir = Path(opencode_data_dir).expanduser()
         if find_databases(data_dir) or (data_dir / "storage").is_dir():
@@ -53,6 +54,8 @@ def detect_adapter(
         return "copilot"
     if claude_dir is not None and has_claude_projects(claude_dir):
         return "claude"
+    if codex_home is not None and has_codex_sessions(codex_home):
+        return "codex"
     return "none"
 
 
@@ -90,3 +93,20 @@ def claude_session_id(path: Path, projects_dir: Path) -> str | None:
     if session_id.startswith("agent-") or not is_valid_session_id(session_id):
         return None
     return session_id
+
+
+# ---- Codex CLI (formats/CODEX.md §1)
+
+CODEX_SESSIONS_DIR = "sessions"
+CODEX_ARCHIVED_DIR = "archived_sessions"
+
+
+def codex_home_dir(configured: str | Path) -> Path:
+    """Codex's home: $CODEX_HOME when set (Codex itself obeys it), else the configured folder
+    (session.codex.home)."""
+    return Path(os.environ.get("CODEX_HOME") or configured).expanduser()
+
+
+def has_codex_sessions(home: str | Path) -> bool:
+    """True if Codex's sessions folder exists under its home."""
+    return (Path(home).expanduser() / CODEX_SESSIONS_DIR).is_dir()

@@ -1,7 +1,8 @@
 """Lifecycle moments (idle, compacting, just compacted, ending) read from transcripts alone.
 
-The rules are those of formats/FORMATS.md §3 and CLAUDE-CODE.md §6. They are pure functions of what the agent wrote
-plus `now_ms`; a watcher calls them after each change and acts on what applies.
+The rules are those of formats/FORMATS.md §3, CLAUDE-CODE.md §6 and CODEX.md §5. They are
+pure functions of what the agent wrote plus `now_ms`; a watcher calls them after each change
+and acts on what applies.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from llmem.adapters.base import Transcript, TranscriptMessage, iso_to_ms
 from llmem.adapters.claude import is_sidechain, user_line_kind
@@ -43,7 +44,7 @@ class Lifecycle:
     """Which moments apply to a session now, and the facts behind them."""
 
     moments: frozenset[Moment]
-    # shutdown | crashed | archived | deleted | inactive | parent_task_done
+    # shutdown | crashed | archived | deleted | inactive
     ending_reason: str | None = None
     last_activity_ms: int | None = None
     # The latest finished compaction (summary message id / event id): pass it back as
@@ -123,17 +124,6 @@ def opencode_last_compaction(messages: Sequence[TranscriptMessage]) -> str | Non
     return None
 
 
-def opencode_child_finished(child_session_id: str, parent: Transcript) -> bool:
-    """The parent's `task` call that ran this child session has completed or failed."""
-    return any(
-        call.name == "task"
-        and call.child_session_id == child_session_id
-        and call.status in ("completed", "error")
-        for message in parent.messages
-        for call in message.tool_calls
-    )
-
-
 def _last_activity(transcript: Transcript) -> int | None:
     times = [transcript.updated_ms]
     for message in transcript.messages:
@@ -145,12 +135,14 @@ def opencode_lifecycle(
     transcript: Transcript | None,
     now_ms: int,
     *,
-    parent: Transcript | None = None,
     seen_compaction_id: str | None = None,
     idle_debounce_ms: int = OPENCODE_IDLE_DEBOUNCE_MS,
     inactivity_ms: int = DEFAULT_INACTIVITY_MS,
 ) -> Lifecycle:
-    """Moments of an OpenCode session; pass its whole transcript, None if the row is gone."""
+    """Moments of an OpenCode session; pass its whole transcript, None if the row is gone.
+
+    A child session (a subagent's) has no moments of its own to act on: the watcher skips
+    it (ARCHITECTURE.md, "Subagents are not users")."""
     if transcript is None:
         return Lifecycle(frozenset({Moment.ENDING}), ending_reason="deleted")
     messages = transcript.messages
@@ -171,12 +163,6 @@ def opencode_lifecycle(
     ending_reason = None
     if transcript.archived_ms is not None:
         ending_reason = "archived"
-    elif (
-        transcript.parent_session_id is not None
-        and parent is not None
-        and opencode_child_finished(transcript.session_id, parent)
-    ):
-        ending_reason = "parent_task_done"
     elif idle and quiet_ms is not None and quiet_ms >= inactivity_ms:
         ending_reason = "inactive"
     if ending_reason is not None:
@@ -222,15 +208,15 @@ def _data(event: dict[str, Any]) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def copilot_subagent_event(event: dict[str, Any]) -> bool:
+    """A sub-agent's event (it carries agentId or data.parentToolCallId): no turn of the
+    session's own, and never the user's words (ARCHITECTURE.md, "Subagents are not users")."""
+    return bool(event.get("agentId") or _data(event).get("parentToolCallId"))
+
+
 def _main_agent(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Events of the main agent: sub-agent events carry agentId or data.parentToolCallId."""
-    return [
-        event
-        for event in events
-        if isinstance(event, dict)
-        and not event.get("agentId")
-        and not _data(event).get("parentToolCallId")
-    ]
+    """Events of the main agent."""
+    return [event for event in events if isinstance(event, dict) and not copilot_subagent_event(event)]
 
 
 def _agent_stop_hook_ended(events: Sequence[dict[str, Any]]) -> bool:
@@ -335,7 +321,7 @@ def copilot_last_turn_id(events: Sequence[dict[str, Any]]) -> str | None:
     for position in range(len(events) - 1, -1, -1):
         event = events[position]
         if (isinstance(event, dict) and event.get("type") in _TURN_EVENTS
-                and not event.get("agentId") and not _data(event).get("parentToolCallId")):
+                and not copilot_subagent_event(event)):
             return _event_id(event, position)
     return None
 
@@ -546,3 +532,74 @@ def claude_lifecycle(
         moments.add(Moment.JUST_COMPACTED)
     return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id,
                      reply_id=reply if idle else None, last_turn_id=claude_last_turn_id(lines))
+
+
+# ---------------------------------------------------------------- Codex CLI (CODEX.md §5)
+
+# Codex flushes a rollout line per item: a turn's closing line lands with the ones before it.
+CODEX_IDLE_DEBOUNCE_MS = 500
+_CODEX_TURN_CLOSERS = frozenset({"task_complete", "turn_aborted"})
+_CODEX_TURN_MARKS = frozenset({"task_started", *_CODEX_TURN_CLOSERS})
+
+
+class CodexMark(NamedTuple):
+    """The lifecycle view of one rollout line: its id (byte offset), what it is (the item type,
+    or the event's type for an `event_msg`), the turn it names and when it was written."""
+
+    id: str
+    kind: str
+    turn_id: str | None
+    at_ms: int | None
+
+
+def _codex_turn_state(marks: Sequence[CodexMark]) -> tuple[CodexMark | None, CodexMark | None]:
+    """(the newest task_started, the line that closed it or None while the turn runs)."""
+    for position in range(len(marks) - 1, -1, -1):
+        started = marks[position]
+        if started.kind != "task_started":
+            continue
+        closer = next((mark for mark in marks[position + 1:]
+                       if mark.kind in _CODEX_TURN_CLOSERS
+                       and (mark.turn_id is None or started.turn_id is None or mark.turn_id == started.turn_id)),
+                      None)
+        return started, closer
+    return None, None
+
+
+def codex_lifecycle(
+    marks: Sequence[CodexMark],
+    now_ms: int,
+    *,
+    mtime_ms: int | None = None,
+    seen_compaction_id: str | None = None,
+    idle_debounce_ms: int = CODEX_IDLE_DEBOUNCE_MS,
+    inactivity_ms: int = DEFAULT_INACTIVITY_MS,
+) -> Lifecycle:
+    """Moments of a Codex thread from its rollout's lines (`mtime_ms`: the file's, when known).
+
+    Busy while the newest task_started has no task_complete / turn_aborted; idle once it has.
+    A compaction shows only after the fact, as a `compacted` line (JUST_COMPACTED). No line
+    marks an end: idle and no write for `inactivity_ms` is an ending (the SessionEnd hook
+    says it sooner).
+    """
+    times = [mark.at_ms for mark in marks if mark.at_ms is not None] + [mtime_ms]
+    last_activity = max((moment for moment in times if moment is not None), default=None)
+    quiet_ms = now_ms - last_activity if last_activity is not None else None
+    started, closer = _codex_turn_state(marks)
+    busy = started is not None and closer is None
+    idle = closer is not None
+    moments: set[Moment] = set()
+    if busy:
+        moments.add(Moment.BUSY)
+    elif idle and quiet_ms is not None and quiet_ms >= idle_debounce_ms:
+        moments.add(Moment.IDLE)
+    compaction_id = next((mark.id for mark in reversed(marks) if mark.kind == "compacted"), None)
+    if compaction_id is not None and compaction_id != seen_compaction_id:
+        moments.add(Moment.JUST_COMPACTED)
+    ending_reason = None
+    if not busy and quiet_ms is not None and quiet_ms >= inactivity_ms:
+        ending_reason = "inactive"
+        moments.add(Moment.ENDING)
+    last_turn = next((mark.id for mark in reversed(marks) if mark.kind in _CODEX_TURN_MARKS), None)
+    return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id,
+                     reply_id=closer.id if idle else None, last_turn_id=last_turn)

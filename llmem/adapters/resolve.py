@@ -24,29 +24,36 @@ from llmem.adapters.base import (
 )
 from llmem.adapters.detect import (
     claude_config_dir,
+    codex_home_dir,
     detect_adapter,
     find_databases,
     has_claude_projects,
+    has_codex_sessions,
 )
 
 # FORMATS.md §1.6: OpenCode ids are `ses_` + 26 characters; §2.1: Copilot's are UUID v4, and
-# so are Claude Code's (CLAUDE-CODE.md §1.2): a UUID is looked up in both stores.
+# so are Claude Code's (CLAUDE-CODE.md §1.2): a UUID is looked up in both stores. CODEX.md §1:
+# Codex thread ids are UUID v7 (v4 in older releases, looked up like Copilot's).
 _OPENCODE_ID_RE = re.compile(r"ses_[0-9A-Za-z]+")
 _COPILOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+_CODEX_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
 
-_LABELS = {"opencode": "OpenCode", "copilot": "Copilot", "claude": "Claude Code"}
+_LABELS = {"opencode": "OpenCode", "copilot": "Copilot", "claude": "Claude Code", "codex": "Codex"}
 # Agents whose session ids have the shape id_shape() names.
-_SHAPE_OWNERS = {"opencode": ("opencode",), "copilot": ("copilot", "claude")}
+_SHAPE_OWNERS = {"opencode": ("opencode",), "codex": ("codex",), "copilot": ("copilot", "claude", "codex")}
 
-ADAPTER_NAMES = ("opencode", "copilot", "claude", "none")
+ADAPTER_NAMES = ("opencode", "copilot", "claude", "codex", "none")
 # `auto` is a config value, resolved by detect_adapter() to one of ADAPTER_NAMES.
 CONFIG_CHOICES = ("auto", *ADAPTER_NAMES)
 
 
 def id_shape(session_id: str) -> str | None:
-    """The id shape: `opencode` (ses_…), `copilot` (a UUID, which Claude Code uses too), or None."""
+    """The id shape: `opencode` (ses_…), `codex` (a UUID v7), `copilot` (another UUID, which
+    Claude Code and older Codex releases use too), or None."""
     if _OPENCODE_ID_RE.fullmatch(session_id):
         return "opencode"
+    if _CODEX_ID_RE.fullmatch(session_id):
+        return "codex"
     if _COPILOT_ID_RE.fullmatch(session_id):
         return "copilot"
     return None
@@ -58,7 +65,8 @@ def _store_paths(config) -> dict[str, Path]:
     session = config.values["session"]
     return {"opencode": expand(session["opencode"]["data_dir"]),
             "copilot": expand(session["copilot"]["state_dir"]),
-            "claude": claude_config_dir(expand(session["claude"]["config_dir"]))}
+            "claude": claude_config_dir(expand(session["claude"]["config_dir"])),
+            "codex": codex_home_dir(expand(session["codex"]["home"]))}
 
 
 def present_agents(config) -> list[str]:
@@ -71,6 +79,8 @@ def present_agents(config) -> list[str]:
         present.append("copilot")
     if has_claude_projects(paths["claude"]):
         present.append("claude")
+    if has_codex_sessions(paths["codex"]):
+        present.append("codex")
     return present
 
 
@@ -111,7 +121,7 @@ def resolve_adapter(config, session_id: str, name: str | None = None) -> Session
         raise unreadable
     looked_in = " and ".join(f"{_LABELS[agent]} ({paths[agent]})" for agent in agents)
     raise SessionNotFound(f"session {session_id} not found: looked in {looked_in}",
-                          hint="check the id, or name the agent with --adapter opencode|copilot|claude")
+                          hint="check the id, or name the agent with --adapter opencode|copilot|claude|codex")
 
 
 class NoneAdapter:
@@ -139,10 +149,11 @@ def get_adapter(
     copilot_state_dir: str | Path | None = None,
     copilot_share_dir: str | Path | None = None,
     claude_dir: str | Path | None = None,
+    codex_home: str | Path | None = None,
 ) -> SessionAdapter:
     """The adapter called `name` (or `auto`), built from the paths it needs; others are ignored."""
     if name == "auto":
-        name = detect_adapter(opencode_data_dir, copilot_state_dir, claude_dir)
+        name = detect_adapter(opencode_data_dir, copilot_state_dir, claude_dir, codex_home)
     if name == "opencode":
         if opencode_data_dir is None:
             raise AdapterError(
@@ -163,6 +174,12 @@ def get_adapter(
         from llmem.adapters.claude import ClaudeAdapter
 
         return ClaudeAdapter(claude_dir)
+    if name == "codex":
+        if codex_home is None:
+            raise AdapterError("the codex adapter needs Codex's home folder (session.codex.home)")
+        from llmem.adapters.codex import CodexAdapter
+
+        return CodexAdapter(codex_home)
     if name == "none":
         return NoneAdapter()
     raise UnknownAdapter(
@@ -179,4 +196,5 @@ def adapter_from_config(config, name: str | None = None) -> SessionAdapter:
     copilot_dir = expand(session["copilot"]["state_dir"])
     return get_adapter(name or session["adapter"], opencode_data_dir=opencode_dir, copilot_state_dir=copilot_dir,
                        copilot_share_dir=expand(session["copilot"]["share_dir"]),
-                       claude_dir=claude_config_dir(expand(session["claude"]["config_dir"])))
+                       claude_dir=claude_config_dir(expand(session["claude"]["config_dir"])),
+                       codex_home=codex_home_dir(expand(session["codex"]["home"])))

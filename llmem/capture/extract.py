@@ -66,6 +66,8 @@ class ExtractionReport:
     pending_embedding: int = 0
     llm_error: str | None = None
     concurrent: bool = False  # another run processed this slice first; nothing was written
+    # A subagent's session: nothing read, nothing written (ARCHITECTURE.md, "Subagents are not users").
+    subagent: bool = False
     memory_ids: list[str] = field(default_factory=list)
     updated_ids: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -566,6 +568,10 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
         log.warning("session %s: cursor %s not found in the transcript; reading it whole "
                     "(exact duplicates are dropped)", session_id, start_cursor)
     project = transcript.project_root or transcript.directory
+    if transcript.is_subagent:
+        log.info("session %s is a subagent's: its findings reach memory through its parent", session_id)
+        return ExtractionReport(session_id=session_id, adapter=adapter.name, project=project,
+                                cursor=start_cursor, subagent=True)
     report = ExtractionReport(session_id=session_id, adapter=adapter.name, project=project,
                               messages_read=len(transcript.messages), cursor=start_cursor)
     prepared = prepare_slice(app.config, transcript.messages)

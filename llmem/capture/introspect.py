@@ -399,6 +399,11 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
     cursor_run = CursorRun(store.models, adapter.name, session_id, INTROSPECTION)
     start = cursor_run.start
     transcript = adapter.read_transcript(session_id, after=start)
+    if transcript.is_subagent:
+        # A subagent's prompt is its parent agent's, not the user's correction
+        # (ARCHITECTURE.md, "Subagents are not users").
+        log.info("session %s is a subagent's: not introspected on its own", session_id)
+        return []
     project = transcript.project_root or transcript.directory
     context = f"session {session_id}" + (f" ({transcript.title})" if transcript.title else "")
     if project:

@@ -13,7 +13,7 @@ from .output import bounded_int, http_url, json_option, notice, print_json, prog
 
 @click.command()
 @click.option("--ollama-url", callback=http_url, help="Ollama URL for embeddings and the LLM (default http://localhost:11434).")
-@click.option("--adapter", type=click.Choice(["auto", "opencode", "copilot", "claude", "none"]),
+@click.option("--adapter", type=click.Choice(["auto", "opencode", "copilot", "claude", "codex", "none"]),
               help="Session adapter (default: auto-detected).")
 @json_option("Print the outcome as JSON.")
 @click.pass_obj

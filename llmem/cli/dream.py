@@ -275,7 +275,7 @@ def _search_ids(app, text: str, limit: int) -> list[str]:
 
 
 @click.command(name="backfill")
-@click.option("--adapter", "adapter_name", type=click.Choice(["opencode", "copilot", "claude"]),
+@click.option("--adapter", "adapter_name", type=click.Choice(["opencode", "copilot", "claude", "codex"]),
               help="Which agent's sessions (default: session.adapter; auto reads every agent found).")
 @click.option("--since", help="Only sessions active since this date (ISO, e.g. 2026-10-01).")
 @limit_option("At most N sessions (oldest first).")

@@ -11,11 +11,14 @@ import click
 from ..pipeline.kinds import EventKind
 from .output import bounded_int, http_url, json_option, print_json
 
-ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "claude", "none"])
+ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "claude", "codex", "none"])
 HOOK_LOG = "hooks.log"
 # Claude Code spills injected context above 10,000 characters into a file the model only sees
 # a preview of (CLAUDE-CODE.md §3.5): the block stays under this.
 CLAUDE_CONTEXT_CHARS = 9500
+# Codex spills a hook's context above ~2,500 tokens into a file the model only sees a preview
+# of (CODEX.md §3.4): the block stays under this.
+CODEX_CONTEXT_CHARS = 9000
 
 log = logging.getLogger("llmem.hooks")
 
@@ -109,11 +112,15 @@ def _rotate_if_big(path, max_bytes: int, backups: int) -> None:
         pass
 
 
-def _read_hook_input() -> dict:
-    """The JSON an agent hook gets on stdin (Copilot CLI, Claude Code), or {} when there is none."""
-    if sys.stdin is None or sys.stdin.isatty():
+def _read_hook_input(argument: str | None = None) -> dict:
+    """The JSON an agent hook gets: the PAYLOAD argument when given (Codex's `notify` appends
+    it to the command), else stdin (Copilot CLI, Codex hooks); {} when there is none."""
+    if argument is not None:
+        text, where = argument, "the PAYLOAD argument"
+    elif sys.stdin is None or sys.stdin.isatty():
         return {}
-    text = sys.stdin.read()
+    else:
+        text, where = sys.stdin.read(), "the hook input on stdin"
     if not text.strip():
         return {}
     from ..errors import UsageError
@@ -121,10 +128,19 @@ def _read_hook_input() -> dict:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise UsageError(f"the hook input on stdin is not JSON: {exc}") from None
+        raise UsageError(f"{where} is not JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise UsageError("the hook input on stdin is not a JSON object")
+        raise UsageError(f"{where} is not a JSON object")
     return data
+
+
+def _unknown_codex_thread(app, payload: dict, session_id: str) -> bool:
+    """A Codex `notify` for a thread with no rollout (the TUI's title-generation thread)."""
+    if payload.get("type") != "agent-turn-complete":
+        return False
+    from ..adapters import adapter_from_config
+
+    return not adapter_from_config(app.config, "codex").has_session(session_id)
 
 
 def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=None, adapter=None,
@@ -224,34 +240,43 @@ def _one_line(value, limit: int = 300) -> str:
 @click.option("--model", help="LLM model for extraction and introspection (default: llm.model).")
 @click.option("--base-url", callback=http_url, help="LLM server URL (default: llm.base_url).")
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "copilot", "claude"]), default="text",
-              show_default=True, help="copilot: answer sessionStart with {additionalContext}; claude: answer "
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "copilot", "claude", "codex"]), default="text",
+              show_default=True, help="copilot: answer sessionStart with {additionalContext}; claude, codex: answer "
               "SessionStart with {hookSpecificOutput}, print nothing for other events.")
 # Internal: the session's run lock a worker-less hook hands to the process it detaches.
 @click.option("--run-lock-fd", type=bounded_int(3, 2**31 - 1), hidden=True)
+@click.argument("payload", required=False)
 @click.pass_context
-def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter, fmt, run_lock_fd):
-    """Run a session lifecycle hook. Fails open: errors are logged, exit code is 0."""
+def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter, fmt, run_lock_fd, payload):
+    """Run a session lifecycle hook. Fails open: errors are logged, exit code is 0.
+
+    PAYLOAD: the hook's JSON as one argument instead of stdin (Codex's `notify` appends it).
+    """
     app = ctx.obj
     undo, log_path = _hook_logging(app)
     try:
         try:
             if not session_id:
-                payload = _read_hook_input()
-                if payload.get("agent_id"):
-                    # Claude Code fires the hook inside a subagent: the subagent is not the
-                    # session, and what it finds reaches the parent's transcript.
-                    log.debug("hook %s inside subagent %s: nothing to do", kind, payload["agent_id"])
+                hook_input = _read_hook_input(payload)
+                if hook_input.get("agent_id"):
+                    # Claude Code or Codex fires the hook inside a subagent: the subagent is not
+                    # the session, and what it finds reaches the parent's transcript
+                    # (ARCHITECTURE.md, "Subagents are not users").
+                    log.debug("hook %s inside subagent %s: nothing to do", kind, hook_input["agent_id"])
                     return
-                session_id = payload.get("sessionId") or payload.get("session_id")
-                if not project and isinstance(payload.get("cwd"), str) and payload["cwd"]:
+                session_id = (hook_input.get("sessionId") or hook_input.get("session_id")
+                              or hook_input.get("thread-id"))
+                if isinstance(session_id, str) and _unknown_codex_thread(app, hook_input, session_id):
+                    log.debug("hook %s: Codex thread %s has no rollout: nothing to do", kind, session_id)
+                    return
+                if not project and isinstance(hook_input.get("cwd"), str) and hook_input["cwd"]:
                     from ..paths import project_root_of
 
-                    project = project_root_of(payload["cwd"])
+                    project = project_root_of(hook_input["cwd"])
             if not session_id:
                 from ..errors import UsageError
 
-                raise UsageError("no session id: pass --session-id or the hook's JSON on stdin")
+                raise UsageError("no session id: pass --session-id, or the hook's JSON on stdin or as PAYLOAD")
             from ..adapters.base import validate_session_id
 
             validate_session_id(session_id)
@@ -289,11 +314,13 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
             # Only sessionStart reads an answer; agentStop would read one as "keep going".
             if kind == "created" and result.get("context"):
                 click.echo(json.dumps({"additionalContext": result["context"]}, ensure_ascii=False))
-        elif fmt == "claude":
-            # Only SessionStart: context printed for Stop would keep the turn going.
+        elif fmt in ("claude", "codex"):
+            # Only SessionStart: context printed for Stop would keep a Claude Code turn going, and
+            # Codex rejects JSON its other events' schemas do not expect.
             from ..context import cut_block
 
-            block = cut_block(result.get("context") or "", CLAUDE_CONTEXT_CHARS) if kind == "created" else ""
+            cap = CLAUDE_CONTEXT_CHARS if fmt == "claude" else CODEX_CONTEXT_CHARS
+            block = cut_block(result.get("context") or "", cap) if kind == "created" else ""
             if block:
                 click.echo(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
                                                               "additionalContext": block}}, ensure_ascii=False))

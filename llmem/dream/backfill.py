@@ -58,9 +58,10 @@ def backfill_adapters(config, adapter_name: str | None = None) -> list:
 
 
 def pick_sessions(adapters, *, since: float | None, limit: int | None) -> list[tuple[str, Any]]:
-    """(adapter name, session) pairs active since `since`, oldest first, at most `limit`."""
+    """(adapter name, session) pairs active since `since`, oldest first, at most `limit`;
+    subagents' sessions are no sessions of their own (ARCHITECTURE.md, "Subagents are not users")."""
     sessions = [(adapter.name, s) for adapter in adapters for s in adapter.list_sessions()
-                if since is None or (s.updated_ms or 0) / 1000.0 >= since]
+                if not s.is_subagent and (since is None or (s.updated_ms or 0) / 1000.0 >= since)]
     sessions.sort(key=lambda pair: (pair[1].updated_ms or 0, pair[1].id))
     return sessions[:limit] if limit else sessions
 

@@ -101,20 +101,28 @@ class SavedStates:
 
 
 class SessionWatcher:
-    """Observe OpenCode's data folder, Copilot's session-state and Claude Code's projects
-    folder, emit lifecycle events."""
+    """Observe OpenCode's data folder, Copilot's session-state, Claude Code's projects folder
+    and Codex's sessions folder, emit lifecycle events. Subagents' sessions get none
+    (ARCHITECTURE.md, "Subagents are not users")."""
 
     def __init__(self, config, emit: Callable[[str, str, str], None], *, store=None, clock=time.time):
         session = config.values["session"]
         pipeline = config.values["pipeline"]
         self.opencode_dir = expand(session["opencode"]["data_dir"])
         self.copilot_dir = expand(session["copilot"]["state_dir"])
-        from ..adapters.detect import CLAUDE_PROJECTS_DIR, CLAUDE_SESSIONS_DIR, claude_config_dir
+        from ..adapters.detect import (
+            CLAUDE_PROJECTS_DIR,
+            CLAUDE_SESSIONS_DIR,
+            CODEX_SESSIONS_DIR,
+            claude_config_dir,
+            codex_home_dir,
+        )
 
         claude_dir = claude_config_dir(expand(session["claude"]["config_dir"]))
         self.claude_dir = claude_dir / CLAUDE_PROJECTS_DIR
         # Claude Code's live-process registry: a file removed there is a session that exited.
         self.claude_registry = claude_dir / CLAUDE_SESSIONS_DIR
+        self.codex_dir = codex_home_dir(expand(session["codex"]["home"])) / CODEX_SESSIONS_DIR
         self.adapter_setting = session["adapter"]
         self.emit_callback = emit
         self.clock = clock
@@ -138,6 +146,8 @@ class SessionWatcher:
         self._claude = None
         self._claude_live: set[str] = set()  # Claude sessions last seen held by a running process
         self._claude_tails: dict = {}  # session id → ClaudeTail: each look parses only the new lines
+        self._codex_tails: dict = {}  # thread id → CodexTail: each look parses only the new lines
+        self._codex_paths: dict = {}  # thread id → rollout file, from the events that named it
         self.errors = 0
         self.started_at = clock()
         # Activity of an unknown session before this moment predates the watch: remembered,
@@ -195,7 +205,8 @@ class SessionWatcher:
     def _recheck_known_sessions(self) -> None:
         """Look again at known sessions not ended yet: a turn may have finished (or the
         session gone quiet for good) while no watcher ran."""
-        folders = {"opencode": self.opencode_dir, "copilot": self.copilot_dir, "claude": self.claude_dir}
+        folders = {"opencode": self.opencode_dir, "copilot": self.copilot_dir, "claude": self.claude_dir,
+                   "codex": self.codex_dir}
         for (adapter, session_id), state in list(self.states.items()):
             folder = folders.get(adapter)
             if not state.ended and self._wants(adapter) and folder in self._watched:
@@ -217,7 +228,7 @@ class SessionWatcher:
         """What is watched, for the start-up line: each agent folder and whether it exists."""
         parts = []
         for adapter, folder in (("opencode", self.opencode_dir), ("copilot", self.copilot_dir),
-                                ("claude", self.claude_dir)):
+                                ("claude", self.claude_dir), ("codex", self.codex_dir)):
             if not self._wants(adapter):
                 continue
             state = "watching" if folder in self._watched else "not there yet, will attach when it appears"
@@ -246,6 +257,9 @@ class SessionWatcher:
         if self._wants("claude"):
             # Recursive: a subagent's transcript sits two levels down, and is ignored by _key_for.
             targets += [(self.claude_dir, True), (self.claude_registry, False)]
+        if self._wants("codex"):
+            # Recursive: rollouts sit in dated folders (YYYY/MM/DD) made as days go by.
+            targets.append((self.codex_dir, True))
         for folder, recursive in targets:
             if folder in self._watched or not folder.is_dir():
                 continue
@@ -280,6 +294,14 @@ class SessionWatcher:
 
             session_id = claude_session_id(path, self.claude_dir)
             return "claude:" + session_id if session_id else None
+        if path.is_relative_to(self.codex_dir):
+            from ..adapters.codex import rollout_thread_id
+
+            thread_id = rollout_thread_id(name)
+            if thread_id is None or len(path.relative_to(self.codex_dir).parts) != 4:
+                return None
+            self._codex_paths[thread_id] = path
+            return "codex:" + thread_id
         try:
             relative = path.relative_to(self.copilot_dir)
         except ValueError:
@@ -304,6 +326,15 @@ class SessionWatcher:
                 session_id = claude_session_id(path, folder)
                 if session_id and (announce or _modified_after(path, horizon)):
                     self._safely(session_id, self._process_claude, session_id)
+        elif folder == self.codex_dir:
+            from ..adapters.codex import rollout_thread_id
+
+            horizon = min(self.clock() - self.inactivity_ms / 1000, self.catch_up_from)
+            for path in sorted(folder.glob("*/*/*/rollout-*.jsonl")):
+                thread_id = rollout_thread_id(path.name)
+                if thread_id and (announce or _modified_after(path, horizon)):
+                    self._codex_paths[thread_id] = path
+                    self._safely(thread_id, self._process_codex, thread_id)
         else:
             horizon = min(self.clock() - self.inactivity_ms / 1000, self.catch_up_from)
             for child in sorted(folder.iterdir()):
@@ -374,6 +405,8 @@ class SessionWatcher:
             # A Claude Code process started or exited: its session may have just ended.
             for session_id in sorted(self._claude_live):
                 self._safely(session_id, self._process_claude, session_id)
+        elif kind == "codex":
+            self._safely(rest, self._process_codex, rest)
 
     def _safely(self, what: str, step, *args, **kwargs) -> None:
         """Run one read; a locked DB or an unknown schema is logged and the watcher goes on."""
@@ -417,15 +450,11 @@ class SessionWatcher:
             transcript = adapter.read_transcript(session_id)
         except SessionNotFound:
             transcript = None
-        parent = None
-        if transcript is not None and transcript.parent_session_id:
-            try:
-                parent = adapter.read_transcript(transcript.parent_session_id)
-            except SessionNotFound:
-                parent = None
+        if transcript is not None and transcript.is_subagent:
+            return  # a task tool's child session: its result reaches the parent's transcript
         state = self.states.get(("opencode", session_id))
         lifecycle = opencode_lifecycle(
-            transcript, int(self.clock() * 1000), parent=parent,
+            transcript, int(self.clock() * 1000),
             seen_compaction_id=state.seen_compaction_id if state else None,
             idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
         self._apply("opencode", session_id, lifecycle)
@@ -484,6 +513,32 @@ class SessionWatcher:
             seen_compaction_id=state.seen_compaction_id if state else None,
             idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
         self._apply("claude", session_id, lifecycle)
+
+    # ---- Codex CLI -------------------------------------------------------------------------
+
+    def _process_codex(self, thread_id: str) -> None:
+        from ..adapters.codex import CodexAdapter, CodexTail
+        from ..adapters.lifecycle import codex_lifecycle
+
+        tail = self._codex_tails.get(thread_id)
+        if tail is None or not tail.path.is_file():
+            path = self._codex_paths.get(thread_id)
+            if path is None or not path.is_file():
+                path = CodexAdapter(self.codex_dir.parent).rollout_path(thread_id)
+            if path is None:
+                self._codex_tails.pop(thread_id, None)  # deleted (an archived one is still found)
+                return
+            tail = self._codex_tails[thread_id] = CodexTail(path)
+        marks = tail.read()
+        if tail.subagent:
+            return  # a thread Codex spawned: its result reaches the parent's rollout
+        state = self.states.get(("codex", thread_id))
+        lifecycle = codex_lifecycle(
+            marks, int(self.clock() * 1000), mtime_ms=tail.mtime_ms,
+            seen_compaction_id=state.seen_compaction_id if state else None,
+            idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
+        self._apply("codex", thread_id, lifecycle)
+
 
     # ---- turning moments into events -------------------------------------------------------
 
@@ -601,12 +656,12 @@ class SessionWatcher:
 
 
 def _process_key_for(adapter: str, session_id: str) -> str:
-    return f"{adapter}:{session_id}" if adapter in ("copilot", "claude") else f"opencode-session:{session_id}"
+    return f"{adapter}:{session_id}" if adapter in ("copilot", "claude", "codex") else f"opencode-session:{session_id}"
 
 
 def _modified_after(session_path: Path, horizon: float) -> bool:
-    """Was the session's folder or its events file (or its transcript file) written after
-    `horizon` (epoch s)?"""
+    """Was the session's folder or its events file (or its transcript or rollout file) written
+    after `horizon` (epoch s)?"""
     for path in (session_path / "events.jsonl", session_path):
         try:
             if path.stat().st_mtime > horizon:

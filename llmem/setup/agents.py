@@ -66,7 +66,10 @@ def claude_json_path(config) -> Path:
 
 
 def codex_home(config) -> Path:
-    return _env_or("CODEX_HOME", config.values["session"]["codex"]["home"])
+    """Codex's home: $CODEX_HOME, else session.codex.home."""
+    from ..adapters.detect import codex_home_dir
+
+    return codex_home_dir(expand(config.values["session"]["codex"]["home"]))
 
 
 def copilot_home(config) -> Path:
@@ -518,7 +521,12 @@ def install(config, agent: str, *, uninstall: bool = False, with_mcp: bool = Tru
 # ---- doctor ---------------------------------------------------------------------------------
 
 def _detected(config, agent: str) -> tuple[bool, Path]:
-    from ..adapters.detect import find_databases, has_sessions
+    from ..adapters.detect import (
+        find_databases,
+        has_claude_projects,
+        has_codex_sessions,
+        has_sessions,
+    )
 
     session = config.values["session"]
     if agent == "opencode":
@@ -527,8 +535,9 @@ def _detected(config, agent: str) -> tuple[bool, Path]:
     if agent == "copilot":
         state_dir = expand(session["copilot"]["state_dir"])
         return has_sessions(state_dir), state_dir
-    store = (claude_home(config) / "projects") if agent == "claude" else (codex_home(config) / "sessions")
-    return store.is_dir(), store
+    if agent == "claude":
+        return has_claude_projects(claude_home(config)), claude_home(config) / "projects"
+    return has_codex_sessions(codex_home(config)), codex_home(config) / "sessions"
 
 
 def _peek_json(path: Path) -> Any:

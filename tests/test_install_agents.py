@@ -390,3 +390,34 @@ def test_the_installed_claude_session_start_command_answers(cli, homes, tmp_path
     assert proc.returncode == 0 and proc.stderr == ""
     context = json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
     assert "Always run the linter" in context
+
+
+def test_the_installed_codex_commands_run(cli, homes, tmp_path):
+    """notify as Codex execs it (the JSON as one more argument) and SessionStart as its shell runs it."""
+    import os
+    import subprocess
+
+    from session_writers import uuid7
+
+    project = tmp_path / "acme"
+    (project / ".git").mkdir(parents=True)
+    (homes["codex"] / "sessions").mkdir(parents=True)
+    assert cli("add", "-c", "Release tags are signed with the team key", "-t", "procedure",
+               "--project", str(project))[0] == 0
+    assert cli("install", "codex", "--no-mcp")[0] == 0
+    notify = tomlkit.parse((homes["codex"] / "config.toml").read_text()).unwrap()["notify"]
+    # The TUI's title thread has no rollout: llmem takes the payload and lets it go.
+    title = {"type": "agent-turn-complete", "thread-id": uuid7(), "cwd": str(project),
+             "client": "codex-tui", "input-messages": ["Generate a title"], "last-assistant-message": "T"}
+    proc = subprocess.run([*notify, json.dumps(title)], capture_output=True, text=True, timeout=60,
+                          env=os.environ.copy())
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+    hooks = json.loads((homes["codex"] / "hooks.json").read_text())["hooks"]
+    [command] = [h["command"] for group in hooks["SessionStart"] for h in group["hooks"]]
+    payload = {"session_id": uuid7(), "transcript_path": None, "cwd": str(project),
+               "hook_event_name": "SessionStart", "source": "startup"}
+    proc = subprocess.run(["bash", "-c", command], input=json.dumps(payload), capture_output=True,
+                          text=True, timeout=60, env=os.environ.copy())
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert "Release tags are signed" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]

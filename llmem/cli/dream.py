@@ -1,4 +1,5 @@
-"""Dream commands: dream (preview/apply), dream status, dream undo, promote, promote-explain."""
+"""Dream commands: dream (preview/apply), dream on|off|status|help, dream undo, promote,
+promote-explain."""
 
 from __future__ import annotations
 
@@ -16,21 +17,35 @@ PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
 @click.option("--phase", type=PHASE_CHOICE, help="Run only this phase (default: light → REM → deep).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write an HTML report (self-contained) to this file.")
-@click.option("--no-llm", is_flag=True, help="Merge by concatenation, without asking the LLM.")
+@click.option("--no-llm", is_flag=True,
+              help="Ask no LLM: merges concatenate, the diary narrative uses the plain template.")
+@click.option("--scheduled", is_flag=True,
+              help="Run as the schedule does (the systemd timer): do nothing while dreaming is off.")
 @json_option("Print the plan or the outcome as JSON.")
 @click.pass_context
-def dream_group(ctx, apply_, phase, report_path, no_llm, as_json):
-    """Consolidate memory: preview by default, --apply to execute."""
+def dream_group(ctx, apply_, phase, report_path, no_llm, scheduled, as_json):
+    """Consolidate memory: preview by default, --apply to execute.
+
+    `llmem dream off` pauses the scheduled runs (worker and systemd timer); a run you start
+    by hand still goes ahead, as the design's manual commands do.
+    """
     if ctx.invoked_subcommand is not None:
         return
     from pathlib import Path
 
     from ..dream import PHASES, run_dream
+    from ..dream.switch import dream_switch
     from ..paths import check_output_folder
 
+    app = ctx.obj
+    switch = dream_switch(app.store, app.config)
+    if not switch.enabled:
+        if scheduled:
+            click.echo(f"Dreaming is off ({switch.source}): nothing done. `llmem dream on` turns it back on.")
+            return
+        notice(f"dreaming is off ({switch.source}): scheduled runs are paused; this run you asked for goes ahead")
     if report_path:
         check_output_folder(Path(report_path))  # before the run: a typo must not cost a dream
-    app = ctx.obj
     phases = [phase] if phase else None
     with progress_bar("Dreaming" if apply_ else "Planning", len(phases or PHASES),
                       show=not as_json) as progress:
@@ -46,22 +61,28 @@ def dream_group(ctx, apply_, phase, report_path, no_llm, as_json):
 
 
 def _print_outcome(outcome, report_path) -> None:
+    from ..dream.narrate import theme_line
+    from ..dream.status import change_total
+
     head = f"Dream run {outcome.run_id} applied" if outcome.applied else "Dream preview (nothing written; --apply to execute)"
     click.echo(f"{head}: {' → '.join(outcome.phases)}")
     for note in outcome.notes:
         click.echo(f"  note: {note}")
     if outcome.light is not None:
         light = outcome.light
-        click.echo(f"light  {light.changed} changed vs {light.compared_with} memories in {light.seconds:.2f} s: "
-                   f"{len(light.near_duplicates)} near-duplicate pairs, {len(light.exact_duplicates)} exact-duplicate "
-                   f"groups, {len(light.auto_links)} auto-link candidates")
+        if light.skipped:
+            click.echo(f"light  skipped the comparison: {light.skipped}")
+        else:
+            click.echo(f"light  {light.changed} changed vs {light.compared_with} memories in {light.seconds:.2f} s")
+        click.echo(f"       {len(light.near_duplicates)} near-duplicate pairs, {len(light.exact_duplicates)} "
+                   f"exact-duplicate groups, {len(light.auto_links)} auto-link candidates")
         for n in light.notes:
             click.echo(f"       {n}")
     if outcome.rem is not None:
         rem = outcome.rem
         click.echo("rem    types: " + (", ".join(f"{t} {n}" for t, n in rem.type_counts.items()) or "none"))
-        if rem.themes:
-            click.echo("       themes: " + ", ".join(f"{t['term']} ({t['memories']})" for t in rem.themes[:8]))
+        for theme in rem.themes[:8]:
+            click.echo(f"       theme {theme_line(theme)}")
         for category, info in rem.categories.items():
             click.echo(f"       {info['count']} self_assessment memories about {category}")
         for item in rem.calibration:
@@ -76,7 +97,11 @@ def _print_outcome(outcome, report_path) -> None:
         click.echo(f"  [{action.phase}] {action.kind:<12} {target}{short(action.text, 100)}")
     if len(outcome.actions) > 40:
         click.echo(f"  … {len(outcome.actions) - 40} more (--json lists all)")
-    if not outcome.actions:
+    total = change_total(counts)
+    if total:
+        verb = "made" if outcome.applied else "proposed"
+        click.echo(f"{total} change{'s' if total != 1 else ''} {verb}.")
+    else:
         click.echo("Nothing to change.")
     if report_path:
         click.echo(f"Report: {report_path}")
@@ -95,25 +120,65 @@ def dream_status_cmd(app, as_json):
     if as_json:
         print_json(data)
         return
+    state = "on" if data["enabled"] else "off"
+    click.echo(f"Dreaming:  {state} ({data['enabled_by']}); schedule read in {data['timezone']}")
     last = data["last_run"]
     if last:
         click.echo(f"Last run:  {last['id']} ({last['status']}) started {last['started_at']}, "
-                   f"phases {', '.join(last['phases'])}")
+                   f"phases {', '.join(last['phases'])}: {last['changes']} changes ({last['writes']} journaled writes)")
         for phase, kinds in last["counts"].items():
-            click.echo(f"  {phase:<6} " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+            if kinds:
+                click.echo(f"  {phase:<6} " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
     else:
         click.echo("Last run:  never")
-    click.echo(f"Next run:  {data['next_run'] or 'not scheduled'} (schedule {data['schedule']!r})")
+    upcoming = data["next_run"] or ("none: dreaming is off" if not data["enabled"] else "not scheduled")
+    click.echo(f"Next run:  {upcoming} (schedule {data['schedule']!r})")
     if data["running"]:
         click.echo(f"Running:   run {data['running'].get('run_id')} (pid {data['running'].get('pid')})")
     c = data["candidates"]
     click.echo(f"Waiting:   {c['merge_pairs']} near-duplicate pairs, {c['promotion_ready']} memories ready "
-               f"for promotion ({c['promotion_held']} held back by the gates)")
+               f"for promotion ({c['promotion_held']} held back by the gates); `llmem dream` previews every change")
     if data["recent_runs"]:
         click.echo("Recent runs:")
         for run in data["recent_runs"]:
-            total = sum(sum(k.values()) for k in run["counts"].values())
-            click.echo(f"  {run['id']}  {run['kind']:<8} {run['status']:<7} {run['started_at']}  {total} actions")
+            click.echo(f"  {run['id']}  {run['kind']:<8} {run['status']:<7} {run['started_at']}  {run['changes']} changes")
+
+
+@dream_group.command(name="on")
+@json_option()
+@click.pass_obj
+def dream_on(app, as_json):
+    """Turn dreaming on: the worker's periodic dream and the systemd timer run again."""
+    _switch(app, True, as_json)
+
+
+@dream_group.command(name="off")
+@json_option()
+@click.pass_obj
+def dream_off(app, as_json):
+    """Turn dreaming off: scheduled runs do nothing until `llmem dream on`."""
+    _switch(app, False, as_json)
+
+
+def _switch(app, enabled: bool, as_json: bool) -> None:
+    from ..dream.switch import set_dream_enabled
+
+    switch = set_dream_enabled(app.store, app.config, enabled)
+    if as_json:
+        print_json(switch.as_dict())
+        return
+    if enabled:
+        click.echo(f"Dreaming is on ({switch.source}): the schedule {app.config.values['dream']['schedule']!r} runs it.")
+    else:
+        click.echo(f"Dreaming is off ({switch.source}): the worker's periodic dream and the systemd timer do nothing; "
+                   "`llmem dream --apply` still runs when you ask.")
+
+
+@dream_group.command(name="help")
+@click.pass_context
+def dream_help(ctx):
+    """Show the dream commands and what the switch does."""
+    click.echo(ctx.parent.get_help())
 
 
 @dream_group.command(name="undo")

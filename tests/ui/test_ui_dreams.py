@@ -167,3 +167,21 @@ def test_a_hand_edited_marker_id_still_redirects_to_a_valid_url(viewer):
     assert response.status_code == 303
     assert response.headers["location"].endswith("#proposal-skill-patch:%C3%BCn%C3%AFcode%22%3Cb%3E")
     assert list_proposals(viewer.store.db, path)[0].decision.decision == "rejected"
+
+
+def test_runs_count_changes_as_the_cli_does_and_say_when_dreaming_is_off(viewer):
+    from fakes import FakeEmbedder
+
+    from llmem.dream.switch import set_dream_enabled
+
+    store, config = viewer.store, viewer.llmem.config
+    emb = FakeEmbedder(dim=512)
+    add(store, "the deploy script lives in scripts/deploy.sh and needs AWS_PROFILE", embedder=emb)
+    add(store, "the deploy script lives in scripts/deploy.sh and it needs AWS_PROFILE", embedder=emb)
+    outcome = run_dream(store, config, apply=True, use_llm=False)
+    assert outcome.action_counts()["deep"]["merge"] == 1
+    row = run_row(viewer.get("/dreams").text, outcome.run_id)
+    # One merge is one change, not the seven journal rows it wrote.
+    assert "merge 1" in row and "merge 7" not in row
+    set_dream_enabled(store, config, False)
+    assert "none: dreaming is off" in viewer.get("/dreams").text

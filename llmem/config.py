@@ -163,17 +163,19 @@ SCHEMA: dict[str, Any] = {
         "opencode": {
             "data_dir": _s("~/.local/share/opencode", "path", "OpenCode data folder (opencode*.db and the legacy storage/ tree)"),
             "plugins_dir": _s("~/.config/opencode/plugins", "path", "Where `llmem install opencode` writes its plugin"),
+            "config_dir": _s("~/.config/opencode", "path", "OpenCode's global config folder: `llmem install opencode` registers the MCP server in its opencode.jsonc or opencode.json"),
         },
         "copilot": {
             "state_dir": _s("~/.copilot/session-state", "path", "Copilot CLI session-state folder"),
             "share_dir": _s(".", "path", "Folder holding `--share` Markdown exports"),
             "hooks_dir": _s("~/.copilot/hooks", "path", "Where `llmem install copilot` writes its hooks file"),
+            "home": _s("~/.copilot", "path", "Copilot CLI home (mcp-config.json, copilot-instructions.md); $COPILOT_HOME wins when set"),
         },
         "claude": {
             "config_dir": _s("~/.claude", "path", "Claude Code config folder (its projects/ transcripts); $CLAUDE_CONFIG_DIR wins when set"),
         },
         "codex": {
-            "home": _s("~/.codex", "path", "Codex CLI home (its sessions/ rollouts); $CODEX_HOME wins when set"),
+            "home": _s("~/.codex", "path", "Codex CLI home (its sessions/ rollouts, config.toml, hooks.json); $CODEX_HOME wins when set"),
         },
     },
     "search": {

@@ -7,6 +7,7 @@ import re
 
 import click
 
+from .dream_lane import print_deep_status, rem_backfill, rem_harness, shadow
 from .output import TEXT, json_option, limit_option, notice, print_json, progress_bar, short
 
 PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
@@ -110,13 +111,17 @@ def _print_outcome(outcome, report_path) -> None:
 
 
 @dream_group.command(name="status")
+@click.option("--deep", is_flag=True, help="The promotion candidates: signals, holding gates, shadow verdicts.")
 @json_option()
 @click.pass_obj
-def dream_status_cmd(app, as_json):
+def dream_status_cmd(app, deep, as_json):
     """Show the last and next dream run, counts per phase and candidates waiting."""
     from ..dream import dream_status
 
     data = dream_status(app.store, app.config)
+    if deep:
+        print_deep_status(app, as_json, data)
+        return
     if as_json:
         print_json(data)
         return
@@ -260,6 +265,10 @@ def dream_review_reject(app, proposal_id, note, as_json):
     _decide(app, proposal_id, "rejected", note, as_json)
 
 
+for _command in (rem_harness, rem_backfill, shadow):
+    dream_group.add_command(_command)
+
+
 @click.command(name="promote")
 @click.option("--apply", "apply_", is_flag=True, help="Promote (default: preview).")
 @limit_option("Promote at most N memories.")
@@ -272,7 +281,7 @@ def promote(app, apply_, limit, as_json):
     outcome = run_promote(app.store, app.config, apply=apply_, limit=limit)
     if as_json:
         print_json({"applied": outcome.applied, "run_id": outcome.run_id,
-                    "promote": [c.as_dict() for c in outcome.chosen],
+                    "promote": [c.as_dict() for c in outcome.chosen], "skipped": outcome.skipped,
                     "held": [c.as_dict() for c in outcome.held[:50]]})
         return
     verb = "Promoted" if outcome.applied else "Would promote"
@@ -280,6 +289,8 @@ def promote(app, apply_, limit, as_json):
     for c in outcome.chosen:
         click.echo(f"  {c.memory_id[:8]}  {c.score:.3f}  {c.recalls} recalls, {c.unique_queries} queries  "
                    f"{short(c.content, 70)}")
+    for memory_id, why in outcome.skipped.items():
+        click.echo(f"  skipped {memory_id[:8]}: {why}")
     if outcome.applied:
         click.echo(f"Undo with: llmem dream undo {outcome.run_id}")
     elif outcome.chosen:
@@ -294,6 +305,7 @@ def promote(app, apply_, limit, as_json):
 def promote_explain(app, target, limit, as_json):
     """Explain why a memory (ID, or the results of QUERY) would or would not be promoted."""
     from ..dream.promote import candidates
+    from ..dream.verdicts import verdict_line
     from ..errors import LlmemError, NotFound, UsageError
 
     text = " ".join(target).strip()
@@ -324,8 +336,10 @@ def promote_explain(app, target, limit, as_json):
         for name, gate in c.gates.items():
             mark = "pass" if gate["passed"] else "FAIL"
             click.echo(f"    gate {name:<18} {mark}  {gate['value']} (needs ≥ {gate['required']})")
-        click.echo(f"    user recalls {c.recalls} on {c.recall_days} days; {c.excluded_recalls} context/dream "
-                   "recalls not counted")
+        click.echo(f"    {c.recalls} counted recalls of {c.searches} recorded ({c.grounded} staged from notes; "
+                   f"bursts and same-day repeats count once), {c.unique_queries} query contexts, {c.recall_days} "
+                   f"days; {c.excluded_recalls} context/dream recalls not counted")
+        click.echo(f"    {verdict_line(c.shadow)}")
 
 
 def _search_ids(app, text: str, limit: int) -> list[str]:

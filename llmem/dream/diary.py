@@ -1,4 +1,4 @@
-"""Human-readable outputs in Markdown: the dream diary entry and the MEMORY.md mirror."""
+"""Human-readable outputs in Markdown: the dream diary entry (MEMORY.md: memory_md.py)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .narrate import md
-from .text import one_line
 
 if TYPE_CHECKING:
-    from ..db.models import Memory
     from .narrate import PhaseStory
     from .outcome import DreamOutcome
 
 DIARY_HEAD = "# Dream diary\n\nWhat `llmem dream` noticed and did, newest last.\n"
-MEMORY_MD_HEAD = ("# MEMORY.md\n\nCore memories promoted by `llmem dream` / `llmem promote`. "
-                  "Generated from the store: edits here are overwritten.\n")
 
 _EFFECT = {"decreasing": "effective", "stable": "not yet effective", "increasing": "ineffective"}
 
@@ -96,22 +92,3 @@ def diary_entry(outcome: DreamOutcome, stories: dict[str, PhaseStory] | None = N
 def append_entry(existing: str | None, entry: str) -> str:
     base = existing if existing else DIARY_HEAD
     return base.rstrip("\n") + "\n\n" + entry
-
-
-def memory_md(store) -> str:
-    """MEMORY.md from the store: every valid promoted memory, grouped by scope."""
-    Memory = store.models.Memory
-    rows = (Memory.select().where(Memory.promoted_at.is_null(False) & Memory.invalidated_at.is_null())
-            .order_by(Memory.project.asc(nulls="first"), Memory.type, Memory.promoted_at, Memory.seq))
-    scopes: dict[str | None, list[Memory]] = {}
-    for memory in rows:
-        scopes.setdefault(memory.project, []).append(memory)
-    lines = [MEMORY_MD_HEAD]
-    for project, memories in scopes.items():
-        lines.append(f"## {'Global' if project is None else 'Project ' + project}\n")
-        for memory in memories:
-            lines.append(f"- [{memory.type}] {one_line(memory.content, 400)} (id {memory.id[:8]})")
-        lines.append("")
-    if not scopes:
-        lines.append("_No promoted memories yet._\n")
-    return "\n".join(lines).rstrip("\n") + "\n"

@@ -11,21 +11,21 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..db.settings import get_setting, set_setting
 from ..paths import write_output_file
 from ..times import now
-from . import diary, dreams_md
+from . import diary, dreams_md, memory_md
 from .deep import DeepResult, apply_action, plan_deep
 from .journal import PHASES, Action, Journal, finish_run, last_run, new_run_id, start_run
 from .light import LightResult, find_candidates
 from .lock import DreamLock, lock_is_live, read_lock
 from .narrate import Narrator, md, stories, template
 from .outcome import DreamOutcome
-from .promote import promotable, recent_phase_hits
+from .promote import apply_promotions, promotable, recent_phase_hits
 from .rem import PROPOSED_KEY, RemResult, plan_rem, type_counts
 from .switch import dream_zone
 
@@ -226,6 +226,8 @@ def _apply_deep(store, journal: Journal, deep: DeepResult, llm, at: float, outco
         with store.db.atomic():
             for action in others[start:start + BATCH]:
                 apply_action(store, journal, action, at=at)
+    skipped = {a.memory_id for a in others if a.kind == "skip_promote"}
+    deep.promote = [c for c in deep.promote if c.memory_id not in skipped]
 
 
 def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal, *, diary_llm: Any = None,
@@ -239,7 +241,8 @@ def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal, *, di
         _write_dreams(store, config, outcome, journal, diary_llm=diary_llm, use_llm=use_llm)
     memory_md_path = config.paths.memory_md_path
     if (outcome.deep and outcome.deep.promote) or memory_md_path.exists():
-        journal.write_file("deep", "memory_md", memory_md_path, diary.memory_md(store))
+        journal.write_file("deep", "memory_md", memory_md_path,
+                           memory_md.render(store, config.values["dream"]["max_promoted_snippet_tokens"]))
 
 
 def _write_dreams(store, config, outcome: DreamOutcome, journal: Journal, *, diary_llm: Any,
@@ -304,6 +307,7 @@ class PromoteOutcome:
     run_id: str | None
     chosen: list[Any]
     held: list[Any]
+    skipped: dict[str, str] = field(default_factory=dict)  # memory_id → why not promoted after all
 
 
 def run_promote(store, config, *, apply: bool = False, limit: int | None = None) -> PromoteOutcome:
@@ -318,9 +322,10 @@ def run_promote(store, config, *, apply: bool = False, limit: int | None = None)
         run = start_run(store, "promote", ["deep"], run_id)
         journal = Journal(store, run)
         with store.db.atomic():
-            for candidate in chosen:
-                journal.update("deep", "promote", candidate.memory_id, {"promoted_at": at})
-        journal.write_file("deep", "memory_md", config.paths.memory_md_path, diary.memory_md(store))
-        finish_run(store, run, {"counts": {"deep": {"promote": len(chosen)}},
-                                "promoted": [c.memory_id for c in chosen]})
-    return PromoteOutcome(True, run_id, chosen, held)
+            promoted, skipped = apply_promotions(store, journal, chosen, at)
+        journal.write_file("deep", "memory_md", config.paths.memory_md_path,
+                           memory_md.render(store, cfg["max_promoted_snippet_tokens"]))
+        counts = {"promote": len(promoted), **({"skip_promote": len(skipped)} if skipped else {})}
+        finish_run(store, run, {"counts": {"deep": counts}, "promoted": [c.memory_id for c in promoted],
+                                "skipped": skipped})
+    return PromoteOutcome(True, run_id, promoted, held, skipped)

@@ -169,6 +169,24 @@ def test_a_hand_edited_marker_id_still_redirects_to_a_valid_url(viewer):
     assert list_proposals(viewer.store.db, path)[0].decision.decision == "rejected"
 
 
+def test_a_candidate_shows_its_counted_recalls_and_its_shadow_verdict_escaped(viewer):
+    from fakes import StubLLM
+
+    from llmem.dream.shadow import run_shadow_trial
+
+    store = viewer.store
+    strong = strong_candidate(store)
+    stub = StubLLM()
+    stub.reply = lambda _n: ({"answer": "an answer"} if stub.tasks[-1] != "dream_shadow_judge" else
+                             {"verdict": "harmful", "reason": "<script>alert(1)</script> misleading",
+                              "risk_flags": ["stale"]})
+    assert run_shadow_trial(store, viewer.llmem.config, llm=stub).ran
+    card = viewer.get("/dreams").text.split(f'id="candidate-{strong.id}"')[1].split("</article>")[0]
+    assert "8 counted recalls of 8 recorded" in card and "on 7 days from 8 query contexts" in card
+    assert "Shadow trial (report-only): harmful → reject" in card and "risk flags: stale" in card
+    assert "<script>alert" not in card and "&lt;script&gt;" in card
+
+
 def test_runs_count_changes_as_the_cli_does_and_say_when_dreaming_is_off(viewer):
     from fakes import FakeEmbedder
 

@@ -28,6 +28,7 @@ from llmem.adapters.base import (
     abbreviate,
     abbreviate_input,
     iso_to_ms,
+    mtime_ms,
     output_text,
     read_json_object,
     report_skipped,
@@ -104,11 +105,11 @@ def read_log_file(path: str | Path) -> ClaudeLog:
     path = Path(path)
     try:
         raw = path.read_bytes()
-        mtime_ms = int(path.stat().st_mtime * 1000)
+        modified_ms = int(path.stat().st_mtime * 1000)
     except OSError as error:
         raise AdapterError(f"cannot read Claude Code transcript {path}: {error}") from error
     parsed = parse_lines(raw, f"Claude Code transcript {path}")
-    parsed.path, parsed.mtime_ms = str(path), mtime_ms
+    parsed.path, parsed.mtime_ms = str(path), modified_ms
     return parsed
 
 
@@ -427,13 +428,6 @@ def transcript_from_log(session_id: str, parsed: ClaudeLog, after: Cursor = None
 # ---------------------------------------------------------------- the adapter
 
 
-def _mtime_ms(path: Path) -> int | None:
-    try:
-        return int(path.stat().st_mtime * 1000)
-    except OSError:
-        return None
-
-
 def _first_cwd(path: Path) -> str | None:
     """The cwd of the first line that has one, from the head of the file only."""
     try:
@@ -466,7 +460,7 @@ class ClaudeAdapter:
         if session_id.startswith("agent-") or not self.projects_dir.is_dir():
             return None  # a subagent transcript is never a session of its own
         found = [path for path in self.projects_dir.glob(f"*/{session_id}.jsonl") if path.is_file()]
-        return max(found, key=lambda path: _mtime_ms(path) or 0) if found else None
+        return max(found, key=lambda path: mtime_ms(path) or 0) if found else None
 
     def has_session(self, session_id: str) -> bool:
         """True if a project folder holds `<session_id>.jsonl`."""
@@ -491,7 +485,7 @@ class ClaudeAdapter:
         for path in sorted(self.projects_dir.glob("*/*.jsonl")):
             if claude_session_id(path, self.projects_dir) is None:
                 continue
-            info = SessionInfo(id=path.stem, title=None, directory=_first_cwd(path), updated_ms=_mtime_ms(path))
+            info = SessionInfo(id=path.stem, title=None, directory=_first_cwd(path), updated_ms=mtime_ms(path))
             known = sessions.get(path.stem)
             if known is None or (info.updated_ms or 0) > (known.updated_ms or 0):
                 sessions[path.stem] = info

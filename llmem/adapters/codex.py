@@ -31,6 +31,7 @@ from llmem.adapters.base import (
     abbreviate_input,
     iso_to_ms,
     messages_after,
+    mtime_ms,
     output_text,
     read_json_object,
     report_skipped,
@@ -412,13 +413,6 @@ def _offset_holds(path: Path, offset: int) -> bool:
 # ---------------------------------------------------------------- the adapter
 
 
-def _mtime_ms(path: Path) -> int | None:
-    try:
-        return int(path.stat().st_mtime * 1000)
-    except OSError:
-        return None
-
-
 def _uuid7_day(thread_id: str) -> datetime | None:
     """The local creation time a UUID v7 thread id carries (its first 48 bits, in ms)."""
     if thread_id[14] != "7":
@@ -491,7 +485,7 @@ class CodexAdapter:
         transcript.read_to = f"{CURSOR_PREFIX}{lines.end}"
         transcript.title = self.thread_name(session_id)
         transcript.source_path = str(path)
-        transcript.updated_ms = transcript.updated_ms or _mtime_ms(path)
+        transcript.updated_ms = transcript.updated_ms or mtime_ms(path)
         return transcript
 
     def thread_name(self, session_id: str) -> str | None:
@@ -525,7 +519,7 @@ class CodexAdapter:
             thread_id = rollout_thread_id(path.name)
             meta = read_session_meta(path) or {}
             sessions.setdefault(thread_id, SessionInfo(
-                id=thread_id, title=None, directory=_str(meta.get("cwd")), updated_ms=_mtime_ms(path),
+                id=thread_id, title=None, directory=_str(meta.get("cwd")), updated_ms=mtime_ms(path),
                 parent_session_id=parent_thread_id(meta), subagent=is_subagent_meta(meta)))
         return sorted(sessions.values(), key=lambda info: info.updated_ms or 0, reverse=True)
 

@@ -22,6 +22,7 @@ from llmem.adapters.base import (
     is_valid_session_id,
     iso_to_ms,
     messages_after,
+    mtime_ms,
     output_text,
     read_json_object,
     report_skipped,
@@ -452,13 +453,6 @@ def _workspace_title(workspace: dict[str, Any]) -> str | None:
     return _str(workspace.get("name")) or _str(workspace.get("summary"))
 
 
-def _mtime_ms(path: Path) -> int | None:
-    try:
-        return int(path.stat().st_mtime * 1000)
-    except OSError:
-        return None
-
-
 class CopilotAdapter:
     """Sessions from Copilot CLI's `session-state/` dir and, as a fallback, `--share` files."""
 
@@ -556,7 +550,7 @@ class CopilotAdapter:
                 workspace = _read_workspace(entry / WORKSPACE_FILE) or {}
                 updated = [
                     iso_to_ms(workspace.get("updated_at")),
-                    _mtime_ms(entry / EVENTS_FILE) if (entry / EVENTS_FILE).exists() else None,
+                    mtime_ms(entry / EVENTS_FILE) if (entry / EVENTS_FILE).exists() else None,
                 ]
                 sessions[entry.name] = SessionInfo(
                     id=entry.name,
@@ -566,14 +560,14 @@ class CopilotAdapter:
                 )
             elif entry.suffix == ".jsonl" and is_valid_session_id(entry.stem):
                 sessions.setdefault(
-                    entry.stem, SessionInfo(entry.stem, None, None, _mtime_ms(entry))
+                    entry.stem, SessionInfo(entry.stem, None, None, mtime_ms(entry))
                 )
         if self.share_dir is not None and self.share_dir.is_dir():
             for path in sorted(self.share_dir.glob("copilot-session-*.md")):
                 match = _SHARE_NAME_RE.fullmatch(path.name)
                 if match and is_valid_session_id(match.group(1)):
                     sessions.setdefault(
-                        match.group(1), SessionInfo(match.group(1), None, None, _mtime_ms(path))
+                        match.group(1), SessionInfo(match.group(1), None, None, mtime_ms(path))
                     )
         return sorted(sessions.values(), key=lambda info: info.updated_ms or 0, reverse=True)
 

@@ -314,6 +314,11 @@ def mtime_ms(path: Path) -> int | None:
         return None
 
 
+def as_str(value: Any) -> str | None:
+    """The value if it is a string, else None (JSON fields of any type)."""
+    return value if isinstance(value, str) else None
+
+
 def as_int(value: Any) -> int | None:
     """An integer from a JSON number (bools and other types give None)."""
     if isinstance(value, bool) or not isinstance(value, int | float):

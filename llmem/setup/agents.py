@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..paths import expand
+from ..paths import expand, write_atomically
 from . import integrations
 
 AGENTS = ("opencode", "copilot", "claude", "codex")
@@ -235,8 +235,6 @@ def _backup_path(path: Path) -> Path:
 
 def _write(file: _File) -> None:
     """Back the old file up beside it, then replace it atomically keeping its mode (new: 0600)."""
-    import tempfile
-
     path = file.path
     if file.before is not None:
         file.backup = _backup_path(path)
@@ -244,20 +242,7 @@ def _write(file: _File) -> None:
     else:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     mode = path.stat().st_mode & 0o777 if file.before is not None else 0o600
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(file.after)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomically(path, file.after, mode)
 
 
 # ---- outcome --------------------------------------------------------------------------------

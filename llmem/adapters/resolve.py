@@ -192,9 +192,7 @@ def adapter_from_config(config, name: str | None = None) -> SessionAdapter:
     from llmem.paths import expand
 
     session = config.values["session"]
-    opencode_dir = expand(session["opencode"]["data_dir"])
-    copilot_dir = expand(session["copilot"]["state_dir"])
-    return get_adapter(name or session["adapter"], opencode_data_dir=opencode_dir, copilot_state_dir=copilot_dir,
-                       copilot_share_dir=expand(session["copilot"]["share_dir"]),
-                       claude_dir=claude_config_dir(expand(session["claude"]["config_dir"])),
-                       codex_home=codex_home_dir(expand(session["codex"]["home"])))
+    paths = _store_paths(config)
+    return get_adapter(name or session["adapter"], opencode_data_dir=paths["opencode"],
+                       copilot_state_dir=paths["copilot"], copilot_share_dir=expand(session["copilot"]["share_dir"]),
+                       claude_dir=paths["claude"], codex_home=paths["codex"])

@@ -44,9 +44,12 @@ def agent_homes(tmp_path, configure):
 
 
 def snapshot(folders) -> dict[str, tuple[str, int]]:
-    """Every file under the agents' folders: its content hash and mtime."""
+    """Every file under the agents' folders: its content hash and mtime. Not opencode.db-shm:
+    SQLite's shared-memory lock index, where every WAL reader (a `mode=ro` one too, as
+    FORMATS.md §1 prescribes) takes its read mark."""
     return {str(path): (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
-            for folder in folders for path in sorted(folder.rglob("*")) if path.is_file()}
+            for folder in folders for path in sorted(folder.rglob("*"))
+            if path.is_file() and not path.name.endswith("-shm")}
 
 
 def search(query: str) -> list[dict]:
@@ -55,12 +58,10 @@ def search(query: str) -> list[dict]:
     return json.loads(out)
 
 
-def write_sessions(homes) -> dict[str, str]:
+def write_sessions(homes, store: OpenCodeStore) -> dict[str, str]:
     """A finished session in each agent, all in PROJECT; returns agent → session id."""
-    store = OpenCodeStore(homes["opencode"], worktree=PROJECT)
     opencode = store.session(directory=PROJECT)
     opencode.turn(FACTS["opencode"][0], "Noted.", whole=True)
-    store.close()
     copilot = copilot_session(homes["copilot"], cwd=PROJECT)
     copilot.turn(FACTS["copilot"][0], "Noted.")
     claude = ClaudeSession(homes["claude"], cwd=PROJECT)
@@ -72,10 +73,12 @@ def write_sessions(homes) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_llmem_run_learns_from_four_agents_and_serves_one_agents_fact_to_another(agent_homes, llmem_home):
+    # OpenCode stays open, as while it runs: its -wal is there, and is OpenCode's alone.
+    store = OpenCodeStore(agent_homes["opencode"], worktree=PROJECT)
     runner = start("run", "-w", "2")
     try:
         time.sleep(1.5)  # the watcher attached to the four folders
-        sessions = write_sessions(agent_homes)
+        sessions = write_sessions(agent_homes, store)
         before = snapshot(agent_homes.values())
         found = {}
         for agent, (_, query) in FACTS.items():
@@ -103,7 +106,10 @@ def test_llmem_run_learns_from_four_agents_and_serves_one_agents_fact_to_another
         assert copilot_memory["id"][:8] in block and "orders.toml" in block
     finally:
         assert stop(runner) in (0, -signal.SIGINT)
-    assert snapshot(agent_homes.values()) == before
+    try:
+        assert snapshot(agent_homes.values()) == before
+    finally:
+        store.close()
 
 
 def _hook(hook_input: dict):

@@ -54,6 +54,8 @@ class Setting:
             text = "a list of strings"
         elif self.kind == "url":
             text = "an http:// or https:// URL"
+        elif self.kind == "timezone":
+            text = "an IANA time zone name, e.g. Europe/Paris"
         else:
             text = "a path" if self.kind == "path" else "a string"
         return text + (" or null" if self.nullable else "")
@@ -96,6 +98,8 @@ class Setting:
             raise ValueError
         if self.kind == "url":
             return check_http_url(value)
+        if self.kind == "timezone":
+            return check_timezone(value)
         return value
 
 
@@ -115,6 +119,17 @@ def check_http_url(value: str) -> str:
         raise ValueError("only http and https are allowed")
     if not parts.hostname:
         raise ValueError("no host")
+    return value.strip()
+
+
+def check_timezone(value: str) -> str:
+    """An IANA time zone name the system knows (zoneinfo), or ValueError."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(value.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError("not a time zone this system knows") from None
     return value.strip()
 
 
@@ -148,17 +163,19 @@ SCHEMA: dict[str, Any] = {
         "opencode": {
             "data_dir": _s("~/.local/share/opencode", "path", "OpenCode data folder (opencode*.db and the legacy storage/ tree)"),
             "plugins_dir": _s("~/.config/opencode/plugins", "path", "Where `llmem install opencode` writes its plugin"),
+            "config_dir": _s("~/.config/opencode", "path", "OpenCode's global config folder: `llmem install opencode` registers the MCP server in its opencode.jsonc or opencode.json"),
         },
         "copilot": {
             "state_dir": _s("~/.copilot/session-state", "path", "Copilot CLI session-state folder"),
             "share_dir": _s(".", "path", "Folder holding `--share` Markdown exports"),
             "hooks_dir": _s("~/.copilot/hooks", "path", "Where `llmem install copilot` writes its hooks file"),
+            "home": _s("~/.copilot", "path", "Copilot CLI home (mcp-config.json, copilot-instructions.md); $COPILOT_HOME wins when set"),
         },
         "claude": {
             "config_dir": _s("~/.claude", "path", "Claude Code config folder (its projects/ transcripts); $CLAUDE_CONFIG_DIR wins when set"),
         },
         "codex": {
-            "home": _s("~/.codex", "path", "Codex CLI home (its sessions/ rollouts); $CODEX_HOME wins when set"),
+            "home": _s("~/.codex", "path", "Codex CLI home (its sessions/ rollouts, config.toml, hooks.json); $CODEX_HOME wins when set"),
         },
     },
     "search": {
@@ -192,6 +209,13 @@ SCHEMA: dict[str, Any] = {
         "backups": _s(3, "int", "Rotated log files kept", minimum=0),
     },
     "dream": {
+        # The user's Dreaming design names these in camelCase (plugins…memory-core.config.dreaming.*);
+        # each doc says which, so config.example.yaml carries the mapping.
+        "enabled": _s(True, "bool", "Dreaming on or off (seed: dreaming.enabled, off by default there; llmem's worker dreams by default). Off pauses the worker's periodic dream and the systemd timer's run; `llmem dream on|off` overrides this in the store"),
+        "timezone": _s(None, "timezone", "Time zone the schedule is read in (seed: dreaming.timezone). null: the system's local zone", nullable=True),
+        "model": _s(None, "str", "Chat model that writes the narrative diary, on llm.provider (seed: dreaming.model). Unavailable: retried once with llm.model; a 401/403 refusal is not retried. null: llm.model", nullable=True),
+        "max_promoted_snippet_tokens": _s(160, "int", "Estimated tokens kept of each memory promoted to MEMORY.md (seed: phases.deep.maxPromotedSnippetTokens)", minimum=1),
+        "phase_reports": _s(False, "bool", "Also write dreaming/<phase>/YYYY-MM-DD.md reports beside DREAMS.md"),
         "similarity_threshold": _s(0.92, "float", "Cosine similarity for near-duplicate detection", minimum=0, maximum=1),
         "decay_rate": _s(0.05, "float", "Confidence reduction per decay interval", minimum=0, maximum=1),
         "decay_interval_days": _s(30, "int", "Days per decay interval", minimum=1),
@@ -209,7 +233,7 @@ SCHEMA: dict[str, Any] = {
         "min_score": _s(0.6, "float", "Promotion gate: minimum weighted score", minimum=0, maximum=1),
         "min_recall_count": _s(3, "int", "Promotion gate: minimum user recalls", minimum=0),
         "min_unique_queries": _s(2, "int", "Promotion gate: minimum distinct queries that recalled it", minimum=0),
-        "schedule": _s("0 3 * * *", "str", "Cron schedule of the worker's nightly dream"),
+        "schedule": _s("0 3 * * *", "str", "Cron schedule of the worker's periodic dream, read in dream.timezone (seed: dreaming.frequency)"),
     },
 }
 

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from .db import vec
 from .db.fts import match_count, match_expression, ranked_matches, semantic_text
-from .db.models import Memory
+from .db.models import USER_ORIGINS, Memory
 from .db.queries import memory_filter, rank_fields, seqs_passing
 from .errors import EmbedderUnavailable, UsageError
 from .providers.embedders import Embedder
@@ -26,6 +26,7 @@ TYPE_PRIORITY = {
 BM25_WEIGHTS = (1.0, 0.6, 0.4)
 # The deepest the FTS ranking looks for rows that pass the filters.
 MAX_FTS_FETCH = 20_000
+QUERY_TEXT_CHARS = 300  # of a user query kept for the shadow trial
 # The semantic query leaves out words found in more than this share of the memories.
 COMMON_WORD_SHARE = 0.10
 # In hybrid mode the top lexical hit's vector is added to the query vector with this weight
@@ -305,5 +306,10 @@ class Searcher:
                     {"memory": h.memory.id, "query_hash": qhash, "rank": i, "score": h.score,
                      "origin": origin, "created_at": at}
                     for i, h in enumerate(hits, start=1)]).execute()
+                if origin in USER_ORIGINS and hits:
+                    # The query's words, redacted, once per hash: the shadow trial asks them again.
+                    self.store.models.RecallQuery.insert(
+                        query_hash=qhash, text=self.store.redactor.text(query)[:QUERY_TEXT_CHARS],
+                        created_at=at).on_conflict_ignore().execute()
         except Exception as exc:  # a locked or read-only store must not fail a search
             log.warning("could not record access for %d results: %s", len(hits), exc)

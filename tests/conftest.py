@@ -19,7 +19,7 @@ def llmem_home(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMEM_HOME", str(home))
     monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
     for var in ("LLMEM_CONFIG", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "CLAUDE_CONFIG_DIR",
-                "CODEX_HOME"):
+                "CODEX_HOME", "COPILOT_HOME"):
         monkeypatch.delenv(var, raising=False)
     return home
 

@@ -92,6 +92,7 @@ class FakeModelServer:
         self.delay = 2.0
         self.requests: list[tuple[str, dict]] = []
         self.chat_replies: list[str] = []  # scripted /api/chat contents, consumed in order
+        self.chat_status: dict[str, int] = {}  # chat model name -> HTTP error status it answers
         self.models = ["nomic-embed-text:latest", "llama3.1:8b"]
         server = self
 
@@ -138,6 +139,9 @@ class FakeModelServer:
                     inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
                     return self._reply(200, {"data": [{"index": i, "embedding": fake_vector(t, server.dim)}
                                                       for i, t in enumerate(inputs)]})
+                refused = server.chat_status.get(body.get("model", ""))
+                if refused and self.path in ("/api/chat", "/v1/chat/completions"):
+                    return self._reply(refused, {"error": f"model '{body.get('model')}' answered {refused}"})
                 if self.path == "/api/chat":
                     content = server.chat_replies.pop(0) if server.chat_replies else "{}"
                     return self._reply(200, {"message": {"role": "assistant", "content": content},

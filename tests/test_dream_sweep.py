@@ -97,6 +97,7 @@ def test_apply_then_undo_restores_exactly(home):
     assert after_export != before_export
     assert config.diary_path.exists() and config.paths.memory_md_path.exists()
     assert config.paths.proposed_changes_path.exists()
+    assert (home / "DREAMS.md").exists()  # created by the run: undo removes it
 
     result = undo_run(store, outcome.run_id)
     assert result.restored and result.deleted and result.files

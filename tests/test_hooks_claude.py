@@ -190,6 +190,7 @@ def test_a_fact_stated_in_a_claude_session_is_searchable_after_stop(cli, claude_
     assert memory["project"] == PROJECT and memory["session_id"] == session.id
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_llmem_run_ingests_a_claude_session(claude_dir, llmem_home):
     runner = start("run", "-w", "2")
     try:

@@ -123,9 +123,10 @@ def test_dream_with_nothing_new_changes_nothing(app, state_dir):
     tasks.process_event(event.id)
 
     def journal() -> list[tuple]:
-        # Every journaled write but the diary, which gets one dated entry per night by design.
+        # Every journaled write, the diary's and DREAMS.md's included: a run with nothing new
+        # adds no entry (it used to add a dated one every night).
         return app.store.db.execute_sql(
-            "SELECT run_id, phase, kind, memory_id FROM dream_action WHERE kind != 'diary' ORDER BY id").fetchall()
+            "SELECT run_id, phase, kind, memory_id FROM dream_action ORDER BY id").fetchall()
 
     assert tasks.dream()["run_id"]
     after_first, journal_after_first = snapshot(app), journal()

@@ -68,7 +68,7 @@ def embed_pending() -> dict:
 
 
 def dream(apply: bool = True) -> dict:
-    """The nightly consolidation (the same entry point as `llmem dream --apply`)."""
+    """The consolidation (the same entry point as `llmem dream --apply`)."""
     from llmem.dream.lock import DreamLocked
     from llmem.dream.sweep import run_dream
 
@@ -81,6 +81,18 @@ def dream(apply: bool = True) -> dict:
         return {"skipped": exc.message}
     log.info("task=dream duration=%.0fms", (time.perf_counter() - started) * 1000)
     return {"run_id": getattr(outcome, "run_id", None)}
+
+
+def scheduled_dream() -> dict:
+    """The periodic dream: nothing while `llmem dream off` (or dream.enabled: false) holds."""
+    from llmem.dream.switch import dream_switch
+
+    app = current_app()
+    switch = dream_switch(app.store, app.config)
+    if not switch.enabled:
+        log.info("task=dream skipped: dreaming is off (%s)", switch.source)
+        return {"skipped": "dreaming is off"}
+    return dream()
 
 
 def reconcile(enqueue_event=None) -> dict:
@@ -103,15 +115,6 @@ def heartbeat() -> None:
     from llmem.pipeline.events import worker_heartbeat
 
     worker_heartbeat(current_app().store)
-
-
-def cron_parts(expression: str) -> dict:
-    """A five-field cron expression as huey.crontab keyword arguments."""
-    fields = expression.split()
-    if len(fields) != 5:
-        raise ValueError(f"dream.schedule must have five fields, got {expression!r}")
-    minute, hour, day, month, day_of_week = fields
-    return {"minute": minute, "hour": hour, "day": day, "month": month, "day_of_week": day_of_week}
 
 
 def register(huey, config) -> SimpleNamespace:
@@ -146,8 +149,11 @@ def register(huey, config) -> SimpleNamespace:
 
             release_event(current_app().store, task.args[0])
 
-    tasks.dream_periodic = huey.periodic_task(
-        crontab(**cron_parts(config.values["dream"]["schedule"])), name="dream_periodic")(dream)
+    from llmem.dream.schedule import ZonedTrigger
+    from llmem.dream.switch import dream_zone
+
+    trigger = ZonedTrigger(config.values["dream"]["schedule"], dream_zone(config))
+    tasks.dream_periodic = huey.periodic_task(trigger, name="dream_periodic")(scheduled_dream)
     return tasks
 
 

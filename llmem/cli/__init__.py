@@ -32,6 +32,7 @@ COMMANDS = {
     "stats": ("admin", "stats"),
     "export": ("admin", "export"),
     "import": ("admin", "import_memories"),
+    "import-native": ("admin", "import_native"),
     "metrics": ("admin", "metrics"),
     "embed": ("admin", "embed"),
     "doctor": ("admin", "doctor"),

@@ -309,3 +309,52 @@ def config_check(app, as_json):
         return
     click.echo(f"{file or 'no config file: defaults'}: valid"
                + (f" ({len(config.warnings)} warning(s))" if config.warnings else ""))
+
+
+@click.command("import-native")
+@click.argument("agent", type=click.Choice(["claude", "codex", "copilot", "opencode"]))
+@click.option("--project", "project_dir", type=click.Path(file_okay=False),
+              help="Project folder whose instruction files to read (default: the current folder).")
+@click.option("--dry-run", is_flag=True, help="Show what would be added or retired; write nothing.")
+@json_option("Print the outcome as JSON.")
+@click.pass_obj
+def import_native(app, agent, project_dir, dry_run, as_json):
+    """Bring an agent's own instruction and memory files in (CLAUDE.md and Claude Code's
+    memory folder, AGENTS.md, Copilot instructions): one memory per bullet or paragraph, with
+    its source path; a second run adds nothing, a changed note supersedes the old one."""
+    import os
+
+    from ..adapters.native import NativeHomes, native_files
+    from ..capture.native import import_native as run_import
+    from ..errors import UsageError
+    from ..paths import expand, project_root_of
+    from ..setup.agents import claude_home, codex_home, copilot_home
+
+    folder = Path(project_dir or os.getcwd()).expanduser().resolve()
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder", hint="pass --project with a project folder")
+    project = project_root_of(str(folder))
+    config = app.config
+    homes = NativeHomes(claude=claude_home(config), codex=codex_home(config), copilot=copilot_home(config),
+                        opencode=expand(config.values["session"]["opencode"]["config_dir"]))
+    dirs = list(dict.fromkeys([Path(project), folder]))
+    files = native_files(agent, homes, dirs, project)
+    outcome = run_import(app.store, agent, files, project=project, dry_run=dry_run)
+    if as_json:
+        print_json({**outcome.as_dict(), "agent": agent, "project": project, "dry_run": dry_run})
+        return
+    if not files and not outcome.retired:
+        click.echo(f"No {agent} instruction or memory files found for {project}")
+        return
+    verb = "Would add" if dry_run else "Added"
+    for row in outcome.added:
+        first = row["content"].splitlines()[0][:100]
+        where = row["path"] + (f" § {row['section']}" if row["section"] else "")
+        click.echo(f"  + [{row['type']}] {first}  ({where})")
+    for row in outcome.retired:
+        click.echo(f"  - {row['content'].splitlines()[0][:100]}  (no longer in its file)")
+    click.echo(f"{verb} {len(outcome.added)} memories from {len(files)} file(s): "
+               f"{outcome.unchanged} already present, {len(outcome.superseded)} superseding a changed note, "
+               f"{len(outcome.retired)} {'would be' if dry_run else ''}{' ' if dry_run else ''}retired")
+    if not dry_run and outcome.added:
+        notice("run `llmem embed --pending` to embed the imported memories")

@@ -1,4 +1,5 @@
-"""Dream commands: dream (preview/apply), dream status, dream undo, promote, promote-explain."""
+"""Dream commands: dream (preview/apply), dream on|off|status|help, dream undo, promote,
+promote-explain."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import re
 
 import click
 
+from .dream_lane import print_deep_status, rem_backfill, rem_harness, shadow
 from .output import TEXT, json_option, limit_option, notice, print_json, progress_bar, short
 
 PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
@@ -16,21 +18,35 @@ PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
 @click.option("--phase", type=PHASE_CHOICE, help="Run only this phase (default: light → REM → deep).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write an HTML report (self-contained) to this file.")
-@click.option("--no-llm", is_flag=True, help="Merge by concatenation, without asking the LLM.")
+@click.option("--no-llm", is_flag=True,
+              help="Ask no LLM: merges concatenate, the diary narrative uses the plain template.")
+@click.option("--scheduled", is_flag=True,
+              help="Run as the schedule does (the systemd timer): do nothing while dreaming is off.")
 @json_option("Print the plan or the outcome as JSON.")
 @click.pass_context
-def dream_group(ctx, apply_, phase, report_path, no_llm, as_json):
-    """Consolidate memory: preview by default, --apply to execute."""
+def dream_group(ctx, apply_, phase, report_path, no_llm, scheduled, as_json):
+    """Consolidate memory: preview by default, --apply to execute.
+
+    `llmem dream off` pauses the scheduled runs (worker and systemd timer); a run you start
+    by hand still goes ahead, as the design's manual commands do.
+    """
     if ctx.invoked_subcommand is not None:
         return
     from pathlib import Path
 
     from ..dream import PHASES, run_dream
+    from ..dream.switch import dream_switch
     from ..paths import check_output_folder
 
+    app = ctx.obj
+    switch = dream_switch(app.store, app.config)
+    if not switch.enabled:
+        if scheduled:
+            click.echo(f"Dreaming is off ({switch.source}): nothing done. `llmem dream on` turns it back on.")
+            return
+        notice(f"dreaming is off ({switch.source}): scheduled runs are paused; this run you asked for goes ahead")
     if report_path:
         check_output_folder(Path(report_path))  # before the run: a typo must not cost a dream
-    app = ctx.obj
     phases = [phase] if phase else None
     with progress_bar("Dreaming" if apply_ else "Planning", len(phases or PHASES),
                       show=not as_json) as progress:
@@ -46,22 +62,28 @@ def dream_group(ctx, apply_, phase, report_path, no_llm, as_json):
 
 
 def _print_outcome(outcome, report_path) -> None:
+    from ..dream.narrate import theme_line
+    from ..dream.status import change_total
+
     head = f"Dream run {outcome.run_id} applied" if outcome.applied else "Dream preview (nothing written; --apply to execute)"
     click.echo(f"{head}: {' → '.join(outcome.phases)}")
     for note in outcome.notes:
         click.echo(f"  note: {note}")
     if outcome.light is not None:
         light = outcome.light
-        click.echo(f"light  {light.changed} changed vs {light.compared_with} memories in {light.seconds:.2f} s: "
-                   f"{len(light.near_duplicates)} near-duplicate pairs, {len(light.exact_duplicates)} exact-duplicate "
-                   f"groups, {len(light.auto_links)} auto-link candidates")
+        if light.skipped:
+            click.echo(f"light  skipped the comparison: {light.skipped}")
+        else:
+            click.echo(f"light  {light.changed} changed vs {light.compared_with} memories in {light.seconds:.2f} s")
+        click.echo(f"       {len(light.near_duplicates)} near-duplicate pairs, {len(light.exact_duplicates)} "
+                   f"exact-duplicate groups, {len(light.auto_links)} auto-link candidates")
         for n in light.notes:
             click.echo(f"       {n}")
     if outcome.rem is not None:
         rem = outcome.rem
         click.echo("rem    types: " + (", ".join(f"{t} {n}" for t, n in rem.type_counts.items()) or "none"))
-        if rem.themes:
-            click.echo("       themes: " + ", ".join(f"{t['term']} ({t['memories']})" for t in rem.themes[:8]))
+        for theme in rem.themes[:8]:
+            click.echo(f"       theme {theme_line(theme)}")
         for category, info in rem.categories.items():
             click.echo(f"       {info['count']} self_assessment memories about {category}")
         for item in rem.calibration:
@@ -76,7 +98,11 @@ def _print_outcome(outcome, report_path) -> None:
         click.echo(f"  [{action.phase}] {action.kind:<12} {target}{short(action.text, 100)}")
     if len(outcome.actions) > 40:
         click.echo(f"  … {len(outcome.actions) - 40} more (--json lists all)")
-    if not outcome.actions:
+    total = change_total(counts)
+    if total:
+        verb = "made" if outcome.applied else "proposed"
+        click.echo(f"{total} change{'s' if total != 1 else ''} {verb}.")
+    else:
         click.echo("Nothing to change.")
     if report_path:
         click.echo(f"Report: {report_path}")
@@ -85,35 +111,79 @@ def _print_outcome(outcome, report_path) -> None:
 
 
 @dream_group.command(name="status")
+@click.option("--deep", is_flag=True, help="The promotion candidates: signals, holding gates, shadow verdicts.")
 @json_option()
 @click.pass_obj
-def dream_status_cmd(app, as_json):
+def dream_status_cmd(app, deep, as_json):
     """Show the last and next dream run, counts per phase and candidates waiting."""
     from ..dream import dream_status
 
     data = dream_status(app.store, app.config)
+    if deep:
+        print_deep_status(app, as_json, data)
+        return
     if as_json:
         print_json(data)
         return
+    state = "on" if data["enabled"] else "off"
+    click.echo(f"Dreaming:  {state} ({data['enabled_by']}); schedule read in {data['timezone']}")
     last = data["last_run"]
     if last:
         click.echo(f"Last run:  {last['id']} ({last['status']}) started {last['started_at']}, "
-                   f"phases {', '.join(last['phases'])}")
+                   f"phases {', '.join(last['phases'])}: {last['changes']} changes ({last['writes']} journaled writes)")
         for phase, kinds in last["counts"].items():
-            click.echo(f"  {phase:<6} " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+            if kinds:
+                click.echo(f"  {phase:<6} " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
     else:
         click.echo("Last run:  never")
-    click.echo(f"Next run:  {data['next_run'] or 'not scheduled'} (schedule {data['schedule']!r})")
+    upcoming = data["next_run"] or ("none: dreaming is off" if not data["enabled"] else "not scheduled")
+    click.echo(f"Next run:  {upcoming} (schedule {data['schedule']!r})")
     if data["running"]:
         click.echo(f"Running:   run {data['running'].get('run_id')} (pid {data['running'].get('pid')})")
     c = data["candidates"]
     click.echo(f"Waiting:   {c['merge_pairs']} near-duplicate pairs, {c['promotion_ready']} memories ready "
-               f"for promotion ({c['promotion_held']} held back by the gates)")
+               f"for promotion ({c['promotion_held']} held back by the gates); `llmem dream` previews every change")
     if data["recent_runs"]:
         click.echo("Recent runs:")
         for run in data["recent_runs"]:
-            total = sum(sum(k.values()) for k in run["counts"].values())
-            click.echo(f"  {run['id']}  {run['kind']:<8} {run['status']:<7} {run['started_at']}  {total} actions")
+            click.echo(f"  {run['id']}  {run['kind']:<8} {run['status']:<7} {run['started_at']}  {run['changes']} changes")
+
+
+@dream_group.command(name="on")
+@json_option()
+@click.pass_obj
+def dream_on(app, as_json):
+    """Turn dreaming on: the worker's periodic dream and the systemd timer run again."""
+    _switch(app, True, as_json)
+
+
+@dream_group.command(name="off")
+@json_option()
+@click.pass_obj
+def dream_off(app, as_json):
+    """Turn dreaming off: scheduled runs do nothing until `llmem dream on`."""
+    _switch(app, False, as_json)
+
+
+def _switch(app, enabled: bool, as_json: bool) -> None:
+    from ..dream.switch import set_dream_enabled
+
+    switch = set_dream_enabled(app.store, app.config, enabled)
+    if as_json:
+        print_json(switch.as_dict())
+        return
+    if enabled:
+        click.echo(f"Dreaming is on ({switch.source}): the schedule {app.config.values['dream']['schedule']!r} runs it.")
+    else:
+        click.echo(f"Dreaming is off ({switch.source}): the worker's periodic dream and the systemd timer do nothing; "
+                   "`llmem dream --apply` still runs when you ask.")
+
+
+@dream_group.command(name="help")
+@click.pass_context
+def dream_help(ctx):
+    """Show the dream commands and what the switch does."""
+    click.echo(ctx.parent.get_help())
 
 
 @dream_group.command(name="undo")
@@ -195,6 +265,10 @@ def dream_review_reject(app, proposal_id, note, as_json):
     _decide(app, proposal_id, "rejected", note, as_json)
 
 
+for _command in (rem_harness, rem_backfill, shadow):
+    dream_group.add_command(_command)
+
+
 @click.command(name="promote")
 @click.option("--apply", "apply_", is_flag=True, help="Promote (default: preview).")
 @limit_option("Promote at most N memories.")
@@ -207,7 +281,7 @@ def promote(app, apply_, limit, as_json):
     outcome = run_promote(app.store, app.config, apply=apply_, limit=limit)
     if as_json:
         print_json({"applied": outcome.applied, "run_id": outcome.run_id,
-                    "promote": [c.as_dict() for c in outcome.chosen],
+                    "promote": [c.as_dict() for c in outcome.chosen], "skipped": outcome.skipped,
                     "held": [c.as_dict() for c in outcome.held[:50]]})
         return
     verb = "Promoted" if outcome.applied else "Would promote"
@@ -215,6 +289,8 @@ def promote(app, apply_, limit, as_json):
     for c in outcome.chosen:
         click.echo(f"  {c.memory_id[:8]}  {c.score:.3f}  {c.recalls} recalls, {c.unique_queries} queries  "
                    f"{short(c.content, 70)}")
+    for memory_id, why in outcome.skipped.items():
+        click.echo(f"  skipped {memory_id[:8]}: {why}")
     if outcome.applied:
         click.echo(f"Undo with: llmem dream undo {outcome.run_id}")
     elif outcome.chosen:
@@ -229,6 +305,7 @@ def promote(app, apply_, limit, as_json):
 def promote_explain(app, target, limit, as_json):
     """Explain why a memory (ID, or the results of QUERY) would or would not be promoted."""
     from ..dream.promote import candidates
+    from ..dream.verdicts import verdict_line
     from ..errors import LlmemError, NotFound, UsageError
 
     text = " ".join(target).strip()
@@ -259,8 +336,10 @@ def promote_explain(app, target, limit, as_json):
         for name, gate in c.gates.items():
             mark = "pass" if gate["passed"] else "FAIL"
             click.echo(f"    gate {name:<18} {mark}  {gate['value']} (needs ≥ {gate['required']})")
-        click.echo(f"    user recalls {c.recalls} on {c.recall_days} days; {c.excluded_recalls} context/dream "
-                   "recalls not counted")
+        click.echo(f"    {c.recalls} counted recalls of {c.searches} recorded ({c.grounded} staged from notes; "
+                   f"bursts and same-day repeats count once), {c.unique_queries} query contexts, {c.recall_days} "
+                   f"days; {c.excluded_recalls} context/dream recalls not counted")
+        click.echo(f"    {verdict_line(c.shadow)}")
 
 
 def _search_ids(app, text: str, limit: int) -> list[str]:

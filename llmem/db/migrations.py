@@ -128,6 +128,17 @@ def _record_event_owner(db) -> None:
             db.execute_sql(f"ALTER TABLE event ADD COLUMN {name} {kind}")
 
 
+def _stage_grounded_evidence(db) -> None:
+    # recall_event.staged_by marks the rows a grounded backfill staged (its rollback deletes
+    # exactly those); recall_query keeps each user query's redacted text for the shadow trial.
+    columns = {row[1] for row in db.execute_sql("PRAGMA table_info(recall_event)")}
+    if "staged_by" not in columns:
+        db.execute_sql("ALTER TABLE recall_event ADD COLUMN staged_by TEXT")
+    db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_staged ON recall_event(staged_by) "
+                   "WHERE staged_by IS NOT NULL")
+    db.create_tables([bound_models(db).RecallQuery], safe=True)
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -140,6 +151,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0008_hash_embedded_text", _hash_embedded_text),
     ("0009_watch_session", _create_watch_session_table),
     ("0010_event_owner", _record_event_owner),
+    ("0011_grounded_evidence", _stage_grounded_evidence),
 ]
 
 

@@ -17,7 +17,11 @@ MEMORY_TYPES = (
 )
 SOURCES = ("user", "extraction", "introspection", "learn", "review", "dream", "import", "backfill")
 RELATION_TYPES = ("supersedes", "contradicts", "depends_on", "related_to", "derived_from")
-RECALL_ORIGINS = ("search", "context", "mcp", "dream")
+# `grounded`: evidence staged by `llmem dream rem-backfill --stage-short-term` from a dated note.
+RECALL_ORIGINS = ("search", "context", "mcp", "dream", "grounded")
+# The recalls a user (or their agent) asked for: context injection and dream re-surface
+# memories without anyone asking.
+USER_ORIGINS = ("search", "mcp")
 
 
 class JSONText(pw.TextField):
@@ -134,9 +138,23 @@ class RecallEvent(BaseModel):
     score = pw.FloatField()
     origin = pw.TextField(default="search")
     created_at = pw.FloatField(index=True)
+    # The rem-backfill run that staged this row (null: a live recall), so its rollback
+    # removes exactly what it staged.
+    staged_by = pw.TextField(null=True)
 
     class Meta:
         table_name = "recall_event"
+
+
+class RecallQuery(BaseModel):
+    """The (redacted) text of a user query, once per query hash: what the shadow trial asks."""
+
+    query_hash = pw.TextField(primary_key=True)
+    text = pw.TextField()
+    created_at = pw.FloatField()
+
+    class Meta:
+        table_name = "recall_query"
 
 
 class Setting(BaseModel):
@@ -242,7 +260,7 @@ class LlmUsage(BaseModel):
         table_name = "llm_usage"
 
 
-ALL_MODELS = [Memory, Relation, Embedding, RecallEvent, Setting, DreamRun, DreamAction, Event, SessionCursor, LlmUsage]
+ALL_MODELS = [Memory, Relation, Embedding, RecallEvent, RecallQuery, Setting, DreamRun, DreamAction, Event, SessionCursor, LlmUsage]
 
 
 @dataclass(frozen=True)
@@ -253,6 +271,7 @@ class Models:
     Relation: type[Relation]
     Embedding: type[Embedding]
     RecallEvent: type[RecallEvent]
+    RecallQuery: type[RecallQuery]
     Setting: type[Setting]
     DreamRun: type[DreamRun]
     DreamAction: type[DreamAction]

@@ -65,25 +65,25 @@ def shared_content_rows(db) -> list[tuple]:
         " ORDER BY content_hash, project, created_at, seq").fetchall()
 
 
-def recall_totals(db, user_origins: tuple[str, ...], memory_ids: list[str] | None) -> list[tuple]:
-    """Per memory recalled (of `memory_ids`, or all): (memory_id, user recalls, distinct user
-    queries, distinct user recall days, mean user score clamped to [0, 1], last user recall,
-    recalls of other origins)."""
-    marks = ",".join("?" * len(user_origins))
-    sql = ("SELECT memory_id,"
-           f" SUM(CASE WHEN origin IN ({marks}) THEN 1 ELSE 0 END),"
-           f" COUNT(DISTINCT CASE WHEN origin IN ({marks}) THEN query_hash END),"
-           f" COUNT(DISTINCT CASE WHEN origin IN ({marks}) THEN CAST(created_at / 86400 AS INTEGER) END),"
-           f" AVG(CASE WHEN origin IN ({marks}) THEN MIN(MAX(score, 0.0), 1.0) END),"
-           f" MAX(CASE WHEN origin IN ({marks}) THEN created_at END),"
-           f" SUM(CASE WHEN origin IN ({marks}) THEN 0 ELSE 1 END)"
-           " FROM recall_event")
-    params: list[Any] = list(user_origins) * 6
+def recall_rows(db, origins: tuple[str, ...], memory_ids: list[str] | None) -> list[tuple]:
+    """(memory_id, query_hash, created_at, score, origin) of every recall of `origins` (of
+    `memory_ids`, or of all memories), by memory then time."""
+    marks = ",".join("?" * len(origins))
+    sql = f"SELECT memory_id, query_hash, created_at, score, origin FROM recall_event WHERE origin IN ({marks})"
+    params: list[Any] = list(origins)
     if memory_ids is not None:
-        sql += f" WHERE memory_id IN ({','.join('?' * len(memory_ids))})"
+        sql += f" AND memory_id IN ({','.join('?' * len(memory_ids))})"
         params += memory_ids
-    sql += " GROUP BY memory_id"
-    return db.execute_sql(sql, params).fetchall()
+    return db.execute_sql(sql + " ORDER BY memory_id, created_at", params).fetchall()
+
+
+def recall_counts_outside(db, origins: tuple[str, ...], memory_ids: list[str]) -> dict[str, int]:
+    """memory_id → its recalls of any origin but `origins`, for `memory_ids`."""
+    marks = ",".join("?" * len(origins))
+    rows = db.execute_sql(f"SELECT memory_id, COUNT(*) FROM recall_event WHERE origin NOT IN ({marks}) "
+                          f"AND memory_id IN ({','.join('?' * len(memory_ids))}) GROUP BY memory_id",
+                          [*origins, *memory_ids]).fetchall()
+    return dict(rows)
 
 
 def valid_type_counts(db) -> list[tuple[str, int]]:

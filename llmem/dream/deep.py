@@ -18,7 +18,7 @@ from ..db.models import Memory
 from ..db.queries import decay_rows
 from ..times import now
 from .journal import Action, Journal
-from .promote import Candidate, promotable
+from .promote import Candidate, promotable, recheck
 from .text import distinct_terms
 
 log = logging.getLogger(__name__)
@@ -194,8 +194,9 @@ def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any
         result.promote.append(candidate)
         result.actions.append(Action("deep", "promote", candidate.memory_id,
                                      f"promote (score {candidate.score:.2f}, {candidate.recalls} recalls, "
-                                     f"{candidate.unique_queries} queries)",
-                                     changes={"promoted_at": at}, detail={"score": candidate.score}))
+                                     f"{candidate.unique_queries} queries, {candidate.recall_days} days)",
+                                     changes={"promoted_at": at},
+                                     detail={"score": candidate.score, "content_hash": candidate.content_hash}))
     result.held = len(held)
     return result
 
@@ -217,6 +218,12 @@ def apply_action(store, journal: Journal, action: Action, *, llm=None, at: float
     if action.kind == "link":
         journal.relate(action.phase, "link", action.memory_id, action.detail["target"], "related_to")
         return {}
+    if action.kind == "promote":
+        reason = recheck(store, action.memory_id, action.detail["content_hash"])
+        if reason:  # re-read before writing: a stale, invalidated or deleted snippet is skipped
+            action.kind, action.text = "skip_promote", f"not promoted: {reason}"
+            action.detail["skipped"] = reason
+            return {"skipped": reason}
     journal.update(action.phase, action.kind, action.memory_id, action.changes)
     return {}
 

@@ -1,19 +1,17 @@
-"""Human-readable outputs in Markdown: the dream diary entry and the MEMORY.md mirror."""
+"""Human-readable outputs in Markdown: the dream diary entry (MEMORY.md: memory_md.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from .text import one_line
+from .narrate import md
 
 if TYPE_CHECKING:
-    from ..db.models import Memory
+    from .narrate import PhaseStory
     from .outcome import DreamOutcome
 
 DIARY_HEAD = "# Dream diary\n\nWhat `llmem dream` noticed and did, newest last.\n"
-MEMORY_MD_HEAD = ("# MEMORY.md\n\nCore memories promoted by `llmem dream` / `llmem promote`. "
-                  "Generated from the store: edits here are overwritten.\n")
 
 _EFFECT = {"decreasing": "effective", "stable": "not yet effective", "increasing": "ineffective"}
 
@@ -22,15 +20,26 @@ def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def diary_entry(outcome: DreamOutcome) -> str:
-    """One diary entry covering every phase that ran, ending with `### Calibration`."""
+def _narrative(stories: dict[str, PhaseStory] | None, phase: str) -> list[str]:
+    story = (stories or {}).get(phase)
+    if story is None or not story.narrative:
+        return []
+    by = "template" if story.narrated_by == "template" else story.narrated_by
+    return [f"{story.narrative} _({by})_", ""]
+
+
+def diary_entry(outcome: DreamOutcome, stories: dict[str, PhaseStory] | None = None) -> str:
+    """One diary entry covering every phase that ran, each opening with its narrative when it
+    had one, ending with `### Calibration`."""
     title = f"run {outcome.run_id}" if outcome.run_id else "preview"
     lines = [f"## Dream {title}: {_when(outcome.started_at)}", ""]
     counts = outcome.action_counts()
     light = outcome.light
     if light is not None:
-        lines += ["### Light", ""]
-        if light.since is None:
+        lines += ["### Light", "", *_narrative(stories, "light")]
+        if light.skipped:
+            lines.append(f"- Skipped the comparison: {md(light.skipped)}.")
+        elif light.since is None:
             lines.append(f"- First run: compared all {light.changed} embedded memories with each other "
                          f"in {light.seconds:.1f} s.")
         else:
@@ -38,14 +47,14 @@ def diary_entry(outcome: DreamOutcome) -> str:
                          f"{light.compared_with} embedded memories in {light.seconds:.1f} s.")
         lines.append(f"- {len(light.near_duplicates)} near-duplicate pairs, {len(light.exact_duplicates)} "
                      f"exact-duplicate groups, {len(light.auto_links)} auto-link candidates.")
-        lines += [f"- {note}" for note in light.notes]
+        lines += [f"- {md(note)}" for note in light.notes]
         lines.append("")
     rem = outcome.rem
     if rem is not None:
-        lines += ["### REM", ""]
+        lines += ["### REM", "", *_narrative(stories, "rem")]
         lines.append("- Memories by type: " + (", ".join(f"{t} {n}" for t, n in rem.type_counts.items()) or "none"))
         if rem.themes:
-            lines.append("- Themes: " + ", ".join(f"{t['term']} ({t['memories']})" for t in rem.themes))
+            lines.append("- Themes: " + ", ".join(f"{md(t['term'])} ({t['memories']})" for t in rem.themes))
         if rem.clusters:
             lines.append(f"- Clusters: {len(rem.clusters)} (largest {rem.clusters[0]['size']})")
         for category, info in rem.categories.items():
@@ -56,12 +65,12 @@ def diary_entry(outcome: DreamOutcome) -> str:
             lines.append(f"- Insight {insight['key']}: tiers {tiers}")
         lines.append("")
     if outcome.deep is not None:
-        lines += ["### Deep", ""]
+        lines += ["### Deep", "", *_narrative(stories, "deep")]
         deep_counts = counts.get("deep", {})
         lines.append("- " + (", ".join(f"{k} {v}" for k, v in sorted(deep_counts.items())) or "nothing to do"))
         for candidate in outcome.deep.promote[:10]:
             lines.append(f"- Promoted {candidate.memory_id[:8]} (score {candidate.score:.2f}): "
-                         f"{one_line(candidate.content, 90)}")
+                         f"{md(candidate.content, 90)}")
         lines.append("")
     if rem is not None:
         lines += ["### Calibration", ""]
@@ -83,22 +92,3 @@ def diary_entry(outcome: DreamOutcome) -> str:
 def append_entry(existing: str | None, entry: str) -> str:
     base = existing if existing else DIARY_HEAD
     return base.rstrip("\n") + "\n\n" + entry
-
-
-def memory_md(store) -> str:
-    """MEMORY.md from the store: every valid promoted memory, grouped by scope."""
-    Memory = store.models.Memory
-    rows = (Memory.select().where(Memory.promoted_at.is_null(False) & Memory.invalidated_at.is_null())
-            .order_by(Memory.project.asc(nulls="first"), Memory.type, Memory.promoted_at, Memory.seq))
-    scopes: dict[str | None, list[Memory]] = {}
-    for memory in rows:
-        scopes.setdefault(memory.project, []).append(memory)
-    lines = [MEMORY_MD_HEAD]
-    for project, memories in scopes.items():
-        lines.append(f"## {'Global' if project is None else 'Project ' + project}\n")
-        for memory in memories:
-            lines.append(f"- [{memory.type}] {one_line(memory.content, 400)} (id {memory.id[:8]})")
-        lines.append("")
-    if not scopes:
-        lines.append("_No promoted memories yet._\n")
-    return "\n".join(lines).rstrip("\n") + "\n"

@@ -6,6 +6,7 @@ plan through a Journal. Every write goes through one of four journaled operation
   create  a memory was added; undo deletes it (with its relations and vectors)
   relate  a relation was added; undo removes it
   file    a file was rewritten; `before` is its old text (null: it did not exist)
+  report  a finding (a shadow verdict, a staged grounded recall): nothing to restore
 Undo replays a run's journal backwards in one transaction, so a run is undone exactly.
 """
 
@@ -116,6 +117,11 @@ class Journal:
                      {"source_id": source_id, "target_id": target_id, "type": relation_type})
         return True
 
+    def report(self, phase: str, kind: str, memory_id: str | None, detail: dict[str, Any]) -> None:
+        """Journal what a run found or staged outside the memory rows (a shadow verdict, a
+        grounded recall): nothing for undo to restore; the run's own rollback reads it."""
+        self._record(phase, kind, "report", memory_id, None, detail)
+
     def record_row(self, phase: str, kind: str, table: str, key: dict[str, Any],
                    row: dict[str, Any] | None) -> None:
         """Journal a row of another table as it was before (None: it did not exist)."""
@@ -185,6 +191,9 @@ def undo_run(store, run_id: str) -> UndoResult:
     run = find_run(store, run_id)
     if run.status == "undone":
         raise UsageError(f"run {run.id} was already undone")
+    if run.kind == "rem-backfill":
+        raise UsageError(f"run {run.id} is a grounded backfill: its rollback removes exactly what it staged",
+                         hint=f"use `llmem dream rem-backfill --rollback {run.id}`")
     if run.status == "running":
         raise UsageError(f"run {run.id} is still running (or died: its lock is taken over by the next run)",
                          hint="wait for it to finish")

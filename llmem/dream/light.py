@@ -17,6 +17,8 @@ import numpy as np
 
 from ..db import vec
 from ..db.queries import shared_content_rows
+from ..times import to_iso
+from ..vectors import pending_query
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ class LightResult:
     truncated: bool = False
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    skipped: str | None = None  # why the vector comparison did not run, in the user's terms
 
     def hits(self) -> dict[str, int]:
         """How often each memory turned up in this phase (a small promotion signal)."""
@@ -52,7 +55,7 @@ class LightResult:
                 "near_duplicates": cut(self.near_duplicates),
                 "exact_duplicates": cut(self.exact_duplicates),
                 "auto_links": cut(self.auto_links), "truncated": self.truncated,
-                "seconds": round(self.seconds, 3), "notes": self.notes}
+                "seconds": round(self.seconds, 3), "notes": self.notes, "skipped": self.skipped}
 
 
 class _Codes:
@@ -70,8 +73,14 @@ def _matrix(blobs: list[bytes], dim: int) -> np.ndarray:
     return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dim)
 
 
+def _embed_hint(embedder_provider: str | None) -> str:
+    if embedder_provider == "none":
+        return "no embedder is configured (embedding.provider: none): set one in config.yaml, then run `llmem embed`"
+    return "run `llmem embed` (a running worker embeds new memories by itself)"
+
+
 def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: float | None,
-                    since: float | None) -> LightResult:
+                    since: float | None, embedder_provider: str | None = None) -> LightResult:
     """Compare what changed since `since` (None: everything) against every valid memory."""
     started = time.perf_counter()
     db = store.db
@@ -79,13 +88,24 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
     result = LightResult(since=since, model=model)
     result.exact_duplicates = exact_duplicate_groups(db)
     if not model or not dim:
-        result.notes.append("no memory is embedded yet: only exact duplicates were looked for")
+        result.skipped = (f"0 memories embedded: {_embed_hint(embedder_provider)}; "
+                          "only exact duplicates were looked for")
         result.seconds = time.perf_counter() - started
         return result
 
     changed_rows = vec.current_embeddings(db, model, dim, since=since).fetchall()
     result.changed = len(changed_rows)
     if not changed_rows:
+        embedded = vec.current_embedding_count(db, model)
+        waiting = pending_query(store, model).count()
+        if not embedded:
+            why = f"0 memories embedded with {model}: {_embed_hint(embedder_provider)}"
+        else:
+            why = (f"no memory embedded since the last light run ({to_iso(since)}); its "
+                   f"{embedded} embedded memories were compared then")
+            if waiting:
+                why += f"; {waiting} memories wait for a vector: {_embed_hint(embedder_provider)}"
+        result.skipped = why
         result.seconds = time.perf_counter() - started
         return result
 

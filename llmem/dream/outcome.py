@@ -36,6 +36,14 @@ class DreamOutcome:
     notes: list[str] = field(default_factory=list)
     merge_results: list[dict[str, Any]] = field(default_factory=list)
     type_counts: dict[str, int] = field(default_factory=dict)
+    # Per phase: the narrative written after it and by whom (model NAME, template, none).
+    narratives: dict[str, dict[str, str | None]] = field(default_factory=dict)
+
+    def has_news(self) -> bool:
+        """Whether the run changed or found anything (else the diary gets no entry)."""
+        light = self.light
+        found = light is not None and bool(light.near_duplicates or light.exact_duplicates or light.auto_links)
+        return bool(self.actions) or found
 
     def action_counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {phase: {} for phase in self.phases}
@@ -70,4 +78,6 @@ class DreamOutcome:
         out["phase_hits"] = self.phase_hits()
         if self.merge_results:
             out["merges"] = self.merge_results
+        if self.narratives:
+            out["narratives"] = self.narratives
         return out

@@ -2,8 +2,20 @@
 
 score = 0.30 relevance + 0.24 frequency + 0.15 query diversity + 0.15 recency
       + 0.10 multi-day consolidation + 0.06 conceptual richness + phase boost (≤ 0.05)
-Each signal is in [0, 1]. Only recalls with origin `search` or `mcp` count: context
-injection and dream itself re-surface memories without a user asking for them.
+Each signal is in [0, 1]. Only recalls with origin `search` or `mcp` count (and the
+evidence a grounded backfill staged from dated notes, origin `grounded`): context injection
+and dream itself re-surface memories without a user asking for them.
+
+Recalls are counted per query context and per day, so that noise cannot pass the gates: a
+burst — every recall within BURST_WINDOW of the burst's first one, whatever its queries — is
+one query context (an agent searching around one task, or one search repeated, asks once);
+the same query again on the same day adds nothing. `recalls` (frequency, `min_recall_count`)
+counts distinct (day, query context) pairs, `unique_queries` (diversity,
+`min_unique_queries`) the distinct query contexts, `recall_days` (consolidation) the distinct
+days, in dream.timezone. Six searches within a minute are one recall of one query on one day.
+
+Diary and report artefacts are never promoted (gate `grounded`, see artefacts.py), and a
+shadow trial's verdict only moves a candidate in the ranking (verdicts.py), never past a gate.
 A self_assessment the heuristics guessed from wording has one more gate, `evidence`: it is
 promoted only when a stated assessment of its category exists or guesses come from two
 sessions or more (taxonomy.enough_evidence), so a misread correction never becomes core.
@@ -13,16 +25,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from ..capture.taxonomy import enough_evidence, is_heuristic
-from ..db.queries import metadata_value, recall_totals
+from ..db.models import USER_ORIGINS
+from ..db.queries import metadata_value, recall_counts_outside, recall_rows
 from ..times import days_between, now
+from .artefacts import artefact_reason
 from .text import distinct_terms
+from .verdicts import ORDER_SHIFT, latest_verdicts
 
 WEIGHTS = {"relevance": 0.30, "frequency": 0.24, "query_diversity": 0.15, "recency": 0.15,
            "consolidation": 0.10, "conceptual_richness": 0.06}
-USER_ORIGINS = ("search", "mcp")
+COUNTED_ORIGINS = (*USER_ORIGINS, "grounded")
+BURST_WINDOW = 30 * 60  # seconds: recalls this close to a burst's first one are that burst
 PHASE_BOOST_MAX = 0.05
 PHASE_BOOST_HALF_LIFE_DAYS = 7.0
 FREQUENCY_SATURATION = 20  # recalls at which frequency reaches 1
@@ -40,13 +58,20 @@ class Candidate:
     project: str | None
     promoted_at: float | None
     invalidated_at: float | None
-    recalls: int = 0
-    unique_queries: int = 0
+    content_hash: str = ""
+    source: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    recalls: int = 0  # distinct (day, query context) pairs
+    unique_queries: int = 0  # distinct query contexts
     recall_days: int = 0
     mean_score: float = 0.0
     last_recall: float | None = None
+    searches: int = 0  # raw counted recall rows, bursts and repeats included
+    grounded: int = 0  # recalls staged from dated notes by a grounded backfill
     excluded_recalls: int = 0
     phase_hits: float = 0.0
+    artefact: str | None = None  # why it is diary/report text, when it is
+    shadow: dict[str, Any] | None = None  # the latest shadow-trial verdict
     # For a heuristic self_assessment: whether its category has evidence beyond it (else None).
     evidence: bool | None = None
     signals: dict[str, float] = field(default_factory=dict)
@@ -66,10 +91,63 @@ class Candidate:
                             "contribution": round(v * WEIGHTS[k], 4) if k in WEIGHTS else round(v, 4)}
                         for k, v in self.signals.items()},
             "gates": self.gates,
-            "recalls": {"user": self.recalls, "unique_queries": self.unique_queries,
-                        "days": self.recall_days, "mean_score": round(self.mean_score, 4),
+            "recalls": {"counted": self.recalls, "unique_queries": self.unique_queries,
+                        "days": self.recall_days, "searches": self.searches, "grounded": self.grounded,
+                        "mean_score": round(self.mean_score, 4),
                         "last": self.last_recall, "not_counted": self.excluded_recalls},
+            "holding_gates": [name for name, gate in self.gates.items() if not gate["passed"]],
+            "shadow": self.shadow,
         }
+
+    @property
+    def order_key(self) -> tuple[float, str]:
+        """Best first: the score, moved by a fresh shadow verdict (which never opens a gate)."""
+        shift = 0.0
+        if self.shadow and not self.shadow.get("stale"):
+            shift = ORDER_SHIFT.get(self.shadow.get("verdict"), 0.0)
+        return (-(self.score + shift), self.memory_id)
+
+
+@dataclass
+class Evidence:
+    """A memory's counted recalls, bursts and same-day repeats folded (see the module doc)."""
+
+    recalls: int = 0
+    unique_queries: int = 0
+    days: int = 0
+    mean_score: float = 0.0
+    last: float | None = None
+    searches: int = 0
+    grounded: int = 0
+
+
+def day_number(ts: float, zone: tzinfo | None) -> int:
+    """The calendar day of a time in `zone` (None: the system's), as an ordinal."""
+    return datetime.fromtimestamp(ts, zone).toordinal() if zone else datetime.fromtimestamp(ts).toordinal()
+
+
+def fold_recalls(rows: list[tuple], zone: tzinfo | None = None) -> Evidence:
+    """Evidence from one memory's (query_hash, created_at, score, origin) rows, oldest first."""
+    contexts: dict[tuple[int, str], float] = {}
+    grounded: set[tuple[int, str]] = set()
+    burst_start = -math.inf
+    burst_key = (0, "")
+    for query, at, score, origin in rows:
+        if at - burst_start >= BURST_WINDOW:
+            burst_start, burst_key = at, (day_number(at, zone), query)
+        contexts[burst_key] = max(contexts.get(burst_key, 0.0), max(0.0, min(1.0, float(score or 0.0))))
+        if origin == "grounded":
+            grounded.add(burst_key)
+    if not contexts:
+        return Evidence()
+    return Evidence(recalls=len(contexts), unique_queries=len({q for _, q in contexts}),
+                    days=len({d for d, _ in contexts}), mean_score=sum(contexts.values()) / len(contexts),
+                    last=rows[-1][1], searches=len(rows), grounded=len(grounded))
+
+
+def _zone(cfg: dict[str, Any]) -> tzinfo | None:
+    name = cfg.get("timezone")
+    return ZoneInfo(name) if name else None
 
 
 def recent_phase_hits(store, at: float, window_days: float = 28.0) -> dict[str, float]:
@@ -108,6 +186,9 @@ def score_candidate(c: Candidate, at: float, cfg: dict[str, Any]) -> Candidate:
         "min_unique_queries": {"value": c.unique_queries, "required": cfg["min_unique_queries"],
                                "passed": c.unique_queries >= cfg["min_unique_queries"]},
     }
+    if c.artefact:
+        c.gates["grounded"] = {"value": c.artefact, "required": "a memory snippet, not diary or report text",
+                               "passed": False}
     if c.evidence is not None:
         c.gates["evidence"] = {
             "value": "corroborated" if c.evidence else "heuristic guesses from one session",
@@ -115,6 +196,8 @@ def score_candidate(c: Candidate, at: float, cfg: dict[str, Any]) -> Candidate:
             "passed": c.evidence}
     if c.invalidated_at:
         c.verdict = "not eligible: invalidated"
+    elif c.artefact:
+        c.verdict = f"not eligible: dream diary/report artefact ({c.artefact})"
     elif c.promoted_at:
         c.verdict = "already promoted"
     elif c.passes:
@@ -127,31 +210,43 @@ def score_candidate(c: Candidate, at: float, cfg: dict[str, Any]) -> Candidate:
 
 def candidates(store, cfg: dict[str, Any], *, at: float | None = None, memory_ids: list[str] | None = None,
                phase_hits: dict[str, float] | None = None) -> list[Candidate]:
-    """Scored candidates, best first: memories with user recalls (or exactly `memory_ids`)."""
+    """Scored candidates, best first: memories with counted recalls (or exactly `memory_ids`)."""
     at = at or now()
-    rows = {r[0]: r for r in recall_totals(store.db, USER_ORIGINS, memory_ids)}
-    wanted = list(memory_ids) if memory_ids is not None else [k for k, r in rows.items() if r[1]]
+    zone = _zone(cfg)
+    grouped: dict[str, list[tuple]] = {}
+    for memory_id, query, created_at, score, origin in recall_rows(store.db, COUNTED_ORIGINS, memory_ids):
+        grouped.setdefault(memory_id, []).append((query, created_at, score, origin))
+    wanted = list(memory_ids) if memory_ids is not None else list(grouped)
     hits = recent_phase_hits(store, at) if phase_hits is None else phase_hits
     Memory = store.models.Memory
     evidence: dict[tuple[str, str | None], bool] = {}
     out = []
     for start in range(0, len(wanted), 500):
         chunk = wanted[start:start + 500]
+        others = recall_counts_outside(store.db, COUNTED_ORIGINS, chunk)
+        verdicts = latest_verdicts(store, chunk)
         for memory in Memory.select().where(Memory.id.in_(chunk)):
-            r = rows.get(memory.id) or (memory.id, 0, 0, 0, None, None, 0)
+            folded = fold_recalls(grouped.get(memory.id, []), zone)
             c = Candidate(memory.id, memory.content, memory.type, memory.project, memory.promoted_at,
-                          memory.invalidated_at, recalls=int(r[1] or 0), unique_queries=int(r[2] or 0),
-                          recall_days=int(r[3] or 0), mean_score=float(r[4] or 0.0), last_recall=r[5],
-                          excluded_recalls=int(r[6] or 0), phase_hits=hits.get(memory.id, 0.0))
+                          memory.invalidated_at, content_hash=memory.content_hash, source=memory.source,
+                          metadata=memory.metadata or {}, recalls=folded.recalls,
+                          unique_queries=folded.unique_queries, recall_days=folded.days,
+                          mean_score=folded.mean_score, last_recall=folded.last, searches=folded.searches,
+                          grounded=folded.grounded, excluded_recalls=int(others.get(memory.id, 0)),
+                          phase_hits=hits.get(memory.id, 0.0),
+                          artefact=artefact_reason(memory.content, memory.metadata))
             if memory.type == "self_assessment" and is_heuristic(memory.metadata):
                 key = (str((memory.metadata or {}).get("category")), memory.project)
                 if key not in evidence:
                     evidence[key] = category_evidence(store, *key)
                 c.evidence = evidence[key]
+            verdict = verdicts.get(memory.id)
+            if verdict is not None:
+                c.shadow = {**verdict, "stale": verdict.get("content_hash") != memory.content_hash}
             score_candidate(c, at, cfg)
             if memory_ids is not None or (not c.invalidated_at and not c.promoted_at):
                 out.append(c)
-    out.sort(key=lambda c: (-c.score, c.memory_id))
+    out.sort(key=lambda c: c.order_key)
     return out
 
 
@@ -175,3 +270,35 @@ def promotable(store, cfg: dict[str, Any], *, limit: int | None = None, at: floa
         chosen = chosen[:limit]
     chosen_ids = {c.memory_id for c in chosen}
     return chosen, [c for c in ranked if c.memory_id not in chosen_ids]
+
+
+def recheck(store, memory_id: str, ranked_hash: str) -> str | None:
+    """Why a candidate ranked earlier must not be promoted now (None: promote it). Deep reads
+    the memory again just before writing: one deleted, invalidated or edited since it was
+    ranked is skipped rather than promoted on evidence about another text."""
+    Memory = store.models.Memory
+    memory = Memory.get_or_none(Memory.id == memory_id)
+    if memory is None:
+        return "deleted since it was ranked"
+    if memory.invalidated_at:
+        return "invalidated since it was ranked"
+    if memory.promoted_at:
+        return "already promoted"
+    if memory.content_hash != ranked_hash:
+        return "its text changed since it was ranked (stale)"
+    reason = artefact_reason(memory.content, memory.metadata)
+    return f"dream diary/report artefact ({reason})" if reason else None
+
+
+def apply_promotions(store, journal, chosen: list[Candidate], at: float) -> tuple[list[Candidate], dict[str, str]]:
+    """Promote each candidate that still holds (see `recheck`), through the journal; return
+    (promoted, memory_id → why skipped). Call inside a transaction."""
+    promoted, skipped = [], {}
+    for candidate in chosen:
+        reason = recheck(store, candidate.memory_id, candidate.content_hash)
+        if reason:
+            skipped[candidate.memory_id] = reason
+            continue
+        journal.update("deep", "promote", candidate.memory_id, {"promoted_at": at})
+        promoted.append(candidate)
+    return promoted, skipped

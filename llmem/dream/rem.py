@@ -21,7 +21,6 @@ from ..capture.taxonomy import POSITIVE_CATEGORIES, TAXONOMY, enough_evidence
 from ..db.queries import (
     contents_of,
     insight_procedure_rows,
-    newest_valid_contents,
     procedure_use_rows,
     valid_assessments_since,
     valid_type_counts,
@@ -30,20 +29,16 @@ from ..db.settings import get_setting
 from ..times import days_between, now
 from .journal import Action
 from .text import (
-    NINE_FIELDS,
     assessment_fields,
     category_of,
-    distinct_terms,
     iteration_count,
 )
+from .themes import theme_terms, themes
 
 log = logging.getLogger(__name__)
 
-THEME_SAMPLE = 20_000  # recent memories read for themes
 TIER1_CONFIDENCE = 0.5
 TREND_MARGIN = 0.10  # a change within ±10 % is "stable"
-# The self_assessment field names and categories are structure, not themes.
-_NOT_THEMES = frozenset(f.lower() for f in (*NINE_FIELDS, *TAXONOMY))
 
 _CHECKLIST = {
     "NULL_SAFETY": ["Check every value that may be None/null/undefined before using its fields",
@@ -116,22 +111,6 @@ def type_counts(db) -> dict[str, int]:
     return dict(valid_type_counts(db))
 
 
-def themes(db, since: float, limit: int = 10) -> list[dict[str, Any]]:
-    """The terms most memories touched recently (document frequency ≥ 2)."""
-    # created_at, not updated_at: dream's own decays touch every idle memory's updated_at.
-    rows = newest_valid_contents(db, since, THEME_SAMPLE)
-    df: Counter[str] = Counter()
-    examples: dict[str, list[str]] = {}
-    for memory_id, content in rows:
-        for term in distinct_terms(content) - _NOT_THEMES:
-            df[term] += 1
-            bucket = examples.setdefault(term, [])
-            if len(bucket) < 3:
-                bucket.append(memory_id)
-    return [{"term": t, "memories": c, "examples": examples[t]}
-            for t, c in df.most_common(limit) if c >= 2]
-
-
 def clusters(db, pairs: list[dict[str, Any]], limit: int = 10) -> list[dict[str, Any]]:
     """Connected groups of memories that light found close to each other."""
     parent: dict[str, str] = {}
@@ -154,7 +133,7 @@ def clusters(db, pairs: list[dict[str, Any]], limit: int = 10) -> list[dict[str,
     out = []
     for ids in ranked:
         contents = contents_of(db, ids)
-        shared = Counter(t for c in contents for t in distinct_terms(c))
+        shared = Counter(t for c in contents for t in theme_terms(c))
         out.append({"ids": sorted(ids), "size": len(ids),
                     "terms": [t for t, n in shared.most_common(5) if n > 1]})
     return out

@@ -171,8 +171,13 @@ def render_report(store, outcome: DreamOutcome) -> str:
     if rem:
         out.append("<h2>REM</h2>")
         if rem.themes:
-            out.append("<p>Themes: " + ", ".join(f'<span class=pill>{esc(t["term"])} ({t["memories"]})</span>'
-                                                 for t in rem.themes) + "</p>")
+            out.append("<table><tr><th>theme</th><th>memories</th><th>from</th></tr>")
+            for t in rem.themes:
+                sources = "<br>".join(f"<code>{esc(s['id'][:8])}</code> {esc(s['text'])}"
+                                      for s in t.get("sources", []))
+                out.append(f'<tr><td><span class=pill>{esc(t["term"])}</span></td><td>{t["memories"]}</td>'
+                           f"<td>{sources}</td></tr>")
+            out.append("</table>")
         if rem.categories:
             out.append("<table><tr><th>self_assessment category</th><th>count</th><th>insight tiers</th></tr>")
             tiers = {i["key"]: i["tiers"] for i in rem.insights}

@@ -1,13 +1,14 @@
-"""A small cron reader: the next time a five-field schedule fires (for `dream status`).
+"""A small cron reader: the next time a five-field schedule fires (for `dream status`) and
+whether it fires this minute (the worker's periodic dream), read in dream.timezone.
 
-llmem/ must not import huey, whose crontab only the worker uses; this covers the standard
+llmem/ must not import huey; this covers the standard
 syntax: `*`, numbers, ranges `a-b`, steps `*/n` and `a-b/n`, lists, month and day names,
 and cron's rule that a restricted day-of-month and day-of-week match when either does.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 
 from ..errors import UsageError
 
@@ -81,6 +82,10 @@ class CronSchedule:
             return dom_ok
         return dom_ok or dow_ok
 
+    def matches(self, moment: datetime) -> bool:
+        """Whether the schedule fires in the minute of `moment` (read in its own zone)."""
+        return self._day_matches(moment) and moment.hour in self.hours and moment.minute in self.minutes
+
     def next_after(self, moment: datetime) -> datetime | None:
         """The first firing strictly after `moment` (naive local or aware), within 5 years."""
         start = moment.replace(second=0, microsecond=0) + timedelta(minutes=1)
@@ -96,6 +101,24 @@ class CronSchedule:
         return None
 
 
-def next_run(expression: str, after: datetime | None = None) -> datetime | None:
-    """When the schedule fires next, in local time."""
-    return CronSchedule(expression).next_after(after or datetime.now().astimezone())
+def next_run(expression: str, after: datetime | None = None, zone: tzinfo | None = None) -> datetime | None:
+    """When the schedule fires next, read in `zone` (default: local time)."""
+    return CronSchedule(expression).next_after(after or datetime.now(zone).astimezone(zone))
+
+
+class ZonedTrigger:
+    """huey's periodic-task test for a cron schedule read in a time zone.
+
+    huey (built with utc=False) asks once a minute with the local wall time, naive; the
+    schedule is read in `zone`, so `0 3 * * *` with America/Los_Angeles fires at 03:00 there
+    whatever the machine's own zone. It is also the reader `dream status` uses for the next
+    run, so the two never disagree (huey's own crontab ANDs day-of-month and day-of-week).
+    """
+
+    def __init__(self, expression: str, zone: tzinfo):
+        self.schedule = CronSchedule(expression)
+        self.zone = zone
+
+    def __call__(self, moment: datetime) -> bool:
+        aware = moment.astimezone() if moment.tzinfo is None else moment  # naive = local time
+        return self.schedule.matches(aware.astimezone(self.zone))

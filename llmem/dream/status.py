@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from ..times import now, to_iso
@@ -10,6 +9,7 @@ from .journal import action_counts, last_run
 from .lock import INTERRUPTED, lock_is_live, read_lock
 from .promote import promotable
 from .schedule import next_run
+from .switch import dream_switch, dream_zone, zone_name
 
 
 def _run_info(store, run, live_run_id: str | None) -> dict[str, Any] | None:
@@ -19,10 +19,30 @@ def _run_info(store, run, live_run_id: str | None) -> dict[str, Any] | None:
     if status == "running" and run.id != live_run_id:
         # Its process died without finishing (the next run's takeover records it as failed).
         status, error = "interrupted", error or INTERRUPTED
+    writes = action_counts(store, run.id)
+    counts = change_counts(run, writes)
     return {"id": run.id, "kind": run.kind, "phases": run.phases.split(",") if run.phases else [],
             "status": status, "started_at": to_iso(run.started_at),
             "finished_at": to_iso(run.finished_at), "error": error,
-            "counts": action_counts(store, run.id)}
+            "counts": counts, "changes": change_total(counts),
+            "writes": sum(sum(kinds.values()) for kinds in writes.values())}
+
+
+def change_counts(run, writes: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
+    """A run's changes per phase and kind, counted as its preview counted them.
+
+    The journal holds several rows per change (a merge: the new memory, each original, each
+    relation); those are `writes`, used only for runs whose summary has no counts.
+    """
+    counts = (run.summary or {}).get("counts")
+    if counts is None:
+        counts = writes if writes is not None else {}
+    return {phase: kinds for phase, kinds in counts.items() if kinds}
+
+
+def change_total(counts: dict[str, dict[str, int]]) -> int:
+    """How many changes a run proposes or made: the one number preview, status and DREAMS.md show."""
+    return sum(sum(kinds.values()) for kinds in counts.values())
 
 
 def dream_status(store, config, *, recent: int = 5) -> dict[str, Any]:
@@ -32,7 +52,9 @@ def dream_status(store, config, *, recent: int = 5) -> dict[str, Any]:
     last_any = DreamRun.select().where(DreamRun.kind == "dream").order_by(DreamRun.started_at.desc()).first()
     last_applied = last_run(store, "dream")
     schedule = cfg["schedule"]
-    upcoming = next_run(schedule, datetime.now().astimezone())
+    zone = dream_zone(config)
+    switch = dream_switch(store, config)
+    upcoming = next_run(schedule, zone=zone) if switch.enabled else None
     waiting_pairs = 0
     light_run = last_run(store, "dream", "light")
     if light_run is not None:
@@ -50,6 +72,9 @@ def dream_status(store, config, *, recent: int = 5) -> dict[str, Any]:
     live_run_id = running.get("run_id") if running else None
     runs = DreamRun.select().order_by(DreamRun.started_at.desc()).limit(recent)
     return {
+        "enabled": switch.enabled,
+        "enabled_by": switch.source,
+        "timezone": zone_name(config),
         "last_run": _run_info(store, last_any, live_run_id),
         "last_applied_run": _run_info(store, last_applied, live_run_id),
         "schedule": schedule,

@@ -11,21 +11,23 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..db.settings import get_setting, set_setting
 from ..paths import write_output_file
 from ..times import now
-from . import diary
+from . import diary, dreams_md, memory_md
 from .deep import DeepResult, apply_action, plan_deep
 from .journal import PHASES, Action, Journal, finish_run, last_run, new_run_id, start_run
 from .light import LightResult, find_candidates
 from .lock import DreamLock, lock_is_live, read_lock
+from .narrate import Narrator, md, stories, template
 from .outcome import DreamOutcome
-from .promote import promotable, recent_phase_hits
+from .promote import apply_promotions, promotable, recent_phase_hits
 from .rem import PROPOSED_KEY, RemResult, plan_rem, type_counts
+from .switch import dream_zone
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +85,12 @@ def _light_from_last_run(store) -> LightResult:
 
 def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = None,
               report_path: Path | None = None, llm: Any = None, use_llm: bool = True,
-              promote_limit: int | None = None,
+              promote_limit: int | None = None, diary_llm: Any = None,
               progress: Callable[[str], None] | None = None) -> DreamOutcome:
     """Run the sweep (or the chosen phases) in the order light → REM → deep; `progress(phase)`
-    is called as each phase is done (the CLI's bar: the library prints nothing)."""
+    is called as each phase is done (the CLI's bar: the library prints nothing).
+
+    `llm` merges; `diary_llm` writes the narrative (default: dream.model, then llm.model)."""
     cfg = config.values["dream"]
     chosen = [p for p in PHASES if p in (phases or PHASES)]
     at = now()
@@ -123,7 +127,7 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
         try:
             _plan_all(store, config, cfg, outcome, at, promote_limit, journal=journal, llm=llm,
                       progress=progress)
-            _write_outputs(store, config, outcome, journal)
+            _write_outputs(store, config, outcome, journal, diary_llm=diary_llm, use_llm=use_llm)
         except Exception as exc:
             outcome.finished_at = now()
             finish_run(store, run, outcome.summary(), error=f"{exc.__class__.__name__}: {exc}")
@@ -153,7 +157,8 @@ def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limi
         previous = last_run(store, "dream", "light")
         light = find_candidates(store, similarity_threshold=cfg["similarity_threshold"],
                                 auto_link_threshold=cfg["auto_link_threshold"],
-                                since=previous.started_at if previous else None)
+                                since=previous.started_at if previous else None,
+                                embedder_provider=config.values["embedding"]["provider"])
         outcome.light = light
         outcome.phase_seconds["light"] = round(time.perf_counter() - started, 3)
         done("light")
@@ -221,17 +226,73 @@ def _apply_deep(store, journal: Journal, deep: DeepResult, llm, at: float, outco
         with store.db.atomic():
             for action in others[start:start + BATCH]:
                 apply_action(store, journal, action, at=at)
+    skipped = {a.memory_id for a in others if a.kind == "skip_promote"}
+    deep.promote = [c for c in deep.promote if c.memory_id not in skipped]
 
 
-def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal) -> None:
-    """Diary entry and MEMORY.md mirror, journaled like every other write."""
-    diary_path = config.diary_path
-    old = diary_path.read_text(encoding="utf-8") if diary_path.exists() else None
-    journal.write_file("rem" if outcome.rem else outcome.phases[-1], "diary", diary_path,
-                       diary.append_entry(old, diary.diary_entry(outcome)))
+def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal, *, diary_llm: Any = None,
+                   use_llm: bool = True) -> None:
+    """DREAMS.md, the phase reports, the diary entry and the MEMORY.md mirror, journaled like
+    every other write."""
+    # A run that found and changed nothing writes nothing here: DREAMS.md keeps telling the
+    # last run that did something (`dream status` says when this one ran), no report or diary
+    # entry is added and no model is asked to retell last night's themes.
+    if outcome.has_news():
+        _write_dreams(store, config, outcome, journal, diary_llm=diary_llm, use_llm=use_llm)
     memory_md_path = config.paths.memory_md_path
     if (outcome.deep and outcome.deep.promote) or memory_md_path.exists():
-        journal.write_file("deep", "memory_md", memory_md_path, diary.memory_md(store))
+        journal.write_file("deep", "memory_md", memory_md_path,
+                           memory_md.render(store, config.values["dream"]["max_promoted_snippet_tokens"]))
+
+
+def _write_dreams(store, config, outcome: DreamOutcome, journal: Journal, *, diary_llm: Any,
+                  use_llm: bool) -> None:
+    """The narratives, DREAMS.md's phase blocks, the phase reports and the diary entry."""
+    cfg = config.values["dream"]
+    zone = dream_zone(config)
+    tales = stories(store, outcome)
+    narrator = Narrator(config, store, llm=diary_llm) if use_llm else None
+    try:
+        for story in tales.values():
+            if narrator is not None:
+                narrator.narrate(story)
+            elif story.enough:
+                story.narrative, story.narrated_by = md(template(story)), "template"
+    finally:
+        if narrator is not None:
+            narrator.close()
+    if narrator is not None:
+        outcome.notes += narrator.problems
+    outcome.narratives = {phase: {"by": story.narrated_by, "text": story.narrative}
+                          for phase, story in tales.items() if story.narrated_by}
+    last_phase = outcome.phases[-1]
+    counts = outcome.action_counts()
+    stamp = dreams_md.when(outcome.started_at, zone)
+
+    def run_line(phase: str) -> str:
+        total = sum(counts.get(phase, {}).values())
+        return f"Run {outcome.run_id}, {stamp}: {total} change{'s' if total != 1 else ''}"
+
+    path = dreams_md.dreams_path(config)
+    old = path.read_text(encoding="utf-8") if path.exists() else None
+    try:
+        text = dreams_md.rewrite(old, {phase: dreams_md.block(phase, run_line(phase), story)
+                                       for phase, story in tales.items()})
+    except dreams_md.DamagedBlocks as exc:
+        outcome.notes.append(f"{exc.message}: {path.name} left as it is ({exc.hint})")
+    else:
+        journal.write_file(last_phase, "dreams_md", path, text)
+    if cfg["phase_reports"]:
+        day = dreams_md.day_of(outcome.started_at, zone)
+        for phase, story in tales.items():
+            report = dreams_md.report_path(config, phase, day)
+            before = report.read_text(encoding="utf-8") if report.exists() else None
+            journal.write_file(phase, "phase_report", report,
+                               dreams_md.report_text(before, phase, day, run_line(phase), story))
+    diary_path = config.diary_path
+    old = diary_path.read_text(encoding="utf-8") if diary_path.exists() else None
+    journal.write_file("rem" if outcome.rem else last_phase, "diary", diary_path,
+                       diary.append_entry(old, diary.diary_entry(outcome, tales)))
 
 
 def _write_report(store, path: Path, outcome: DreamOutcome) -> None:
@@ -246,6 +307,7 @@ class PromoteOutcome:
     run_id: str | None
     chosen: list[Any]
     held: list[Any]
+    skipped: dict[str, str] = field(default_factory=dict)  # memory_id → why not promoted after all
 
 
 def run_promote(store, config, *, apply: bool = False, limit: int | None = None) -> PromoteOutcome:
@@ -260,9 +322,10 @@ def run_promote(store, config, *, apply: bool = False, limit: int | None = None)
         run = start_run(store, "promote", ["deep"], run_id)
         journal = Journal(store, run)
         with store.db.atomic():
-            for candidate in chosen:
-                journal.update("deep", "promote", candidate.memory_id, {"promoted_at": at})
-        journal.write_file("deep", "memory_md", config.paths.memory_md_path, diary.memory_md(store))
-        finish_run(store, run, {"counts": {"deep": {"promote": len(chosen)}},
-                                "promoted": [c.memory_id for c in chosen]})
-    return PromoteOutcome(True, run_id, chosen, held)
+            promoted, skipped = apply_promotions(store, journal, chosen, at)
+        journal.write_file("deep", "memory_md", config.paths.memory_md_path,
+                           memory_md.render(store, cfg["max_promoted_snippet_tokens"]))
+        counts = {"promote": len(promoted), **({"skip_promote": len(skipped)} if skipped else {})}
+        finish_run(store, run, {"counts": {"deep": counts}, "promoted": [c.memory_id for c in promoted],
+                                "skipped": skipped})
+    return PromoteOutcome(True, run_id, promoted, held, skipped)

@@ -59,10 +59,13 @@ class HttpProvider:
                 f"could not reach {self.provider} at {self.base_url} ({exc.__class__.__name__})",
                 hint=self._reach_hint()) from None
         if response.status_code >= 400:
-            raise self.error(
+            error = self.error(
                 f"{self.provider} at {self.base_url} answered {response.status_code}: "
                 f"{response.text[:200].strip()}",
                 hint=self._status_hint(response.status_code))
+            # Callers tell a refusal (401/403: not retried) from a missing model (404) by it.
+            error.status = response.status_code
+            raise error
         return response
 
     def _reach_hint(self) -> str:

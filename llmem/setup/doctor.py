@@ -96,6 +96,10 @@ def run_doctor(app) -> dict[str, Any]:
     adapter = detect_adapter_name(config)
     checks.append(_check("adapter", "ok" if adapter != "none" else "warn",
                          f"{config.values['session']['adapter']} → {adapter}"))
+    from .agents import AGENTS, agent_status
+
+    for agent in AGENTS:
+        checks.append(_agent_check(agent_status(config, agent)))
     existing = config.queue_path.parent  # the queue's folder is made on first use
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -117,6 +121,26 @@ def run_doctor(app) -> dict[str, Any]:
                              ", ".join(f"{n}: {s}" for n, s in services.items())))
     return {"checks": checks, "sqlite_vec": sqlite_vec, "embedder": embedder, "llm": llm,
             "adapter": adapter, "ok": all(c["status"] != "fail" for c in checks)}
+
+
+def _agent_check(status: dict[str, Any]) -> dict[str, Any]:
+    """One line per agent: detected, hooks installed, MCP registered; a warning when the
+    agent is here and llmem is not wired into it."""
+    agent = status["agent"]
+    said = [f"detected ({status['store']})" if status["detected"] else "not detected"]
+    if status["error"]:
+        said.append(status["error"])
+    else:
+        hooks = "plugin" if agent == "opencode" else "hooks"
+        said.append(f"{hooks} installed" if status["hooks"] else f"no {hooks}")
+        if agent == "codex":
+            said.append("notify set" if status.get("notify") else "no notify")
+        said.append("MCP registered" if status["mcp"] else "MCP not registered")
+    missing = status["error"] or not (status["hooks"] and status["mcp"])
+    warn = status["detected"] and missing
+    detail = "; ".join(said) + (f" — `llmem install {agent}`" if warn and not status["error"] else "")
+    extra = {k: status[k] for k in ("detected", "hooks", "mcp")}
+    return _check(agent, "warn" if warn or status["error"] else "ok", detail, **extra)
 
 
 def _service_states() -> dict[str, str]:

@@ -137,12 +137,15 @@ def find_chromium() -> str | None:
 def chromium():
     """One headless Chromium per test process (starting one takes ~1-2 s)."""
     executable = find_chromium()
+    # CI sets LLMEM_REQUIRE_BROWSER=1: there a missing browser is a failure, not a skip, so the
+    # viewer can never land with its browser tests silently not run.
+    missing = pytest.fail if os.environ.get("LLMEM_REQUIRE_BROWSER") == "1" else pytest.skip
     if executable is None:
-        pytest.skip("no Chromium found (apt-get install -y chromium, or set LLMEM_TEST_CHROMIUM)")
+        missing("no Chromium found (apt-get install -y chromium, or set LLMEM_TEST_CHROMIUM)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
+        missing("playwright is not installed (pip install -e '.[test]')")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, headless=True,
                                              args=["--no-sandbox", "--disable-gpu"])

@@ -167,3 +167,39 @@ def test_a_hand_edited_marker_id_still_redirects_to_a_valid_url(viewer):
     assert response.status_code == 303
     assert response.headers["location"].endswith("#proposal-skill-patch:%C3%BCn%C3%AFcode%22%3Cb%3E")
     assert list_proposals(viewer.store.db, path)[0].decision.decision == "rejected"
+
+
+def test_a_candidate_shows_its_counted_recalls_and_its_shadow_verdict_escaped(viewer):
+    from fakes import StubLLM
+
+    from llmem.dream.shadow import run_shadow_trial
+
+    store = viewer.store
+    strong = strong_candidate(store)
+    stub = StubLLM()
+    stub.reply = lambda _n: ({"answer": "an answer"} if stub.tasks[-1] != "dream_shadow_judge" else
+                             {"verdict": "harmful", "reason": "<script>alert(1)</script> misleading",
+                              "risk_flags": ["stale"]})
+    assert run_shadow_trial(store, viewer.llmem.config, llm=stub).ran
+    card = viewer.get("/dreams").text.split(f'id="candidate-{strong.id}"')[1].split("</article>")[0]
+    assert "8 counted recalls of 8 recorded" in card and "on 7 days from 8 query contexts" in card
+    assert "Shadow trial (report-only): harmful → reject" in card and "risk flags: stale" in card
+    assert "<script>alert" not in card and "&lt;script&gt;" in card
+
+
+def test_runs_count_changes_as_the_cli_does_and_say_when_dreaming_is_off(viewer):
+    from fakes import FakeEmbedder
+
+    from llmem.dream.switch import set_dream_enabled
+
+    store, config = viewer.store, viewer.llmem.config
+    emb = FakeEmbedder(dim=512)
+    add(store, "the deploy script lives in scripts/deploy.sh and needs AWS_PROFILE", embedder=emb)
+    add(store, "the deploy script lives in scripts/deploy.sh and it needs AWS_PROFILE", embedder=emb)
+    outcome = run_dream(store, config, apply=True, use_llm=False)
+    assert outcome.action_counts()["deep"]["merge"] == 1
+    row = run_row(viewer.get("/dreams").text, outcome.run_id)
+    # One merge is one change, not the seven journal rows it wrote.
+    assert "merge 1" in row and "merge 7" not in row
+    set_dream_enabled(store, config, False)
+    assert "none: dreaming is off" in viewer.get("/dreams").text

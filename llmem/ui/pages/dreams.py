@@ -14,6 +14,7 @@ from ...dream import DreamLock, DreamLocked, dream_status, undo_run
 from ...dream.journal import action_counts, find_run, new_run_id
 from ...dream.promote import candidates
 from ...dream.review import DECISIONS, list_proposals, record_decision, reviewer
+from ...dream.status import change_counts
 from ...errors import UsageError
 from ..web import form, redirect, render, store, viewer
 
@@ -53,7 +54,8 @@ def dreams_page(request):
     current_store, config = store(request), viewer(request).llmem.config
     DreamRun = current_store.models.DreamRun
     runs = list(DreamRun.select().order_by(DreamRun.started_at.desc()).limit(RUNS))
-    counts = {run.id: action_counts(current_store, run.id) for run in runs}
+    # The changes each run made, counted as the CLI's preview and `dream status` count them.
+    counts = {run.id: change_counts(run, action_counts(current_store, run.id)) for run in runs}
     status = dream_status(current_store, config, recent=0)
     diary, diary_cut = _tail(config.diary_path)
     dreams_md = dreams_md_path(config)

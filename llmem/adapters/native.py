@@ -1,0 +1,231 @@
+"""The agents' own instruction and memory files, found and split into notes (pure reading).
+
+Where each agent keeps them: CLAUDE-CODE.md §4.2–4.3 (CLAUDE.md, .claude/CLAUDE.md,
+CLAUDE.local.md, rules/, and the auto-memory folder projects/<encoded-cwd>/memory/), CODEX.md
+§4.2 (AGENTS.md, AGENTS.override.md in $CODEX_HOME and the project), FORMATS.md §2.5 (Copilot:
+.github/copilot-instructions.md, .github/instructions/**/*.instructions.md and the same under
+the Copilot home) and M.1 (OpenCode: AGENTS.md, and the `instructions` files its opencode.json
+names). Each bullet or paragraph of a file is one note, with the headings above it as its
+section. Nothing here writes anything.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+NATIVE_AGENTS = ("claude", "codex", "copilot", "opencode")
+
+# A note shorter than this many words is a label, not something to remember.
+MIN_WORDS = 3
+MAX_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class NativeFile:
+    path: Path
+    project: str | None  # None: the user's own file, for every project
+
+
+@dataclass(frozen=True)
+class NativeNote:
+    content: str
+    type: str
+    path: Path
+    section: str
+    project: str | None
+
+
+@dataclass(frozen=True)
+class NativeHomes:
+    """The agents' folders, as the config and environment give them."""
+
+    claude: Path
+    codex: Path
+    copilot: Path
+    opencode: Path
+
+
+def encode_claude_project(cwd: str) -> str:
+    """Claude Code's folder name for a project (CLAUDE-CODE.md §1.1): every character outside
+    [A-Za-z0-9] becomes '-'; a name past 200 characters is cut and given a hash of the path."""
+    name = re.sub(r"[^A-Za-z0-9]", "-", cwd)
+    if len(name) <= 200:
+        return name
+    data = cwd.encode("utf-16-be")  # Java's String.hashCode runs over UTF-16 code units
+    value = 0
+    for i in range(0, len(data), 2):
+        value = (value * 31 + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    value = abs(value - (1 << 32) if value >= 1 << 31 else value)
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    text = ""
+    while True:
+        value, rest = divmod(value, 36)
+        text = digits[rest] + text
+        if not value:
+            break
+    return f"{name[:200]}-{text}"
+
+
+def _existing(paths) -> list[Path]:
+    seen, out = set(), []
+    for path in paths:
+        if path.is_file() and path.resolve() not in seen:
+            seen.add(path.resolve())
+            out.append(path)
+    return out
+
+
+def _tree(folder: Path, pattern: str) -> list[Path]:
+    return sorted(folder.glob(pattern)) if folder.is_dir() else []
+
+
+def _opencode_instructions(config_dir: Path) -> list[Path]:
+    """The local files an opencode.json(c) lists under `instructions` (globs allowed; URLs skipped)."""
+    import json5
+
+    out = []
+    for name in ("opencode.json", "opencode.jsonc"):
+        path = config_dir / name
+        try:
+            data = json5.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        entries = data.get("instructions") if isinstance(data, dict) else None
+        for entry in entries if isinstance(entries, list) else ():
+            if not isinstance(entry, str) or "://" in entry:
+                continue
+            expanded = Path(entry).expanduser()
+            base = expanded if expanded.is_absolute() else config_dir / expanded
+            if any(ch in entry for ch in "*?["):
+                anchor = Path(base.anchor) if base.is_absolute() else config_dir
+                out.extend(sorted(anchor.glob(str(base.relative_to(anchor)))))
+            else:
+                out.append(base)
+    return out
+
+
+def native_files(agent: str, homes: NativeHomes, project_dirs: list[Path], project: str | None) -> list[NativeFile]:
+    """The instruction/memory files of `agent` that exist: the project's (in each of
+    `project_dirs`) and the user's own."""
+    project_paths: list[Path] = []
+    user_paths: list[Path] = []
+    for folder in project_dirs:
+        if agent == "claude":
+            project_paths += [folder / "CLAUDE.md", folder / ".claude" / "CLAUDE.md", folder / "CLAUDE.local.md",
+                              *_tree(folder / ".claude" / "rules", "**/*.md")]
+            memory = homes.claude / "projects" / encode_claude_project(str(folder)) / "memory"
+            project_paths += _tree(memory, "*.md")
+        elif agent == "codex":
+            project_paths += [folder / "AGENTS.override.md", folder / "AGENTS.md"]
+        elif agent == "copilot":
+            project_paths += [folder / ".github" / "copilot-instructions.md",
+                              *_tree(folder / ".github" / "instructions", "**/*.instructions.md")]
+        else:
+            project_paths += [folder / "AGENTS.md", *_opencode_instructions(folder)]
+    if agent == "claude":
+        user_paths = [homes.claude / "CLAUDE.md", *_tree(homes.claude / "rules", "**/*.md")]
+    elif agent == "codex":
+        user_paths = [homes.codex / "AGENTS.override.md", homes.codex / "AGENTS.md"]
+    elif agent == "copilot":
+        user_paths = [homes.copilot / "copilot-instructions.md",
+                      *_tree(homes.copilot / "instructions", "**/*.instructions.md")]
+    else:
+        user_paths = [homes.opencode / "AGENTS.md", *_opencode_instructions(homes.opencode)]
+    found = [NativeFile(p.resolve(), project) for p in _existing(project_paths)]
+    taken = {f.path for f in found}
+    found += [NativeFile(p.resolve(), None) for p in _existing(user_paths) if p.resolve() not in taken]
+    return found
+
+
+# ---- splitting a Markdown file into notes --------------------------------------------------
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_BULLET = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s+(.*)$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_FRONT_MATTER = re.compile(r"\A---\s*\n.*?\n---\s*\n", re.DOTALL)
+_IMPORT_LINE = re.compile(r"^\s*@\S+\s*$")  # Claude's `@path` imports: a pointer, not a note
+_RULE_LINE = re.compile(r"^\s*(?:[-*_]\s*){3,}$|^\s*\|?[\s:|-]+\|[\s:|-]*$")
+
+
+def split_markdown(text: str) -> list[tuple[str, str]]:
+    """(section, note) for every bullet and paragraph of a Markdown text; a nested bullet or a
+    code block stays with the note above it."""
+    text = _COMMENT.sub("", _FRONT_MATTER.sub("", text.replace("\r\n", "\n"), count=1))
+    notes: list[tuple[str, str]] = []
+    headings: list[tuple[int, str]] = []
+    current: list[str] = []
+    in_fence = False
+
+    def flush():
+        if current:
+            note = _clean("\n".join(current))
+            if note:
+                notes.append((" > ".join(title for _, title in headings), note))
+            current.clear()
+
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            current.append(line)
+            continue
+        if in_fence:
+            current.append(line)
+            continue
+        heading = _HEADING.match(line)
+        bullet = _BULLET.match(line)
+        if heading:
+            flush()
+            level = len(heading.group(1))
+            headings = [h for h in headings if h[0] < level] + [(level, heading.group(2))]
+        elif not line.strip() or _RULE_LINE.match(line) or _IMPORT_LINE.match(line):
+            flush()
+        elif bullet and (not bullet.group(1) or not current):
+            flush()
+            current.append(line)
+        else:
+            current.append(line)  # a nested bullet or a continuation line
+    flush()
+    return notes
+
+
+def _clean(note: str) -> str | None:
+    lines = note.strip("\n").split("\n")
+    first = _BULLET.match(lines[0])
+    if first:
+        lines[0] = first.group(2)
+    text = "\n".join(line.rstrip() for line in lines).strip()
+    if len(text.split()) < MIN_WORDS or (text.endswith(":") and "\n" not in text):
+        return None  # a label, or the lead-in of a list whose items are the notes
+    return text[:MAX_CHARS]
+
+
+_DECISION = re.compile(r"\b(?:we|i)\s+(?:have\s+)?(?:decided|chose|agreed|settled on|went with)\b|^decision\s*:",
+                       re.IGNORECASE)
+_PREFERENCE = re.compile(r"\b(?:prefer(?:s|red)?|rather than|i like|i dislike|favou?r)\b", re.IGNORECASE)
+_PROCEDURE = re.compile(
+    r"^(?:always|never|do not|don't|must|use|run|avoid|make sure|ensure|keep|write|add|call|"
+    r"check|put|follow|before|after|when)\b|\b(?:must|should|always|never)\b", re.IGNORECASE)
+
+
+def note_type(text: str) -> str:
+    """The memory type an instruction reads as: a decision, a preference, a rule to follow
+    (procedure), else a fact about the project."""
+    if _DECISION.search(text):
+        return "decision"
+    if _PREFERENCE.search(text):
+        return "preference"
+    if _PROCEDURE.search(text):
+        return "procedure"
+    return "fact"
+
+
+def read_notes(file: NativeFile) -> list[NativeNote]:
+    try:
+        text = file.path.read_text(encoding="utf-8-sig", errors="replace")  # a BOM is no text
+    except OSError:
+        return []
+    return [NativeNote(content, note_type(content), file.path, section, file.project)
+            for section, content in split_markdown(text)]

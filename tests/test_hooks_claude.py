@@ -134,6 +134,33 @@ def test_stop_and_precompact_print_nothing_for_claude(cli, claude_dir, monkeypat
         assert {event.adapter for event in store.models.Event.select()} == {"claude"}
 
 
+@pytest.mark.parametrize("fmt, built", [("claude", False), ("codex", False), ("copilot", False),
+                                         ("text", True), ("json", True)])
+def test_the_compaction_block_is_built_only_for_a_format_that_prints_it(cli, claude_dir, monkeypatch,
+                                                                        llmem_home, fmt, built):
+    """PreCompact's output is ignored by Claude Code and Codex (and Copilot's preCompact reads no
+    answer): the hook must not spend ~100 ms on a block nobody reads, yet still queue its event.
+    OpenCode's plugin reads the block from the text format."""
+    import llmem.context
+    from llmem.pipeline.events import worker_heartbeat
+
+    with Store.open(llmem_home / "memory.db") as store:
+        worker_heartbeat(store)
+    calls = []
+
+    def counting_build_context(*args, **kwargs):
+        calls.append(kwargs.get("compacting"))
+        return "<llmem-context>kept</llmem-context>"
+
+    monkeypatch.setattr(llmem.context, "build_context", counting_build_context)
+    stdin_json(monkeypatch, claude_dir, "PreCompact", trigger="auto")
+    code, out, err = cli("hook", "--adapter", "claude", "--format", fmt, "--type", "compacting")
+    assert code == 0 and "queued as event" in err
+    assert event_rows(llmem_home) == [("compacting", SESSION)]
+    assert calls == ([True] if built else [])
+    assert ("kept" in out) is built
+
+
 # ---- a fact said in a Claude Code session becomes a memory -------------------------------------
 
 def search_ids(cli, query: str) -> list[str]:

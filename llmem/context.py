@@ -384,7 +384,8 @@ def cut_block(text: str, max_chars: int) -> str:
 
 
 def build_context(app, session_id: str | None = None, *, compacting: bool = False,
-                  max_tokens: int | None = None, project: str | None = None) -> str:
+                  max_tokens: int | None = None, project: str | None = None,
+                  adapter_name: str | None = None) -> str:
     """The `<llmem-context>` Markdown block for a session (or for a project with no session)."""
     return assemble_context(app, session_id, compacting=compacting, max_tokens=max_tokens,
-                            project=project).text
+                            project=project, adapter_name=adapter_name).text

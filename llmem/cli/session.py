@@ -191,7 +191,8 @@ def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=No
     if kind == "compacting" and compaction_block:
         from ..context import build_context
 
-        result["context"] = build_context(app, session_id, compacting=True, project=project)
+        result["context"] = build_context(app, session_id, compacting=True, project=project,
+                                          adapter_name=adapter)
     return result
 
 

@@ -349,9 +349,12 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
     else:
         core = _section("Core memories and preferences", core_memories(store, project, at), seen, 0.4, project)
         related = _section("Relevant to this session", relevant, seen, 0.4, project)
-        if not related.lines:  # nothing to search on (a new or unknown session): the latest state
-            related = _section("Recent decisions and project state",
-                               state_memories(store, project, at, limit=12), seen, 0.4, project)
+        if not related.lines:
+            # Nothing to search on (a new or unknown session): the project's latest state, and
+            # its latest facts, so what one agent learnt reaches another agent's first turn.
+            related = _section("Recent decisions, facts and project state",
+                               state_memories(store, project, at, types=(*STATE_TYPES, "fact"),
+                                              limit=12), seen, 0.4, project)
         learned = Section("Lessons from past sessions", share=0.2)
         for lesson in lessons(store, project, at):
             learned.lines.append((lesson.memory.id, lesson_line(lesson)))

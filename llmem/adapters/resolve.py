@@ -26,9 +26,9 @@ from llmem.adapters.detect import (
     claude_config_dir,
     codex_home_dir,
     detect_adapter,
-    find_databases,
     has_claude_projects,
     has_codex_sessions,
+    has_opencode_data,
 )
 
 # FORMATS.md §1.6: OpenCode ids are `ses_` + 26 characters; §2.1: Copilot's are UUID v4, and
@@ -73,7 +73,7 @@ def present_agents(config) -> list[str]:
     """The agents whose stores exist on this machine (what `auto` reads), OpenCode first."""
     paths = _store_paths(config)
     present = []
-    if find_databases(paths["opencode"]) or (paths["opencode"] / "storage").is_dir():
+    if has_opencode_data(paths["opencode"]):
         present.append("opencode")
     if paths["copilot"].is_dir():
         present.append("copilot")

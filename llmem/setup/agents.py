@@ -507,22 +507,26 @@ def install(config, agent: str, *, uninstall: bool = False, with_mcp: bool = Tru
 
 def _detected(config, agent: str) -> tuple[bool, Path]:
     from ..adapters.detect import (
-        find_databases,
+        CLAUDE_PROJECTS_DIR,
+        CODEX_SESSIONS_DIR,
         has_claude_projects,
         has_codex_sessions,
+        has_opencode_data,
         has_sessions,
     )
 
     session = config.values["session"]
     if agent == "opencode":
         data_dir = expand(session["opencode"]["data_dir"])
-        return bool(find_databases(data_dir)) or (data_dir / "storage").is_dir(), data_dir
+        return has_opencode_data(data_dir), data_dir
     if agent == "copilot":
         state_dir = expand(session["copilot"]["state_dir"])
         return has_sessions(state_dir), state_dir
     if agent == "claude":
-        return has_claude_projects(claude_home(config)), claude_home(config) / "projects"
-    return has_codex_sessions(codex_home(config)), codex_home(config) / "sessions"
+        home = claude_home(config)
+        return has_claude_projects(home), home / CLAUDE_PROJECTS_DIR
+    home = codex_home(config)
+    return has_codex_sessions(home), home / CODEX_SESSIONS_DIR
 
 
 def _peek_json(path: Path) -> Any:

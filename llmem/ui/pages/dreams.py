@@ -56,12 +56,13 @@ def dreams_page(request):
     runs = list(DreamRun.select().order_by(DreamRun.started_at.desc()).limit(RUNS))
     # The changes each run made, counted as the CLI's preview and `dream status` count them.
     counts = {run.id: change_counts(run, action_counts(current_store, run.id)) for run in runs}
-    status = dream_status(current_store, config, recent=0)
+    # Scored once: the status counts and the list below both come from it.
+    ranked = candidates(current_store, config.values["dream"])
+    status = dream_status(current_store, config, recent=0, ranked=ranked)
     diary, diary_cut = _tail(config.diary_path)
     dreams_md = dreams_md_path(config)
     dreams_text, dreams_cut = _tail(dreams_md) if dreams_md else (None, False)
     proposals_path = config.paths.proposed_changes_path
-    ranked = candidates(current_store, config.values["dream"])
     report_path = config.values["dream"].get("report_path")
     return render(request, "dreams.html", runs=runs, counts=counts, status=status,
                   diary=diary, diary_cut=diary_cut, diary_path=config.diary_path,

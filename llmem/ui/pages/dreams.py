@@ -11,6 +11,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from ...dream import DreamLock, DreamLocked, dream_status, undo_run
+from ...dream.dreams_md import dreams_path
 from ...dream.journal import action_counts, find_run, new_run_id
 from ...dream.promote import candidates
 from ...dream.review import DECISIONS, list_proposals, record_decision, reviewer
@@ -41,15 +42,6 @@ def _tail(path: Path) -> tuple[str | None, bool]:
     return text[-TEXT_TAIL:], True
 
 
-def dreams_md_path(config) -> Path | None:
-    """DREAMS.md beside the diary, as the dream writes it (a lower-case dreams.md also counts)."""
-    folder = config.diary_path.parent
-    for name in ("DREAMS.md", "dreams.md"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
 def dreams_page(request):
     current_store, config = store(request), viewer(request).llmem.config
     DreamRun = current_store.models.DreamRun
@@ -60,8 +52,9 @@ def dreams_page(request):
     ranked = candidates(current_store, config.values["dream"])
     status = dream_status(current_store, config, recent=0, ranked=ranked)
     diary, diary_cut = _tail(config.diary_path)
-    dreams_md = dreams_md_path(config)
-    dreams_text, dreams_cut = _tail(dreams_md) if dreams_md else (None, False)
+    # The file the dream writes (it picks DREAMS.md or an existing lower-case dreams.md).
+    dreams_md = dreams_path(config)
+    dreams_text, dreams_cut = _tail(dreams_md)
     proposals_path = config.paths.proposed_changes_path
     report_path = config.values["dream"].get("report_path")
     return render(request, "dreams.html", runs=runs, counts=counts, status=status,

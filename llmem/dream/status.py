@@ -25,7 +25,7 @@ def _run_info(store, run, live_run_id: str | None) -> dict[str, Any] | None:
             "status": status, "started_at": to_iso(run.started_at),
             "finished_at": to_iso(run.finished_at), "error": error,
             "counts": counts, "changes": change_total(counts),
-            "writes": sum(sum(kinds.values()) for kinds in writes.values())}
+            "writes": change_total(writes)}
 
 
 def change_counts(run, writes: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:

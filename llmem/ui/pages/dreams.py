@@ -15,7 +15,7 @@ from ...dream.dreams_md import dreams_path
 from ...dream.journal import action_counts, find_run, new_run_id
 from ...dream.promote import candidates
 from ...dream.review import DECISIONS, list_proposals, record_decision, reviewer
-from ...dream.status import change_counts
+from ...dream.status import change_counts, change_total
 from ...errors import UsageError
 from ..web import form, redirect, render, store, viewer
 
@@ -72,7 +72,7 @@ def undo(request):
     current_store = store(request)
     run = find_run(current_store, request.path_params["run_id"])
     if request.method == "GET":
-        total = sum(sum(kinds.values()) for kinds in action_counts(current_store, run.id).values())
+        total = change_total(action_counts(current_store, run.id))
         return render(request, "confirm.html", question=f"Undo {run.kind} run {run.id}?",
                       subject=f"{run.kind} run {run.id}, {run.status}, phases {run.phases or '–'}: "
                               f"{total} journaled change{'' if total == 1 else 's'}",

@@ -63,7 +63,7 @@ def dreams_page(request):
                   proposals=list_proposals(current_store.db, proposals_path),
                   proposals_path=proposals_path,
                   candidates=[c.as_dict() for c in ranked[:CANDIDATES]], candidate_total=len(ranked),
-                  ready=sum(1 for c in ranked if c.passes),
+                  ready=status["candidates"]["promotion_ready"],
                   report_file=Path(report_path).expanduser() if report_path else None)
 
 

@@ -16,6 +16,7 @@ from ...dream.journal import action_counts, find_run, new_run_id
 from ...dream.promote import candidates
 from ...dream.review import DECISIONS, list_proposals, record_decision, reviewer
 from ...dream.status import change_counts, change_total
+from ...dream.sweep import configured_report
 from ...errors import UsageError
 from ..web import form, redirect, render, store, viewer
 
@@ -56,7 +57,6 @@ def dreams_page(request):
     dreams_md = dreams_path(config)
     dreams_text, dreams_cut = _tail(dreams_md)
     proposals_path = config.paths.proposed_changes_path
-    report_path = config.values["dream"].get("report_path")
     return render(request, "dreams.html", runs=runs, counts=counts, status=status,
                   diary=diary, diary_cut=diary_cut, diary_path=config.diary_path,
                   dreams_md=dreams_md, dreams_text=dreams_text, dreams_cut=dreams_cut,
@@ -64,7 +64,7 @@ def dreams_page(request):
                   proposals_path=proposals_path,
                   candidates=[c.as_dict() for c in ranked[:CANDIDATES]], candidate_total=len(ranked),
                   ready=status["candidates"]["promotion_ready"],
-                  report_file=Path(report_path).expanduser() if report_path else None)
+                  report_file=configured_report(config.values["dream"]))
 
 
 def undo(request):
@@ -100,8 +100,7 @@ def report(request):
     from ...dream.report import render_report
 
     current_store, config = store(request), viewer(request).llmem.config
-    configured = config.values["dream"].get("report_path")
-    path = Path(configured).expanduser() if configured else None
+    path = configured_report(config.values["dream"])
     if path is not None and path.is_file() and not request.query_params.get("preview"):
         html = path.read_text(encoding="utf-8", errors="replace")
     else:

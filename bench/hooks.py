@@ -144,6 +144,23 @@ def bench_processes(runs: int, env: dict, claude: ClaudeSession) -> None:
     timings = timings[1:]
     label = "Claude Stop → idle (worker alive: enqueue)"
     print(f"{label:<42} {statistics.median(timings):7.1f} {percentile(timings, 0.95):7.1f} {min(timings):7.1f}")
+    # PreCompact in a session with a transcript: Claude Code ignores the answer, so only the
+    # event is recorded; the text format (OpenCode's plugin) also builds the compaction block.
+    compacted = ClaudeSession(claude.config_dir, cwd=PROJECT)
+    compacted.turn("Why does test_list_orders_paginates fail intermittently? The cursor ordering "
+                   "looks wrong when created_at ties.", "The sort key is not unique.")
+    payload = claude_payload(compacted, "PreCompact", trigger="auto")
+    for label, fmt in (("Claude PreCompact → compacting (enqueue)", "claude"),
+                       ("same, --format text (+ compaction block)", "text")):
+        timings = []
+        for _ in range(runs + 1):
+            started = time.perf_counter()
+            subprocess.run([*llmem, "hook", "--adapter", "claude", "--format", fmt, "--type", "compacting"],
+                           input=payload, text=True, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            timings.append((time.perf_counter() - started) * 1000)
+        timings = timings[1:]
+        print(f"{label:<42} {statistics.median(timings):7.1f} {percentile(timings, 0.95):7.1f} {min(timings):7.1f}")
 
 
 def bench_mcp(searches: int, env: dict) -> None:

@@ -349,9 +349,12 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
     else:
         core = _section("Core memories and preferences", core_memories(store, project, at), seen, 0.4, project)
         related = _section("Relevant to this session", relevant, seen, 0.4, project)
-        if not related.lines:  # nothing to search on (a new or unknown session): the latest state
-            related = _section("Recent decisions and project state",
-                               state_memories(store, project, at, limit=12), seen, 0.4, project)
+        if not related.lines:
+            # Nothing to search on (a new or unknown session): the project's latest state, and
+            # its latest facts, so what one agent learnt reaches another agent's first turn.
+            related = _section("Recent decisions, facts and project state",
+                               state_memories(store, project, at, types=(*STATE_TYPES, "fact"),
+                                              limit=12), seen, 0.4, project)
         learned = Section("Lessons from past sessions", share=0.2)
         for lesson in lessons(store, project, at):
             learned.lines.append((lesson.memory.id, lesson_line(lesson)))
@@ -384,7 +387,8 @@ def cut_block(text: str, max_chars: int) -> str:
 
 
 def build_context(app, session_id: str | None = None, *, compacting: bool = False,
-                  max_tokens: int | None = None, project: str | None = None) -> str:
+                  max_tokens: int | None = None, project: str | None = None,
+                  adapter_name: str | None = None) -> str:
     """The `<llmem-context>` Markdown block for a session (or for a project with no session)."""
     return assemble_context(app, session_id, compacting=compacting, max_tokens=max_tokens,
-                            project=project).text
+                            project=project, adapter_name=adapter_name).text

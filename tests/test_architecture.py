@@ -259,3 +259,14 @@ def test_cli_start_up_imports_no_heavy_module():
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("reader", ["copilot", "codex", "opencode"])
+def test_a_reader_loads_no_other_agents_reader(reader):
+    # adapters/__init__.py promises the readers load on first use: a Copilot or Codex hook
+    # must not pay for importing Claude Code's reader through the shared lifecycle rules.
+    others = [name for name in ("opencode", "copilot", "claude", "codex") if name != reader]
+    code = (f"import sys, llmem.adapters.{reader}; print([m for m in {others!r} "
+            "if 'llmem.adapters.' + m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -122,11 +122,14 @@ def test_unknown_session_or_adapter_none_still_gives_a_block(configure, app):
     configure("embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: none\n")
     pref = add(app, "Answer in British English", "preference")
     decision = add(app, "We ship on Tuesdays", "decision", project="/repo/a")
+    # A fact another agent's session learnt in this project reaches a new session's first turn.
+    fact = add(app, "The orders service reads orders.toml", "fact", project="/repo/a")
     for session in ("ses_unknown", None, "../../etc/passwd"):
         block = assemble_context(app, session, project="/repo/a")
         assert not block.session_found
         assert pref.id in block.memory_ids and decision.id in block.memory_ids
-        assert "### Recent decisions and project state" in block.text
+        assert fact.id in block.memory_ids
+        assert "### Recent decisions, facts and project state" in block.text
     # no project known: global memories only
     block = assemble_context(app, "ses_unknown")
     assert pref.id in block.memory_ids and decision.id not in block.memory_ids

@@ -74,6 +74,7 @@ def test_detached_hook_runs_no_code_from_the_agents_folder(copilot_home, llmem_h
     assert session_cursor(llmem_home, session_id)  # and the work was done
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_a_burst_of_idle_hooks_runs_one_process_at_a_time(cli, configure, tmp_path, llmem_home, model_server):
     state = tmp_path / "copilot" / "session-state"
     state.mkdir(parents=True)

@@ -325,3 +325,22 @@ def test_hooks_run_detached_when_no_worker_is_alive(cli, copilot_config, llmem_h
     with Store.open(llmem_home / "memory.db") as store:  # the detached run read the session
         SessionCursor = store.models.SessionCursor
         assert SessionCursor.get(SessionCursor.session_id == SESSION).cursor
+
+
+def test_the_compaction_block_reads_the_session_with_the_hooks_adapter(cli, configure, state_dir,
+                                                                       llmem_home, tmp_path):
+    """The hook's --adapter names the agent; the block must read that agent's transcript too,
+    not the configured adapter's (which does not hold the session): without it the block lost
+    the session's project and with it the project's memories."""
+    from llmem.pipeline.events import worker_heartbeat
+    from llmem.store import Store
+
+    configure(BASE + f"session:\n  adapter: opencode\n  opencode:\n    data_dir: {tmp_path / 'none'}\n"
+              f"  copilot:\n    state_dir: {state_dir}\n")
+    [decision] = seed(("Order pages by (created_at, id)", "decision", PROJECT))
+    with Store.open(llmem_home / "memory.db") as store:
+        worker_heartbeat(store)
+    code, out, err = cli("hook", "--type", "compacting", "--adapter", "copilot",
+                         "--session-id", SESSION, "--format", "json")
+    assert code == 0, err
+    assert f"[{decision[:8]}]" in json.loads(out)["context"]

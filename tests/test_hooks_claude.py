@@ -134,6 +134,33 @@ def test_stop_and_precompact_print_nothing_for_claude(cli, claude_dir, monkeypat
         assert {event.adapter for event in store.models.Event.select()} == {"claude"}
 
 
+@pytest.mark.parametrize("fmt, built", [("claude", False), ("codex", False), ("copilot", False),
+                                         ("text", True), ("json", True)])
+def test_the_compaction_block_is_built_only_for_a_format_that_prints_it(cli, claude_dir, monkeypatch,
+                                                                        llmem_home, fmt, built):
+    """PreCompact's output is ignored by Claude Code and Codex (and Copilot's preCompact reads no
+    answer): the hook must not spend ~100 ms on a block nobody reads, yet still queue its event.
+    OpenCode's plugin reads the block from the text format."""
+    import llmem.context
+    from llmem.pipeline.events import worker_heartbeat
+
+    with Store.open(llmem_home / "memory.db") as store:
+        worker_heartbeat(store)
+    calls = []
+
+    def counting_build_context(*args, **kwargs):
+        calls.append(kwargs.get("compacting"))
+        return "<llmem-context>kept</llmem-context>"
+
+    monkeypatch.setattr(llmem.context, "build_context", counting_build_context)
+    stdin_json(monkeypatch, claude_dir, "PreCompact", trigger="auto")
+    code, out, err = cli("hook", "--adapter", "claude", "--format", fmt, "--type", "compacting")
+    assert code == 0 and "queued as event" in err
+    assert event_rows(llmem_home) == [("compacting", SESSION)]
+    assert calls == ([True] if built else [])
+    assert ("kept" in out) is built
+
+
 # ---- a fact said in a Claude Code session becomes a memory -------------------------------------
 
 def search_ids(cli, query: str) -> list[str]:
@@ -163,6 +190,7 @@ def test_a_fact_stated_in_a_claude_session_is_searchable_after_stop(cli, claude_
     assert memory["project"] == PROJECT and memory["session_id"] == session.id
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_llmem_run_ingests_a_claude_session(claude_dir, llmem_home):
     runner = start("run", "-w", "2")
     try:

@@ -323,6 +323,7 @@ def wait_for_count(pipeline: Pipeline, session_id: str, kind: str, count: int, t
     assert pipeline.kinds(session_id).count(kind) >= count, pipeline.kinds(session_id)
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_copilot_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipeline):
     _, copilot = dirs
     pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S)
@@ -341,6 +342,7 @@ def test_copilot_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipelin
     assert pipeline.memory_count() == 2
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_opencode_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipeline):
     opencode, _ = dirs
     conn = opencode_db(opencode)
@@ -363,6 +365,7 @@ def test_opencode_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipeli
         conn.close()
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_a_turn_after_an_inactivity_ending_survives_a_restart_inside_the_debounce(dirs, pipeline):
     """The look that saw the session move on is kept in watch_session: a watcher restarted
     before the idle debounce passed still emits the idle."""

@@ -94,6 +94,7 @@ def test_what_is_not_a_json_object_is_refused(text):
         JsonDocument(text)
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_a_large_file_as_json_dumps_writes_it_is_edited_as_data():
     """~/.claude.json can run to megabytes; json-five's parser takes seconds per MB."""
     import time

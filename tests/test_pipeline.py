@@ -76,6 +76,7 @@ def stop(process, sig=signal.SIGINT, timeout=20):
             process.kill()
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_worker_processes_an_enqueued_event_and_stops_on_sigint(home):
     _, state = home
     session_id = new_session(state, "remember that the staging database listens on port 6543")
@@ -96,6 +97,7 @@ def test_worker_processes_an_enqueued_event_and_stops_on_sigint(home):
         assert stop(worker) == 0
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_run_end_to_end_turn_becomes_searchable(home):
     _, state = home
     runner = start("run", "-w", "2")
@@ -134,6 +136,7 @@ def test_restarted_run_announces_nothing_twice_and_extracts_what_was_written_mea
     assert len([m for m in memories(home) if "fact is about" in m["content"]]) == 3
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_kill_9_during_a_task_loses_nothing_and_duplicates_nothing(home, model_server, configure):
     llmem_home, state = home
     text = (llmem_home / "config.yaml").read_text().replace(

@@ -54,6 +54,7 @@ def agent_dirs(tmp_path, configure, monkeypatch):
     return opencode, copilot
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_copilot_session_appended_gives_created_idle_and_ending(agent_dirs):
     _, copilot = agent_dirs
     recorder = Recorder()

@@ -3,6 +3,7 @@ subagent files beside them, the live-process registry; each moment emitted once.
 
 from __future__ import annotations
 
+import errno
 import shutil
 import time
 from pathlib import Path
@@ -81,6 +82,29 @@ def test_sessions_already_there_are_a_baseline_and_subagent_writes_are_ignored(c
         (subagents / "agent-a0000000000000001.jsonl").write_text('{"type":"user","isSidechain":true}\n')
         time.sleep(1.0)
         assert recorder.events == []
+    finally:
+        watcher.stop()
+
+
+def test_a_folder_appearing_when_inotify_is_exhausted_is_polled(claude_dir):
+    """Each inotify watch takes an instance, capped per user (128 by default) and shared with
+    every other watcher of the machine: a late folder that cannot get one is polled, where
+    the error used to end the watcher's loop (nothing seen again)."""
+    shutil.rmtree(claude_dir / "projects")
+    recorder = Recorder()
+    watcher = SessionWatcher(load_config(), recorder)
+    watcher.start()
+    try:
+        def exhausted(*args, **kwargs):
+            raise OSError(errno.EMFILE, "inotify instance limit reached")
+
+        watcher._observer.schedule = exhausted
+        session = ClaudeSession(claude_dir)
+        session.turn("remember that we deploy on Fridays", "Noted.")
+        recorder.wait_for(("claude", session.id, "idle"), timeout=10)
+        session.turn("remember that we also deploy on Tuesdays", "Noted.")  # seen by polling
+        wait_count(recorder, session.id, "idle", 2)
+        assert recorder.kinds(session.id) == ["created", "idle", "idle"]
     finally:
         watcher.stop()
 

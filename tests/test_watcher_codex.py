@@ -33,6 +33,7 @@ def wait_for_count(recorder: Recorder, session_id: str, kind: str, count: int, t
     assert recorder.kinds(session_id).count(kind) == count, recorder.events
 
 
+@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_a_thread_gives_created_idle_compacting_and_ending(codex_home):
     (codex_home / "sessions").mkdir(parents=True)
     recorder = Recorder()

@@ -13,7 +13,6 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from llmem.adapters.base import Transcript, TranscriptMessage, iso_to_ms
-from llmem.adapters.claude import is_sidechain, user_line_kind
 
 
 class Moment(StrEnum):
@@ -409,6 +408,10 @@ _CLAUDE_QUIET_USER_KINDS = frozenset({"summary", "meta", "command"})
 
 def _claude_main(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Lines of the main conversation: subagent (sidechain) lines are left out."""
+    # Imported here, not at the top: the Copilot and Codex readers import this module, and the
+    # readers load on first use (adapters/__init__.py), so neither should pull in Claude's.
+    from llmem.adapters.claude import is_sidechain
+
     return [line for line in lines if isinstance(line, dict) and not is_sidechain(line)]
 
 
@@ -424,6 +427,8 @@ def claude_turn(lines: Sequence[dict[str, Any]]) -> tuple[str, str | None]:
     Read backwards from the newest line that moves a turn: a turn_duration, or a Stop hook that
     let the turn end, confirms it; the assistant line that ended the turn is the reply.
     """
+    from llmem.adapters.claude import user_line_kind  # see _claude_main
+
     confirmed = False
     for line in reversed(_claude_main(lines)):
         line_type = line.get("type")

@@ -86,14 +86,21 @@ def run(app, workers, with_ui, port, no_browser):
 
     log_path = setup_file_logging(app.config, "run")
     consumer = _consumer(app, workers or app.config.values["pipeline"]["workers"])
-    viewer = prepare_viewer(app, port, open_browser=not no_browser).start() if with_ui else None
-    watcher = _start_watcher(app)
-    click.echo(f"llmem run: {watcher.describe()}\n  store {app.config.db_path}, queue "
-               f"{app.config.queue_path}, log {log_path}; Ctrl-C stops", err=True)
+    watcher = viewer = None
     try:
+        watcher = _start_watcher(app)
+        if with_ui:
+            viewer = prepare_viewer(app, port, open_browser=not no_browser).start()
+        click.echo(f"llmem run: {watcher.describe()}\n  store {app.config.db_path}, queue "
+                   f"{app.config.queue_path}, log {log_path}; Ctrl-C stops", err=True)
         consumer.run()
+    except KeyboardInterrupt:
+        # Ctrl-C during start-up, before the consumer put in its own handler (which stops it
+        # cleanly from then on): the same clean stop, not a traceback and exit 1.
+        pass
     finally:
-        watcher.stop()
+        if watcher is not None:
+            watcher.stop()
         if viewer is not None:
             viewer.stop()
 

@@ -144,7 +144,8 @@ def _unknown_codex_thread(app, payload: dict, session_id: str) -> bool:
 
 
 def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=None, adapter=None,
-                  model=None, base_url=None, config_path=None, run_lock_fd=None) -> dict:
+                  model=None, base_url=None, config_path=None, run_lock_fd=None,
+                  compaction_block=True) -> dict:
     """Decide how a hook's work runs: inline (--sync, and `created`), queued, or detached.
 
     By default the event is recorded in the store and enqueued for the worker, so the agent
@@ -152,6 +153,7 @@ def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=No
     no worker alive (none seen for a few minutes), or with per-hook --model/--base-url
     (which a queued event does not carry), the work runs in a detached process instead: one
     per session at a time, later hooks coalesce into it (llmem.pipeline.detached).
+    `compaction_block=False` skips that block when nobody reads it (see _prints_block).
     """
 
     def run_inline(run_kind):
@@ -186,10 +188,11 @@ def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=No
         owner = resolve_adapter(app.config, session_id, adapter).name
         result["event_id"] = submit_event(app, owner, session_id, kind)
         log.info("%s %s: %s", kind, session_id, _status_line(result))
-    if kind == "compacting":
+    if kind == "compacting" and compaction_block:
         from ..context import build_context
 
-        result["context"] = build_context(app, session_id, compacting=True, project=project)
+        result["context"] = build_context(app, session_id, compacting=True, project=project,
+                                          adapter_name=adapter)
     return result
 
 
@@ -283,7 +286,8 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
             config_path = ctx.find_root().params.get("config_path")
             result = dispatch_hook(app, kind, session_id, sync=sync, detach=detach, project=project,
                                    adapter=adapter, model=model, base_url=base_url,
-                                   config_path=config_path, run_lock_fd=run_lock_fd)
+                                   config_path=config_path, run_lock_fd=run_lock_fd,
+                                   compaction_block=_prints_block(kind, fmt))
         except Exception as exc:
             log.error("hook %s %s failed: %s", kind, session_id or "-", exc,
                       exc_info=not _is_expected(exc))
@@ -306,6 +310,16 @@ def _is_expected(exc: Exception) -> bool:
     from ..errors import LlmemError
 
     return isinstance(exc, LlmemError)
+
+
+def _prints_block(kind: str, fmt: str) -> bool:
+    """Whether _print_result prints the context block of a `kind` hook in this format.
+
+    Claude Code and Codex ignore what a PreCompact hook prints, and Copilot's preCompact reads
+    no answer: building the compaction block for them (~100 ms) would only delay the agent.
+    OpenCode's plugin reads it from the text format.
+    """
+    return fmt in ("text", "json") or kind == "created"
 
 
 def _print_result(kind: str, result: dict, fmt: str) -> None:

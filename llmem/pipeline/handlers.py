@@ -153,7 +153,8 @@ def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str |
                     from ..context import build_context
 
                     result.context = build_context(app, session_id, project=project,
-                                                   compacting=kind == "compacting")
+                                                   compacting=kind == "compacting",
+                                                   adapter_name=adapter_name)
                     outcome: Any = "done"
                 else:
                     function = step_function(step)

@@ -138,6 +138,7 @@ class SessionWatcher:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._observer = None
+        self._poller = None  # a polling observer for folders inotify could not take
         self._watched: set[Path] = set()
         self._opencode_changes: dict = {}  # db path → ChangedSessions
         self._thread: threading.Thread | None = None
@@ -215,9 +216,10 @@ class SessionWatcher:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=5)
+        for observer in (self._observer, self._poller):
+            if observer is not None:
+                observer.stop()
+                observer.join(timeout=5)
         if self._thread is not None:
             self._thread.join(timeout=5)
         for changes in self._opencode_changes.values():
@@ -263,11 +265,26 @@ class SessionWatcher:
         for folder, recursive in targets:
             if folder in self._watched or not folder.is_dir():
                 continue
-            self._observer.schedule(Handler(), str(folder), recursive=recursive)
+            try:
+                self._observer.schedule(Handler(), str(folder), recursive=recursive)
+            except OSError as exc:
+                # Each watch takes an inotify instance, and their number is capped per user
+                # (fs.inotify.max_user_instances, 128 by default): raised here, in the loop, it
+                # would end the loop and every session would go unwatched.
+                log.warning("inotify unavailable for %s (%s): polling it instead", folder, exc)
+                self._polling_observer().schedule(Handler(), str(folder), recursive=recursive)
             self._watched.add(folder)
             log.info("watching %s", folder)
             if folder != self.claude_registry:
                 self._scan(folder, announce=not initial)
+
+    def _polling_observer(self):
+        if self._poller is None:
+            from watchdog.observers.polling import PollingObserver
+
+            self._poller = PollingObserver(timeout=1.0)
+            self._poller.start()
+        return self._poller
 
     # ---- change intake -------------------------------------------------------------------
 

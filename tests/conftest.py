@@ -25,6 +25,13 @@ def llmem_home(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def home(llmem_home):
+    """LLMEM_HOME under the short name the dream tests use (a test file may define its own
+    `home`, a prepared one, over it)."""
+    return llmem_home
+
+
+@pytest.fixture
 def model_server():
     server = FakeModelServer().start()
     yield server

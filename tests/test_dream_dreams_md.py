@@ -14,8 +14,10 @@ from conftest import free_port_url
 from dream_support import add, open_store, recall, run_cli
 from fakes import FakeEmbedder, StubLLM
 
+from llmem.config import load_config
 from llmem.dream import run_dream
 from llmem.dream.dreams_md import marker
+from llmem.store import Store
 
 HOSTILE = "# Heading <script>alert(1)</script> `tick` --> <!-- llmem:dreams light end --> [x](javascript:y)"
 
@@ -128,18 +130,22 @@ def _chat_models(server) -> list[str]:
     return [body["model"] for path, body in server.requests if path.endswith("/chat") or path.endswith("completions")]
 
 
+def ruff_store_dreaming_with(home, provider: str, url: str):
+    """The ruff store reopened with an LLM (`provider` at `url`) and dream.model: dreamer."""
+    ruff_store(home)[0].close()
+    (home / "config.yaml").write_text(f"embedding:\n  provider: none\nllm:\n  provider: {provider}\n"
+                                      f"  base_url: {url}\ndream:\n  model: dreamer\n")
+    config = load_config()
+    return Store.open(config.db_path), config
+
+
 ENTRY = json.dumps({"entry": "The dream noticed the ruff theme."})
 
 
 def test_unavailable_dream_model_is_retried_once_with_the_default(llmem_home, model_server):
     model_server.chat_status["dreamer"] = 404
     model_server.chat_replies += [ENTRY, ENTRY]
-    store, _ = ruff_store(llmem_home)
-    store.close()
-    (llmem_home / "config.yaml").write_text(
-        f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {model_server.url}\n"
-        "dream:\n  model: dreamer\n")
-    store, config = open_store_keep(llmem_home)
+    store, config = ruff_store_dreaming_with(llmem_home, "ollama", model_server.url)
     outcome = run_dream(store, config, apply=True)
     # dreamer once (404), then llama3.1:8b for each phase with material; dreamer not asked again.
     assert _chat_models(model_server)[0] == "dreamer"
@@ -150,23 +156,9 @@ def test_unavailable_dream_model_is_retried_once_with_the_default(llmem_home, mo
     store.close()
 
 
-def open_store_keep(home):
-    """The store and config of the config.yaml already in `home`."""
-    from llmem.config import load_config
-    from llmem.store import Store
-
-    config = load_config()
-    return Store.open(config.db_path), config
-
-
 def test_a_refused_dream_model_is_not_retried_and_stays_visible(llmem_home, model_server):
     model_server.chat_status["dreamer"] = 401
-    store, _ = ruff_store(llmem_home)
-    store.close()
-    (llmem_home / "config.yaml").write_text(
-        f"embedding:\n  provider: none\nllm:\n  provider: openai\n  base_url: {model_server.url}\n"
-        "dream:\n  model: dreamer\n")
-    store, config = open_store_keep(llmem_home)
+    store, config = ruff_store_dreaming_with(llmem_home, "openai", model_server.url)
     outcome = run_dream(store, config, apply=True)
     assert _chat_models(model_server) == ["dreamer"]  # no retry, no second phase asked
     assert any("dreamer was refused (401" in note for note in outcome.notes)
@@ -178,12 +170,7 @@ def test_a_refused_dream_model_is_not_retried_and_stays_visible(llmem_home, mode
 
 
 def test_no_model_answering_falls_back_to_the_template(llmem_home):
-    store, _ = ruff_store(llmem_home)
-    store.close()
-    (llmem_home / "config.yaml").write_text(
-        f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {free_port_url()}\n"
-        "dream:\n  model: dreamer\n")
-    store, config = open_store_keep(llmem_home)
+    store, config = ruff_store_dreaming_with(llmem_home, "ollama", free_port_url())
     outcome = run_dream(store, config, apply=True)
     assert outcome.narratives["rem"]["by"] == "template"
     assert outcome.narratives["deep"]["by"] == "template"

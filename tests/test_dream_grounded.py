@@ -7,17 +7,9 @@ import json
 import sqlite3
 from pathlib import Path
 
-import pytest
 from dream_support import add, open_store, recall, run_cli, snapshot
 
 JOURNAL_TABLES = {"dream_run", "dream_action"}  # where the backfill and its rollback are recorded
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    path = tmp_path / "home"
-    monkeypatch.setenv("LLMEM_HOME", str(path))
-    return path
 
 
 def write_notes(folder: Path) -> Path:

@@ -31,13 +31,6 @@ with DreamLock(store.db, "holder0000"):
 """
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    path = tmp_path / "home"
-    monkeypatch.setenv("LLMEM_HOME", str(path))
-    return path
-
-
 def test_second_run_refused_while_another_process_holds_the_lock(home):
     store, config = open_store(home)
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(config.db_path)], stdout=subprocess.PIPE, text=True)

@@ -17,13 +17,6 @@ BASE = "the release checklist says bump the version tag the changelog and push t
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    path = tmp_path / "home"
-    monkeypatch.setenv("LLMEM_HOME", str(path))
-    return path
-
-
-@pytest.fixture
 def env(home):
     store, config = open_store(home, "dream:\n  auto_link_threshold: 0.6\n")
     yield store, config, FakeEmbedder(dim=512)

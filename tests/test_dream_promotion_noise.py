@@ -16,13 +16,6 @@ from llmem.dream.promote import apply_promotions, candidates, promotable
 from llmem.times import now
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    path = tmp_path / "home"
-    monkeypatch.setenv("LLMEM_HOME", str(path))
-    return path
-
-
 def explain(memory_id: str) -> dict:
     code, out, err = run_cli("promote-explain", memory_id, "--json")
     assert code == 0, err

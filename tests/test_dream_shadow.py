@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from conftest import free_port_url
 from dream_support import add, open_store, recall, run_cli
 from fakes import StubLLM
@@ -15,13 +14,6 @@ from llmem.dream.shadow import run_shadow_trial
 from llmem.store import Store
 
 VERDICTS = {"postgres": "helpful", "tabs": "neutral", "force-push": "harmful"}
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    path = tmp_path / "home"
-    monkeypatch.setenv("LLMEM_HOME", str(path))
-    return path
 
 
 def build(home, llm_config: str = "llm:\n  provider: none\n"):

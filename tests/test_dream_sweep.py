@@ -15,13 +15,6 @@ from llmem.times import now
 CONFIG = "dream:\n  auto_link_threshold: 0.5\n"
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    path = tmp_path / "home"
-    monkeypatch.setenv("LLMEM_HOME", str(path))
-    return path
-
-
 def build(home):
     """A store where every phase has something to do."""
     store, config = open_store(home, CONFIG)

@@ -118,10 +118,10 @@ def dream_status_cmd(app, deep, as_json):
     """Show the last and next dream run, counts per phase and candidates waiting."""
     from ..dream import dream_status
 
-    data = dream_status(app.store, app.config)
     if deep:
-        print_deep_status(app, as_json, data)
+        print_deep_status(app, as_json)
         return
+    data = dream_status(app.store, app.config)
     if as_json:
         print_json(data)
         return

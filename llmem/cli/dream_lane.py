@@ -161,15 +161,19 @@ def shadow(app, limit, as_json):
     click.echo(f"Retract with: llmem dream undo {outcome.run_id}")
 
 
-def print_deep_status(app, as_json: bool, status: dict) -> None:
+def print_deep_status(app, as_json: bool) -> None:
     """`dream status --deep`: every candidate, its signals, the gates holding it, its verdict
     (with --json, beside everything `dream status --json` carries)."""
+    from ..dream import dream_status
     from ..dream.deep_status import deep_status
+    from ..dream.promote import candidates
     from ..dream.verdicts import verdict_line
 
-    data = deep_status(app.store, app.config)
+    # Scored once for both: scoring reads every recall.
+    ranked = candidates(app.store, app.config.values["dream"])
+    data = deep_status(app.store, app.config, ranked=ranked)
     if as_json:
-        print_json({**status, "deep": data})
+        print_json({**dream_status(app.store, app.config, ranked=ranked), "deep": data})
         return
     gates = data["gates"]
     click.echo(f"Promotion candidates: {data['total']} ({data['ready']} pass every gate: score ≥ "

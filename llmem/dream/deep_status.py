@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .promote import BURST_WINDOW, candidates
+from .promote import BURST_WINDOW, Candidate, candidates
 from .shadow import last_trial
 
 SHOWN = 20
 
 
-def deep_status(store, config, *, limit: int = SHOWN) -> dict[str, Any]:
+def deep_status(store, config, *, limit: int = SHOWN, ranked: list[Candidate] | None = None) -> dict[str, Any]:
+    """`ranked`: the candidates when the caller scored them already (see `dream_status`)."""
     cfg = config.values["dream"]
-    ranked = candidates(store, cfg)
+    if ranked is None:
+        ranked = candidates(store, cfg)
     RecallEvent = store.models.RecallEvent
     staged = RecallEvent.select().where(RecallEvent.staged_by.is_null(False))
     return {

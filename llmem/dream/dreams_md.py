@@ -18,11 +18,11 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 
 from ..errors import LlmemError
+from .artefacts import REPORTS_DIR  # written here, recognised there: one name
 from .narrate import PHASE_TITLES, PhaseStory
 
 DREAMS_FILE = "DREAMS.md"
 DREAMS_FILE_LOWER = "dreams.md"  # an existing lower-case file is used instead, as the design allows
-REPORTS_DIR = "dreaming"
 PHASES = ("light", "rem", "deep")
 HEAD = ("# Dreams\n\nWhat llmem's dreaming found and did, one block per phase. Each `llmem dream --apply` "
         "rewrites the blocks between the `llmem:dreams` markers; write your own notes outside them. "

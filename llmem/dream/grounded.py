@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, tzinfo
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from ..capture.heuristics import classify_statement, statement_sentences
 from ..errors import UsageError
@@ -39,6 +38,7 @@ from .dreams_md import HEAD as DREAMS_HEAD
 from .dreams_md import dreams_path
 from .journal import Journal, file_hash, find_run, finish_run, start_run
 from .narrate import md
+from .promote import recall_zone
 from .text import distinct_terms
 
 RUN_KIND = "rem-backfill"
@@ -220,8 +220,7 @@ def run_rem_backfill(store, config, folder: Path, *, stage: bool) -> BackfillOut
 
 
 def _stage(store, config, journal: Journal, notes: list[GroundedNote], outcome: BackfillOutcome) -> None:
-    zone_name = config.values["dream"].get("timezone")
-    zone = ZoneInfo(zone_name) if zone_name else None
+    zone = recall_zone(config.values["dream"])
     RecallEvent = store.models.RecallEvent
     with store.db.atomic():
         for note in notes:

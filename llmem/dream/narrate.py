@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..db.fts import STOPWORDS
+from .report import memory_texts
 from .text import distinct_terms, one_line
 
 if TYPE_CHECKING:
@@ -90,15 +91,6 @@ class PhaseStory:
     narrated_by: str | None = None  # "model NAME" or "template"
 
 
-def _contents(store, ids: set[str]) -> dict[str, str]:
-    Memory = store.models.Memory
-    out: dict[str, str] = {}
-    wanted = list(ids)
-    for start in range(0, len(wanted), 500):
-        out.update(Memory.select(Memory.id, Memory.content).where(Memory.id.in_(wanted[start:start + 500])).tuples())
-    return out
-
-
 def stories(store, outcome: DreamOutcome) -> dict[str, PhaseStory]:
     """The facts of each phase that ran, with the memories they name."""
     ids: set[str] = set()
@@ -111,7 +103,7 @@ def stories(store, outcome: DreamOutcome) -> dict[str, PhaseStory]:
         ids.update(c.memory_id for c in outcome.deep.promote[:SHOWN])
         for action in [a for a in outcome.deep.actions if a.kind == "merge"][:SHOWN]:
             ids.update(action.detail["ids"])
-    text = _contents(store, ids)
+    text = memory_texts(store, ids)
     out: dict[str, PhaseStory] = {}
     if outcome.light is not None:
         out["light"] = _light_story(outcome, text)

@@ -145,7 +145,9 @@ def fold_recalls(rows: list[tuple], zone: tzinfo | None = None) -> Evidence:
                     last=rows[-1][1], searches=len(rows), grounded=len(grounded))
 
 
-def _zone(cfg: dict[str, Any]) -> tzinfo | None:
+def recall_zone(cfg: dict[str, Any]) -> tzinfo | None:
+    """The zone recall days are counted in: dream.timezone, None for the system's (its
+    rules, DST included). Grounded staging dates its recalls in the same zone."""
     name = cfg.get("timezone")
     return ZoneInfo(name) if name else None
 
@@ -212,7 +214,7 @@ def candidates(store, cfg: dict[str, Any], *, at: float | None = None, memory_id
                phase_hits: dict[str, float] | None = None) -> list[Candidate]:
     """Scored candidates, best first: memories with counted recalls (or exactly `memory_ids`)."""
     at = at or now()
-    zone = _zone(cfg)
+    zone = recall_zone(cfg)
     grouped: dict[str, list[tuple]] = {}
     for memory_id, query, created_at, score, origin in recall_rows(store.db, COUNTED_ORIGINS, memory_ids):
         grouped.setdefault(memory_id, []).append((query, created_at, score, origin))

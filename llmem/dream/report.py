@@ -99,7 +99,8 @@ def histogram(values: list[float], bins: int = 10) -> list[int]:
     return counts
 
 
-def _contents(store, ids: set[str]) -> dict[str, str]:
+def memory_texts(store, ids: set[str]) -> dict[str, str]:
+    """memory id → content, for the memories a report or a diary story quotes."""
     Memory = store.models.Memory
     ids_list = [i for i in ids if i]
     out: dict[str, str] = {}
@@ -115,7 +116,7 @@ def render_report(store, outcome: DreamOutcome) -> str:
     ids = {p[k] for p in pairs for k in ("a", "b")} | {a.memory_id for a in outcome.actions[:ROWS * 2] if a.memory_id}
     if deep:
         ids |= {c.memory_id for c in deep.promote}
-    text = _contents(store, ids)
+    text = memory_texts(store, ids)
     mode = f"applied, run {outcome.run_id}" if outcome.applied else "preview (nothing was written)"
 
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

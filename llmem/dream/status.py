@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..times import now, to_iso
+from ..times import to_iso
 from .journal import action_counts, last_run
 from .lock import INTERRUPTED, lock_is_live, read_lock
-from .promote import promotable
+from .promote import Candidate, candidates
 from .schedule import next_run
 from .switch import dream_switch, dream_zone, zone_name
 
@@ -25,7 +25,7 @@ def _run_info(store, run, live_run_id: str | None) -> dict[str, Any] | None:
             "status": status, "started_at": to_iso(run.started_at),
             "finished_at": to_iso(run.finished_at), "error": error,
             "counts": counts, "changes": change_total(counts),
-            "writes": sum(sum(kinds.values()) for kinds in writes.values())}
+            "writes": change_total(writes)}
 
 
 def change_counts(run, writes: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
@@ -45,8 +45,10 @@ def change_total(counts: dict[str, dict[str, int]]) -> int:
     return sum(sum(kinds.values()) for kinds in counts.values())
 
 
-def dream_status(store, config, *, recent: int = 5) -> dict[str, Any]:
-    """Everything `dream status` shows, as data."""
+def dream_status(store, config, *, recent: int = 5, ranked: list[Candidate] | None = None) -> dict[str, Any]:
+    """Everything `dream status` shows, as data. `ranked`: the promotion candidates when the
+    caller has scored them already (scoring reads every recall: the Dreams page and
+    `status --deep` list them too, and score once)."""
     DreamRun, Memory = store.models.DreamRun, store.models.Memory
     cfg = config.values["dream"]
     last_any = DreamRun.select().where(DreamRun.kind == "dream").order_by(DreamRun.started_at.desc()).first()
@@ -66,7 +68,9 @@ def dream_status(store, config, *, recent: int = 5) -> dict[str, Any]:
             valid.update(i for (i,) in Memory.select(Memory.id).where(
                 Memory.id.in_(ids[start:start + 500]) & Memory.invalidated_at.is_null()).tuples())
         waiting_pairs = sum(1 for p in pairs if p["a"] in valid and p["b"] in valid)
-    chosen, held = promotable(store, cfg, at=now())
+    if ranked is None:
+        ranked = candidates(store, cfg)
+    ready = sum(1 for c in ranked if c.passes)
     holder = read_lock(store.db)
     running = holder if lock_is_live(holder) else None
     live_run_id = running.get("run_id") if running else None
@@ -81,7 +85,7 @@ def dream_status(store, config, *, recent: int = 5) -> dict[str, Any]:
         "next_run": upcoming.isoformat(timespec="minutes") if upcoming else None,
         "running": running,
         "stale_lock": holder if holder and not running else None,
-        "candidates": {"merge_pairs": waiting_pairs, "promotion_ready": len(chosen),
-                       "promotion_held": len(held)},
+        "candidates": {"merge_pairs": waiting_pairs, "promotion_ready": ready,
+                       "promotion_held": len(ranked) - ready},
         "recent_runs": [_run_info(store, r, live_run_id) for r in runs],
     }

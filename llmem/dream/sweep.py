@@ -140,7 +140,7 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
         finish_run(store, run, outcome.summary())
     finally:
         lock.release()
-    report = report_path or (Path(cfg["report_path"]).expanduser() if cfg.get("report_path") else None)
+    report = report_path or configured_report(cfg)
     if report:
         _write_report(store, report, outcome)
     return outcome
@@ -293,6 +293,11 @@ def _write_dreams(store, config, outcome: DreamOutcome, journal: Journal, *, dia
     old = diary_path.read_text(encoding="utf-8") if diary_path.exists() else None
     journal.write_file("rem" if outcome.rem else last_phase, "diary", diary_path,
                        diary.append_entry(old, diary.diary_entry(outcome, tales)))
+
+
+def configured_report(cfg: dict[str, Any]) -> Path | None:
+    """The file dream.report_path names, where each applied run writes its report (None: unset)."""
+    return Path(cfg["report_path"]).expanduser() if cfg.get("report_path") else None
 
 
 def _write_report(store, path: Path, outcome: DreamOutcome) -> None:

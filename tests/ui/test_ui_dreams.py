@@ -135,6 +135,30 @@ def test_promotion_candidates_show_signals_and_gates_and_promote(viewer):
     assert "nothing promoted" in viewer.get(nothing.headers["location"]).text
 
 
+def test_the_page_scores_the_candidates_once(viewer, monkeypatch):
+    """Scoring reads every recall (~120 ms on 5k memories): the waiting counts and the
+    candidate list come from one scoring."""
+    import llmem.dream.promote as promote
+    import llmem.dream.status as status
+    import llmem.ui.pages.dreams as page_module
+
+    scored = promote.candidates
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return scored(*args, **kwargs)
+
+    for module in (promote, status, page_module):
+        monkeypatch.setattr(module, "candidates", counted)
+    strong_candidate(viewer.store)
+    weak = add(viewer.store, "a note recalled once", age_days=3)
+    recall(viewer.store, weak, ["one question"])
+    page = viewer.get("/dreams").text
+    assert len(calls) == 1
+    assert "1 memories ready for promotion (1 held back by the gates)" in page
+
+
 def test_the_report_is_served_sandboxed(viewer):
     add(viewer.store, "<script>alert(1)</script> a memory", "fact", age_days=2)
     response = viewer.get("/dreams/report")

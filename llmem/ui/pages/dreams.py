@@ -11,10 +11,12 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from ...dream import DreamLock, DreamLocked, dream_status, undo_run
+from ...dream.dreams_md import dreams_path
 from ...dream.journal import action_counts, find_run, new_run_id
 from ...dream.promote import candidates
 from ...dream.review import DECISIONS, list_proposals, record_decision, reviewer
-from ...dream.status import change_counts
+from ...dream.status import change_counts, change_total
+from ...dream.sweep import configured_report
 from ...errors import UsageError
 from ..web import form, redirect, render, store, viewer
 
@@ -41,36 +43,28 @@ def _tail(path: Path) -> tuple[str | None, bool]:
     return text[-TEXT_TAIL:], True
 
 
-def dreams_md_path(config) -> Path | None:
-    """DREAMS.md beside the diary, as the dream writes it (a lower-case dreams.md also counts)."""
-    folder = config.diary_path.parent
-    for name in ("DREAMS.md", "dreams.md"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
 def dreams_page(request):
     current_store, config = store(request), viewer(request).llmem.config
     DreamRun = current_store.models.DreamRun
     runs = list(DreamRun.select().order_by(DreamRun.started_at.desc()).limit(RUNS))
     # The changes each run made, counted as the CLI's preview and `dream status` count them.
     counts = {run.id: change_counts(run, action_counts(current_store, run.id)) for run in runs}
-    status = dream_status(current_store, config, recent=0)
-    diary, diary_cut = _tail(config.diary_path)
-    dreams_md = dreams_md_path(config)
-    dreams_text, dreams_cut = _tail(dreams_md) if dreams_md else (None, False)
-    proposals_path = config.paths.proposed_changes_path
+    # Scored once: the status counts and the list below both come from it.
     ranked = candidates(current_store, config.values["dream"])
-    report_path = config.values["dream"].get("report_path")
+    status = dream_status(current_store, config, recent=0, ranked=ranked)
+    diary, diary_cut = _tail(config.diary_path)
+    # The file the dream writes (it picks DREAMS.md or an existing lower-case dreams.md).
+    dreams_md = dreams_path(config)
+    dreams_text, dreams_cut = _tail(dreams_md)
+    proposals_path = config.paths.proposed_changes_path
     return render(request, "dreams.html", runs=runs, counts=counts, status=status,
                   diary=diary, diary_cut=diary_cut, diary_path=config.diary_path,
                   dreams_md=dreams_md, dreams_text=dreams_text, dreams_cut=dreams_cut,
                   proposals=list_proposals(current_store.db, proposals_path),
                   proposals_path=proposals_path,
                   candidates=[c.as_dict() for c in ranked[:CANDIDATES]], candidate_total=len(ranked),
-                  ready=sum(1 for c in ranked if c.passes),
-                  report_file=Path(report_path).expanduser() if report_path else None)
+                  ready=status["candidates"]["promotion_ready"],
+                  report_file=configured_report(config.values["dream"]))
 
 
 def undo(request):
@@ -78,7 +72,7 @@ def undo(request):
     current_store = store(request)
     run = find_run(current_store, request.path_params["run_id"])
     if request.method == "GET":
-        total = sum(sum(kinds.values()) for kinds in action_counts(current_store, run.id).values())
+        total = change_total(action_counts(current_store, run.id))
         return render(request, "confirm.html", question=f"Undo {run.kind} run {run.id}?",
                       subject=f"{run.kind} run {run.id}, {run.status}, phases {run.phases or '–'}: "
                               f"{total} journaled change{'' if total == 1 else 's'}",
@@ -106,8 +100,7 @@ def report(request):
     from ...dream.report import render_report
 
     current_store, config = store(request), viewer(request).llmem.config
-    configured = config.values["dream"].get("report_path")
-    path = Path(configured).expanduser() if configured else None
+    path = configured_report(config.values["dream"])
     if path is not None and path.is_file() and not request.query_params.get("preview"):
         html = path.read_text(encoding="utf-8", errors="replace")
     else:

@@ -117,7 +117,7 @@ def open_own_file(path: Path, flags: int, mode: int = 0o600) -> int:
 def write_private_text(path: Path, text: str) -> None:
     """Write one of llmem's own files atomically, mode 0600, creating its folder if needed."""
     ensure_private_dir(path.parent)
-    _write_atomically(path, text)
+    write_atomically(path, text)
 
 
 def write_output_file(path: Path, text: str) -> None:
@@ -131,7 +131,7 @@ def write_output_file(path: Path, text: str) -> None:
 
     check_output_folder(path)
     try:
-        _write_atomically(path, text)
+        write_atomically(path, text)
     except OSError as exc:  # a full disk, no permission: a runtime failure, the old file kept
         raise LlmemError(f"cannot write {path}: {exc.strerror or exc}; nothing was changed") from None
 
@@ -149,7 +149,7 @@ def check_output_folder(path: Path) -> None:
         raise UsageError(f"cannot write {path}: it is a folder", hint="give a file name")
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str, mode: int = 0o600) -> None:
     """Temp file beside `path`, then rename: a failure (full disk, kill) leaves no half file."""
     import tempfile
 
@@ -159,6 +159,7 @@ def _write_atomically(path: Path, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -159,6 +160,22 @@ def test_the_compaction_block_is_built_only_for_a_format_that_prints_it(cli, cla
     assert event_rows(llmem_home) == [("compacting", SESSION)]
     assert calls == ([True] if built else [])
     assert ("kept" in out) is built
+
+
+def test_a_stop_hook_does_not_import_the_context_assembler(claude_dir, llmem_home):
+    """Stop fires after every turn: only SessionStart's answer needs context.py (~10 ms)."""
+    from llmem.pipeline.events import worker_heartbeat
+
+    with Store.open(llmem_home / "memory.db") as store:
+        worker_heartbeat(store)
+    payload = json.dumps({"session_id": SESSION, "cwd": PROJECT, "hook_event_name": "Stop"})
+    code = ("import sys; from llmem.cli import main\n"
+            f"sys.argv = ['llmem', *{list(HOOK)!r}, '--type', 'idle', {payload!r}]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('llmem.context' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "queued as event" in done.stderr, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 # ---- a fact said in a Claude Code session becomes a memory -------------------------------------

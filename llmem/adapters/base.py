@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from llmem.errors import LlmemError
@@ -303,6 +304,19 @@ def iso_to_ms(value: Any) -> int | None:
         # Both agents write UTC ('Z'); YAML may hand back a naive datetime already in UTC.
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
+
+
+def mtime_ms(path: Path) -> int | None:
+    """The file's modification time in ms, None if it is gone or unreadable."""
+    try:
+        return int(path.stat().st_mtime * 1000)
+    except OSError:
+        return None
+
+
+def as_str(value: Any) -> str | None:
+    """The value if it is a string, else None (JSON fields of any type)."""
+    return value if isinstance(value, str) else None
 
 
 def as_int(value: Any) -> int | None:

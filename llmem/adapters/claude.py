@@ -27,7 +27,9 @@ from llmem.adapters.base import (
     TranscriptMessage,
     abbreviate,
     abbreviate_input,
+    as_str,
     iso_to_ms,
+    mtime_ms,
     output_text,
     read_json_object,
     report_skipped,
@@ -104,11 +106,11 @@ def read_log_file(path: str | Path) -> ClaudeLog:
     path = Path(path)
     try:
         raw = path.read_bytes()
-        mtime_ms = int(path.stat().st_mtime * 1000)
+        modified_ms = int(path.stat().st_mtime * 1000)
     except OSError as error:
         raise AdapterError(f"cannot read Claude Code transcript {path}: {error}") from error
     parsed = parse_lines(raw, f"Claude Code transcript {path}")
-    parsed.path, parsed.mtime_ms = str(path), mtime_ms
+    parsed.path, parsed.mtime_ms = str(path), modified_ms
     return parsed
 
 
@@ -184,10 +186,6 @@ def is_sidechain(line: dict[str, Any]) -> bool:
     return line.get("isSidechain") is True or bool(line.get("agentId"))
 
 
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _message(line: dict[str, Any]) -> dict[str, Any] | None:
     message = line.get("message")
     return message if isinstance(message, dict) else None
@@ -209,7 +207,7 @@ def _text_of(blocks: list[Any]) -> str:
 def _result_text(block: dict[str, Any]) -> str:
     content = block.get("content")
     if isinstance(content, list):
-        texts = [_str(part.get("text")) for part in content if isinstance(part, dict)]
+        texts = [as_str(part.get("text")) for part in content if isinstance(part, dict)]
         return "\n".join(text for text in texts if text)
     return output_text(content)
 
@@ -300,17 +298,17 @@ class _Builder:
             return
         if is_sidechain(line):
             return  # a subagent's work: its result reaches the parent as a tool result
-        if transcript.directory is None and _str(line.get("cwd")):
+        if transcript.directory is None and as_str(line.get("cwd")):
             transcript.directory = line["cwd"]
         for title_type, key in _TITLE_KEYS:
-            if line_type == title_type and _str(line.get(key)):
+            if line_type == title_type and as_str(line.get(key)):
                 self.titles[title_type] = line[key]
         if line_type in ("user", "assistant") and _message(line) is None:
             transcript.skipped_malformed += 1
             report_skipped(f"Claude Code session {transcript.session_id}", f"line {index + 1}",
                            f"its {line_type} line has no message object")
             return
-        line_id = _str(line.get("uuid")) or f"line-{index}"
+        line_id = as_str(line.get("uuid")) or f"line-{index}"
         if line_type == "assistant":
             self._assistant(index, line_id, line, time_ms)
         elif line_type == "user":
@@ -320,7 +318,7 @@ class _Builder:
 
     def _assistant(self, index: int, line_id: str, line: dict[str, Any], time_ms: int | None) -> None:
         message = _message(line)
-        api_id = _str(message.get("id"))
+        api_id = as_str(message.get("id"))
         last = self.messages[-1] if self.messages else None
         if (last is not None and api_id and last.api_message_id == api_id and last.role == "assistant"
                 and last.index > self.cut):
@@ -329,19 +327,19 @@ class _Builder:
             pending = _PendingMessage(line_id, index, "assistant", time_ms=time_ms, api_message_id=api_id)
             self.messages.append(pending)
         pending.id, pending.index, pending.updated_ms = line_id, index, time_ms or pending.updated_ms
-        pending.finish = _str(message.get("stop_reason")) or pending.finish
+        pending.finish = as_str(message.get("stop_reason")) or pending.finish
         for block in _blocks(message):
             if not isinstance(block, dict):
                 continue
             kind = block.get("type")
-            if kind == "text" and _str(block.get("text")):
+            if kind == "text" and as_str(block.get("text")):
                 pending.text = _join(pending.text, block["text"])
-            elif kind == "thinking" and _str(block.get("thinking")):
+            elif kind == "thinking" and as_str(block.get("thinking")):
                 pending.reasoning = _join(pending.reasoning, block["thinking"])
             elif kind in ("tool_use", "server_tool_use"):
-                call = _PendingCall(name=_str(block.get("name")) or "unknown", owner_index=index,
+                call = _PendingCall(name=as_str(block.get("name")) or "unknown", owner_index=index,
                                     input=abbreviate_input(block.get("input")), status="pending",
-                                    call_id=_str(block.get("id")))
+                                    call_id=as_str(block.get("id")))
                 pending.calls.append(call)
                 if call.call_id:
                     self.calls[call.call_id] = call
@@ -369,7 +367,7 @@ class _Builder:
             self.messages.append(_PendingMessage(line_id, index, "user", text=text, time_ms=time_ms, synthetic=synthetic))
 
     def _tool_result(self, index: int, line_id: str, block: dict[str, Any], time_ms: int | None) -> None:
-        call_id = _str(block.get("tool_use_id"))
+        call_id = as_str(block.get("tool_use_id"))
         call = self.calls.get(call_id) if call_id else None
         if call is None:
             call = _PendingCall(name="unknown", owner_index=index, call_id=call_id)
@@ -427,13 +425,6 @@ def transcript_from_log(session_id: str, parsed: ClaudeLog, after: Cursor = None
 # ---------------------------------------------------------------- the adapter
 
 
-def _mtime_ms(path: Path) -> int | None:
-    try:
-        return int(path.stat().st_mtime * 1000)
-    except OSError:
-        return None
-
-
 def _first_cwd(path: Path) -> str | None:
     """The cwd of the first line that has one, from the head of the file only."""
     try:
@@ -445,7 +436,7 @@ def _first_cwd(path: Path) -> str | None:
         if _JOURNAL_LINE.match(line):
             continue
         record, _ = read_json_object(line.decode("utf-8", errors="replace"))
-        if record is not None and not is_sidechain(record) and _str(record.get("cwd")):
+        if record is not None and not is_sidechain(record) and as_str(record.get("cwd")):
             return record["cwd"]
     return None
 
@@ -466,7 +457,7 @@ class ClaudeAdapter:
         if session_id.startswith("agent-") or not self.projects_dir.is_dir():
             return None  # a subagent transcript is never a session of its own
         found = [path for path in self.projects_dir.glob(f"*/{session_id}.jsonl") if path.is_file()]
-        return max(found, key=lambda path: _mtime_ms(path) or 0) if found else None
+        return max(found, key=lambda path: mtime_ms(path) or 0) if found else None
 
     def has_session(self, session_id: str) -> bool:
         """True if a project folder holds `<session_id>.jsonl`."""
@@ -491,7 +482,7 @@ class ClaudeAdapter:
         for path in sorted(self.projects_dir.glob("*/*.jsonl")):
             if claude_session_id(path, self.projects_dir) is None:
                 continue
-            info = SessionInfo(id=path.stem, title=None, directory=_first_cwd(path), updated_ms=_mtime_ms(path))
+            info = SessionInfo(id=path.stem, title=None, directory=_first_cwd(path), updated_ms=mtime_ms(path))
             known = sessions.get(path.stem)
             if known is None or (info.updated_ms or 0) > (known.updated_ms or 0):
                 sessions[path.stem] = info

@@ -29,8 +29,10 @@ from llmem.adapters.base import (
     TranscriptMessage,
     abbreviate,
     abbreviate_input,
+    as_str,
     iso_to_ms,
     messages_after,
+    mtime_ms,
     output_text,
     read_json_object,
     report_skipped,
@@ -66,10 +68,6 @@ def rollout_thread_id(name: str) -> str | None:
     """The thread id a rollout file name ends with, None for any other file."""
     match = _ROLLOUT_RE.fullmatch(name)
     return match.group(1) if match else None
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -157,8 +155,8 @@ def mark_of(offset: int, item: dict[str, Any]) -> CodexMark:
     payload = _dict(item.get("payload"))
     kind = item["type"]
     if kind == "event_msg":
-        kind = _str(payload.get("type")) or kind
-    return CodexMark(str(offset), kind, _str(payload.get("turn_id")), iso_to_ms(item.get("timestamp")))
+        kind = as_str(payload.get("type")) or kind
+    return CodexMark(str(offset), kind, as_str(payload.get("turn_id")), iso_to_ms(item.get("timestamp")))
 
 
 class CodexTail:
@@ -239,7 +237,7 @@ def _call_input(payload: dict[str, Any]) -> Any:
 
 
 def _call_name(payload: dict[str, Any]) -> str:
-    return _str(payload.get("name")) or payload["type"].removesuffix("_call")
+    return as_str(payload.get("name")) or payload["type"].removesuffix("_call")
 
 
 class _Normaliser:
@@ -255,7 +253,7 @@ class _Normaliser:
         from llmem.paths import project_root_of
 
         transcript = self.transcript
-        cwd = _str(payload.get("cwd"))
+        cwd = as_str(payload.get("cwd"))
         transcript.directory = cwd
         # The repository root of the launch folder, as a hook maps its stdin cwd.
         transcript.project_root = project_root_of(cwd)
@@ -275,7 +273,7 @@ class _Normaliser:
             if offset == 0:
                 self.meta(payload, at_ms)
         elif kind == "turn_context":
-            self.transcript.directory = self.transcript.directory or _str(payload.get("cwd"))
+            self.transcript.directory = self.transcript.directory or as_str(payload.get("cwd"))
         elif kind == "event_msg":
             self.event(offset, payload, at_ms)
         elif kind == "response_item":
@@ -287,18 +285,18 @@ class _Normaliser:
         event_type = payload.get("type")
         text = None
         if event_type == "user_message":  # legacy history
-            text = _str(payload.get("message"))
+            text = as_str(payload.get("message"))
         elif event_type == "item_completed":  # paginated history
             item = _dict(payload.get("item"))
             if item.get("type") == "UserMessage":
                 text = _content_text(item.get("content"), "text")
         if text is not None:
             self.messages.append(_PendingMessage(str(offset), offset, "user", at_ms, text=text,
-                                                 turn_id=_str(payload.get("turn_id"))))
+                                                 turn_id=as_str(payload.get("turn_id"))))
 
     def response_item(self, offset: int, payload: dict[str, Any], at_ms: int | None) -> None:
         item_type = payload.get("type")
-        turn_id = _str(_dict(payload.get("internal_chat_message_metadata_passthrough")).get("turn_id"))
+        turn_id = as_str(_dict(payload.get("internal_chat_message_metadata_passthrough")).get("turn_id"))
         if item_type == "message":
             if payload.get("role") != "assistant":
                 return  # harness text: AGENTS.md, environment, permissions, hook context
@@ -323,9 +321,9 @@ class _Normaliser:
 
     def tool_call(self, offset: int, payload: dict[str, Any], at_ms: int | None,
                   turn_id: str | None) -> None:
-        call_id = _str(payload.get("call_id")) or _str(payload.get("id"))
+        call_id = as_str(payload.get("call_id")) or as_str(payload.get("id"))
         call = ToolCall(name=_call_name(payload), input=_call_input(payload),
-                        status=_str(payload.get("status")) or "pending", call_id=call_id)
+                        status=as_str(payload.get("status")) or "pending", call_id=call_id)
         last = self.messages[-1] if self.messages else None
         if last is not None and last.role == "assistant" and last.turn_id == turn_id and turn_id:
             owner = last  # the calls a model response made after its text
@@ -339,7 +337,7 @@ class _Normaliser:
             self.calls[call_id] = (owner, len(owner.calls) - 1)
 
     def tool_output(self, offset: int, payload: dict[str, Any], at_ms: int | None) -> None:
-        call_id = _str(payload.get("call_id"))
+        call_id = as_str(payload.get("call_id"))
         output = payload.get("output")
         if isinstance(output, dict):  # structured output: {content, success}
             output = output.get("content", output)
@@ -356,7 +354,7 @@ class _Normaliser:
                                          status="completed", call_id=call.call_id)
 
     def compacted(self, offset: int, payload: dict[str, Any], at_ms: int | None) -> None:
-        summary = (_str(payload.get("message")) or "").strip()
+        summary = (as_str(payload.get("message")) or "").strip()
         last = self.messages[-1] if self.messages else None
         if last is not None and last.role == "assistant" and last.text.strip() and summary.endswith(last.text.strip()):
             last.kind = "compaction_summary"  # the model's summary, written just before
@@ -410,13 +408,6 @@ def _offset_holds(path: Path, offset: int) -> bool:
 
 
 # ---------------------------------------------------------------- the adapter
-
-
-def _mtime_ms(path: Path) -> int | None:
-    try:
-        return int(path.stat().st_mtime * 1000)
-    except OSError:
-        return None
 
 
 def _uuid7_day(thread_id: str) -> datetime | None:
@@ -491,7 +482,7 @@ class CodexAdapter:
         transcript.read_to = f"{CURSOR_PREFIX}{lines.end}"
         transcript.title = self.thread_name(session_id)
         transcript.source_path = str(path)
-        transcript.updated_ms = transcript.updated_ms or _mtime_ms(path)
+        transcript.updated_ms = transcript.updated_ms or mtime_ms(path)
         return transcript
 
     def thread_name(self, session_id: str) -> str | None:
@@ -525,7 +516,7 @@ class CodexAdapter:
             thread_id = rollout_thread_id(path.name)
             meta = read_session_meta(path) or {}
             sessions.setdefault(thread_id, SessionInfo(
-                id=thread_id, title=None, directory=_str(meta.get("cwd")), updated_ms=_mtime_ms(path),
+                id=thread_id, title=None, directory=as_str(meta.get("cwd")), updated_ms=mtime_ms(path),
                 parent_session_id=parent_thread_id(meta), subagent=is_subagent_meta(meta)))
         return sorted(sessions.values(), key=lambda info: info.updated_ms or 0, reverse=True)
 

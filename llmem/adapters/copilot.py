@@ -19,9 +19,11 @@ from llmem.adapters.base import (
     TranscriptMessage,
     abbreviate,
     abbreviate_input,
+    as_str,
     is_valid_session_id,
     iso_to_ms,
     messages_after,
+    mtime_ms,
     output_text,
     read_json_object,
     report_skipped,
@@ -128,10 +130,6 @@ def _data(event: dict[str, Any]) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 @dataclass
 class _PendingCall:
     name: str
@@ -194,7 +192,7 @@ def transcript_from_events(session_id: str, log: CopilotEventLog) -> Transcript:
     for index, event in log.events:
         event_type = event["type"]
         data = _data(event)
-        event_id = _str(event.get("id")) or f"line-{index}"
+        event_id = as_str(event.get("id")) or f"line-{index}"
         time_ms = iso_to_ms(event.get("timestamp"))
         if time_ms is not None:
             transcript.updated_ms = max(transcript.updated_ms or 0, time_ms)
@@ -209,8 +207,8 @@ def transcript_from_events(session_id: str, log: CopilotEventLog) -> Transcript:
             context = data.get("context") if isinstance(data.get("context"), dict) else {}
             if event_type == "session.start":
                 transcript.created_ms = iso_to_ms(data.get("startTime")) or time_ms
-            transcript.directory = transcript.directory or _str(context.get("cwd"))
-            transcript.project_root = transcript.project_root or _str(context.get("gitRoot"))
+            transcript.directory = transcript.directory or as_str(context.get("cwd"))
+            transcript.project_root = transcript.project_root or as_str(context.get("gitRoot"))
         elif event_type == "system.message":
             messages.append(
                 _PendingMessage(
@@ -218,7 +216,7 @@ def transcript_from_events(session_id: str, log: CopilotEventLog) -> Transcript:
                     index=index,
                     role="system",
                     time_ms=time_ms,
-                    text=_str(data.get("content")) or "",
+                    text=as_str(data.get("content")) or "",
                     kind="system_prompt",
                 )
             )
@@ -229,11 +227,11 @@ def transcript_from_events(session_id: str, log: CopilotEventLog) -> Transcript:
                     index=index,
                     role="user",
                     time_ms=time_ms,
-                    text=_str(data.get("content")) or "",
+                    text=as_str(data.get("content")) or "",
                 )
             )
         elif event_type == "assistant.reasoning":
-            if _str(data.get("content")):
+            if as_str(data.get("content")):
                 pending_reasoning.append(data["content"])
         elif event_type == "assistant.message":
             message = _PendingMessage(
@@ -241,8 +239,8 @@ def transcript_from_events(session_id: str, log: CopilotEventLog) -> Transcript:
                 index=index,
                 role="assistant",
                 time_ms=time_ms,
-                text=_str(data.get("content")) or "",
-                reasoning=_str(data.get("reasoningText")) or "\n\n".join(pending_reasoning),
+                text=as_str(data.get("content")) or "",
+                reasoning=as_str(data.get("reasoningText")) or "\n\n".join(pending_reasoning),
             )
             pending_reasoning = []
             requests = data.get("toolRequests")
@@ -250,21 +248,21 @@ def transcript_from_events(session_id: str, log: CopilotEventLog) -> Transcript:
                 if not isinstance(request, dict):
                     continue
                 call = _PendingCall(
-                    name=_str(request.get("name")) or "unknown",
+                    name=as_str(request.get("name")) or "unknown",
                     input=abbreviate_input(request.get("arguments")),
                     status="pending",
-                    call_id=_str(request.get("toolCallId")),
+                    call_id=as_str(request.get("toolCallId")),
                 )
                 message.calls.append(call)
                 if call.call_id:
                     calls_by_id[call.call_id] = call
             messages.append(message)
         elif event_type in ("tool.execution_start", "tool.user_requested"):
-            call_id = _str(data.get("toolCallId"))
+            call_id = as_str(data.get("toolCallId"))
             call = calls_by_id.get(call_id) if call_id else None
             if call is None:
                 call = _PendingCall(
-                    name=_str(data.get("toolName")) or _str(data.get("name")) or "unknown",
+                    name=as_str(data.get("toolName")) or as_str(data.get("name")) or "unknown",
                     input=abbreviate_input(data.get("arguments")),
                     call_id=call_id,
                 )
@@ -273,7 +271,7 @@ def transcript_from_events(session_id: str, log: CopilotEventLog) -> Transcript:
                 tool_message(event_id, index, time_ms, call)
             call.status = "running" if event_type == "tool.execution_start" else "pending"
         elif event_type == "tool.execution_complete":
-            call_id = _str(data.get("toolCallId"))
+            call_id = as_str(data.get("toolCallId"))
             call = calls_by_id.get(call_id) if call_id else None
             if call is None:
                 call = _PendingCall(name="unknown", call_id=call_id)
@@ -281,7 +279,7 @@ def transcript_from_events(session_id: str, log: CopilotEventLog) -> Transcript:
             call.status = "completed" if data.get("success") is True else "error"
             call.output = abbreviate(_tool_result_text(data))
         elif event_type == "session.compaction_complete":
-            summary = _str(data.get("summaryContent"))
+            summary = as_str(data.get("summaryContent"))
             if data.get("success") is True and summary:
                 messages.append(
                     _PendingMessage(
@@ -300,7 +298,7 @@ def transcript_from_events(session_id: str, log: CopilotEventLog) -> Transcript:
                     index=index,
                     role="system",
                     time_ms=time_ms,
-                    text=f"[aborted: {_str(data.get('reason')) or 'unknown'}]",
+                    text=f"[aborted: {as_str(data.get('reason')) or 'unknown'}]",
                     kind="abort",
                 )
             )
@@ -449,14 +447,7 @@ def _read_workspace(path: Path) -> dict[str, Any] | None:
 
 def _workspace_title(workspace: dict[str, Any]) -> str | None:
     # Older files call the display title `summary`; Copilot itself copies it to `name`.
-    return _str(workspace.get("name")) or _str(workspace.get("summary"))
-
-
-def _mtime_ms(path: Path) -> int | None:
-    try:
-        return int(path.stat().st_mtime * 1000)
-    except OSError:
-        return None
+    return as_str(workspace.get("name")) or as_str(workspace.get("summary"))
 
 
 class CopilotAdapter:
@@ -540,8 +531,8 @@ class CopilotAdapter:
             transcript.skipped_malformed += 1
             return
         transcript.title = _workspace_title(workspace) or transcript.title
-        transcript.directory = _str(workspace.get("cwd")) or transcript.directory
-        transcript.project_root = _str(workspace.get("git_root")) or transcript.project_root
+        transcript.directory = as_str(workspace.get("cwd")) or transcript.directory
+        transcript.project_root = as_str(workspace.get("git_root")) or transcript.project_root
         transcript.created_ms = iso_to_ms(workspace.get("created_at")) or transcript.created_ms
         updated = iso_to_ms(workspace.get("updated_at"))
         if updated is not None:
@@ -556,24 +547,24 @@ class CopilotAdapter:
                 workspace = _read_workspace(entry / WORKSPACE_FILE) or {}
                 updated = [
                     iso_to_ms(workspace.get("updated_at")),
-                    _mtime_ms(entry / EVENTS_FILE) if (entry / EVENTS_FILE).exists() else None,
+                    mtime_ms(entry / EVENTS_FILE) if (entry / EVENTS_FILE).exists() else None,
                 ]
                 sessions[entry.name] = SessionInfo(
                     id=entry.name,
                     title=_workspace_title(workspace),
-                    directory=_str(workspace.get("cwd")),
+                    directory=as_str(workspace.get("cwd")),
                     updated_ms=max((ms for ms in updated if ms is not None), default=None),
                 )
             elif entry.suffix == ".jsonl" and is_valid_session_id(entry.stem):
                 sessions.setdefault(
-                    entry.stem, SessionInfo(entry.stem, None, None, _mtime_ms(entry))
+                    entry.stem, SessionInfo(entry.stem, None, None, mtime_ms(entry))
                 )
         if self.share_dir is not None and self.share_dir.is_dir():
             for path in sorted(self.share_dir.glob("copilot-session-*.md")):
                 match = _SHARE_NAME_RE.fullmatch(path.name)
                 if match and is_valid_session_id(match.group(1)):
                     sessions.setdefault(
-                        match.group(1), SessionInfo(match.group(1), None, None, _mtime_ms(path))
+                        match.group(1), SessionInfo(match.group(1), None, None, mtime_ms(path))
                     )
         return sorted(sessions.values(), key=lambda info: info.updated_ms or 0, reverse=True)
 

@@ -20,6 +20,12 @@ def find_databases(data_dir: str | Path) -> list[Path]:
     return sorted(found, key=lambda path: (path.name != "opencode.db", path.name))
 
 
+def has_opencode_data(data_dir: str | Path) -> bool:
+    """True if an OpenCode data dir holds a database or the pre-1.2 `storage/` tree."""
+    data_dir = Path(data_dir).expanduser()
+    return bool(find_databases(data_dir)) or (data_dir / "storage").is_dir()
+
+
 def has_legacy_storage(data_dir: str | Path) -> bool:
     """True if the pre-1.2 JSON `storage/` tree holds any session file."""
     session_root = Path(data_dir) / "storage" / "session"
@@ -46,10 +52,8 @@ def detect_adapter(
 ) -> str:
     """Pick `opencode`, `copilot`, `claude`, `codex` or `none` from what exists on disk
     (session.adapter: auto)."""
-    if opencode_data_dir is not None:
-        data_dir = Path(opencode_data_dir).expanduser()
-        if find_databases(data_dir) or (data_dir / "storage").is_dir():
-            return "opencode"
+    if opencode_data_dir is not None and has_opencode_data(opencode_data_dir):
+        return "opencode"
     if copilot_state_dir is not None and has_sessions(copilot_state_dir):
         return "copilot"
     if claude_dir is not None and has_claude_projects(claude_dir):

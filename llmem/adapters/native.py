@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmem.adapters.detect import CLAUDE_PROJECTS_DIR
+
 NATIVE_AGENTS = ("claude", "codex", "copilot", "opencode")
 
 # A note shorter than this many words is a label, not something to remember.
@@ -115,7 +117,7 @@ def native_files(agent: str, homes: NativeHomes, project_dirs: list[Path], proje
         if agent == "claude":
             project_paths += [folder / "CLAUDE.md", folder / ".claude" / "CLAUDE.md", folder / "CLAUDE.local.md",
                               *_tree(folder / ".claude" / "rules", "**/*.md")]
-            memory = homes.claude / "projects" / encode_claude_project(str(folder)) / "memory"
+            memory = homes.claude / CLAUDE_PROJECTS_DIR / encode_claude_project(str(folder)) / "memory"
             project_paths += _tree(memory, "*.md")
         elif agent == "codex":
             project_paths += [folder / "AGENTS.override.md", folder / "AGENTS.md"]

@@ -26,9 +26,9 @@ from llmem.adapters.detect import (
     claude_config_dir,
     codex_home_dir,
     detect_adapter,
-    find_databases,
     has_claude_projects,
     has_codex_sessions,
+    has_opencode_data,
 )
 
 # FORMATS.md §1.6: OpenCode ids are `ses_` + 26 characters; §2.1: Copilot's are UUID v4, and
@@ -73,7 +73,7 @@ def present_agents(config) -> list[str]:
     """The agents whose stores exist on this machine (what `auto` reads), OpenCode first."""
     paths = _store_paths(config)
     present = []
-    if find_databases(paths["opencode"]) or (paths["opencode"] / "storage").is_dir():
+    if has_opencode_data(paths["opencode"]):
         present.append("opencode")
     if paths["copilot"].is_dir():
         present.append("copilot")
@@ -192,9 +192,7 @@ def adapter_from_config(config, name: str | None = None) -> SessionAdapter:
     from llmem.paths import expand
 
     session = config.values["session"]
-    opencode_dir = expand(session["opencode"]["data_dir"])
-    copilot_dir = expand(session["copilot"]["state_dir"])
-    return get_adapter(name or session["adapter"], opencode_data_dir=opencode_dir, copilot_state_dir=copilot_dir,
-                       copilot_share_dir=expand(session["copilot"]["share_dir"]),
-                       claude_dir=claude_config_dir(expand(session["claude"]["config_dir"])),
-                       codex_home=codex_home_dir(expand(session["codex"]["home"])))
+    paths = _store_paths(config)
+    return get_adapter(name or session["adapter"], opencode_data_dir=paths["opencode"],
+                       copilot_state_dir=paths["copilot"], copilot_share_dir=expand(session["copilot"]["share_dir"]),
+                       claude_dir=paths["claude"], codex_home=paths["codex"])

@@ -355,6 +355,6 @@ def import_native(app, agent, project_dir, dry_run, as_json):
         click.echo(f"  - {row['content'].splitlines()[0][:100]}  (no longer in its file)")
     click.echo(f"{verb} {len(outcome.added)} memories from {len(files)} file(s): "
                f"{outcome.unchanged} already present, {len(outcome.superseded)} superseding a changed note, "
-               f"{len(outcome.retired)} {'would be' if dry_run else ''}{' ' if dry_run else ''}retired")
+               f"{len(outcome.retired)} {'would be ' if dry_run else ''}retired")
     if not dry_run and outcome.added:
         notice("run `llmem embed --pending` to embed the imported memories")

@@ -330,11 +330,14 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
                 click.echo(json.dumps({"additionalContext": result["context"]}, ensure_ascii=False))
         elif fmt in ("claude", "codex"):
             # Only SessionStart: context printed for Stop would keep a Claude Code turn going, and
-            # Codex rejects JSON its other events' schemas do not expect.
+            # Codex rejects JSON its other events' schemas do not expect. Stop fires every turn:
+            # context.py (~10 ms to import) is loaded only for SessionStart.
+            if kind != "created" or not result.get("context"):
+                return
             from ..context import cut_block
 
             cap = CLAUDE_CONTEXT_CHARS if fmt == "claude" else CODEX_CONTEXT_CHARS
-            block = cut_block(result.get("context") or "", cap) if kind == "created" else ""
+            block = cut_block(result["context"], cap)
             if block:
                 click.echo(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
                                                               "additionalContext": block}}, ensure_ascii=False))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..paths import expand
+from ..paths import expand, write_atomically
 from . import integrations
 
 AGENTS = ("opencode", "copilot", "claude", "codex")
@@ -235,8 +235,6 @@ def _backup_path(path: Path) -> Path:
 
 def _write(file: _File) -> None:
     """Back the old file up beside it, then replace it atomically keeping its mode (new: 0600)."""
-    import tempfile
-
     path = file.path
     if file.before is not None:
         file.backup = _backup_path(path)
@@ -244,20 +242,7 @@ def _write(file: _File) -> None:
     else:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     mode = path.stat().st_mode & 0o777 if file.before is not None else 0o600
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(file.after)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomically(path, file.after, mode)
 
 
 # ---- outcome --------------------------------------------------------------------------------
@@ -522,22 +507,26 @@ def install(config, agent: str, *, uninstall: bool = False, with_mcp: bool = Tru
 
 def _detected(config, agent: str) -> tuple[bool, Path]:
     from ..adapters.detect import (
-        find_databases,
+        CLAUDE_PROJECTS_DIR,
+        CODEX_SESSIONS_DIR,
         has_claude_projects,
         has_codex_sessions,
+        has_opencode_data,
         has_sessions,
     )
 
     session = config.values["session"]
     if agent == "opencode":
         data_dir = expand(session["opencode"]["data_dir"])
-        return bool(find_databases(data_dir)) or (data_dir / "storage").is_dir(), data_dir
+        return has_opencode_data(data_dir), data_dir
     if agent == "copilot":
         state_dir = expand(session["copilot"]["state_dir"])
         return has_sessions(state_dir), state_dir
     if agent == "claude":
-        return has_claude_projects(claude_home(config)), claude_home(config) / "projects"
-    return has_codex_sessions(codex_home(config)), codex_home(config) / "sessions"
+        home = claude_home(config)
+        return has_claude_projects(home), home / CLAUDE_PROJECTS_DIR
+    home = codex_home(config)
+    return has_codex_sessions(home), home / CODEX_SESSIONS_DIR
 
 
 def _peek_json(path: Path) -> Any:

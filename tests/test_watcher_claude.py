@@ -101,9 +101,11 @@ def test_a_folder_appearing_when_inotify_is_exhausted_is_polled(claude_dir):
         watcher._observer.schedule = exhausted
         session = ClaudeSession(claude_dir)
         session.turn("remember that we deploy on Fridays", "Noted.")
-        recorder.wait_for(("claude", session.id, "idle"), timeout=10)
+        # A missing folder is looked for every DIR_CHECK_SECONDS (5 s), then polled (1 s) and
+        # debounced: under a loaded CI machine that is more than 10 s.
+        recorder.wait_for(("claude", session.id, "idle"), timeout=30)
         session.turn("remember that we also deploy on Tuesdays", "Noted.")  # seen by polling
-        wait_count(recorder, session.id, "idle", 2)
+        wait_count(recorder, session.id, "idle", 2, timeout=20)
         assert recorder.kinds(session.id) == ["created", "idle", "idle"]
     finally:
         watcher.stop()
@@ -118,7 +120,7 @@ def test_the_projects_folder_appearing_later_is_watched(claude_dir):
         assert "not there yet" in watcher.describe()
         session = ClaudeSession(claude_dir)
         session.turn("remember that we deploy on Fridays", "Noted.")
-        recorder.wait_for(("claude", session.id, "idle"), timeout=10)
+        recorder.wait_for(("claude", session.id, "idle"), timeout=30)  # see the test above
         assert recorder.kinds(session.id) == ["created", "idle"]
     finally:
         watcher.stop()

@@ -41,6 +41,18 @@ class Recorder:
     def kinds(self, session_id):
         return [k for _, s, k in self.events if s == session_id]
 
+    def wait_count(self, session_id: str, kind: str, count: int, timeout: float = 8.0) -> int:
+        """Wait until `kind` was emitted `count` times for the session (or the time is up);
+        how many times it was emitted."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while self.kinds(session_id).count(kind) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.changed.wait(left)
+            return self.kinds(session_id).count(kind)
+
 
 @pytest.fixture
 def agent_dirs(tmp_path, configure, monkeypatch):

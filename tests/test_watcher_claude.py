@@ -30,13 +30,6 @@ def claude_dir(tmp_path, configure, monkeypatch):
     return claude
 
 
-def wait_count(recorder: Recorder, session_id: str, kind: str, count: int, timeout: float = 8.0) -> None:
-    deadline = time.monotonic() + timeout
-    while recorder.kinds(session_id).count(kind) < count and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert recorder.kinds(session_id).count(kind) >= count, recorder.events
-
-
 def test_a_claude_session_gives_created_idle_compacting_and_ending(claude_dir):
     recorder = Recorder()
     watcher = SessionWatcher(load_config(), recorder)
@@ -52,7 +45,7 @@ def test_a_claude_session_gives_created_idle_compacting_and_ending(claude_dir):
         session.reply("Sorting by created_at alone is not stable.")
         recorder.wait_for(("claude", session.id, "idle"))
         session.subagent("Which tests page through /orders?", "Two tests; none has tied timestamps.")
-        wait_count(recorder, session.id, "idle", 2)
+        assert recorder.wait_count(session.id, "idle", 2) >= 2, recorder.events
         session.compaction("We found the unstable sort.")
         recorder.wait_for(("claude", session.id, "compacting"))
         session.write({"type": "cost-state", "sessionId": session.id, "totalCostUSD": 0.2})
@@ -105,7 +98,7 @@ def test_a_folder_appearing_when_inotify_is_exhausted_is_polled(claude_dir):
         # debounced: under a loaded CI machine that is more than 10 s.
         recorder.wait_for(("claude", session.id, "idle"), timeout=30)
         session.turn("remember that we also deploy on Tuesdays", "Noted.")  # seen by polling
-        wait_count(recorder, session.id, "idle", 2, timeout=20)
+        assert recorder.wait_count(session.id, "idle", 2, timeout=20) >= 2, recorder.events
         assert recorder.kinds(session.id) == ["created", "idle", "idle"]
     finally:
         watcher.stop()

@@ -26,13 +26,6 @@ def codex_home(tmp_path, configure, monkeypatch):
     return home
 
 
-def wait_for_count(recorder: Recorder, session_id: str, kind: str, count: int, timeout: float = 8.0) -> None:
-    deadline = time.monotonic() + timeout
-    while recorder.kinds(session_id).count(kind) < count and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert recorder.kinds(session_id).count(kind) == count, recorder.events
-
-
 @pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_a_thread_gives_created_idle_compacting_and_ending(codex_home):
     (codex_home / "sessions").mkdir(parents=True)
@@ -48,10 +41,10 @@ def test_a_thread_gives_created_idle_compacting_and_ending(codex_home):
         assert recorder.kinds(rollout.id) == ["created"]  # busy: no idle yet
         rollout.tool("pytest -q", "1 failed")
         rollout.finish("Fixed.")
-        wait_for_count(recorder, rollout.id, "idle", 1)
+        assert recorder.wait_count(rollout.id, "idle", 1) == 1, recorder.events
         rollout.compact("Summary: the flaky test is fixed.")
         recorder.wait_for(("codex", rollout.id, "compacting"))
-        wait_for_count(recorder, rollout.id, "idle", 2)  # the /compact turn ended too
+        assert recorder.wait_count(rollout.id, "idle", 2) == 2, recorder.events  # the /compact turn ended too
         recorder.wait_for(("codex", rollout.id, "ending"), timeout=10)
         time.sleep(0.3)
         assert recorder.kinds(rollout.id) == ["created", "idle", "compacting", "idle", "ending"]

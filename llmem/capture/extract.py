@@ -28,6 +28,7 @@ from ..errors import BudgetExhausted, EmbedderUnavailable, LLMReplyInvalid, LLMU
 from ..providers.llm import step_llm
 from ..redact import redact
 from ..store import content_hash
+from .episodes import build_episodes, episode_roles, messages_after, write_episodes
 from .heuristics import STATED, Candidate, statements
 from .markers import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
 
@@ -71,9 +72,22 @@ class ExtractionReport:
     memory_ids: list[str] = field(default_factory=list)
     updated_ids: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # Episodes (capture/episodes.py): the slice's turns kept as conversation memories.
+    episodes_added: int = 0
+    episode_duplicates: int = 0
+    episode_ids: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        # A 10,000-turn session makes ~20,000 episodes: the event row keeps a sample of ids.
+        data["episode_ids"] = data["episode_ids"][:EPISODE_IDS_SHOWN]
+        return data
+
+
+EPISODE_IDS_SHOWN = 100
+# Episodes embedded right after the slice is stored; the rest wait for `llmem embed --pending`
+# (a backfilled 10,000-turn session must not hold its event for minutes of embedding).
+EPISODES_EMBEDDED_INLINE = 512
 
 
 @dataclass
@@ -91,6 +105,8 @@ class PreparedSlice:
     lines: list[SliceLine]
     redactions: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
+    # The messages themselves, context-stripped and redacted (episodes are made from them).
+    messages: list = field(default_factory=list)
 
 
 def redactor(config):
@@ -234,7 +250,7 @@ def prepare_slice(config, messages) -> PreparedSlice:
         if message.kind == "compaction_summary":
             role = "summary"  # the agent's own summary: never read as user statements
         lines.append(SliceLine(message.id, role, text, "\n".join(parts)))
-    return PreparedSlice(lines, sum(tally.values()), tally)
+    return PreparedSlice(lines, sum(tally.values()), tally, redacted)
 
 
 def chunk_lines(lines: list[SliceLine], budget_tokens: int = CHUNK_TOKENS) -> list[list[SliceLine]]:
@@ -495,6 +511,22 @@ def _embed_touched(app, touched, report: ExtractionReport) -> None:
     report.pending_embedding = len(touched) - report.embedded
 
 
+def _embed_episodes(app, memories: list[Memory]) -> None:
+    """Vectors for the first EPISODES_EMBEDDED_INLINE new episodes (outside any transaction);
+    the rest, or all of them when the embedder is down, wait for `llmem embed --pending`."""
+    if not memories or not app.embedder.available:
+        return
+    from ..vectors import embed_memories
+
+    try:
+        embed_memories(app.store, app.embedder, memories[:EPISODES_EMBEDDED_INLINE])
+    except EmbedderUnavailable as exc:
+        log.info("episodes stored without embedding (%s); `llmem embed --pending` fills them in", exc.message)
+        return
+    if len(memories) > EPISODES_EMBEDDED_INLINE:
+        log.info("%d episodes wait for `llmem embed --pending`", len(memories) - EPISODES_EMBEDDED_INLINE)
+
+
 # ---- the entry points ---------------------------------------------------------------------
 
 
@@ -558,10 +590,14 @@ def extract_session(app, session_id: str, *, adapter_name: str | None = None, ll
 
 def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
                           hold_cursor: bool) -> ExtractionReport:
-    from ..cursors import EXTRACTION, CursorRun
+    from ..cursors import EPISODES, EXTRACTION, CursorRun
 
     started = time.perf_counter()
     cursor_run = CursorRun(app.store.models, adapter.name, session_id, EXTRACTION)
+    roles = episode_roles(app.config)
+    # Episodes keep their own cursor: it moves even when the extraction cursor is held for a
+    # later LLM pass (hold_cursor, a spent token budget), so no turn is written twice.
+    episode_run = CursorRun(app.store.models, adapter.name, session_id, EPISODES) if roles else None
     start_cursor = cursor_run.start
     transcript = adapter.read_transcript(session_id, after=start_cursor)
     if start_cursor and not transcript.cursor_found:
@@ -584,11 +620,14 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
         report.deferred = True
     new_cursor = transcript.cursor or start_cursor
     llm_contents = [c.content for c in candidates if c.rule == "llm"]
+    episodes = (build_episodes(messages_after(prepared.messages, episode_run.start), roles)
+                if episode_run is not None else [])
+    episode_memories: list[Memory] = []
 
     def cursor_update(check: bool):
         if check:
-            # Another run (watcher and hook at once) advanced the cursor while we worked.
-            return cursor_run.unmoved()
+            # Another run (watcher and hook at once) advanced a cursor while we worked.
+            return cursor_run.unmoved() and (episode_run is None or episode_run.unmoved())
         if report.deferred:
             cursor_run.advance(start_cursor, project=project, status="deferred")
         else:
@@ -596,6 +635,14 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
                                messages_read=len(transcript.messages))
             _settle_provisional(app.store, session_id, project, llm_contents, report)
         report.cursor = start_cursor if report.deferred else new_cursor
+        if episode_run is not None and transcript.messages:
+            written = write_episodes(app.store, episodes, agent=adapter.name, project=project,
+                                     session_id=session_id)
+            episode_memories.extend(written.added)
+            report.episodes_added = len(written.added)
+            report.episode_duplicates = written.duplicates
+            report.episode_ids = [m.id for m in written.added]
+            episode_run.advance(transcript.messages[-1].id, project=project)
         return True
 
     metadata = {"adapter": adapter.name}
@@ -603,10 +650,12 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
         metadata[PROVISIONAL] = True
     store_candidates(app, candidates, report, project=project, session_id=session_id,
                      metadata=metadata, cursor_update=cursor_update)
+    _embed_episodes(app, episode_memories)
     report.seconds = round(time.perf_counter() - started, 4)
-    log.info("extracted session %s: %d messages, %d added, %d updated, %d duplicates, %d redactions%s",
-             session_id, report.messages_read, report.memories_added, report.memories_updated,
-             report.duplicates, report.redactions, " (deferred)" if report.deferred else "")
+    log.info("extracted session %s: %d messages, %d added, %d updated, %d duplicates, %d episodes, "
+             "%d redactions%s", session_id, report.messages_read, report.memories_added,
+             report.memories_updated, report.duplicates, report.episodes_added, report.redactions,
+             " (deferred)" if report.deferred else "")
     return report
 
 

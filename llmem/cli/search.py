@@ -26,6 +26,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
            include_invalid, related, explain, no_track, as_json):
     """Search memories (hybrid FTS5 + vectors, fused by RRF and reranked)."""
     from ..errors import UsageError
+    from ..search import is_episode
     from ..store import memory_to_dict
 
     text = " ".join(query).strip()
@@ -50,6 +51,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
         for hit in result.hits:
             row = memory_to_dict(hit.memory)
             row["score"] = round(hit.score, 6)
+            row["episode"] = is_episode(hit.memory)
             if hit.via:
                 row["via"] = hit.via
             if explain:

@@ -49,9 +49,9 @@ def seqs_passing(db, seqs: list[int], where: str, params: list) -> set[int]:
 
 
 def rank_fields(db, seqs: list[int]) -> list[tuple]:
-    """(seq, type, confidence, accessed_at, access_count, created_at) of each memory in `seqs`."""
+    """(seq, type, confidence, accessed_at, access_count, created_at, source) of each memory in `seqs`."""
     marks = ",".join("?" * len(seqs))
-    return db.execute_sql("SELECT seq, type, confidence, accessed_at, access_count, created_at "
+    return db.execute_sql("SELECT seq, type, confidence, accessed_at, access_count, created_at, source "
                           f"FROM memory WHERE seq IN ({marks})", seqs).fetchall()
 
 

@@ -127,14 +127,16 @@ def procedure_use_rows(db) -> list[tuple]:
         "WHERE type = 'procedure' AND invalidated_at IS NULL").fetchall()
 
 
-def decay_rows(db) -> list[tuple]:
+def decay_rows(db, *, except_source: str | None = None) -> list[tuple]:
     """(id, type, confidence, accessed_at, created_at, access_count, and the metadata's
-    decayed_at, boosted_at_count, stale_procedure) of the valid, unpromoted memories."""
+    decayed_at, boosted_at_count, stale_procedure) of the valid, unpromoted memories (but
+    those of `except_source`)."""
     return db.execute_sql(
         "SELECT id, type, confidence, accessed_at, created_at, access_count, "
         "json_extract(metadata, '$.decayed_at'), json_extract(metadata, '$.boosted_at_count'), "
         "json_extract(metadata, '$.stale_procedure') "
-        "FROM memory WHERE invalidated_at IS NULL AND promoted_at IS NULL").fetchall()
+        "FROM memory WHERE invalidated_at IS NULL AND promoted_at IS NULL AND source IS NOT ?",
+        (except_source,)).fetchall()
 
 
 # The memory columns an undo restores: everything but the keys.

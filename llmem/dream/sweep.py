@@ -21,7 +21,7 @@ from ..times import now
 from . import diary, dreams_md, memory_md
 from .deep import DeepResult, apply_action, plan_deep
 from .journal import PHASES, Action, Journal, finish_run, last_run, new_run_id, start_run
-from .light import LightResult, find_candidates
+from .light import LightResult, find_candidates, plan_episode_retention
 from .lock import DreamLock, lock_is_live, read_lock
 from .narrate import Narrator, md, stories, template
 from .outcome import DreamOutcome
@@ -160,6 +160,13 @@ def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limi
                                 since=previous.started_at if previous else None,
                                 embedder_provider=config.values["embedding"]["provider"])
         outcome.light = light
+        pruned = plan_episode_retention(store, config.values["capture"], at)
+        outcome.actions += pruned
+        if journal is not None:
+            for start in range(0, len(pruned), BATCH):
+                with store.db.atomic():
+                    for action in pruned[start:start + BATCH]:
+                        journal.update("light", action.kind, action.memory_id, action.changes)
         outcome.phase_seconds["light"] = round(time.perf_counter() - started, 3)
         done("light")
     if "rem" in outcome.phases:

@@ -250,28 +250,14 @@ def messages_after(messages, message_id: str | None) -> list:
 
 @dataclass
 class EpisodeWrite:
-    added: list = field(default_factory=list)  # the new memories
+    added: list[str] = field(default_factory=list)  # the ids of the new memories
     duplicates: int = 0
 
 
 def write_episodes(store, episodes: list[Episode], *, agent: str | None, project: str | None,
                    session_id: str | None) -> EpisodeWrite:
     """Add the episodes (call inside the transaction that advances the cursors)."""
-    written = EpisodeWrite()
-    seen: set[str] = set()
-    from ..store import content_hash
-
-    for episode in episodes:
-        key = content_hash(episode.content)
-        if key in seen:
-            written.duplicates += 1
-            continue
-        seen.add(key)
-        result = store.add(episode.content, EPISODE_TYPE, confidence=EPISODE_CONFIDENCE,
-                           source=EPISODE_SOURCE, project=project, session_id=session_id,
-                           metadata=episode.metadata(agent))
-        if result.created:
-            written.added.append(result.memory)
-        else:
-            written.duplicates += 1
-    return written
+    added = store.add_many([(episode.content, episode.metadata(agent)) for episode in episodes],
+                           EPISODE_TYPE, confidence=EPISODE_CONFIDENCE, source=EPISODE_SOURCE,
+                           project=project, session_id=session_id)
+    return EpisodeWrite(added, len(episodes) - len(added))

@@ -511,20 +511,23 @@ def _embed_touched(app, touched, report: ExtractionReport) -> None:
     report.pending_embedding = len(touched) - report.embedded
 
 
-def _embed_episodes(app, memories: list[Memory]) -> None:
+def _embed_episodes(app, episode_ids: list[str]) -> None:
     """Vectors for the first EPISODES_EMBEDDED_INLINE new episodes (outside any transaction);
     the rest, or all of them when the embedder is down, wait for `llmem embed --pending`."""
-    if not memories or not app.embedder.available:
+    if not episode_ids or not app.embedder.available:
         return
     from ..vectors import embed_memories
 
+    Memory = app.store.models.Memory
+    first = episode_ids[:EPISODES_EMBEDDED_INLINE]
+    memories = list(Memory.select().where(Memory.id.in_(first)).order_by(Memory.seq))
     try:
-        embed_memories(app.store, app.embedder, memories[:EPISODES_EMBEDDED_INLINE])
+        embed_memories(app.store, app.embedder, memories)
     except EmbedderUnavailable as exc:
         log.info("episodes stored without embedding (%s); `llmem embed --pending` fills them in", exc.message)
         return
-    if len(memories) > EPISODES_EMBEDDED_INLINE:
-        log.info("%d episodes wait for `llmem embed --pending`", len(memories) - EPISODES_EMBEDDED_INLINE)
+    if len(episode_ids) > len(first):
+        log.info("%d episodes wait for `llmem embed --pending`", len(episode_ids) - len(first))
 
 
 # ---- the entry points ---------------------------------------------------------------------
@@ -622,7 +625,6 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
     llm_contents = [c.content for c in candidates if c.rule == "llm"]
     episodes = (build_episodes(messages_after(prepared.messages, episode_run.start), roles)
                 if episode_run is not None else [])
-    episode_memories: list[Memory] = []
 
     def cursor_update(check: bool):
         if check:
@@ -638,10 +640,9 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
         if episode_run is not None and transcript.messages:
             written = write_episodes(app.store, episodes, agent=adapter.name, project=project,
                                      session_id=session_id)
-            episode_memories.extend(written.added)
             report.episodes_added = len(written.added)
             report.episode_duplicates = written.duplicates
-            report.episode_ids = [m.id for m in written.added]
+            report.episode_ids = written.added
             episode_run.advance(transcript.messages[-1].id, project=project)
         return True
 
@@ -650,7 +651,7 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
         metadata[PROVISIONAL] = True
     store_candidates(app, candidates, report, project=project, session_id=session_id,
                      metadata=metadata, cursor_update=cursor_update)
-    _embed_episodes(app, episode_memories)
+    _embed_episodes(app, report.episode_ids)
     report.seconds = round(time.perf_counter() - started, 4)
     log.info("extracted session %s: %d messages, %d added, %d updated, %d duplicates, %d episodes, "
              "%d redactions%s", session_id, report.messages_read, report.memories_added,

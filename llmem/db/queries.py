@@ -167,6 +167,24 @@ def write_memory_columns(db, memory_id: str, values: dict[str, Any]) -> int:
     return cursor.rowcount
 
 
+def insert_memory_rows(db, rows: list[dict[str, Any]]) -> None:
+    """Insert memory rows (field name → value, every row the same fields) in one executemany.
+
+    Raw SQL: a 10,000-turn session makes ~20,000 episodes, and peewee's insert_many spends
+    ~0.15 ms building SQL per row.
+    """
+    if not rows:
+        return
+    fields = Memory._meta.fields
+    names = list(rows[0])
+    columns = ", ".join(f'"{fields[name].column_name}"' for name in names)
+    marks = ", ".join("?" * len(names))
+    converters = [fields[name].db_value for name in names]
+    db.cursor().executemany(f"INSERT INTO memory ({columns}) VALUES ({marks})",
+                            [[convert(row[name]) for convert, name in zip(converters, names, strict=True)]
+                             for row in rows])
+
+
 def session_cursor_values(db, adapter: str, session_id: str, columns: tuple[str, ...]) -> tuple | None:
     """The values of `columns` (from a fixed list) of one session's cursor row, or None."""
     return db.execute_sql(f"SELECT {', '.join(columns)} FROM session_cursor WHERE adapter = ? AND session_id = ?",

@@ -21,7 +21,16 @@ from .db import vec
 from .db.connection import open_database
 from .db.derived import text_hash, text_to_embed
 from .db.fts import index_hints
-from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, Models, Relation, bound_models
+from .db.models import (
+    EPISODE_SOURCE,
+    MEMORY_TYPES,
+    RELATION_TYPES,
+    SOURCES,
+    Memory,
+    Models,
+    Relation,
+    bound_models,
+)
 from .db.queries import insert_memory_rows, write_memory_columns
 from .errors import AmbiguousId, NotFound, UsageError
 from .redact import Redactor
@@ -157,11 +166,14 @@ class Store:
         return list(query)
 
     def find_duplicate(self, text_hash: str, project: str | None) -> Memory | None:
-        """A valid memory with the same normalised content in the same scope."""
+        """A valid memory with the same normalised content in the same scope. An episode is no
+        duplicate of a memory: a statement typed or extracted is kept even when a turn said it
+        word for word (`add_many` skips an episode that repeats a memory instead)."""
         Memory = self.models.Memory
         scope = Memory.project.is_null() if project is None else (Memory.project == project)
         return (Memory.select().where((Memory.content_hash == text_hash) & scope
-                                      & Memory.invalidated_at.is_null()).first())
+                                      & Memory.invalidated_at.is_null()
+                                      & (Memory.source != EPISODE_SOURCE)).first())
 
     # ---- writing ---------------------------------------------------------------------
 

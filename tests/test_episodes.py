@@ -392,3 +392,35 @@ def test_the_dream_never_merges_or_promotes_an_episode(configure, state_dir, mod
         assert candidate.verdict.startswith("hold")
     finally:
         application.close()
+
+
+def test_with_an_llm_old_episodes_are_condensed_into_typed_memories_linked_back(configure, state_dir,
+                                                                                 model_server):
+    from llmem.dream.journal import undo_run
+    from llmem.dream.sweep import run_dream
+    from llmem.times import now
+
+    configure(config_text(state_dir, llm_url=model_server.url, extra="capture:\n  episode_max_age_days: 30\n"))
+    application = App()
+    try:
+        session = design_session(state_dir)
+        extract_session(application, session.id, use_llm=False)
+        episodes = episodes_of(application)
+        Memory = application.store.models.Memory
+        Memory.update(created_at=now() - 40 * 86400).where(Memory.source == "episode").execute()
+        model_server.chat_replies = [json.dumps({"memories": [
+            {"type": "decision", "content": "The orders API uses FastAPI with Postgres and a pool of 20."}]})]
+        outcome = run_dream(application.store, application.config, apply=True, phases=["light"])
+        made = [a for a in outcome.actions if a.kind == "condense"]
+        assert len(made) == 1 and {a.memory_id for a in outcome.actions if a.kind == "prune_episode"} == {
+            e.id for e in episodes}
+        condensed = Memory.get(Memory.id == made[0].memory_id)
+        assert condensed.source == "dream" and condensed.type == "decision" and condensed.session_id == session.id
+        links = application.store.relations_of([condensed.id])
+        assert {(r.type, r.target_id) for r in links} == {("derived_from", e.id) for e in episodes}
+        assert all(e.invalidated_at is not None for e in episodes_of(application))
+        undo_run(application.store, outcome.run_id)
+        assert Memory.get_or_none(Memory.id == condensed.id) is None
+        assert all(e.invalidated_at is None for e in episodes_of(application))
+    finally:
+        application.close()

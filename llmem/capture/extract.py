@@ -332,7 +332,7 @@ def _existing_memories(store, project: str | None, limit: int = EXISTING_IN_PROM
         .order_by(Memory.updated_at.desc()).limit(limit))
 
 
-def _llm_candidates(llm, chunk: list[SliceLine], project: str | None,
+def llm_candidates(llm, chunk: list[SliceLine], project: str | None,
                     existing: list[Memory]) -> list[Candidate]:
     listing = "\n".join(f"[{m.id[:8]}] ({m.type}) {_cut(' '.join(m.content.split()), 300)}"
                         for m in existing) or "(none)"
@@ -544,7 +544,7 @@ def _extract_chunks(store, llm, chunks, project, report: ExtractionReport, *,
     for chunk in chunks:
         if llm_usable:
             try:
-                from_llm = _llm_candidates(llm, chunk, project, existing)
+                from_llm = llm_candidates(llm, chunk, project, existing)
                 report.used_llm = True
                 candidates.extend(from_llm)
                 candidates.extend(stated for stated in _heuristic_candidates(chunk, all_roles=all_roles)

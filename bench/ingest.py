@@ -416,7 +416,9 @@ class Soak:
                 "SELECT COUNT(*) FROM memory WHERE source = 'episode' GROUP BY session_id")]
             events = conn.execute("SELECT id, adapter, session_id, kind, status, attempts, last_error "
                                   "FROM event").fetchall()
-        store_bytes = sum(path.stat().st_size for path in self.db_path.parent.glob("memory.db*"))
+        store_bytes, without_episodes = self._store_sizes()
+        transcript_bytes = sum(path.stat().st_size for path in self.state_dir.rglob("events.jsonl"))
+        transcript_bytes += sum(path.stat().st_size for path in self.opencode_dir.glob("opencode*.db*"))
         listed = " ".join(m["content"].lower() for m in memories)
         samples = self.rng.sample(self.plants, min(5, len(self.plants)))
         # The user's view: does `llmem search <token>` put it in its first page?
@@ -481,7 +483,10 @@ class Soak:
                          "twice": len(episode_twice), "twice_tokens": episode_twice[:20],
                          "latency_s": _percentiles(episode_latency),
                          "per_session": _percentiles(per_session)},
-            "store_bytes": store_bytes,
+            # Vacuumed copies, so WAL and free pages do not count: the store, and the same store
+            # with its episodes deleted (what they cost, in the same run).
+            "store_bytes": store_bytes, "store_bytes_without_episodes": without_episodes,
+            "transcript_file_bytes": transcript_bytes,
             "sessions": len(self.session_kinds), "planted": len(self.plants), "recovered": recovered,
             "recovered_pct": round(100 * recovered / max(1, len(self.plants)), 1),
             "duplicates": len(duplicates), "duplicate_tokens": duplicates[:20],
@@ -498,6 +503,22 @@ class Soak:
             "cli_search_spot_checks": f"{cli_top}/{len(samples)} in the first page",
             "disruptions": self.disruptions, "home": str(self.home),
         }
+
+    def _store_sizes(self) -> tuple[int, int]:
+        """(bytes of the vacuumed store, bytes of it vacuumed again without its episodes)."""
+        with tempfile.TemporaryDirectory() as scratch:
+            copy = Path(scratch) / "copy.db"
+            with self._connect() as conn:
+                conn.execute("VACUUM INTO ?", (str(copy),))
+            full = copy.stat().st_size
+            conn = sqlite3.connect(copy)
+            try:
+                conn.execute("DELETE FROM memory WHERE source = 'episode'")  # the FTS triggers follow
+                conn.commit()
+                conn.execute("VACUUM")
+            finally:
+                conn.close()
+            return full, copy.stat().st_size
 
     def _search_hits(self, token: str) -> list[dict]:
         return self.cli_json("search", token, "--no-track")
@@ -575,7 +596,10 @@ def report(figures: dict) -> str:
                      f"{eps['per_session'].get('max')}); planted tokens lost {eps['lost']}, in two episodes "
                      f"{eps['twice']} (goal 0, 0); detect-to-searchable p50 {eps['latency_s']['p50']} s, "
                      f"p95 {eps['latency_s']['p95']} s")
-        lines.append(f"store: {figures['store_bytes']} bytes, episode text {eps['text_bytes']} bytes")
+        grown = figures["store_bytes"] - figures["store_bytes_without_episodes"]
+        lines.append(f"store: {figures['store_bytes']} bytes vacuumed, {grown} of them for the episodes, "
+                     f"{grown / max(1, eps['text_bytes']):.2f}x the {eps['text_bytes']} bytes of text they hold "
+                     f"(goal <= 3x); transcript files {figures['transcript_file_bytes']} bytes")
     else:
         lines.append(f"episodes off (capture.episodes: false); store: {figures['store_bytes']} bytes")
     lines.append(f"`llmem search <token>` spot checks: {figures['cli_search_spot_checks']}; disruptions: "

@@ -253,11 +253,9 @@ def memory_line(memory: Memory, *, show_type: bool = True, project: str | None =
 
 
 def episode_line(memory: Memory) -> str:
-    """An episode as a context line: whose words and when, then what was said."""
-    meta = memory.metadata or {}
-    who = {"user": "the user", "assistant": "the agent"}.get(meta.get("role"), "said")
-    when = str(meta.get("time") or "")[:10]
-    return f"- [{memory.id[:8]}] {who}{', ' + when if when else ''}: {_clean(memory.content)}"
+    """An episode as a context line: when, then what was said (each turn led by whose it is)."""
+    when = str((memory.metadata or {}).get("time") or "")[:10]
+    return f"- [{memory.id[:8]}] said{' on ' + when if when else ''}: {_clean(memory.content)}"
 
 
 def lesson_line(lesson: Lesson) -> str:

@@ -65,7 +65,9 @@ def design_session(state_dir, secret: str = "sk-live-0123456789abcdefABCDEF0123"
     session.user("Which web framework should we use for the orders API?")
     session.tool_step("ls src", "orders.py\n" * 5000)  # a tool's output: left out of the episode
     session.reply("Let's use FastAPI with Postgres for the orders API.\n\n"
-                  f"I set the connection pool size to 20 and the API key to {secret}.")
+                  f"I set the connection pool size to 20 and the API key to {secret}.\n\n"
+                  + "The handlers stay thin: validation in pydantic models, queries in the repository. " * 6
+                  + "\n\n" + "Each query runs in its own transaction, with a five second timeout. " * 6)
     session.turn("What expiry did we set on the tokens?", "Access tokens expire after 15 minutes.")
     return session
 
@@ -89,16 +91,22 @@ def test_a_turn_becomes_a_user_episode_and_an_assistant_episode_with_tool_calls_
         message(6, "user", "Continue.", synthetic=True),
         message(7, "assistant", "", tool_calls=(ToolCall("read", input="a.py"),)),  # tool calls alone
     ]
-    built = ep.build_episodes(messages, ("user", "assistant"))
-    assert [(e.role, e.turn, e.message_ids) for e in built] == [("user", 1, ["m1"]), ("assistant", 2, ["m2", "m4"])]
-    answer = built[1].content
-    assert answer.startswith("The test raced the cache warm-up")
-    assert '[tool bash: {"command": "pytest -q api"}]' in answer and "FFFF" not in answer
-    assert built[0].metadata("copilot") == {"agent": "copilot", "role": "user", "turn": 1, "message_ids": ["m1"],
-                                            "chunk": 1, "chunks": 1, "time": "2023-11-14T22:13:20Z"}
-    assert [e.role for e in ep.build_episodes(messages, ("user",))] == ["user"]
+    (built,) = ep.build_episodes(messages, ("user", "assistant"))  # a short question and its answer: one chunk
+    assert (built.role, built.turn, built.message_ids) == ("mixed", 1, ["m1", "m2", "m4"])
+    assert built.content.startswith("user: Fix the flaky test in api/handlers.py\n\n"
+                                    "assistant: The test raced the cache warm-up")
+    assert '[tool bash: {"command": "pytest -q api"}]' in built.content and "FFFF" not in built.content
+    assert "Summary of the conversation" not in built.content and "Continue." not in built.content
+    assert built.metadata("copilot") == {"agent": "copilot", "role": "mixed", "roles": ["user", "assistant"],
+                                         "turn": 1, "message_ids": ["m1", "m2", "m4"], "time": "2023-11-14T22:13:20Z"}
+    assert [e.metadata("x")["role"] for e in ep.build_episodes(messages, ("user",))] == ["user"]
     assert [e.role for e in ep.build_episodes(messages, ("assistant",))] == ["assistant"]
     assert ep.build_episodes(messages, ()) == []
+    # A turn too long for the room left starts its own chunk, of its role alone.
+    long_answer = message(4, "assistant", "The warm-up race. " * 100)
+    split = ep.build_episodes([*messages[:4], long_answer], ("user", "assistant"))
+    assert [e.role for e in split] == ["user", "assistant", "assistant"]
+    assert [(e.part, e.parts) for e in split] == [(0, 0), (1, 2), (2, 2)]
 
 
 def test_long_turns_are_chunked_at_paragraphs_code_is_capped_and_binary_is_left_out():
@@ -107,14 +115,15 @@ def test_long_turns_are_chunked_at_paragraphs_code_is_capped_and_binary_is_left_
     built = ep.build_episodes([message(1, "user", "\n\n".join(paragraphs[:6]) + "\n\n" + code
                                        + "\n\n" + "\n\n".join(paragraphs[6:]))], ("user",))
     assert all(len(e.content) <= ep.CHUNK_CHARS for e in built)
-    assert all(e.chunks == len(built) for e in built) and [e.chunk for e in built] == list(range(1, len(built) + 1))
+    assert all(e.parts == len(built) for e in built) and [e.part for e in built] == list(range(1, len(built) + 1))
+    assert all(e.content.startswith("user: ") for e in built)
     # No paragraph is cut in two when it fits a chunk.
     for paragraph in paragraphs:
         assert any(paragraph.strip() in e.content for e in built)
     joined = "\n".join(e.content for e in built)
     assert "more characters of code]" in joined and joined.count("x = 1") < 2000 / 3
     binary = ep.build_episodes([message(1, "user", "\x00\x01\x02\ufffd" * 200)], ("user",))
-    assert [e.content for e in binary] == ["[800 characters of binary or undecodable text left out]"]
+    assert [e.content for e in binary] == ["user: [800 characters of binary or undecodable text left out]"]
     assert ep.clean_text("a stray \x00 NUL and a \x07 bell\nin prose") == "a stray  NUL and a  bell\nin prose"
 
 
@@ -124,7 +133,7 @@ def test_a_50_mb_paste_keeps_its_head_within_the_turn_cap():
     built = ep.build_episodes([message(1, "user", paste)], ("user",))
     assert 1 <= len(built) <= ep.TURN_CHARS // (ep.CHUNK_CHARS // 2) + 1
     assert sum(len(e.content) for e in built) <= ep.TURN_CHARS + 200
-    assert built[0].content.startswith("Here is the log:")
+    assert built[0].content.startswith("user: Here is the log:")
     assert built[0].cut >= len(paste) - ep.TURN_CHARS - 100
     assert "more characters]" in built[-1].content
 
@@ -146,12 +155,15 @@ def test_without_an_llm_every_turn_is_searchable_with_provenance_and_redacted(ap
     report = extract_session(app, session.id)
     assert report.episodes_added == 4 and not report.used_llm
     episodes = episodes_of(app, session.id)
-    assert [e.metadata["role"] for e in episodes] == ["user", "assistant", "user", "assistant"]
+    # The question alone (its long answer does not fit beside it), the answer in two parts cut
+    # at a paragraph, then the short second exchange in one chunk.
+    assert [e.metadata["role"] for e in episodes] == ["user", "assistant", "assistant", "mixed"]
+    assert [e.metadata.get("part") for e in episodes] == [None, 1, 2, None]
     for episode in episodes:
         assert episode.type == "conversation" and episode.project == PROJECT
         assert episode.metadata["agent"] == "copilot" and episode.metadata["time"].endswith("Z")
         assert isinstance(episode.metadata["turn"], int) and episode.metadata["message_ids"]
-    answer = episodes[1].content
+    answer = episodes[1].content + episodes[2].content
     assert "FastAPI with Postgres" in answer and "pool size to 20" in answer
     assert "sk-live" not in answer and "[REDACTED" in answer  # redacted like every write
     assert "[tool bash: " in answer and "orders.py" not in answer  # the tool's output is left out
@@ -161,9 +173,9 @@ def test_without_an_llm_every_turn_is_searchable_with_provenance_and_redacted(ap
     # The same slice again adds nothing; a new turn is read once.
     assert extract_session(app, session.id).episodes_added == 0
     session.turn("Which port does staging use?", "Staging listens on 8443.")
-    assert extract_session(app, session.id).episodes_added == 2
+    assert extract_session(app, session.id).episodes_added == 1
     contents = [e.content for e in episodes_of(app, session.id)]
-    assert len(contents) == len(set(contents)) == 6
+    assert len(contents) == len(set(contents)) == 5
 
 
 def test_the_llm_path_writes_the_episodes_too(configure, state_dir, model_server):
@@ -193,7 +205,8 @@ def test_episodes_off_or_one_role_only(configure, state_dir):
     application = App()
     try:
         extract_session(application, other.id)
-        assert {e.metadata["role"] for e in episodes_of(application, other.id)} == {"user"}
+        kept = episodes_of(application, other.id)
+        assert {e.metadata["role"] for e in kept} == {"user"} and "FastAPI" not in " ".join(e.content for e in kept)
     finally:
         application.close()
 
@@ -204,9 +217,9 @@ def test_a_held_cursor_never_writes_a_turn_twice(app, state_dir):
     assert first.deferred and first.episodes_added == 4
     session.turn("And the refresh tokens?", "Refresh tokens last 30 days.")
     again = extract_session(app, session.id)  # reads the held slice again, and the new turn
-    assert again.episodes_added == 2
+    assert again.episodes_added == 1
     contents = [e.content for e in episodes_of(app, session.id)]
-    assert len(contents) == len(set(contents)) == 6
+    assert len(contents) == len(set(contents)) == 5 and "Refresh tokens last 30 days." in contents[-1]
 
 
 def test_a_lost_episode_cursor_reads_the_whole_session_and_stores_nothing_twice(app, state_dir):
@@ -265,10 +278,12 @@ def test_a_10000_turn_session_is_bounded(app, state_dir):
                                                      "toolRequests": []})]
     append_lines(session.events_path, *lines)
     report = extract_session(app, session.id)
-    assert report.episodes_added == 20_000
-    assert len(report.as_dict()["episode_ids"]) == 100  # the event row keeps a sample, not 20,000 ids
+    # 20,000 short turns packed into chunks of ~CHUNK_CHARS: ~30 bytes of text each, ~30 a chunk.
+    assert 500 <= report.episodes_added <= 1000
+    assert all(len(e.content) <= ep.CHUNK_CHARS for e in episodes_of(app, session.id))
+    assert len(report.as_dict()["episode_ids"]) == 100  # the event row keeps a sample of the ids
     hits = Searcher(app.store, None).search("migration 9876", SearchOptions(mode="fts", track=False)).hits
-    assert any(h.memory.content == "Migration 9876 adds index 9876." for h in hits)
+    assert any("assistant: Migration 9876 adds index 9876." in h.memory.content for h in hits)
 
 
 # ---- search, context, viewer --------------------------------------------------------------------
@@ -293,7 +308,7 @@ def test_a_typed_memory_outranks_the_episode_saying_the_same_and_filters_apply(a
     rows = json.loads(out)
     assert [r["episode"] for r in rows] == [False, True]
     code, out, _ = cli("search", "FastAPI", "--no-track", "--type", "conversation")
-    assert "episode:assistant" in out and "decision" not in out
+    assert "episode:mixed" in out and "decision" not in out
     code, out, _ = cli("search", "FastAPI", "--json", "--no-track", "--project", "/elsewhere")
     assert json.loads(out) == []
     episode = next(r for r in rows if r["episode"])
@@ -309,7 +324,7 @@ def test_mcp_search_marks_episodes(app, state_dir):
     session.turn("Which queue do we use?", "We use the redis queue named orders-high.")
     extract_session(app, session.id)
     reply = MemoryTools(app, default_project=PROJECT).search("redis queue orders-high")
-    assert "episode:assistant" in reply and "orders-high" in reply
+    assert "episode:mixed" in reply and "orders-high" in reply
 
 
 def test_context_adds_relevant_episodes_after_the_typed_memories_within_the_budget(app, state_dir):
@@ -328,7 +343,7 @@ def test_context_adds_relevant_episodes_after_the_typed_memories_within_the_budg
     assert block.text.index("Relevant to this session") < block.text.index(EPISODES_TITLE)
     shown = app.store.models.Memory.select().where(app.store.models.Memory.id.in_(block.sections[EPISODES_TITLE]))
     assert {m.session_id for m in shown} == {old.id}  # never the session's own turns
-    assert "the agent" in block.text and "pool size to 20" in block.text
+    assert "said on " in block.text and "assistant: Agreed." in block.text and "pool size to 20" in block.text
 
 
 # ---- the dream ------------------------------------------------------------------------------------

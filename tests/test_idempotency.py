@@ -164,8 +164,8 @@ def test_memories_and_the_cursor_are_written_together_or_not_at_all(app, state_d
     rows = snapshot(app)["memory"]
     assert sorted(row[2] for row in rows if row[5] != "episode") == ["Alpha is one", "Beta is two"]
     # and each turn's episodes once: the failed run's were rolled back with its memories
-    assert sorted(row[2] for row in rows if row[5] == "episode") == [
-        "done", "remember that alpha is one", "remember that beta is two"]
+    assert [row[2] for row in rows if row[5] == "episode"] == [
+        "user: remember that alpha is one\n\nassistant: done\n\nuser: remember that beta is two\n\nassistant: done"]
 
 
 def test_a_run_that_lost_the_race_for_the_cursor_reads_on_from_the_winner(app, state_dir, monkeypatch):

@@ -60,20 +60,30 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
 
 @dataclass
 class Episode:
-    """One chunk of one turn, as it will be stored."""
+    """One chunk of the conversation, as it will be stored: whole short turns packed together
+    (each led by its role), or one piece of a long turn."""
 
     content: str
-    role: str  # user | assistant
-    turn: int  # record index of the turn's first message (stable across re-reads)
+    roles: list[str]  # whose words, in order: user | assistant
+    turn: int  # record index of the chunk's first message (stable across re-reads)
     message_ids: list[str]
     time_ms: int | None
-    chunk: int = 1
-    chunks: int = 1
-    cut: int = 0  # characters of the turn left out by the caps
+    part: int = 0  # of a long turn cut in pieces: which piece (1-based); 0 = whole turns
+    parts: int = 0
+    cut: int = 0  # characters left out by the caps
+
+    @property
+    def role(self) -> str:
+        """user or assistant when the words are one side's, mixed when the chunk holds both."""
+        return self.roles[0] if len(set(self.roles)) == 1 else "mixed"
 
     def metadata(self, agent: str | None) -> dict:
         meta = {"agent": agent, "role": self.role, "turn": self.turn,
-                "message_ids": self.message_ids[:MESSAGE_IDS], "chunk": self.chunk, "chunks": self.chunks}
+                "message_ids": self.message_ids[:MESSAGE_IDS]}
+        if self.role == "mixed":
+            meta["roles"] = list(dict.fromkeys(self.roles))
+        if self.parts > 1:
+            meta |= {"part": self.part, "parts": self.parts}
         if self.time_ms is not None:
             from ..times import to_iso
 
@@ -213,29 +223,58 @@ def _turns(messages, roles: tuple[str, ...]) -> list[_Turn]:
     return turns
 
 
+def _turn_text(turn: _Turn) -> tuple[str, int]:
+    """A turn's text as kept (cleaned, code and length capped, its tool calls as one line) and
+    the number of characters the caps left out."""
+    prose = "\n\n".join(text.strip() for text in turn.texts if text.strip())
+    if turn.role == "assistant" and not prose:
+        return "", 0  # tool calls alone: what the agent did, not what it answered
+    # Bound the work on a huge paste before any regex walks it (the caps cut it anyway).
+    bounded = prose[:4 * TURN_CHARS]
+    text = cap_code_blocks(clean_text(bounded))
+    text, cut = _cap(text, TURN_CHARS)
+    cut += len(prose) - len(bounded)
+    if turn.tools:
+        tools = " ".join(turn.tools)
+        if turn.more_tools:
+            tools += f" [+{turn.more_tools} more tool calls]"
+        text = f"{text}\n\n{tools}"
+    return text, cut
+
+
 def build_episodes(messages, roles: tuple[str, ...]) -> list[Episode]:
-    """The episodes of a slice of redacted, context-stripped transcript messages."""
+    """The episodes of a slice of redacted, context-stripped transcript messages.
+
+    Consecutive short turns share a chunk up to CHUNK_CHARS, each led by `user:` or
+    `assistant:` (a question and its answer are found together, and the store spends one
+    row, not two, on them); a turn too long for the room left starts a chunk of its own, and one
+    longer than a chunk is cut at paragraph boundaries into pieces of its role alone.
+    """
     if not roles:
         return []
     episodes: list[Episode] = []
+    current: Episode | None = None
     for turn in _turns(messages, roles):
-        prose = "\n\n".join(text.strip() for text in turn.texts if text.strip())
-        if turn.role == "assistant" and not prose:
-            continue  # tool calls alone: what the agent did, not what it answered
-        # Bound the work on a huge paste before any regex walks it (the caps cut it anyway).
-        bounded = prose[:4 * TURN_CHARS]
-        text = cap_code_blocks(clean_text(bounded))
-        text, cut = _cap(text, TURN_CHARS)
-        cut += len(prose) - len(bounded)
-        if turn.tools:
-            tools = " ".join(turn.tools)
-            if turn.more_tools:
-                tools += f" [+{turn.more_tools} more tool calls]"
-            text = f"{text}\n\n{tools}"
-        pieces = [p for p in split_passages(text) if len(p.strip()) >= MIN_CHARS]
+        text, cut = _turn_text(turn)
+        if len(text.strip()) < MIN_CHARS:
+            continue
+        line = f"{turn.role}: {text}"
+        if current is not None and len(current.content) + 2 + len(line) <= CHUNK_CHARS:
+            current.content += "\n\n" + line
+            current.roles.append(turn.role)
+            current.message_ids += turn.message_ids
+            current.cut += cut
+            continue
+        if len(line) <= CHUNK_CHARS:
+            current = Episode(line, [turn.role], turn.turn, list(turn.message_ids), turn.time_ms, cut=cut)
+            episodes.append(current)
+            continue
+        label = f"{turn.role}: "
+        pieces = [p for p in split_passages(text, CHUNK_CHARS - len(label)) if len(p.strip()) >= MIN_CHARS]
         for number, piece in enumerate(pieces, start=1):
-            episodes.append(Episode(piece, turn.role, turn.turn, list(turn.message_ids), turn.time_ms,
-                                    number, len(pieces), cut))
+            episodes.append(Episode(label + piece, [turn.role], turn.turn, list(turn.message_ids), turn.time_ms,
+                                    number, len(pieces), cut if number == 1 else 0))
+        current = None  # the next turn starts afresh
     return episodes
 
 

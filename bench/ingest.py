@@ -513,7 +513,10 @@ class Soak:
             full = copy.stat().st_size
             conn = sqlite3.connect(copy)
             try:
-                conn.execute("DELETE FROM memory WHERE source = 'episode'")  # the FTS triggers follow
+                conn.execute("DELETE FROM memory WHERE source = 'episode'")
+                # FTS5 keeps deleted rows' postings until its segments merge: rebuild it as if
+                # the episodes had never been indexed.
+                conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('rebuild')")
                 conn.commit()
                 conn.execute("VACUUM")
             finally:

@@ -8,22 +8,24 @@ filters, export/import, the viewer and the MCP tools work for it unchanged; sear
 below a typed memory saying the same (search.py), and the dream prunes it by age and size but
 never merges or promotes it as a fact (dream/light.py, deep.py, promote.py).
 
-What one turn becomes, from the redacted messages of a slice (redaction runs on the full
-texts, before anything here cuts them):
-- one user message → one `role: user` episode; the agent's messages up to the next user
-  message → one `role: assistant` episode (its text; each tool call one short line, its output
-  left out: it is the tool's text, not the agent's, and often megabytes);
+What a slice becomes, from its redacted messages (redaction runs on the full texts, before
+anything here cuts them):
+- turns: each user message, and the agent's messages up to the next user message (its text;
+  each tool call one short line, its output left out: it is the tool's text, not the agent's,
+  and often megabytes; tool calls with no text are no turn);
 - a fenced code block is kept up to CODE_BLOCK_CHARS, a turn up to TURN_CHARS (the rest is
   dropped with a note saying how much); binary or undecodable text is left out, control
   characters are removed;
-- the text is chunked at paragraph boundaries (then lines, then spaces) to CHUNK_TOKENS;
+- chunks of at most CHUNK_TOKENS: consecutive short turns share one, each led by `user:` or
+  `assistant:`; a longer turn gets chunks of its own, cut at paragraph boundaries (then lines,
+  then spaces);
 - each chunk is one memory with provenance in its metadata: agent, role, turn (the record
-  index of the turn's first message), message ids, time, chunk k of n. `role` is where the
-  text came from (user: the user's words; assistant: the agent's), the origin a trust notion
-  will read.
+  index of its first message), its first and last message ids, time, part k of n for a long
+  turn. `role` says whose words it holds (user: the user's; assistant: the agent's; mixed: both,
+  listed in `roles`), the origin a trust notion will read.
 The writes happen in the transaction that advances the session's cursors (capture/extract.py),
-so a slice becomes episodes exactly once however the session ends; an exact duplicate in the
-same project (the same content hash) is not stored twice.
+so a slice becomes episodes exactly once however the session ends; an exact duplicate of a
+valid memory of the same project (the same content hash) is not stored again.
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ TURN_CHARS = 24_000
 CODE_BLOCK_CHARS = 2_000
 TOOL_INPUT_CHARS = 80  # of a tool call's input on its one line
 TOOL_LINES = 8  # tool-call lines per assistant turn; the rest are counted
-MESSAGE_IDS = 50  # message ids kept in one episode's metadata
 MIN_CHARS = 3  # shorter texts ("k", "?") are no episode
 # A text with more than this share of control or replacement characters is binary, not prose.
 BINARY_SHARE = 0.1
@@ -78,8 +79,10 @@ class Episode:
         return self.roles[0] if len(set(self.roles)) == 1 else "mixed"
 
     def metadata(self, agent: str | None) -> dict:
-        meta = {"agent": agent, "role": self.role, "turn": self.turn,
-                "message_ids": self.message_ids[:MESSAGE_IDS]}
+        # The first and last message of the chunk (the transcript holds the ones between):
+        # a chunk of short turns would otherwise spend more bytes on ids than on words.
+        ids = self.message_ids if len(self.message_ids) <= 2 else [self.message_ids[0], self.message_ids[-1]]
+        meta = {"agent": agent, "role": self.role, "turn": self.turn, "message_ids": ids}
         if self.role == "mixed":
             meta["roles"] = list(dict.fromkeys(self.roles))
         if self.parts > 1:

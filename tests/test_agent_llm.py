@@ -139,6 +139,21 @@ def test_auto_takes_the_first_agent_installed_and_llm_agent_model_is_passed(tmp_
     assert usage_rows(app)[0][2] == "copilot/claude-haiku-4.5"
 
 
+def test_llm_model_is_no_agent_model_but_an_explicit_one_is_passed(agents, configure, app):
+    """The dream's narrative asks for dream.model, else llm.model (an Ollama name by default):
+    the agent is not asked for `llama3.1:8b`."""
+    agents["claude"].answer('{"items": []}')
+    agent_config(configure, "claude")
+    for model in (app.config.values["llm"]["model"], "haiku"):
+        llm = make_llm(app.config, model=model, store=app.store)
+        try:
+            llm.chat_json(MESSAGES, SCHEMA, task="dream_diary")
+        finally:
+            llm.close()
+    first, second = (call["argv"] for call in agents["claude"].calls)
+    assert "--model" not in first and has_run(second, ["--model", "haiku"])
+
+
 def test_the_agent_is_off_by_default_and_a_wrong_agent_name_is_a_config_error(configure):
     assert load_config().values["llm"]["provider"] != "agent"
     configure("llm:\n  provider: agent\n  agent: gemini\n")
@@ -271,6 +286,19 @@ def test_a_spent_budget_defers_extraction_without_calling_the_agent(tmp_path, ag
     assert later.deferred and "budget" in later.llm_error
     assert len(agents["claude"].calls) == 1  # no call once today's budget is spent
     assert any("queue is drained before deploys" in m.content for m in app.store.list(limit=None))
+
+
+def test_introspection_asks_the_agent_too(agents, configure, cli, app):
+    agents["opencode"].answer(json.dumps({"assessments": [
+        {"category": "EDGE_CASE", "what_happened": "an empty cart crashed checkout"}]}))
+    agent_config(configure, "opencode")
+
+    code, out, err = cli("introspect", "--auto", "--text", "Checkout crashed on an empty cart.", "--json")
+
+    assert code == 0, err
+    (memory,) = json.loads(out)
+    assert memory["type"] == "self_assessment" and memory["metadata"]["category"] == "EDGE_CASE"
+    assert len(agents["opencode"].calls) == 1 and [r[0] for r in usage_rows(app)] == ["introspect"]
 
 
 # ---- never recursive ------------------------------------------------------------------------------

@@ -389,9 +389,12 @@ def render_prompt(messages: list[dict], schema: dict) -> tuple[str, str]:
 
 
 def agent_call(section: dict, model: str | None = None) -> AgentCall:
-    """The `llm:` section's agent; `model` (a hook's --model) wins over llm.agent_model."""
+    """The `llm:` section's agent; `model` (a hook's --model, dream.model) wins over
+    llm.agent_model, unless it is just llm.model: that names the Ollama or OpenAI model
+    (the dream's narrative falls back to it), which no agent CLI knows."""
     agent, executable = find_agent(section["agent"])
-    return AgentCall(agent, executable, model or section["agent_model"])
+    chosen = model if model and model != section["model"] else section["agent_model"]
+    return AgentCall(agent, executable, chosen)
 
 
 def agent_status(config, tokens_today: int | None = None) -> dict[str, Any]:

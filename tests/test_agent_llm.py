@@ -396,6 +396,7 @@ def test_doctor_says_what_the_agent_would_run_and_what_it_cost_today(agents, con
     assert check["status"] == "ok" and check["tokens_today"] == 2060 and check["daily_token_budget"] == 50000
     assert check["command"] == "codex exec --json --ephemeral --skip-git-repo-check --sandbox read-only - < <prompt on stdin>"
     assert str(agents["codex"].path) in check["detail"] and "2060 tokens today of the 50000" in check["detail"]
+    assert check["tokens_per_call"] == 2060 and "2060 tokens a call on average over 1 agent calls" in check["detail"]
 
 
 def test_doctor_warns_when_no_agent_cli_is_on_path(tmp_path, monkeypatch, configure, cli):

@@ -573,13 +573,15 @@ class SessionWatcher:
         if known is not None:
             return known
         try:
-            directory = self._reader(adapter).read_transcript(session_id).directory
+            transcript = self._reader(adapter).read_transcript(session_id)
         except Exception as exc:  # unreadable now: the moment's own read reports it
             log.debug("watch: folder of %s session %s unknown: %s", adapter, session_id, exc)
             return False
-        if not directory:
+        if not transcript.directory:
+            if transcript.messages:  # ours say where they ran before their first message
+                self._own_calls[key] = False
             return False
-        own = self._own_calls[key] = is_agent_call_dir(directory)
+        own = self._own_calls[key] = is_agent_call_dir(transcript.directory)
         if own:
             log.debug("watch: %s session %s is llmem's own agent call: no events", adapter, session_id)
         return own

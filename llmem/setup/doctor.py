@@ -56,19 +56,32 @@ def llm_status(config) -> dict[str, Any]:
 def _agent_llm_check(llm: dict[str, Any], store) -> dict[str, Any]:
     """llm.provider: agent — the command it runs, whether the CLI is on PATH, and today's cost
     against the budget (no call is made: it would cost tokens)."""
+    import peewee as pw
+
     from ..providers.llm import tokens_spent
 
     budget = llm["daily_token_budget"]
     spent = tokens_spent(store) if store is not None else None
     cost = ("tokens today unknown" if spent is None else f"{spent} tokens today"
             + (f" of the {budget} a day llm.daily_token_budget allows" if budget else " (no llm.daily_token_budget)"))
+    per_call = None
+    if store is not None:
+        LlmUsage = store.models.LlmUsage
+        calls, tokens = (LlmUsage.select(pw.fn.COUNT(LlmUsage.id),
+                                         pw.fn.SUM(LlmUsage.prompt_tokens + LlmUsage.completion_tokens))
+                         .where(LlmUsage.provider == "agent").tuples().get())
+        if calls:
+            per_call = round((tokens or 0) / calls)
+            cost += f"; {per_call} tokens a call on average over {calls} agent calls"
     if llm["status"] != "ok":
         return _check("llm", "warn", f"agent: {llm['error']} — extraction uses heuristics; {cost}",
-                      command=llm["command"], tokens_today=spent, daily_token_budget=budget)
+                      command=llm["command"], tokens_today=spent, daily_token_budget=budget,
+                      tokens_per_call=per_call)
     return _check("llm", "warn" if budget and spent is not None and spent >= budget else "ok",
-                  f"agent {llm['agent']} ({llm['executable']}): one call per slice runs `{llm['command']}`; "
+                  f"agent {llm['agent']} ({llm['executable']}): runs `{llm['command']}` once per chunk of each idle or ending slice; "
                   f"{cost}; sign-in is not checked (a call costs tokens)",
-                  command=llm["command"], tokens_today=spent, daily_token_budget=budget)
+                  command=llm["command"], tokens_today=spent, daily_token_budget=budget,
+                  tokens_per_call=per_call)
 
 
 def run_doctor(app) -> dict[str, Any]:

@@ -382,6 +382,35 @@ def test_the_watcher_and_backfill_skip_sessions_the_agent_kept_for_llmems_call(t
     assert json.loads(out)["sessions_by_adapter"] == {"copilot": 1}
 
 
+def test_the_watcher_skips_a_claude_or_codex_session_that_ran_in_llmems_folder(configure):
+    """Claude Code and Codex keep no session for the call; should a version ignore the flag,
+    the folder still tells the watcher it is llmem's own."""
+    from session_writers import ClaudeSession, CodexRollout
+
+    from llmem.pipeline.watcher import SessionWatcher
+    from llmem.providers.agent_cli import prepare_workdir
+
+    home = Path(os.environ["HOME"])
+    configure("embedding:\n  provider: none\nsession:\n  adapter: auto\n")
+    clock = [time.time() - 60]
+    emitted: list[tuple[str, str, str]] = []
+    watcher = SessionWatcher(load_config(), lambda *event: emitted.append(event), clock=lambda: clock[0])
+    own_dir = str(prepare_workdir())
+    sessions = {}
+    for cwd in (own_dir, PROJECT):
+        claude = ClaudeSession(home / ".claude", cwd=cwd)
+        claude.turn("Remember that builds run on Fridays.", "Noted.")
+        codex = CodexRollout(home / ".codex", cwd=cwd)
+        codex.turn("Remember that builds run on Fridays.", "Noted.")
+        sessions[cwd] = {("claude", claude.id), ("codex", codex.id)}
+
+    clock[0] = time.time() + 3600  # past the idle debounce and the inactivity timeout
+    for adapter, session_id in sessions[own_dir] | sessions[PROJECT]:
+        watcher._process_key(f"{adapter}:{session_id}")
+
+    assert {(adapter, session) for adapter, session, _ in emitted} == sessions[PROJECT]
+
+
 # ---- llmem doctor ---------------------------------------------------------------------------------
 
 

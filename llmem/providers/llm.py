@@ -345,7 +345,6 @@ class AgentLLM(LLM):
     def __init__(self, call, **kw):
         super().__init__(call.label, "", **kw)
         self.call = call
-        self.timeout_hint = call.timeout_hint
 
     def _request(self, messages, schema):
         return self.call.ask(messages, schema, timeout=self.timeout, redactor=self.redactor)

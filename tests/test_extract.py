@@ -291,7 +291,7 @@ def test_spent_budget_defers_but_heuristics_still_run(configure, state_dir, app,
     session_config(configure, state_dir, server=model_server, extra="")
     configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {model_server.url}\n"
               f"  daily_token_budget: 100\nsession:\n  adapter: copilot\n  copilot:\n"
-              f"    state_dir: {state_dir}\n")
+              f"    state_dir: {state_dir}\n" + TYPED_ONLY)
     with app.store.db.atomic():
         SessionCursor, LlmUsage = app.store.models.SessionCursor, app.store.models.LlmUsage
         LlmUsage.create(time=time.time(), day=today(), task="extract", provider="ollama",

@@ -173,9 +173,12 @@ def test_without_an_llm_every_turn_is_searchable_with_provenance_and_redacted(ap
     # The same slice again adds nothing; a new turn is read once.
     assert extract_session(app, session.id).episodes_added == 0
     session.turn("Which port does staging use?", "Staging listens on 8443.")
-    assert extract_session(app, session.id).episodes_added == 1
+    more = extract_session(app, session.id)  # a short exchange goes on in the last episode
+    assert more.episodes_added == 0 and more.episode_extended == episodes[-1].id
     contents = [e.content for e in episodes_of(app, session.id)]
-    assert len(contents) == len(set(contents)) == 5
+    assert len(contents) == 4 and contents[-1].endswith("user: Which port does staging use?\n\n"
+                                                         "assistant: Staging listens on 8443.")
+    assert extract_session(app, session.id).episode_extended is None  # and only once
 
 
 def test_the_llm_path_writes_the_episodes_too(configure, state_dir, model_server):
@@ -217,9 +220,10 @@ def test_a_held_cursor_never_writes_a_turn_twice(app, state_dir):
     assert first.deferred and first.episodes_added == 4
     session.turn("And the refresh tokens?", "Refresh tokens last 30 days.")
     again = extract_session(app, session.id)  # reads the held slice again, and the new turn
-    assert again.episodes_added == 1
+    assert again.episodes_added == 0 and again.episode_extended  # the new turn, in the last episode
     contents = [e.content for e in episodes_of(app, session.id)]
-    assert len(contents) == len(set(contents)) == 5 and "Refresh tokens last 30 days." in contents[-1]
+    assert len(contents) == 4 and "Refresh tokens last 30 days." in contents[-1]
+    assert sum(c.count("What expiry did we set on the tokens?") for c in contents) == 1
 
 
 def test_a_lost_episode_cursor_reads_the_whole_session_and_stores_nothing_twice(app, state_dir):
@@ -439,3 +443,23 @@ def test_with_an_llm_old_episodes_are_condensed_into_typed_memories_linked_back(
         assert all(e.invalidated_at is None for e in episodes_of(application))
     finally:
         application.close()
+
+
+def test_short_slices_go_on_in_the_last_episode_until_it_is_full(app, state_dir):
+    session = copilot_session(state_dir, cwd=PROJECT)
+    for n in range(12):  # one idle per exchange, as a live session is read
+        session.turn(f"What does step {n} of the release do?", f"Step {n} tags the build and uploads it.")
+        extract_session(app, session.id)
+    episodes = episodes_of(app, session.id)
+    assert 1 < len(episodes) < 12 and all(len(e.content) <= ep.CHUNK_CHARS for e in episodes)
+    text = "\n\n".join(e.content for e in episodes)
+    assert all(text.count(f"What does step {n} of the release do?") == 1 for n in range(12))
+    first = episodes[0].metadata
+    assert first["role"] == "mixed" and len(first["message_ids"]) == 2
+    # A backfill writes new rows only: its rollback deletes what it created.
+    other = copilot_session(state_dir, cwd=PROJECT)
+    other.turn("Where do the release notes go?", "Into docs/releases.")
+    extract_session(app, other.id)
+    other.turn("And the changelog?", "CHANGELOG.md at the root.")
+    report = extract_session(app, other.id, extend_episodes=False)
+    assert report.episode_extended is None and report.episodes_added == 1

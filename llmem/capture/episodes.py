@@ -294,12 +294,54 @@ def messages_after(messages, message_id: str | None) -> list:
 class EpisodeWrite:
     added: list[str] = field(default_factory=list)  # the ids of the new memories
     duplicates: int = 0
+    extended: str | None = None  # the id of the session's last episode, when the slice went on in it
+
+
+def _merged_metadata(old: dict, episode: Episode, agent: str | None) -> dict:
+    roles = list(dict.fromkeys([*(old.get("roles") or [old.get("role")]), *episode.roles]))
+    ids = [*(old.get("message_ids") or [])[:1], *episode.message_ids[-1:]]
+    meta = {**old, "agent": agent or old.get("agent"), "message_ids": ids,
+            "role": roles[0] if len(roles) == 1 else "mixed"}
+    meta.pop("roles", None)
+    if len(roles) > 1:
+        meta["roles"] = roles
+    if episode.cut:
+        meta["cut_chars"] = int(old.get("cut_chars") or 0) + episode.cut
+    return meta
 
 
 def write_episodes(store, episodes: list[Episode], *, agent: str | None, project: str | None,
-                   session_id: str | None) -> EpisodeWrite:
-    """Add the episodes (call inside the transaction that advances the cursors)."""
-    added = store.add_many([(episode.content, episode.metadata(agent)) for episode in episodes],
-                           EPISODE_TYPE, confidence=EPISODE_CONFIDENCE, source=EPISODE_SOURCE,
-                           project=project, session_id=session_id)
-    return EpisodeWrite(added, len(episodes) - len(added))
+                   session_id: str | None, extend: bool = True) -> EpisodeWrite:
+    """Add the episodes (call inside the transaction that advances the cursors).
+
+    `extend`: a slice of short turns goes on in the session's last episode while that has room
+    (an idle slice is often one short exchange: a row of its own would cost the store several
+    times its text). The append is in this same transaction, so it happens once with the cursor.
+    """
+    written = EpisodeWrite()
+    Memory = store.models.Memory
+    scope = Memory.project.is_null() if project is None else (Memory.project == project)
+    if session_id:
+        # A slice read again (a lost cursor reads the whole session) finds its turns kept
+        # already, maybe inside a chunk that later slices went on in: they are not kept twice.
+        kept = [e for e in episodes if (Memory.select(Memory.id).where(
+            (Memory.session_id == session_id) & (Memory.source == EPISODE_SOURCE) & scope
+            & Memory.invalidated_at.is_null() & Memory.content.contains(e.content)).exists())]
+        written.duplicates += len(kept)
+        episodes = [e for e in episodes if e not in kept]
+    if extend and episodes and session_id and not episodes[0].parts:
+        last = (Memory.select().where((Memory.session_id == session_id) & (Memory.source == EPISODE_SOURCE)
+                                      & scope & Memory.invalidated_at.is_null())
+                .order_by(Memory.seq.desc()).first())
+        first = episodes[0]
+        if (last is not None and not (last.metadata or {}).get("parts")
+                and len(last.content) + 2 + len(first.content) <= CHUNK_CHARS):
+            store.update(last.id, content=f"{last.content}\n\n{first.content}",
+                         metadata=_merged_metadata(last.metadata or {}, first, agent), merge_metadata=False)
+            written.extended = last.id
+            episodes = episodes[1:]
+    written.added = store.add_many([(episode.content, episode.metadata(agent)) for episode in episodes],
+                                   EPISODE_TYPE, confidence=EPISODE_CONFIDENCE, source=EPISODE_SOURCE,
+                                   project=project, session_id=session_id)
+    written.duplicates += len(episodes) - len(written.added)
+    return written

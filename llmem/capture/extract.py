@@ -76,6 +76,7 @@ class ExtractionReport:
     episodes_added: int = 0
     episode_duplicates: int = 0
     episode_ids: list[str] = field(default_factory=list)
+    episode_extended: str | None = None  # the session's last episode, when the slice went on in it
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -571,20 +572,23 @@ CURSOR_RACE_RETRIES = 3
 
 
 def extract_session(app, session_id: str, *, adapter_name: str | None = None, llm=None,
-                    use_llm: bool = True, hold_cursor: bool = False) -> ExtractionReport:
+                    use_llm: bool = True, hold_cursor: bool = False,
+                    extend_episodes: bool = True) -> ExtractionReport:
     """Extract memories from a session's transcript after its cursor, then advance the cursor.
 
     The memories and the cursor move in one transaction. When another run advanced the
     cursor meanwhile, nothing is written and the slice past its new position is read again.
     `hold_cursor`: store what is found but leave the cursor where it was, so a later run
     (with the LLM, once the session's extraction interval has passed) reads the slice again.
+    `extend_episodes`: False writes the slice's episodes as new rows only (a backfill, whose
+    rollback deletes what it created, must not have appended to an older row).
     """
     from ..adapters import resolve_adapter
 
     adapter = resolve_adapter(app.config, session_id, adapter_name)
     for _ in range(CURSOR_RACE_RETRIES):
         report = _extract_session_once(app, adapter, session_id, llm=llm, use_llm=use_llm,
-                                       hold_cursor=hold_cursor)
+                                       hold_cursor=hold_cursor, extend_episodes=extend_episodes)
         if not report.concurrent:
             break
         log.info("session %s: another run moved the cursor first; reading on from it", session_id)
@@ -592,7 +596,7 @@ def extract_session(app, session_id: str, *, adapter_name: str | None = None, ll
 
 
 def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
-                          hold_cursor: bool) -> ExtractionReport:
+                          hold_cursor: bool, extend_episodes: bool = True) -> ExtractionReport:
     from ..cursors import EPISODES, EXTRACTION, CursorRun
 
     started = time.perf_counter()
@@ -639,10 +643,11 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
         report.cursor = start_cursor if report.deferred else new_cursor
         if episode_run is not None and transcript.messages:
             written = write_episodes(app.store, episodes, agent=adapter.name, project=project,
-                                     session_id=session_id)
+                                     session_id=session_id, extend=extend_episodes)
             report.episodes_added = len(written.added)
             report.episode_duplicates = written.duplicates
             report.episode_ids = written.added
+            report.episode_extended = written.extended
             episode_run.advance(transcript.messages[-1].id, project=project)
         return True
 
@@ -651,7 +656,7 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
         metadata[PROVISIONAL] = True
     store_candidates(app, candidates, report, project=project, session_id=session_id,
                      metadata=metadata, cursor_update=cursor_update)
-    _embed_episodes(app, report.episode_ids)
+    _embed_episodes(app, ([report.episode_extended] if report.episode_extended else []) + report.episode_ids)
     report.seconds = round(time.perf_counter() - started, 4)
     log.info("extracted session %s: %d messages, %d added, %d updated, %d duplicates, %d episodes, "
              "%d redactions%s", session_id, report.messages_read, report.memories_added,

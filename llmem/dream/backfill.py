@@ -91,7 +91,9 @@ def run_backfill(app, *, adapter_name: str | None = None, since: float | None = 
         for adapter, info in sessions:
             before = _cursor_row(store.db, adapter, info.id)
             try:
-                report = extract_session(app, info.id, adapter_name=adapter, llm=llm, use_llm=use_llm)
+                # New episode rows only: the rollback deletes what the backfill created.
+                report = extract_session(app, info.id, adapter_name=adapter, llm=llm, use_llm=use_llm,
+                                         extend_episodes=False)
             except LlmemError as exc:
                 outcome.errors.append({"adapter": adapter, "session_id": info.id, "error": exc.message})
                 log.warning("backfill: session %s failed: %s", info.id, exc.message)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What episodes cost on real conversations: the LoCoMo dev split written as Copilot sessions
 (speaker A the user, speaker B the agent), each extracted with the real extraction path into a
-store with episodes and one without (no LLM, no embedder). Prints per store: extraction time
+store with episodes and one without (no LLM, no embedder): whole (a backfill) or, with
+`--live`, one exchange at a time (an idle after each reply). Prints per store: extraction time
 per session (p50, total), episodes per session, the store's vacuumed size, and what the
 episodes cost beside the text they hold (goal ≤ 3×). The data file is never part of the
 project's tree: pass its path (the run is skipped cleanly when it is absent). Example:
@@ -26,9 +27,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from session_writers import append_lines, copilot_line, copilot_session  # noqa: E402
 
 
-def write_sessions(data: list, state_dir: Path) -> tuple[list[str], int, int]:
-    """One Copilot session per LoCoMo session; (session ids, turns, bytes of turn text)."""
-    ids, turns, text_bytes = [], 0, 0
+def write_sessions(data: list, state_dir: Path) -> tuple[list[tuple[object, list[list[str]]]], int, int]:
+    """One Copilot session per LoCoMo session, its lines grouped by exchange (a user turn and
+    the replies after it); (sessions, turns, bytes of turn text). Nothing is written yet."""
+    sessions, turns, text_bytes = [], 0, 0
     for sample in data:
         conversation = sample["conversation"]
         speaker_a = conversation["speaker_a"]
@@ -36,19 +38,20 @@ def write_sessions(data: list, state_dir: Path) -> tuple[list[str], int, int]:
             if not key.startswith("session_") or not isinstance(value, list):
                 continue
             session = copilot_session(state_dir, cwd=f"/work/{sample['sample_id']}")
-            lines = []
+            exchanges: list[list[str]] = []
             for turn in value:
                 text = turn["text"]
                 turns += 1
                 text_bytes += len(text.encode("utf-8"))
                 if turn["speaker"] == speaker_a:
-                    lines.append(copilot_line("user.message", {"content": text}))
+                    exchanges.append([copilot_line("user.message", {"content": text})])
                 else:
-                    lines.append(copilot_line("assistant.message", {"messageId": turn["dia_id"], "content": text,
-                                                                    "toolRequests": []}))
-            append_lines(session.events_path, *lines)
-            ids.append(session.id)
-    return ids, turns, text_bytes
+                    if not exchanges:
+                        exchanges.append([])
+                    exchanges[-1].append(copilot_line("assistant.message", {
+                        "messageId": turn["dia_id"], "content": text, "toolRequests": []}))
+            sessions.append((session, exchanges))
+    return sessions, turns, text_bytes
 
 
 def vacuumed_size(db_path: Path, *, without_episodes: bool = False) -> int:
@@ -68,10 +71,12 @@ def vacuumed_size(db_path: Path, *, without_episodes: bool = False) -> int:
         return copy.stat().st_size
 
 
-def run(data: list, home: Path, episodes: bool) -> dict:
+def run(data: list, home: Path, episodes: bool, live: bool = False) -> dict:
+    """`live`: each session is written and extracted one exchange at a time (an idle after each
+    reply, as `llmem run` reads a session); else written whole, then extracted (a backfill)."""
     state_dir = home / "state"
     state_dir.mkdir(parents=True)
-    ids, turns, text_bytes = write_sessions(data, state_dir)
+    sessions, turns, text_bytes = write_sessions(data, state_dir)
     llmem_home = home / "llmem"
     llmem_home.mkdir()
     (llmem_home / "config.yaml").write_text(
@@ -84,11 +89,16 @@ def run(data: list, home: Path, episodes: bool) -> dict:
 
     app = App()
     seconds, per_session = [], []
-    for session_id in ids:
-        started = time.perf_counter()
-        report = extract_session(app, session_id)
-        seconds.append(time.perf_counter() - started)
-        per_session.append(report.episodes_added)
+    for session, exchanges in sessions:
+        slices = exchanges if live else [[line for exchange in exchanges for line in exchange]]
+        added = 0
+        for lines in slices:
+            append_lines(session.events_path, *lines)
+            started = time.perf_counter()
+            report = extract_session(app, session.id)
+            seconds.append(time.perf_counter() - started)
+            added += report.episodes_added
+        per_session.append(added)
     db = app.store.db
     stored, held = db.execute_sql("SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(content AS BLOB))), 0) "
                                   "FROM memory WHERE source = 'episode'").fetchone()
@@ -96,7 +106,8 @@ def run(data: list, home: Path, episodes: bool) -> dict:
     app.close()
     full = vacuumed_size(db_path)
     without = vacuumed_size(db_path, without_episodes=True)
-    return {"episodes_on": episodes, "sessions": len(ids), "turns": turns, "turn_text_bytes": text_bytes,
+    return {"episodes_on": episodes, "live": live, "sessions": len(sessions), "turns": turns,
+            "turn_text_bytes": text_bytes, "extractions": len(seconds),
             "extract_s_p50": round(statistics.median(seconds), 4), "extract_s_total": round(sum(seconds), 2),
             "episodes": stored, "episode_text_bytes": held,
             "episodes_per_session": {"p50": statistics.median(per_session), "max": max(per_session)},
@@ -108,6 +119,8 @@ def run(data: list, home: Path, episodes: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "locomo-dev.json")
+    parser.add_argument("--live", action="store_true",
+                        help="Extract after every exchange (as `llmem run` reads a session), not once per session.")
     args = parser.parse_args()
     if not args.data.exists():
         print(f"skipped: no data file at {args.data} (pass --data PATH)")
@@ -116,7 +129,7 @@ def main() -> None:
     figures = []
     for episodes in (False, True):
         with tempfile.TemporaryDirectory(prefix="llmem-bench-episodes-") as home:
-            figures.append(run(data, Path(home), episodes))
+            figures.append(run(data, Path(home), episodes, live=args.live))
     print(json.dumps(figures, indent=2))
 
 

@@ -463,3 +463,22 @@ def test_short_slices_go_on_in_the_last_episode_until_it_is_full(app, state_dir)
     other.turn("And the changelog?", "CHANGELOG.md at the root.")
     report = extract_session(app, other.id, extend_episodes=False)
     assert report.episode_extended is None and report.episodes_added == 1
+
+
+def test_an_episode_that_went_on_is_embedded_again(configure, state_dir, model_server):
+    configure(config_text(state_dir, embed_url=model_server.url))
+    application = App()
+    try:
+        session = copilot_session(state_dir, cwd=PROJECT)
+        session.turn("Which cache do we use?", "Redis, with a one hour TTL.")
+        extract_session(application, session.id)
+        session.turn("And for sessions?", "Signed cookies.")
+        assert extract_session(application, session.id).episode_extended
+        (episode,) = episodes_of(application, session.id)
+        Embedding = application.store.models.Embedding
+        assert Embedding.get(Embedding.memory == episode.id).content_hash == episode.embed_hash  # not stale
+        hits = Searcher(application.store, application.embedder).search(
+            "signed cookies", SearchOptions(mode="semantic", track=False)).hits
+        assert hits and hits[0].memory.id == episode.id
+    finally:
+        application.close()

@@ -80,7 +80,7 @@ class Embedder:
             return {"provider": self.provider, "model": self.model, "status": "ok", "dim": self.dim}
         except Exception as exc:
             return {"provider": self.provider, "model": self.model, "status": "unavailable",
-                    "error": getattr(exc, "message", str(exc))}
+                    "error": getattr(exc, "message", str(exc)), "hint": getattr(exc, "hint", None)}
 
     def close(self) -> None:
         pass

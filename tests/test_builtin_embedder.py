@@ -250,7 +250,19 @@ def _embedded_models(llmem_home) -> list[tuple[str, int]]:
         return sorted((e.model, e.dim) for e in Embedding.select())
 
 
-def test_a_model_change_re_embeds_and_never_compares_models(cli, llmem_home, configure, model_server):
+@pytest.fixture
+def ollama_384():
+    """A stand-in Ollama on 127.0.0.1 whose vectors have MiniLM's dimension: only the model
+    name then tells its vectors from the built-in model's."""
+    from fakes import FakeModelServer
+
+    server = FakeModelServer(dim=384).start()
+    yield server
+    server.stop()
+
+
+def test_a_model_change_re_embeds_and_never_compares_models(cli, llmem_home, configure, ollama_384):
+    model_server = ollama_384
     for text in ("We chose FastAPI with PostgreSQL for the billing service.",
                  "Access tokens expire after fifteen minutes.",
                  "The CI runs on self-hosted runners."):
@@ -259,7 +271,7 @@ def test_a_model_change_re_embeds_and_never_compares_models(cli, llmem_home, con
 
     configure(f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n")
     code, out, err = cli("search", "which web framework", "--semantic-only", "--json")
-    assert code == 0 and json.loads(out) == []  # 384-d MiniLM vectors are never compared to nomic's
+    assert code == 0 and json.loads(out) == []  # MiniLM's vectors are never compared with nomic's
     code, out, err = cli("search", "FastAPI", "--json")
     assert code == 0 and "no memory is embedded with this model yet" in err
     assert cli("add", "-c", "Deploys go out on Tuesdays.")[0] == 0
@@ -268,7 +280,7 @@ def test_a_model_change_re_embeds_and_never_compares_models(cli, llmem_home, con
 
     code, out, _ = cli("embed", "--pending")
     assert code == 0 and "Embedded 3 memories with ollama:nomic-embed-text" in out
-    assert _embedded_models(llmem_home) == [("ollama:nomic-embed-text", 64)] * 4
+    assert _embedded_models(llmem_home) == [("ollama:nomic-embed-text", 384)] * 4
 
     configure("embedding:\n  provider: builtin\n")
     code, out, _ = cli("embed", "--pending")
@@ -337,14 +349,18 @@ def test_hooks_that_need_no_query_embedding_never_import_onnxruntime(llmem_home,
     app.close()
     transcript = tmp_path / "t.jsonl"
     transcript.write_text("")
-    for kind in ("idle", "compacting", "ending"):
-        payload = json.dumps({"session_id": "4f1c8e2a-9b3d-4e6f-a1c2-7d8e9f0a1b2c", "cwd": str(tmp_path),
-                              "hook_event_name": "Stop", "transcript_path": str(transcript)})
-        code = ("import sys; from llmem.cli import main\n"
-                f"sys.argv = ['llmem', 'hook', '--adapter', 'claude', '--format', 'claude', '--type', {kind!r}, {payload!r}]\n"
-                "try:\n    main()\nexcept SystemExit:\n    pass\n"
-                "print([m for m in ('onnxruntime', 'tokenizers') if m in sys.modules])")
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                              env=os.environ | {"LLMEM_HOME": str(llmem_home)})
-        assert done.stdout.strip() == "[]", (kind, done.stdout, done.stderr)
-        assert "queued as event" in done.stderr, (kind, done.stderr)
+    payload = json.dumps({"session_id": "4f1c8e2a-9b3d-4e6f-a1c2-7d8e9f0a1b2c", "cwd": str(tmp_path),
+                          "hook_event_name": "Stop", "transcript_path": str(transcript)})
+    # One process runs the three hooks in turn, as three agent moments would, then says
+    # whether the runtime was ever imported.
+    code = ("import sys; from llmem.cli import main\n"
+            "for kind in ('idle', 'compacting', 'ending'):\n"
+            "    try:\n"
+            f"        main(['hook', '--adapter', 'claude', '--format', 'claude', '--type', kind, {payload!r}])\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "print([m for m in ('onnxruntime', 'tokenizers') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=os.environ | {"LLMEM_HOME": str(llmem_home)})
+    assert done.stdout.strip() == "[]", (done.stdout, done.stderr)
+    assert done.stderr.count("queued as event") == 3, done.stderr

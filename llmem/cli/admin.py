@@ -85,7 +85,10 @@ def init(app, ollama_url, adapter, embedder, as_json):
             click.echo(f"          hint: {embedder_status['hint']}")
         click.echo("          memories are still stored; search is FTS-only until it "
                    + ("loads" if embedder_status["provider"] in ("builtin", "local") else "answers"))
-    if llm["status"] == "ok":
+    if llm["provider"] == "agent":
+        click.echo(f"llm:      agent {llm['agent']} " + (f"({llm['executable']}): `{llm['command']}` per slice"
+                                                       if llm["status"] == "ok" else f"unavailable — {llm['error']}"))
+    elif llm["status"] == "ok":
         click.echo(f"llm:      {llm['provider']} {llm['model']} available")
     elif llm["status"] == "disabled":
         click.echo("llm:      none (extraction and introspection use heuristics)")

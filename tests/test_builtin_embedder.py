@@ -302,6 +302,36 @@ def test_a_long_lived_app_loads_the_model_once(llmem_home):
     app.close()
 
 
+def test_the_worker_keeps_one_loaded_model_across_tasks(llmem_home):
+    from workers import tasks
+
+    tasks.use_app(None)
+    try:
+        app = tasks.current_app()
+        app.store.add("The nightly backup runs at two.")
+        assert tasks.embed_pending() == {"embedded": 1}
+        app.store.add("Backups are kept for thirty days.")
+        assert tasks.embed_pending() == {"embedded": 1}
+        assert tasks.current_app() is app and app.embedder.loads == 1
+    finally:
+        tasks.current_app().close()
+        tasks.use_app(None)
+
+
+def test_the_mcp_tools_keep_one_loaded_model_for_the_servers_life(llmem_home):
+    from llmem.mcp_server import MemoryTools
+
+    tools = MemoryTools(App())
+    try:
+        tools.remember("The staging cluster runs in eu-west-1.")
+        tools.remember("Feature flags live in LaunchDarkly.")
+        assert "eu-west-1" in tools.search("which region is staging in")
+        assert "LaunchDarkly" in tools.search("where are feature toggles kept")
+        assert tools.app.embedder.loads == 1
+    finally:
+        tools.close()
+
+
 # ---- init and doctor say which embedder is in use --------------------------------------------
 
 def test_init_picks_ollama_when_it_answers_else_the_builtin_one(cli, llmem_home, model_server):

@@ -20,8 +20,9 @@ from .journal import Action, Journal
 log = logging.getLogger(__name__)
 
 # Sessions condensed per run: the other sessions' episodes wait for the next run rather than
-# go without being read (a night's LLM time stays bounded).
-MAX_SESSIONS = 20
+# go without being read (a night's LLM time stays bounded; llm.daily_token_budget bounds it
+# too: a spent budget prunes the rest unread, so retention holds whatever the backlog).
+MAX_SESSIONS = 200
 CONDENSE = "condense"
 
 

@@ -482,3 +482,23 @@ def test_an_episode_that_went_on_is_embedded_again(configure, state_dir, model_s
         assert hits and hits[0].memory.id == episode.id
     finally:
         application.close()
+
+
+def test_with_the_llm_down_old_episodes_are_pruned_all_the_same(configure, state_dir):
+    from conftest import free_port_url
+
+    from llmem.dream.sweep import run_dream
+    from llmem.times import now
+
+    configure(config_text(state_dir, llm_url=free_port_url(), extra="capture:\n  episode_max_age_days: 30\n"))
+    application = App()
+    try:
+        for _ in range(2):
+            extract_session(application, design_session(state_dir).id, use_llm=False)
+        Memory = application.store.models.Memory
+        Memory.update(created_at=now() - 40 * 86400).where(Memory.source == "episode").execute()
+        outcome = run_dream(application.store, application.config, apply=True, phases=["light"])
+        assert not [a for a in outcome.actions if a.kind == "condense"]
+        assert all(e.invalidated_at is not None for e in episodes_of(application))
+    finally:
+        application.close()

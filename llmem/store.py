@@ -83,6 +83,22 @@ def memory_to_dict(memory: Memory) -> dict[str, Any]:
     }
 
 
+class StaleEdit(UsageError):
+    """A write carried the version of a memory read before someone else changed it."""
+
+    def __init__(self, memory: Memory, expected: int):
+        super().__init__(f"memory {memory.id} changed since it was read (version {expected}, now {memory.version})",
+                         hint="read it again and redo the change on the current text")
+        self.memory = memory
+        self.expected = expected
+
+
+def check_version(memory: Memory, expected: int | None) -> None:
+    """Refuse a write based on a stale read (`expected`: the version that read saw; None: no check)."""
+    if expected is not None and int(expected) != memory.version:
+        raise StaleEdit(memory, int(expected))
+
+
 @dataclass
 class AddResult:
     memory: Memory
@@ -199,12 +215,15 @@ class Store:
 
     def update(self, id_or_prefix: str, *, content: str | None = None, summary: str | None = None,
                confidence: float | None = None, metadata: dict | None = None,
-               memory_type: str | None = None, merge_metadata: bool = True) -> Memory:
-        """Change a memory's fields; a content change marks its embedding stale."""
+               memory_type: str | None = None, merge_metadata: bool = True,
+               expected_version: int | None = None) -> Memory:
+        """Change a memory's fields; a content change marks its embedding stale.
+        `expected_version`: refuse (StaleEdit) unless the row is still at that version."""
         memory_id = self.resolve_id(id_or_prefix)
         Memory = self.models.Memory
         with self.db.atomic():
             memory = Memory.get(Memory.id == memory_id)
+            check_version(memory, expected_version)
             if content is not None:
                 content = self.redactor.text(content.strip())
                 if not content:
@@ -226,6 +245,7 @@ class Store:
             if memory_type is not None:
                 memory.type = check_type(memory_type)
             memory.updated_at = now()
+            memory.version += 1
             memory.save()
         return memory
 
@@ -277,7 +297,7 @@ class Store:
             Memory.update(access_count=Memory.access_count + 1, accessed_at=at).where(
                 Memory.id.in_(memory_ids)).execute()
 
-    def invalidate(self, id_or_prefix: str, reason: str) -> Memory:
+    def invalidate(self, id_or_prefix: str, reason: str, *, expected_version: int | None = None) -> Memory:
         """Soft-delete: the memory stays for reference but search no longer returns it."""
         if not (reason or "").strip():
             raise UsageError("an invalidation needs a reason", hint='pass --reason "why"')
@@ -285,6 +305,8 @@ class Store:
         Memory = self.models.Memory
         with self.db.atomic():
             memory = Memory.get(Memory.id == memory_id)
+            check_version(memory, expected_version)
+            memory.version += 1
             stamp = now()
             memory.invalidated_at = stamp
             memory.updated_at = stamp
@@ -295,7 +317,8 @@ class Store:
             memory.save()
         return memory
 
-    def supersede(self, id_or_prefix: str, content: str, *, reason: str | None = None) -> Memory:
+    def supersede(self, id_or_prefix: str, content: str, *, reason: str | None = None,
+                  expected_version: int | None = None) -> Memory:
         """Correct a memory: a new one stating `content` (same type, project and session, the
         user's confidence) supersedes it, and it is invalidated, in one transaction (as an
         extraction does when the LLM restates a provisional memory). Returns the new memory."""
@@ -303,6 +326,7 @@ class Store:
         Memory = self.models.Memory
         with self.db.atomic():
             old = Memory.get(Memory.id == memory_id)
+            check_version(old, expected_version)
             if old.invalidated_at is not None:
                 raise UsageError(f"memory {old.id} is already invalidated",
                                  hint="correct the memory that replaced it instead")

@@ -190,3 +190,56 @@ def test_failed_run_is_recorded_and_lock_released(home, monkeypatch):
     assert read_lock(store.db) is None
     assert now() - run.started_at < DAY
     store.close()
+
+
+# ---- undo never loses an edit made after the run (issue 20 item 4) ---------------------------
+
+def test_undo_leaves_a_memory_edited_since_the_run_and_force_restores_it(home):
+    config = build(home)
+    from llmem.store import Store
+
+    store = Store.open(config.db_path)
+    Memory = store.models.Memory
+    before_ids = {m.id for m in Memory.select()}
+    idle_before = next(m for m in Memory.select() if "idle fact" in m.content)
+    outcome = run_dream(store, config, apply=True)
+    created = [m for m in Memory.select() if m.id not in before_ids]
+    merged = next(m for m in created if m.source == "dream" and "deploy" in m.content)
+    decayed = next(m for m in Memory.select() if "idle fact" in m.content)
+    store.update(merged.id, content="deploy with scripts/deploy.sh; AWS_PROFILE=prod, said the user")
+    store.update(decayed.id, confidence=0.95)
+
+    result = undo_run(store, outcome.run_id)
+    assert sorted(result.skipped_memories) == sorted([merged.id, decayed.id])
+    kept = store.get(merged.id)  # the dream created it, the user edited it: it stays
+    assert kept.content == "deploy with scripts/deploy.sh; AWS_PROFILE=prod, said the user"
+    assert store.get(decayed.id).confidence == pytest.approx(0.95)
+    # Everything else of the run is undone: no other memory the run created is left.
+    assert {m.id for m in Memory.select()} == before_ids | {merged.id}
+
+    code, out, err = run_cli("dream", "undo", outcome.run_id)
+    assert code != 0 and "already undone" in err
+    store.close()
+    code, out, err = run_cli("dream", "undo", outcome.run_id, "--force")
+    assert code == 0, err
+    store = Store.open(config.db_path)
+    assert {m.id for m in store.models.Memory.select()} == before_ids
+    assert decayed.confidence < idle_before.confidence  # the run decayed it
+    assert store.get(decayed.id).confidence == pytest.approx(idle_before.confidence)
+    store.close()
+
+
+def test_undo_cli_reports_the_memories_it_left(home):
+    config = build(home)
+    code, out, err = run_cli("dream", "--apply", "--json")
+    run_id = json.loads(out)["run_id"]
+    from llmem.store import Store
+
+    with Store.open(config.db_path) as store:
+        idle = next(m for m in store.list(limit=None) if "idle fact" in m.content)
+        store.update(idle.id, content="an idle fact about the old build server, corrected by hand")
+    code, out, err = run_cli("dream", "undo", run_id)
+    assert code == 0, err
+    assert f"memory {idle.id} changed since the run; left as it is" in err and "--force" in err
+    with Store.open(config.db_path) as store:
+        assert store.get(idle.id).content.endswith("corrected by hand")

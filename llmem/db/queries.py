@@ -156,9 +156,12 @@ def write_memory_columns(db, memory_id: str, values: dict[str, Any]) -> int:
     the memory is gone.
 
     Raw SQL: a big dream night writes ~100k rows, and a peewee save costs ~30× more.
+    Every write bumps `version` (a restored before-image never puts an old one back, so a
+    form loaded before the write is still seen as stale).
     """
     fields = Memory._meta.fields
-    assignments = ", ".join(f'"{fields[name].column_name}" = ?' for name in values)
+    values = {name: value for name, value in values.items() if name != "version"}
+    assignments = ", ".join([f'"{fields[name].column_name}" = ?' for name in values] + ['"version" = "version" + 1'])
     params = [fields[name].db_value(value) for name, value in values.items()]
     cursor = db.cursor()
     cursor.execute(f"UPDATE memory SET {assignments} WHERE id = ?", (*params, memory_id))

@@ -249,6 +249,28 @@ class Store:
             memory.save()
         return memory
 
+    def revise(self, memory_id: str, content: str, *, summary: str | None = None,
+               confidence: float | None = None, metadata: dict | None = None) -> Memory:
+        """Update a memory's text with a near-duplicate restatement, keeping the text it had as
+        an invalidated row the live one `supersedes` (as the dream keeps what it merges): a
+        chain of restatements loses none of them, where `previous_content` holds only the last."""
+        Memory = self.models.Memory
+        with self.db.atomic():
+            old = Memory.get(Memory.id == memory_id)
+            stamp = now()
+            kept = Memory.create(
+                id=str(uuid.uuid4()), type=old.type, content=old.content, summary=old.summary,
+                hints=old.hints, embed_hash=old.embed_hash, confidence=old.confidence,
+                source=old.source, project=old.project, session_id=old.session_id,
+                metadata={**(old.metadata or {}), "invalidation_reason": f"restated by {old.id}",
+                          "superseded_by": old.id},
+                content_hash=old.content_hash, created_at=old.created_at, updated_at=stamp,
+                valid_from=old.valid_from, valid_until=old.valid_until, invalidated_at=stamp)
+            memory = self.update(memory_id, content=content, summary=summary,
+                                 confidence=confidence, metadata=metadata)
+            self.models.Relation.create(source=memory.id, target=kept.id, type="supersedes", created_at=stamp)
+        return memory
+
     def write_fields(self, memory_id: str, values: dict[str, Any], *, current: dict[str, Any]) -> dict[str, Any]:
         """Set columns of a memory from plain values (the dream journal's fast path), with the
         columns derived from its text; `current` is its row as stored (journal.row_snapshot).

@@ -18,7 +18,7 @@ from typing import Any
 import peewee as pw
 
 from .db import vec
-from .db.connection import open_database
+from .db.connection import open_database, open_read_only
 from .db.derived import text_hash, text_to_embed
 from .db.fts import index_hints
 from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, Models, Relation, bound_models
@@ -117,8 +117,11 @@ class Store:
         self.redactor = redactor or Redactor()
 
     @classmethod
-    def open(cls, path: Path, *, vec_enabled: bool = True, redactor: Redactor | None = None) -> Store:
-        return cls(open_database(Path(path), vec=vec_enabled), redactor)
+    def open(cls, path: Path, *, vec_enabled: bool = True, redactor: Redactor | None = None,
+             read_only: bool = False) -> Store:
+        """`read_only`: nothing is created, migrated or written (db/connection.py open_read_only)."""
+        opener = open_read_only if read_only else open_database
+        return cls(opener(Path(path), vec=vec_enabled), redactor)
 
     def close(self) -> None:
         if not self.db.is_closed():

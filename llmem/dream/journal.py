@@ -162,6 +162,28 @@ def finish_run(store, run: DreamRun, summary: dict, error: str | None = None) ->
         run.save()
 
 
+def end_failed_run(store, run: DreamRun, lock, summary: dict, error: str) -> None:
+    """Mark a failed run failed and release its lock, in one transaction, best effort: the
+    failure may be a full disk that refuses these writes too. Then the row is marked without
+    its summary (less to write), and at worst the lock is left, stale for this process at
+    once and for any other when this one ends (dream/lock.py); never raises."""
+    import peewee as pw
+
+    for with_summary in (True, False):
+        try:
+            with store.db.atomic():
+                finish_run(store, run, summary if with_summary else {}, error=error)
+                lock.release()
+            return
+        except pw.DatabaseError as exc:
+            log.warning("could not record the failure of dream run %s%s: %s", run.id,
+                        "" if with_summary else " (even without its summary)", exc)
+    try:
+        lock.release()
+    except pw.DatabaseError:
+        pass
+
+
 def find_run(store, run_id: str) -> DreamRun:
     run_id = (run_id or "").strip().lower()
     if len(run_id) < 4:

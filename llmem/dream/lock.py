@@ -24,6 +24,10 @@ from ..times import now, to_iso
 
 LOCK_KEY = "dream_lock"
 STALE_AFTER = 6 * 3600.0
+# The runs whose lock this process holds now. A lock row naming this process but none of
+# these was left by a run whose release could not be written (a full disk): stale, so the
+# long-lived worker's next dream takes it over instead of waiting for a restart.
+_HELD_HERE: set[str] = set()
 
 
 class DreamLocked(LlmemError):
@@ -53,6 +57,8 @@ def lock_is_live(holder: dict | None) -> bool:
         # Another host's clock (or ours, after a jump) may run either way: a lock stamped
         # more than STALE_AFTER away from now, before or after, is stale.
         return abs(now() - started_at) < STALE_AFTER
+    if pid == os.getpid() and holder.get("run_id") not in _HELD_HERE:
+        return False  # this process, but no run of it holds the lock any more
     if holder.get("start_ticks") is not None:
         # Like with like: the boot and start tick recorded by the owner, against /proc's now.
         return process_is(pid, holder)
@@ -107,6 +113,7 @@ class DreamLock:
                     hint="wait for it to finish; a lock left by a dead process is taken over automatically")
             self.taken_over = current if current and not self._is_mine(current) else None
             set_setting(self.db, LOCK_KEY, json.dumps(self.holder))
+        _HELD_HERE.add(self.holder["run_id"])
         return self
 
     def _is_mine(self, holder: dict) -> bool:
@@ -114,6 +121,9 @@ class DreamLock:
             and holder.get("run_id") == self.holder["run_id"]
 
     def release(self) -> None:
+        # Not held any more whether or not the row's removal can be written: a row left
+        # behind is stale at once (see lock_is_live).
+        _HELD_HERE.discard(self.holder["run_id"])
         with self.db.atomic():
             current = read_lock(self.db)
             if current and self._is_mine(current):

@@ -172,6 +172,23 @@ def open_read_only(path: Path, *, vec: bool = True) -> MemoryDatabase:
         hint="check the path (db_path in config.yaml) and its permissions") from None
 
 
+def file_damage(path: Path) -> str | None:
+    """What SQLite's quick_check says is wrong with the SQLite file at `path` (opened
+    read-only: any llmem file, or huey's queue), or None when it is sound."""
+    try:
+        conn = driver().connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+    except Exception as exc:  # the driver's own error family
+        return str(exc)
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+    except Exception as exc:
+        return str(exc)
+    finally:
+        conn.close()
+    problems = [row[0] for row in rows if row[0] != "ok"]
+    return "; ".join(problems[:3]) if problems else None
+
+
 def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:
     """Open (creating if needed) the store at `path` and bring its schema up to date."""
     from .migrations import migrate

@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from ..errors import LlmemError, NotFound, UsageError, store_failure
+from ..errors import LlmemError, NotFound, UsageError, failed_in_queue, queue_failure, store_failure
 from . import pages
 from .security import Guard
 from .web import QueueAccess, Viewer, render
@@ -52,7 +52,8 @@ def _llmem_error(request, exc: LlmemError):
 def _server_error(request, exc: Exception):
     """A SQLite failure said as what it means for the store (busy, full, read-only), else a
     plain failure; the traceback goes to the log, not the page."""
-    said = store_failure(exc, request.app.state.viewer.llmem.config.db_path)
+    config = request.app.state.viewer.llmem.config
+    said = queue_failure(exc, config.queue_path) if failed_in_queue(exc) else store_failure(exc, config.db_path)
     if said is None:
         log.exception("llmem ui: %s %s failed", request.method, request.url.path, exc_info=exc)
         return render(request, "error.html", status_code=500,

@@ -16,9 +16,9 @@ import time
 
 import httpx
 import pytest
-from ui.conftest import TOKEN, make_app
 
 from llmem.ui.server import MAX_CONNECTIONS, ViewerServer, bind
+from ui.conftest import TOKEN, make_app
 
 
 def open_fds() -> int:

@@ -16,6 +16,7 @@ import time
 
 import httpx
 import pytest
+from session_writers import CopilotSession
 
 from llmem.ui.server import MAX_CONNECTIONS, ViewerServer, bind
 from ui.conftest import TOKEN, make_app
@@ -96,16 +97,34 @@ def test_a_request_head_trickled_in_slower_than_the_deadline_is_cut(llmem_app):
 
 # ---- the measured flood: 1,100 sockets against `llmem run --ui` under a 1,024-descriptor limit ----
 
+def wait_for_event(db_path, session_id: str, timeout: float = 30.0) -> bool:
+    from llmem.store import Store
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with Store.open(db_path) as store:
+            Event = store.models.Event
+            if Event.select().where(Event.session_id == session_id).exists():
+                return True
+        time.sleep(0.2)
+    return False
+
+
 def _low_fd_limit():
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
 @pytest.mark.slow
-def test_1100_slow_connections_leave_llmem_run_ui_its_descriptors(fts_config, tmp_path, llmem_home):
+def test_1100_slow_connections_leave_llmem_run_ui_its_descriptors(configure, tmp_path, llmem_home):
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < 1300:
         pytest.skip("this test opens 1,100 sockets itself")
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 4096, hard))
+    state = tmp_path / "copilot" / "session-state"
+    state.mkdir(parents=True)
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\n"
+              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state}\n"
+              "pipeline:\n  idle_debounce_seconds: 0.2\n")
     out = tmp_path / "run.out"
     with out.open("w") as sink:
         process = subprocess.Popen([sys.executable, "-m", "llmem", "run", "--ui", "--no-browser", "-w", "1"],
@@ -125,6 +144,13 @@ def test_1100_slow_connections_leave_llmem_run_ui_its_descriptors(fts_config, tm
         assert len(refused) >= 1100 - MAX_CONNECTIONS  # beyond the cap: closed at once
         held_fds = len(os.listdir(f"/proc/{process.pid}/fd"))
         assert held_fds < MAX_CONNECTIONS + 100, held_fds  # the cap (and the process's own), not 1,100
+        # While the held ones wait for their deadline, the watcher beside the viewer still
+        # has descriptors: a new session is seen and its event recorded.
+        session = CopilotSession(state)
+        session.start()
+        session.user("Remember that the flood test writes this session.")
+        session.reply("Noted.")
+        assert wait_for_event(llmem_home / "memory.db", session.id), "the watcher missed the session"
         rest = [c for c in clients if c not in refused]
         assert len(closed_by_server(rest, len(rest), timeout=60.0)) == len(rest)  # the header deadline
         assert httpx.get(url, timeout=10).status_code == 200

@@ -243,3 +243,22 @@ def test_undo_cli_reports_the_memories_it_left(home):
     assert f"memory {idle.id} changed since the run; left as it is" in err and "--force" in err
     with Store.open(config.db_path) as store:
         assert store.get(idle.id).content.endswith("corrected by hand")
+
+
+def test_a_promote_that_fails_to_write_leaves_a_failed_run_and_no_lock(home):
+    # Issue 20 item 17: a run that cannot write what it must leaves no "running" row nor lock.
+    from llmem.dream.lock import read_lock
+    from llmem.dream.sweep import run_promote
+
+    store, config = open_store(home)
+    memory = add(store, "the deploy script needs the staging vpn and a fresh token from vault",
+                 "procedure", age_days=10)
+    recall(store, memory, [f"deploy question {i}" for i in range(8)], score=0.95,
+           days_ago=[0, 0.5, 1, 2, 3, 4, 5, 6])
+    config.paths.memory_md_path.mkdir(parents=True)  # MEMORY.md cannot be written: a folder holds its name
+    with pytest.raises(OSError):
+        run_promote(store, config, apply=True)
+    (run,) = store.models.DreamRun.select()
+    assert run.kind == "promote" and run.status == "failed" and "Error" in run.error
+    assert read_lock(store.db) is None
+    store.close()

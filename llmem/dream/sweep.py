@@ -337,14 +337,24 @@ def run_promote(store, config, *, apply: bool = False, limit: int | None = None)
     if not apply or not chosen:
         return PromoteOutcome(False, None, chosen, held)
     run_id = new_run_id()
-    with DreamLock(store.db, run_id, what="promote"):
+    lock = DreamLock(store.db, run_id, what="promote").acquire()
+    try:
         run = start_run(store, "promote", ["deep"], run_id)
         journal = Journal(store, run)
-        with store.db.atomic():
-            promoted, skipped = apply_promotions(store, journal, chosen, at)
-        journal.write_file("deep", "memory_md", config.paths.memory_md_path,
-                           memory_md.render(store, cfg["max_promoted_snippet_tokens"]))
+        try:
+            with store.db.atomic():
+                promoted, skipped = apply_promotions(store, journal, chosen, at)
+            journal.write_file("deep", "memory_md", config.paths.memory_md_path,
+                               memory_md.render(store, cfg["max_promoted_snippet_tokens"]))
+        except Exception as exc:  # as a dream's: the run says it failed, the lock goes
+            end_failed_run(store, run, lock, {}, f"{exc.__class__.__name__}: {exc}")
+            raise
         counts = {"promote": len(promoted), **({"skip_promote": len(skipped)} if skipped else {})}
         finish_run(store, run, {"counts": {"deep": counts}, "promoted": [c.memory_id for c in promoted],
                                 "skipped": skipped})
+    finally:
+        try:
+            lock.release()
+        except pw.DatabaseError as exc:  # a full disk: the row left is stale (dream/lock.py)
+            log.warning("could not release the dream lock of run %s: %s", run_id, exc)
     return PromoteOutcome(True, run_id, promoted, held, skipped)

@@ -107,13 +107,16 @@ def read_session(app, session_id: str | None, adapter_name: str | None = None) -
         log.debug("context for session %s without its transcript: %s", session_id, view.error)
         return view
     view.found = True
-    view.title = (transcript.title or "").strip() or None
+    # Redacted first, on the text as written: a secret cut at 500 characters, or whose lines
+    # were joined (nested YAML), no longer matches its pattern.
+    redact = app.store.redactor.text
+    view.title = redact((transcript.title or "").strip()) or None
     view.project = transcript.project_root or transcript.directory
     recent = []
     for message in reversed(transcript.messages):
         if message.role != "user" or message.synthetic or message.kind != "message":
             continue
-        text = " ".join(strip_context_blocks(message.text).split())
+        text = " ".join(strip_context_blocks(redact(message.text or "")).split())
         if text:
             recent.append(text[:500])
         if len(recent) >= RECENT_USER_MESSAGES:

@@ -75,6 +75,10 @@ def working_project(directory: str | os.PathLike) -> str | None:
     return root if root and (Path(root) / ".git").exists() else None
 
 
+def _one_spaced(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _one_line(text: str | None, width: int) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -109,6 +113,11 @@ class MemoryTools:
     def close(self) -> None:
         self.app.close()
 
+    def _redacted(self, text: str | None) -> str:
+        """`text` redacted as it was given: joining its lines first would hide a nested YAML
+        secret (`token:\n  access_token: …`) from its pattern."""
+        return self.app.store.redactor.text(text or "") or ""
+
     def _project(self, project: str | None) -> str | None:
         """The project a call means: a folder inside a repository means the repository."""
         if project is None:
@@ -120,7 +129,7 @@ class MemoryTools:
 
     def search(self, query: str, limit: int = 10, memory_type: str | None = None,
                project: str | None = None, max_tokens: int = SEARCH_TOKENS) -> str:
-        text = " ".join((query or "").split())
+        text = _one_spaced(self._redacted(query))
         if not text:
             raise UsageError("the search query is empty", hint="pass what to find as query")
         if memory_type:
@@ -176,7 +185,7 @@ class MemoryTools:
             raise UsageError(f"remember does not store {memory_type} memories",
                              hint="use introspect for a self_assessment; types here: "
                                   + ", ".join(EXTRACT_TYPES))
-        content = " ".join((content or "").split())
+        content = _one_spaced(self._redacted(content))
         if not content:
             raise UsageError("the memory content is empty", hint="pass the fact to keep as content")
         confidence = INFERRED if confidence is None else check_confidence(confidence)
@@ -199,8 +208,8 @@ class MemoryTools:
         return f"Already stored{shown}"
 
     def correct(self, memory_id: str, content: str | None = None, reason: str | None = None) -> str:
-        content = " ".join((content or "").split()) or None
-        reason = " ".join((reason or "").split()) or None
+        content = _one_spaced(self._redacted(content)) or None
+        reason = _one_spaced(self._redacted(reason)) or None
         if content is None and reason is None:
             raise UsageError("correct needs content (what holds now) or reason (why it no longer holds)",
                              hint="content supersedes the memory; a reason alone invalidates it")

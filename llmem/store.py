@@ -26,6 +26,7 @@ from .db.queries import write_memory_columns
 from .errors import AmbiguousId, NotFound, UsageError
 from .redact import Redactor
 from .times import now, to_iso
+from .trust import check_trust, least_trusted, trust_of_source
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ def memory_to_dict(memory: Memory) -> dict[str, Any]:
         "valid_until": to_iso(memory.valid_until),
         "invalidated_at": to_iso(memory.invalidated_at),
         "promoted_at": to_iso(memory.promoted_at),
+        "trust": memory.trust,
     }
 
 
@@ -169,8 +171,11 @@ class Store:
             confidence: float | None = None, source: str = "user", project: str | None = None,
             session_id: str | None = None, metadata: dict | None = None,
             valid_from: float | None = None, valid_until: float | None = None,
-            memory_id: str | None = None, created_at: float | None = None) -> AddResult:
-        """Store a memory; an exact duplicate in the same scope returns the existing one."""
+            memory_id: str | None = None, created_at: float | None = None,
+            trust: str | None = None) -> AddResult:
+        """Store a memory; an exact duplicate in the same scope returns the existing one.
+
+        `trust`: whose words these are (llmem/trust.py); by default what `source` says."""
         content = self.redactor.text((content or "").strip())
         if not content:
             raise UsageError("the memory content is empty", hint="pass --content TEXT")
@@ -182,6 +187,7 @@ class Store:
         if metadata is not None and not isinstance(metadata, dict):
             raise UsageError("metadata must be a JSON object")
         metadata = self.redactor.tree(metadata)
+        trust = check_trust(trust) if trust else trust_of_source(source, metadata, project)
         text_hash = content_hash(content)
         stamp = now()
         with self.db.atomic():
@@ -194,13 +200,17 @@ class Store:
                 confidence=confidence, source=source, project=project, session_id=session_id,
                 metadata=metadata or {}, content_hash=text_hash,
                 created_at=created_at or stamp, updated_at=stamp,
-                valid_from=valid_from, valid_until=valid_until)
+                valid_from=valid_from, valid_until=valid_until, trust=trust)
         return AddResult(memory, True)
 
     def update(self, id_or_prefix: str, *, content: str | None = None, summary: str | None = None,
                confidence: float | None = None, metadata: dict | None = None,
-               memory_type: str | None = None, merge_metadata: bool = True) -> Memory:
-        """Change a memory's fields; a content change marks its embedding stale."""
+               memory_type: str | None = None, merge_metadata: bool = True,
+               trust: str | None = None) -> Memory:
+        """Change a memory's fields; a content change marks its embedding stale.
+
+        `trust`: the origin of the new text; the memory becomes only as trusted as the least
+        trusted of its old and new origins (a tool's output never launders into the user's)."""
         memory_id = self.resolve_id(id_or_prefix)
         Memory = self.models.Memory
         with self.db.atomic():
@@ -225,6 +235,8 @@ class Store:
                 memory.confidence = check_confidence(confidence)
             if memory_type is not None:
                 memory.type = check_type(memory_type)
+            if trust is not None:
+                memory.trust = least_trusted(memory.trust, check_trust(trust))
             memory.updated_at = now()
             memory.save()
         return memory

@@ -93,6 +93,8 @@ class Memory(BaseModel):
     # Hash of the text its vector must be made from (db/derived.py text_to_embed), kept by the
     # Store with the text; a memory whose embedding carries another hash is pending.
     embed_hash = pw.TextField(null=True)
+    # Whose words the memory holds: user | agent | external (llmem/trust.py); set by every writer.
+    trust = pw.TextField(default="agent")
 
     class Meta:
         table_name = "memory"

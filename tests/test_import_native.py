@@ -190,6 +190,9 @@ def test_opencode_agents_md_and_instructions(cli, env):
     projects = {m["content"].split()[0]: m["project"] for m in rows}
     assert projects["Run"] == projects["Feature"] == str(project)
     assert projects["Explain"] is None and projects["Answers"] is None
+    # A project's files are file content (anyone who commits wrote them); the user's own are theirs.
+    trusts = {m["content"].split()[0]: m["trust"] for m in rows}
+    assert trusts == {"Run": "external", "Feature": "external", "Explain": "user", "Answers": "user"}
 
 
 def test_nothing_to_import_and_a_bad_project(cli, env):

@@ -302,7 +302,8 @@ _PROSE_WORDS = frozenset({
     "somewhere", "either", "neither", "used", "protected", "random", "generated",
 })
 _PLAIN_WORD = re.compile(r"[A-Za-z]{4,}")
-_LINE_END = re.compile(r"[ \t]*(?:\r?\n|\Z)")
+# What may follow a plain-word password on its line: nothing, or the end of a clause.
+_LINE_END = re.compile(r"[ \t]*(?:[,;][ \t]|\.?[ \t]*(?:\r?\n|\Z))")
 
 
 def _bare_is_secret(check: str, match: re.Match[str]) -> bool:

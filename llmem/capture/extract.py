@@ -28,7 +28,7 @@ from ..errors import BudgetExhausted, EmbedderUnavailable, LLMReplyInvalid, LLMU
 from ..providers.llm import step_llm
 from ..redact import redact
 from ..store import content_hash
-from ..trust import trust_of_source
+from ..trust import trust_of_role, trust_of_source
 from .heuristics import STATED, Candidate, statements
 from .markers import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
 
@@ -350,7 +350,9 @@ def _heuristic_candidates(chunk: list[SliceLine], *, all_roles: bool = False) ->
     found = []
     for line in chunk:
         if line.role == "user" or (all_roles and line.role != "summary"):
-            found.extend(statements(line.text, line.message_id))
+            for candidate in statements(line.text, line.message_id):
+                candidate.trust = trust_of_role(line.role)  # a user turn holds the user's words
+                found.append(candidate)
     return found
 
 

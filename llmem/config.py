@@ -151,12 +151,15 @@ SCHEMA: dict[str, Any] = {
         "timeout": _s(10.0, "float", "Seconds to wait for the embedder", minimum=0.1),
     },
     "llm": {
-        "provider": _s("ollama", "choice", "Chat LLM for extraction, introspection and merges: ollama, openai or none (heuristics only)", choices=("ollama", "openai", "none")),
+        "provider": _s("ollama", "choice", "Chat LLM for extraction, introspection and merges: ollama, openai, agent (an agent CLI you are signed in to, see llm.agent) or none (heuristics only)", choices=("ollama", "openai", "agent", "none")),
         "model": _s("llama3.1:8b", "str", "Chat model name"),
         "base_url": _s("http://localhost:11434", "url", "LLM server URL"),
         "api_key_env": _s("OPENAI_API_KEY", "str", "Environment variable holding the API key for provider openai"),
         "timeout": _s(120.0, "float", "Seconds to wait for one LLM reply", minimum=1),
         "daily_token_budget": _s(0, "int", "Tokens per day before extraction is deferred; 0 = no limit", minimum=0),
+        # llm.provider: agent — llmem/providers/agent_cli.py
+        "agent": _s("auto", "choice", "For provider agent: which agent CLI answers (its non-interactive mode, one call per slice): auto (the first of claude, codex, copilot, opencode on PATH), claude, codex, copilot or opencode", choices=("auto", "claude", "codex", "copilot", "opencode")),
+        "agent_model": _s(None, "str", "For provider agent: the model the agent CLI is asked for (its --model/-m); null: the agent's own default", nullable=True),
     },
     "session": {
         "adapter": _s("auto", "choice", "Where transcripts come from: auto, opencode, copilot, claude, codex or none", choices=("auto", "opencode", "copilot", "claude", "codex", "none")),

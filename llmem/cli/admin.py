@@ -70,7 +70,10 @@ def init(app, ollama_url, adapter, as_json):
     else:
         click.echo(f"embedder: {embedder_status['provider']} unavailable — {embedder_status['error']}")
         click.echo("          memories are still stored; search is FTS-only until it answers")
-    if llm["status"] == "ok":
+    if llm["provider"] == "agent":
+        click.echo(f"llm:      agent {llm['agent']} " + (f"({llm['executable']}): `{llm['command']}` per slice"
+                                                       if llm["status"] == "ok" else f"unavailable — {llm['error']}"))
+    elif llm["status"] == "ok":
         click.echo(f"llm:      {llm['provider']} {llm['model']} available")
     elif llm["status"] == "disabled":
         click.echo("llm:      none (extraction and introspection use heuristics)")

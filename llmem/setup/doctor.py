@@ -27,6 +27,10 @@ def llm_status(config) -> dict[str, Any]:
     section = config.values["llm"]
     if section["provider"] == "none":
         return {"provider": "none", "status": "disabled"}
+    if section["provider"] == "agent":
+        from ..providers.agent_cli import agent_status
+
+        return agent_status(config)
     base = section["base_url"].rstrip("/")
     try:
         with httpx.Client(timeout=3.0, trust_env=False) as client:
@@ -47,6 +51,37 @@ def llm_status(config) -> dict[str, Any]:
                 "error": f"{exc.__class__.__name__}: {exc}"[:200]}
     return {"provider": section["provider"], "model": section["model"],
             "status": "ok" if present else "model_missing"}
+
+
+def _agent_llm_check(llm: dict[str, Any], store) -> dict[str, Any]:
+    """llm.provider: agent — the command it runs, whether the CLI is on PATH, and today's cost
+    against the budget (no call is made: it would cost tokens)."""
+    import peewee as pw
+
+    from ..providers.llm import tokens_spent
+
+    budget = llm["daily_token_budget"]
+    spent = tokens_spent(store) if store is not None else None
+    cost = ("tokens today unknown" if spent is None else f"{spent} tokens today"
+            + (f" of the {budget} a day llm.daily_token_budget allows" if budget else " (no llm.daily_token_budget)"))
+    per_call = None
+    if store is not None:
+        LlmUsage = store.models.LlmUsage
+        calls, tokens = (LlmUsage.select(pw.fn.COUNT(LlmUsage.id),
+                                         pw.fn.SUM(LlmUsage.prompt_tokens + LlmUsage.completion_tokens))
+                         .where(LlmUsage.provider == "agent").tuples().get())
+        if calls:
+            per_call = round((tokens or 0) / calls)
+            cost += f"; {per_call} tokens a call on average over {calls} agent calls"
+    if llm["status"] != "ok":
+        return _check("llm", "warn", f"agent: {llm['error']} — extraction uses heuristics; {cost}",
+                      command=llm["command"], tokens_today=spent, daily_token_budget=budget,
+                      tokens_per_call=per_call)
+    return _check("llm", "warn" if budget and spent is not None and spent >= budget else "ok",
+                  f"agent {llm['agent']} ({llm['executable']}): runs `{llm['command']}` once per chunk of each idle or ending slice; "
+                  f"{cost}; sign-in is not checked (a call costs tokens)",
+                  command=llm["command"], tokens_today=spent, daily_token_budget=budget,
+                  tokens_per_call=per_call)
 
 
 def run_doctor(app) -> dict[str, Any]:
@@ -84,7 +119,9 @@ def run_doctor(app) -> dict[str, Any]:
     else:
         checks.append(_check("embedder", "warn", f"{embedder['provider']}: {embedder['error']} — memories wait for `llmem embed --pending`"))
     llm = llm_status(config)
-    if llm["status"] == "ok":
+    if llm["provider"] == "agent":
+        checks.append(_agent_llm_check(llm, app.store if store_ok else None))
+    elif llm["status"] == "ok":
         checks.append(_check("llm", "ok", f"{llm['provider']} {llm['model']} available"))
     elif llm["status"] == "disabled":
         checks.append(_check("llm", "warn", "none configured: extraction uses heuristics"))

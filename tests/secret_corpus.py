@@ -60,8 +60,15 @@ def load_corpus(seed: int = 2020) -> tuple[list[PlantedSecret], list[str]]:
 
 
 def leaks(secrets, haystack: str) -> list[str]:
-    """The secrets found in `haystack`."""
-    return [secret for secret in secrets if secret in haystack]
+    """The secrets found in `haystack`, whole or either half of one (of 8 characters or more):
+    a secret cut through (at a text's 500th character, say) still leaks what is left of it."""
+    found = []
+    for secret in secrets:
+        half = len(secret) // 2
+        parts = [secret] + ([secret[:half], secret[half:]] if half >= 8 else [])
+        if any(part in haystack for part in parts):
+            found.append(secret)
+    return found
 
 
 def all_secrets(planted: list[PlantedSecret]) -> list[str]:

@@ -339,3 +339,14 @@ def test_nothing_is_promoted_or_proposed_from_untrusted_origins_alone(env):
     assert not Memory.select().where(Memory.metadata.contains("SECURITY") & (Memory.type == "procedure")).exists()
     proposed = config.paths.proposed_changes_path
     assert not proposed.exists() or "SECURITY" not in proposed.read_text()
+
+
+def test_a_merge_is_only_as_trusted_as_its_least_trusted_original(env):
+    """Merging a tool's output into the user's memory must not launder it (issue 20.5)."""
+    store, config, emb = env
+    Memory = store.models.Memory
+    add(store, "today " + BASE, embedder=emb, trust="user")
+    add(store, BASE + " now", embedder=emb, trust="external")
+    outcome = run_dream(store, config, apply=True, phases=["light", "deep"])
+    merged = Memory.get(Memory.id == outcome.merge_results[0]["merged_id"])
+    assert merged.metadata["merge_method"] == "concatenation" and merged.trust == "external"

@@ -232,3 +232,17 @@ def _hidden_fields(form: str) -> dict:
 
     return {name: value for name, value in re.findall(
         r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form) if name != "csrf"}
+
+
+def test_the_dreams_excerpts_of_an_older_store_are_redacted_before_they_are_cut(configure, tmp_path):
+    """A store written by an older llmem may hold a secret its patterns missed: the dream's
+    excerpts (narrative prompt, diary, DREAMS.md, MEMORY.md, the shadow trial's snippet) are
+    redacted before they are joined and cut, so no part of it goes out."""
+    from llmem.dream.memory_md import cut_snippet
+    from llmem.dream.text import one_line
+
+    for entry in PLANTED:
+        text = "x" * 40 + " " + entry.text + " and more words after it. " * 3
+        for width in range(45, 45 + len(entry.text), 7):
+            assert leaks(entry.secrets, one_line(text, width)) == [], (entry.kind, width)
+            assert leaks(entry.secrets, cut_snippet(text, width // 4 + 1)) == [], (entry.kind, width)

@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..db.models import EPISODE_SOURCE
+from ..trust import least_trusted, trust_of_role
 from .markers import CHARS_PER_TOKEN
 
 EPISODE_TYPE = "conversation"
@@ -72,6 +73,11 @@ class Episode:
     part: int = 0  # of a long turn cut in pieces: which piece (1-based); 0 = whole turns
     parts: int = 0
     cut: int = 0  # characters left out by the caps
+
+    @property
+    def trust(self) -> str:
+        """Whose words (llmem/trust.py): the user's, the agent's, or, mixed, the least trusted."""
+        return least_trusted(*(trust_of_role(role) for role in self.roles))
 
     @property
     def role(self) -> str:
@@ -337,10 +343,11 @@ def write_episodes(store, episodes: list[Episode], *, agent: str | None, project
         if (last is not None and not (last.metadata or {}).get("parts")
                 and len(last.content) + 2 + len(first.content) <= CHUNK_CHARS):
             store.update(last.id, content=f"{last.content}\n\n{first.content}",
-                         metadata=_merged_metadata(last.metadata or {}, first, agent), merge_metadata=False)
+                         metadata=_merged_metadata(last.metadata or {}, first, agent), merge_metadata=False,
+                         trust=first.trust)
             written.extended = last.id
             episodes = episodes[1:]
-    written.added = store.add_many([(episode.content, episode.metadata(agent)) for episode in episodes],
+    written.added = store.add_many([(episode.content, episode.metadata(agent), episode.trust) for episode in episodes],
                                    EPISODE_TYPE, confidence=EPISODE_CONFIDENCE, source=EPISODE_SOURCE,
                                    project=project, session_id=session_id)
     written.duplicates += len(episodes) - len(written.added)

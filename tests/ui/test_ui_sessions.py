@@ -56,8 +56,8 @@ def test_a_session_page_shows_its_episodes_in_the_order_they_were_said(viewer):
     event(store, "ses_one", "idle")
     store.add("the api listens on 8080", session_id="ses_one")
     with store.db.atomic():
-        store.add_many([("Which web framework should we use?", {"role": "user", "turn": 1, "chunk": 1, "chunks": 1}),
-                        ("Let's use FastAPI with Postgres.", {"role": "assistant", "turn": 2, "chunk": 1, "chunks": 1})],
+        store.add_many([("Which web framework should we use?", {"role": "user", "turn": 1}, "user"),
+                        ("Let's use FastAPI with Postgres.", {"role": "assistant", "turn": 2}, "agent")],
                        "conversation", confidence=0.5, source="episode", project=None, session_id="ses_one")
     page = viewer.get("/sessions/ses_one").text
     episodes = page.split('id="episodes"')[1]

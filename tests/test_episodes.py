@@ -159,6 +159,7 @@ def test_without_an_llm_every_turn_is_searchable_with_provenance_and_redacted(ap
     # at a paragraph, then the short second exchange in one chunk.
     assert [e.metadata["role"] for e in episodes] == ["user", "assistant", "assistant", "mixed"]
     assert [e.metadata.get("part") for e in episodes] == [None, 1, 2, None]
+    assert [e.trust for e in episodes] == ["user", "agent", "agent", "agent"]  # whose words (trust.py)
     for episode in episodes:
         assert episode.type == "conversation" and episode.project == PROJECT
         assert episode.metadata["agent"] == "copilot" and episode.metadata["time"].endswith("Z")

@@ -304,7 +304,7 @@ def test_installer_battery(case, cli, homes, tmp_path):  # noqa: F811
         code, output = _run(cli, case, "--uninstall")
         assert _snapshot(outside) == before_outside, "DATA LOST: uninstall changed a file outside"
         assert _snapshot(agent_folder) == before_agent, "uninstall changed files in the agent's folder"
-        assert code == 2, output
+        assert code in (0, 2) and "Traceback" not in output, output  # 0: nothing of llmem's to remove
         return
 
     assert code == 0, output

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..paths import expand
+from ..paths import expand, write_atomically
+from . import userfile
 
 PLUGIN_FILE = "llmem.js"
 HOOKS_FILE = "llmem.json"
@@ -218,36 +219,40 @@ class InstallResult:
 
 
 def _write(path: Path, text: str) -> None:
-    # New folders are private; an existing one (the agent's own) keeps its mode.
+    # New folders are private; an existing one (the agent's own) keeps its mode. The temp file
+    # is beside the real file (userfile.real_path keeps that inside the agent's folder).
+    userfile.check_writable(path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    write_atomically(path, text, 0o600)
 
 
 def _install(agent: str, path: Path, text: str, ours) -> InstallResult:
-    if path.exists():
-        current = path.read_text(encoding="utf-8", errors="replace")
+    real = userfile.real_path(path)
+    current = userfile.read_text(real)
+    if current is not None:
         if current == text:
             return InstallResult(agent, path, "unchanged")
         if not ours(current):
             raise UsageError(f"{path} exists and was not written by llmem; left as it is",
                              hint="move it away, then run the install again")
-        _write(path, text)
+        _write(real, text)
         return InstallResult(agent, path, "updated")
-    _write(path, text)
+    _write(real, text)
     return InstallResult(agent, path, "created")
 
 
 def _uninstall(agent: str, path: Path, ours) -> InstallResult:
-    if not path.exists():
+    real = userfile.real_path(path)
+    current = userfile.read_text(real)
+    if current is None:
         return InstallResult(agent, path, "absent")
-    if not ours(path.read_text(encoding="utf-8", errors="replace")):
+    if not ours(current):
         raise UsageError(f"{path} was not written by llmem; left as it is",
                          hint="remove it by hand if you are sure")
-    path.unlink()
+    userfile.check_writable(real)
+    real.unlink()
+    if real != path:
+        path.unlink()  # the link beside it would dangle
     return InstallResult(agent, path, "removed")
 
 

@@ -128,14 +128,16 @@ def mcp_entry(agent: str, command: list[str]) -> dict:
 
 
 def _llmem_prefix(argv: Any) -> int:
-    """How many leading words of `argv` run llmem (1: the llmem script, 3: python -m llmem), 0: none."""
+    """How many leading words of `argv` run llmem (1: the llmem script, 4: python -I -m llmem,
+    3: the python -m llmem of earlier installs), 0: none."""
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         return 0
     if Path(argv[0]).name == "llmem":
         return 1
-    if len(argv) >= 3 and argv[1:3] == ["-m", "llmem"]:
-        return 3
-    return 0
+    flags = 1
+    while flags < len(argv) and argv[flags] in ("-I", "-E", "-P"):
+        flags += 1
+    return flags + 2 if argv[flags:flags + 2] == ["-m", "llmem"] else 0
 
 
 def _entry_argv(agent: str, entry: dict) -> Any:
@@ -269,10 +271,10 @@ def _original(file: _File) -> str | None:
     what the install made of them: a backup without llmem's members whose install gives the
     file as it is now. Uninstall then gives back those bytes (CRLF, comments, a user's empty
     `"hooks": {}`), not an approximation."""
-    for backup in userfile.backups_of(file.real):
-        text = userfile.read_backup(backup)
-        if text is None:
-            continue
+    backups = [text for text in map(userfile.read_backup, userfile.backups_of(file.real)) if text is not None]
+    if file.after in backups:
+        return file.after  # removing llmem's members already gives back a backup's bytes
+    for text in backups:
         try:
             _, actions, _ = file.edit(text, True)
             if _changes(actions):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..paths import expand, write_atomically
+from ..processes import python_module_command
 from . import userfile
 
 PLUGIN_FILE = "llmem.js"
@@ -35,20 +36,28 @@ COPILOT_START_TIMEOUT_SEC = 30
 COPILOT_DETACHED_TIMEOUT_SEC = 15
 
 
-def llmem_command() -> list[str]:
-    """The absolute command that runs this llmem: its console script, else `python -m llmem`."""
+def _console_script() -> str | None:
+    """The absolute path of this llmem's console script, when there is one."""
     argv0 = sys.argv[0] if sys.argv else ""
     if argv0 and Path(argv0).name == "llmem" and Path(argv0).is_file():
-        return [os.path.abspath(argv0)]
+        return os.path.abspath(argv0)
     # The script sits beside the interpreter of the environment llmem is installed in (do
     # not resolve symlinks: a venv's python is a link to the base interpreter).
     beside = Path(os.path.abspath(sys.executable)).parent / "llmem"
     if beside.is_file():
-        return [str(beside)]
+        return str(beside)
     found = shutil.which("llmem")
-    if found:
-        return [os.path.abspath(found)]
-    return [os.path.abspath(sys.executable), "-m", "llmem"]
+    return os.path.abspath(found) if found else None
+
+
+def llmem_command() -> list[str]:
+    """The absolute command that runs this llmem: its console script, else `python -I -m llmem`.
+
+    -I (isolated mode): an agent runs hooks in the project's folder, and a plain `python -m`
+    puts that folder first on sys.path, so a `llmem/` package in a checked-out repository
+    would run instead of llmem."""
+    script = _console_script()
+    return [script] if script else python_module_command()
 
 
 # ---- OpenCode --------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import LlmemError
 from ..paths import write_private_text
+from ..processes import python_module_command
 
 UNITS = ("llmem-watch.service", "llmem-worker.service", "llmem-dream.service", "llmem-dream.timer")
 ENABLED = ("llmem-watch.service", "llmem-worker.service")
@@ -41,7 +42,8 @@ def llmem_command() -> str:
     script = Path(sys.executable).parent / "llmem"
     if script.exists():
         return _unit_word(str(script), exec_line=True)
-    return f"{_unit_word(sys.executable, exec_line=True)} -I -m llmem"
+    python, *rest = python_module_command()
+    return " ".join([_unit_word(python, exec_line=True), *rest])
 
 
 def _template(name: str) -> str:

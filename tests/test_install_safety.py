@@ -163,3 +163,14 @@ def test_a_user_edit_after_install_keeps_their_empty_containers_on_uninstall(cli
     path.write_text(json.dumps(data, indent=2) + "\n")
     assert cli("install", "claude", "--uninstall", "--no-mcp")[0] == 0
     assert json.loads(path.read_text()) == {"hooks": {"Stop": []}, "model": "opus"}
+
+
+def test_doctor_reports_a_fifo_config_instead_of_hanging_on_it(homes, tmp_path):  # noqa: F811
+    import sys
+
+    homes["claude"].mkdir(parents=True)
+    os.mkfifo(homes["claude"] / "settings.json")
+    done = subprocess.run([sys.executable, "-m", "llmem", "doctor", "--json"], capture_output=True,
+                          text=True, timeout=60, env=os.environ.copy())
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert "FIFO" in checks["claude"]["detail"], checks["claude"]

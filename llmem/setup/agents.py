@@ -2,10 +2,12 @@
 `llmem mcp`, and what `llmem doctor` reports about them.
 
 Files llmem owns whole (the OpenCode plugin, the Copilot hooks file) are written by
-integrations.py. The agents' own config files are edited in place, one member at a time
-(jsonedit.py for JSON/JSONC, tomlkit for TOML), after a timestamped backup beside the file;
-every file of an install is read and checked before any is written, so a broken one stops
-the install with nothing changed. A second install changes nothing, and `--uninstall`
+integrations.py. The agents' own config files are checked by userfile.py (no link out of the
+agent's folder, no device or FIFO, no foreign or read-only file) and edited in place, one
+member at a time (jsonedit.py for JSON/JSONC, tomledit.py for TOML), after a backup beside the
+file (one per original); every file of an install is read and checked before any is written,
+so a bad one stops the install with nothing changed. Uninstall gives back the original bytes
+from that backup when the file is still exactly what the install made of them. A second install changes nothing, and `--uninstall`
 removes exactly the members llmem added: a member llmem did not write (a user's own `llmem`
 server entry, another notify program) is left as it is and said so.
 
@@ -618,17 +620,21 @@ def _detected(config, agent: str) -> tuple[bool, Path]:
     return has_codex_sessions(home), home / CODEX_SESSIONS_DIR
 
 
+def _peek_text(path: Path) -> str | None:
+    """An agent's file for a read-only check, as the installer would read it (a FIFO or a link
+    out of the folder is reported, never opened); None when missing."""
+    try:
+        return userfile.read_text(userfile.real_path(path))
+    except UsageError as exc:
+        raise ValueError(exc.message.removesuffix("; nothing was changed")) from None
+
+
 def _peek_json(path: Path) -> Any:
     """The data of an agent's JSON file for a read-only check (None when missing)."""
     from .jsonedit import JsonSyntaxError, load_document
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} cannot be read: {exc}") from None
-    if not text.strip():
+    text = _peek_text(path)
+    if text is None or not text.strip():
         return None
     try:
         return json.loads(text)  # strict JSON at stdlib speed; JSONC goes to the model below
@@ -647,26 +653,26 @@ def agent_status(config, agent: str) -> dict[str, Any]:
                               "hooks": False, "mcp": False, "error": None}
     try:
         if agent == "opencode":
-            plugin = integrations.opencode_plugin_path(config)
-            status["hooks"] = plugin.is_file() and integrations.is_llmem_plugin(plugin.read_text(errors="replace"))
+            plugin = _peek_text(integrations.opencode_plugin_path(config))
+            status["hooks"] = plugin is not None and integrations.is_llmem_plugin(plugin)
             servers = (_peek_json(opencode_config_file(config)) or {}).get("mcp")
         elif agent == "copilot":
-            hooks = integrations.copilot_hooks_path(config)
-            status["hooks"] = hooks.is_file() and integrations.is_llmem_hooks(hooks.read_text(errors="replace"))
+            hooks = _peek_text(integrations.copilot_hooks_path(config))
+            status["hooks"] = hooks is not None and integrations.is_llmem_hooks(hooks)
             servers = (_peek_json(copilot_mcp_path(config)) or {}).get("mcpServers")
         elif agent == "claude":
             found = {event for event, *_ in _our_hooks(_peek_json(settings_path(config)), agent)}
             status["hooks"] = found >= set(HOOK_EVENTS[agent])
             servers = (_peek_json(claude_json_path(config)) or {}).get("mcpServers")
         else:
-            import tomlkit
+            import tomllib
 
             found = {event for event, *_ in _our_hooks(_peek_json(codex_hooks_path(config)), agent)}
             status["hooks"] = found >= set(HOOK_EVENTS[agent])
             path = codex_config_path(config)
             try:
-                codex_config = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap() if path.exists() else {}
-            except Exception as exc:  # tomlkit's ParseError and unreadable files alike
+                codex_config = tomllib.loads(_peek_text(path) or "")
+            except tomllib.TOMLDecodeError as exc:
                 raise ValueError(f"{path} is not valid TOML ({exc})") from None
             status["notify"] = is_llmem_notify(codex_config.get("notify"))
             servers = codex_config.get("mcp_servers")

@@ -112,6 +112,11 @@ def loop(path: Path, outside: Path) -> None:
     other.symlink_to(path)
 
 
+def dangling_folder(path: Path, outside: Path) -> None:
+    """The agent's folder itself a link to a folder that does not exist."""
+    path.parent.symlink_to(outside / "missing" / "claude")
+
+
 def self_loop(path: Path, outside: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.symlink_to(path.name)
@@ -139,6 +144,8 @@ CASES = [
          link_to(OUT("missing/dir/settings.json")), True, "does not exist"),
     Case("dangling-link-inside", "claude", "claude/settings.json", link_to(BESIDE("gone.json")), True,
          "does not exist"),
+    Case("agent-folder-dangling-link", "claude", "claude/settings.json", dangling_folder, True,
+         "cannot be created"),
     Case("symlink-loop", "claude", "claude/settings.json", loop, True, "loop"),
     Case("symlink-self-loop", "claude", "claude/settings.json", self_loop, True, "loop"),
     Case("link-to-outside-json", "claude", "claude/settings.json",

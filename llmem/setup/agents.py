@@ -338,7 +338,7 @@ def _commit(file: _File, agent: str, uninstall: bool) -> None:
                 file.real.unlink()
                 return
             if file.before is None:
-                file.real.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                userfile.make_folder(file.real)
             mode = userfile.file_mode(file.real) if file.before is not None else 0o600
             write_atomically(file.real, file.after, mode)
             now = userfile.read_text(file.real)

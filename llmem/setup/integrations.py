@@ -231,7 +231,7 @@ def _write(path: Path, text: str) -> None:
     # New folders are private; an existing one (the agent's own) keeps its mode. The temp file
     # is beside the real file (userfile.real_path keeps that inside the agent's folder).
     userfile.check_writable(path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    userfile.make_folder(path)
     write_atomically(path, text, 0o600)
 
 

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from ..paths import write_atomically
 
 BACKUP_MARK = ".llmem-backup-"
 # Backups of one file looked at for a copy of the same bytes or for the original to restore.
@@ -111,6 +110,18 @@ def check_writable(path: Path) -> None:
                       f"make it writable (chmod u+w {path}) to let llmem edit it, or add llmem by hand")
 
 
+def make_folder(path: Path) -> None:
+    """Create the folder of the new file `path` (private when new): UsageError when it cannot
+    be made (a dangling link in its place, a file there), never a folder through a link."""
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        what = "a symlink to a missing folder" if folder.is_symlink() else (exc.strerror or str(exc))
+        raise _refuse(path, f"cannot be written: its folder {folder} cannot be created ({what})",
+                      "create the folder (or fix the link in its place), then run the install again") from None
+
+
 def backups_of(path: Path) -> list[Path]:
     """llmem's backups of `path`, newest first (regular files only: a link there is not ours)."""
     found = []
@@ -157,11 +168,6 @@ def back_up(path: Path, text: str) -> Path:
             os.fsync(fh.fileno())
         return candidate
     raise _refuse(path, "has too many backups beside it", "remove old *.llmem-backup-* files")
-
-
-def replace(path: Path, text: str, mode: int) -> None:
-    """Write `text` to the checked real path `path` atomically (temp file in its own folder)."""
-    write_atomically(path, text, mode)
 
 
 def file_mode(path: Path) -> int:

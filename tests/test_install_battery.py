@@ -248,6 +248,15 @@ def _snapshot(root: Path) -> dict[str, str]:
     return found
 
 
+def _kind(path: Path) -> str:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    return ("link" if stat.S_ISLNK(mode) else "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode)
+            else "device" if stat.S_ISCHR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "socket")
+
+
 def _run(cli, case: Case, *args: str) -> tuple[int, str]:
     if not case.slow_open:
         code, out, err = cli("install", case.agent, *args)
@@ -298,7 +307,10 @@ def test_installer_battery(case, cli, homes, tmp_path):  # noqa: F811
     before_outside = _snapshot(outside)
     before_agent = _snapshot(agent_folder)
 
+    kind = _kind(path)
     code, output = _run(cli, case)
+    if kind not in ("missing", "file", "link") and _kind(path) != kind:
+        pytest.fail(f"DATA LOST: the {kind} at {path} was replaced (exit {code}): {output}")
     if _snapshot(outside) != before_outside:
         pytest.fail(f"DATA LOST: something outside the agent's folder changed (exit {code}): {output}")
     if original is not None and not _saved(agent_folder, original):

@@ -64,16 +64,22 @@ def test_a_3mb_compact_claude_json_installs_in_well_under_a_second(cli, homes): 
     path = put(homes["claude"] / ".claude.json", _big_claude_json(3.3))
     original = path.read_bytes()
     assert len(original) >= 3_300_000
+    # The floor, measured in the same run: reading, parsing, dumping and writing the file once
+    # (on a loaded machine everything is slower, this too). Before the fix: 28 s, ~100x it.
+    start = time.perf_counter()
+    homes["claude"].joinpath("floor.json").write_text(json.dumps(json.loads(path.read_text()),
+                                                                 separators=(",", ":")))
+    floor = time.perf_counter() - start
     start = time.perf_counter()
     code, out, err = cli("install", "claude")
     took = time.perf_counter() - start
     assert code == 0, err
-    assert took < 1.0, f"install took {took:.2f} s"
+    assert took < max(1.0, 8 * floor), f"install took {took:.2f} s (floor {floor:.2f} s)"
     data = json.loads(path.read_text())
     assert data["mcpServers"]["llmem"]["args"][-1] == "mcp" and data["numStartups"] == 412
     start = time.perf_counter()
     assert cli("install", "claude", "--uninstall")[0] == 0
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < max(1.0, 8 * floor)
     assert path.read_bytes() == original
 
 

@@ -40,6 +40,8 @@ class Candidate:
     rule: str = "llm"
     message_id: str | None = None
     metadata: dict = field(default_factory=dict)
+    # Whose words (llmem/trust.py: trust_of_role for a transcript message); None: the source's.
+    trust: str | None = None
 
     @property
     def kind(self) -> str:

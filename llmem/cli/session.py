@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 
 import click
@@ -35,6 +36,7 @@ def context(app, session_id, compacting, max_tokens, project, adapter, as_json):
     """Print the memory context block injected into a session."""
     from ..context import assemble_context
 
+    app.reads_only()  # recalls are recorded when the store can be written
     if session_id:
         from ..adapters import resolve_adapter
 
@@ -255,12 +257,21 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
 
     PAYLOAD: the hook's JSON as one argument instead of stdin (Codex's `notify` appends it).
     """
+    from ..paths import AGENT_CALL_ENV, is_agent_call_dir
+
+    if os.environ.get(AGENT_CALL_ENV):
+        return  # the agent runs for llmem itself (llm.provider: agent): no session of the user's
     app = ctx.obj
+    if kind == "created":
+        app.reads_only()  # SessionStart injects the context even on a full disk
     undo, log_path = _hook_logging(app)
     try:
         try:
             if not session_id:
                 hook_input = _read_hook_input(payload)
+                if is_agent_call_dir(hook_input.get("cwd")):
+                    log.debug("hook %s in llmem's own agent call: nothing to do", kind)
+                    return
                 if hook_input.get("agent_id"):
                     # Claude Code or Codex fires the hook inside a subagent: the subagent is not
                     # the session, and what it finds reaches the parent's transcript

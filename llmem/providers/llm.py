@@ -251,13 +251,17 @@ class LLM(HttpProvider):
                     raise LLMReplyInvalid("the server's answer was not a chat reply")
                 return parse_reply(content, schema)
             except LLMReplyInvalid as exc:
-                last_error = str(exc)
+                # It may quote the reply; it is logged, raised, and kept in the event row.
+                last_error = self.redactor.text(str(exc)) or ""
+                # Redacted before it is cut (a cut secret no longer matches) and logged: the
+                # model may echo or invent one, and `llmem logs` and the viewer show the log.
+                shown = self.redactor.text(content if content is not None else raw) or ""
                 log.warning("%s %s gave an unusable reply for %s (attempt %d): %s; raw reply: %s",
-                            self.provider, self.model, task, attempt, last_error,
-                            _truncate(content if content is not None else raw))
+                            self.provider, self.model, task, attempt, last_error, _truncate(shown))
             if attempt == 1:
                 conversation = [*messages,
-                                {"role": "assistant", "content": _truncate(content or raw, 4000)},
+                                {"role": "assistant",
+                                 "content": _truncate(self.redactor.text(content or raw) or "", 4000)},
                                 {"role": "user", "content":
                                  f"That reply cannot be used: {last_error}. Answer again with only "
                                  f"a JSON object matching this schema:\n{json.dumps(schema)}"}]
@@ -336,6 +340,20 @@ class OpenAILLM(LLM):
                 _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), raw)
 
 
+class AgentLLM(LLM):
+    """llm.provider: agent — an agent CLI's non-interactive mode answers (providers/agent_cli.py
+    says how each is called and read); its calls are redacted, retried and metered like any."""
+
+    provider = "agent"
+
+    def __init__(self, call, **kw):
+        super().__init__(call.label, "", **kw)
+        self.call = call
+
+    def _request(self, messages, schema):
+        return self.call.ask(messages, schema, timeout=self.timeout, redactor=self.redactor)
+
+
 def _count(value: Any) -> int:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
@@ -356,7 +374,11 @@ def make_llm(config, *, model: str | None = None, base_url: str | None = None,
     if provider == "openai":
         return OpenAILLM(model or section["model"], base_url or section["base_url"],
                          api_key_env=section["api_key_env"], **common)
-    raise UsageError(f"unknown llm provider {provider!r}", hint="use ollama, openai or none")
+    if provider == "agent":
+        from .agent_cli import agent_call
+
+        return AgentLLM(agent_call(section, model), **common)
+    raise UsageError(f"unknown llm provider {provider!r}", hint="use ollama, openai, agent or none")
 
 
 @contextmanager

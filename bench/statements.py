@@ -148,12 +148,17 @@ def long_transcript(items: list[dict], messages: int = 6000) -> list[str]:
     return out
 
 
-def throughput(items: list[dict], module=current) -> dict:
+def throughput(items: list[dict], module=current, runs: int = 3) -> dict:
+    """The best of `runs` passes of `module.statements` over a long transcript (the machine is
+    shared: the best pass is the one least disturbed). Sentences are counted the same way for
+    every module, so the rates compare."""
     messages = long_transcript(items)
-    sentences = sum(len(module.statement_sentences(m)) for m in messages)
-    started = time.perf_counter()
-    found = sum(len(module.statements(m)) for m in messages)
-    seconds = time.perf_counter() - started
+    sentences = sum(len(current.statement_sentences(m)) for m in messages)
+    seconds = float("inf")
+    for _ in range(runs):
+        started = time.perf_counter()
+        found = sum(len(module.statements(m)) for m in messages)
+        seconds = min(seconds, time.perf_counter() - started)
     chars = sum(len(m) for m in messages)
     return {"messages": len(messages), "sentences": sentences, "chars": chars, "seconds": seconds,
             "found": found, "sentences_per_second": sentences / seconds, "mb_per_second": chars / seconds / 1e6}
@@ -161,8 +166,9 @@ def throughput(items: list[dict], module=current) -> dict:
 
 def print_throughput(name: str, t: dict, out=sys.stdout) -> None:
     print(f"{name:<14}{t['messages']} messages, {t['sentences']} sentences, {t['chars'] / 1e6:.2f} MB "
-          f"in {t['seconds']:.3f} s: {t['sentences_per_second']:,.0f} sentences/s, "
-          f"{t['mb_per_second']:.2f} MB/s, {t['found']} memories proposed", file=out)
+          f"in {t['seconds']:.3f} s: {t['messages'] / t['seconds']:,.0f} messages/s, "
+          f"{t['sentences_per_second']:,.0f} sentences/s, {t['mb_per_second']:.2f} MB/s, "
+          f"{t['found']} memories proposed", file=out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,7 +68,7 @@ _QUOTED = re.compile(r"\"[^\"\n]*\s[^\"\n]*\"|“[^”\n]*\s[^”\n]*”")
 # Openers that carry nothing: acknowledgements, discourse markers, politeness.
 _FILLER = (r"(?:(?:ok(?:ay)?|so|also|and|but|btw|by the way|hey|please|pls|fyi|oh|well|hmm+|um+|yes|yeah|yep|"
            r"sure|right|alright|great|cool|nice|perfect|thanks|thank you|sounds good|got it|no|honestly|"
-           r"personally|frankly|generally|in general|overall|one more thing|another thing|also|plus|then|"
+           r"personally|frankly|generally|in general|overall|one more thing|another thing|plus|then|"
            r"anyway)(?:[,:!.]+\s*|\s+|\s*[—–-]\s*))*")
 
 # Base-form verbs that open an instruction ("Run the tests with …").
@@ -463,14 +463,15 @@ def _classify_clause(clause: str, uncued: bool = False) -> Candidate | None:
         what = _object_of(name, match, body).strip()
         if name in _NEEDS_AN_OBJECT and (not what or _VAGUE_OBJECT.match(what)):
             return None
-        if name in ("present_fact", "project_is", "will_be", "should_rule") \
-                and (_BUG_REPORT.search(body) or categorize(body)):
+        if name in ("present_fact", "project_is", "will_be", "should_rule") and _BUG_REPORT.search(body):
             return None  # "the worker crashes on empty input": a bug report, not how things are
         if name in _NEEDS_A_NAME and not (_names_something(body) if name in ("project_is", "context", "team_is")
                                           else _names_something(what, mid_sentence=True)):
             return None
         if name == "when_then" and re.match(r"^if\b", body, re.IGNORECASE) and not _names_something(what):
             return None  # "if it fails again, tell me": a one-off, not a rule
+        if name in ("present_fact", "project_is", "will_be", "should_rule") and categorize(body):
+            return None  # "the report runs one SELECT per user": a class of mistake, told
         if name in ("want_use", "we_will", "lets_go_with", "always_never", "standing") \
                 and _HERE_AND_NOW.search(what):
             return None  # "I want to use a set here": about this change, not the project

@@ -80,12 +80,14 @@ def proposed(item: dict) -> list:
 
 
 def evaluate(items: list[dict], module=current) -> dict:
-    """Per part: counts, the figures, and each item's proposed memories."""
+    """Per part (and per batch): counts, the figures, and each item's proposed memories."""
     with reading_with(module):
         rows = [(item, proposed(item)) for item in items]
     result = {}
-    for part in PARTS + ("all",):
-        chosen = [(i, c) for i, c in rows if part == "all" or i["part"] == part]
+    batches = sorted({i.get("batch") for i in items if i.get("batch")})
+    for part in PARTS + ("all",) + tuple(f"batch {b}" for b in batches):
+        chosen = [(i, c) for i, c in rows
+                  if part == "all" or i["part"] == part or part == f"batch {i.get('batch')}"]
         labelled = sum(len(i["expected"]) for i, _ in chosen)
         made = sum(len(c) for _, c in chosen)
         found = sum(min(len(i["expected"]), len(c)) for i, c in chosen)
@@ -115,6 +117,14 @@ def print_table(results: dict[str, dict], out=sys.stdout) -> None:
             print(f"{name:<14}{part:<10}{r['items']:>6}{r['labelled']:>6}{r['proposed']:>6}"
                   f"{_pct(r['precision']):>11}{_pct(r['recall']):>8}{_pct(r['type_accuracy']):>10}"
                   f"{_pct(r['typed_precision']):>9}{_pct(r['typed_recall']):>9}", file=out)
+    last = results[list(results)[-1]]
+    batches = [k for k in last if k.startswith("batch ")]
+    if len(batches) > 1:
+        print(f"\n{list(results)[-1]}, by batch (see the set's header)", file=out)
+        for key in batches:
+            r = last[key]
+            print(f"  {key[6:]:<22}{r['items']:>6}{r['labelled']:>6}{r['proposed']:>6}{_pct(r['precision']):>11}"
+                  f"{_pct(r['recall']):>8}{_pct(r['type_accuracy']):>10}", file=out)
 
 
 def print_misses(result: dict, parts: tuple[str, ...], out=sys.stdout) -> None:

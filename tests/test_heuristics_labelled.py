@@ -153,8 +153,8 @@ def test_the_statement_set_is_well_formed():
         labels = item["type"] if isinstance(item["type"], list) else [item["type"]]
         assert set(labels) <= set(MEMORY_KINDS + ("none",)), item
         assert item.get("role", "user") in ("user", "assistant"), item
-        assert item["batch"] in ("first", "blind-1", "blind-2"), item
-        assert bool(item.get("held_out")) == (item["batch"] == "blind-2"), item
+        assert item["batch"] in ("first", "blind-1", "blind-2", "blind-3"), item
+        assert bool(item.get("held_out")) == (item["batch"] in ("blind-2", "blind-3")), item
     for part in (held, [i for i in items if not i.get("held_out")]):
         labels = {t for i in part for t in (i["type"] if isinstance(i["type"], list) else [i["type"]])}
         assert labels == set(MEMORY_KINDS + ("none",))

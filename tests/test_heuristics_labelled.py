@@ -248,12 +248,15 @@ def test_statements_are_read_fast_and_in_bounded_time():
     for message in messages:
         statements(message)
     assert time.perf_counter() - started < 5  # ~0.3 s measured; every idle slice runs this
-    hostile = ["ok so " * 65 + "I prefer?", "also also " * 39, "when " + "a, " * 130, ("a, " * 130) + "not b",
-               "I prefer small commits. " * 40000]
+    hostile = ["ok so " * 65 + "I prefer?", "also also " * 39, "when " + "a, " * 130, ("a, " * 130) + "not b"]
     started = time.perf_counter()
     for text in hostile:
         statements(text)
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 1  # no regex runs away on filler, commas or lists
+    pasted = "I prefer small commits. " * 2_000_000  # a 48 MB paste: only its head is a message
+    started = time.perf_counter()
+    assert 0 < len(statements(pasted)) < 1000
+    assert time.perf_counter() - started < 5  # ~0.1 s measured
 
 
 def test_the_statements_bench_prints_both_parts_and_the_throughput():

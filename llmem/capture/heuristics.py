@@ -26,6 +26,9 @@ UNCUED = 0.8
 
 MIN_CHARS = 8
 MAX_CHARS = 400
+# What a person types in one message, at most; past it is pasted material (a log, a file), and
+# reading on would only cost time on every idle slice (a 50 MB paste took minutes).
+STATEMENT_CHARS = 20_000
 
 # The memory kinds a correction can become ("learn": a procedure holding a wrong → right pair).
 KINDS = ("fact", "preference", "procedure", "decision", "learn", "self_assessment", "none")
@@ -620,7 +623,7 @@ def statements(text: str, message_id: str | None = None) -> list[Candidate]:
     """Every explicit statement in one user message's text: its sentences and clauses, and the
     items of a list it announces ("a few things about how I work: …")."""
     found: list[Candidate] = []
-    body = _CODE_FENCE.sub("\n", text or "")
+    body = _CODE_FENCE.sub("\n", (text or "")[:STATEMENT_CHARS])
     listing: tuple[str, str] | None = None
     pasted = False  # the lines after "here is what you suggested:" are not the user's words
     for raw in body.splitlines():

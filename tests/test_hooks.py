@@ -344,3 +344,31 @@ def test_the_compaction_block_reads_the_session_with_the_hooks_adapter(cli, conf
                          "--session-id", SESSION, "--format", "json")
     assert code == 0, err
     assert f"[{decision[:8]}]" in json.loads(out)["context"]
+
+
+# ---- a bad command line fails open too (a stale hook after an upgrade) -------------------------
+
+@pytest.mark.parametrize("args", [
+    ["--type", "idle", "--adapter", "claude", "--format", "claude", "--no-such-flag"],
+    ["--type", "no-such-moment"],
+    ["--format", "claude"],  # --type missing
+    ["--type", "idle", "--max-tokens", "3"],
+])
+def test_a_bad_hook_command_line_fails_open(cli, copilot_config, args):
+    code, out, err = cli("hook", *args)
+    assert code == 0 and out == ""
+    one_line(err)
+
+
+def test_a_bad_hook_command_line_fails_open_in_a_real_process(copilot_config):
+    done = subprocess.run(
+        [sys.executable, "-m", "llmem", "hook", "--type", "idle", "--adapter", "claude",
+         "--format", "claude", "--no-such-flag"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == ""
+    assert "--no-such-flag" in one_line(done.stderr)
+
+
+def test_a_bad_command_line_elsewhere_is_still_a_usage_error(cli, copilot_config):
+    code, out, err = cli("list", "--no-such-flag")
+    assert code == 2 and "--no-such-flag" in err

@@ -263,3 +263,21 @@ def test_an_existing_home_keeps_its_mode(cli, configure, llmem_home):
     assert code == 0, err
     assert stat.S_IMODE(llmem_home.stat().st_mode) == 0o750
     assert stat.S_IMODE((llmem_home / "memory.db").stat().st_mode) == 0o600
+
+
+def test_list_limit_counts_only_the_memories_it_shows(cli, fts_config):
+    from llmem.app import App
+    from llmem.times import now
+
+    app = App()
+    try:
+        valid = app.store.add("The deploy key lives in the vault", "fact").memory.id
+        for n in range(3):  # newer than the valid one, already expired
+            app.store.add(f"Staging is frozen until release {n}", "fact", valid_until=now() - 60)
+    finally:
+        app.close()
+    code, out, err = cli("list", "--limit", "2", "--json")
+    assert code == 0, err
+    assert [m["id"] for m in json.loads(out)] == [valid]
+    code, out, err = cli("list", "--limit", "2", "--all", "--json")
+    assert len(json.loads(out)) == 2

@@ -185,3 +185,13 @@ def test_context_command(cli, copilot_config):
     assert len(data["memory_ids"]) == 1
     code, out, err = cli("context", "--session-id", SESSION, "--compacting")
     assert code == 0 and "preserve across compaction" in out
+
+
+def test_core_memories_limit_counts_only_the_memories_it_keeps(copilot_config, app):
+    from llmem.context import core_memories
+
+    kept = add(app, "Always run the linter before pushing", "preference").id
+    for n in range(3):  # higher confidence (ranked first), flagged stale by the dream
+        add(app, f"Procedure {n}: rebuild the cache by hand", "procedure", confidence=0.99,
+            metadata={"stale_procedure": True})
+    assert [m.id for m in core_memories(app.store, PROJECT, time.time(), limit=2)] == [kept]

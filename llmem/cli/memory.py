@@ -109,10 +109,8 @@ def list_memories(app, memory_type, project, limit, include_all, as_json):
     from ..times import now
 
     memories = app.store.list(memory_type=memory_type, project=project, limit=limit,
-                              include_invalid=include_all)
-    if not include_all:
-        at = now()
-        memories = [m for m in memories if m.valid_until is None or m.valid_until > at]
+                              include_invalid=include_all,
+                              unexpired_at=None if include_all else now())
     if as_json:
         print_json([memory_to_dict(m) for m in memories])
         return

@@ -281,3 +281,22 @@ def test_list_limit_counts_only_the_memories_it_shows(cli, fts_config):
     assert [m["id"] for m in json.loads(out)] == [valid]
     code, out, err = cli("list", "--limit", "2", "--all", "--json")
     assert len(json.loads(out)) == 2
+
+
+def test_imported_embeddings_are_searchable_in_a_fresh_store(cli, ollama_config, llmem_home, tmp_path,
+                                                             monkeypatch):
+    memory = add(cli, "--content", "the billing service runs on postgres")
+    export = tmp_path / "with-vectors.json"
+    code, _, err = cli("export", "--embeddings", "--output", str(export))
+    assert code == 0, err
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "config.yaml").write_text((llmem_home / "config.yaml").read_text())
+    monkeypatch.setenv("LLMEM_HOME", str(fresh))
+    code, out, err = cli("import", str(export), "--json")
+    assert code == 0 and json.loads(out)["new"] == 1, err
+    code, out, _ = cli("embed", "--pending", "--json")
+    assert json.loads(out)["embedded"] == 0  # the file's vector is current: nothing to embed
+    code, out, err = cli("search", "billing postgres", "--semantic-only", "--json")
+    assert code == 0, err
+    assert [hit["id"] for hit in json.loads(out)] == [memory["id"]]

@@ -190,3 +190,15 @@ def test_failed_run_is_recorded_and_lock_released(home, monkeypatch):
     assert read_lock(store.db) is None
     assert now() - run.started_at < DAY
     store.close()
+
+
+def test_an_applied_dream_embeds_the_memories_it_made(cli, ollama_config):
+    for text in ("the deploy script lives in scripts/deploy.sh and needs AWS_PROFILE set before running it",
+                 "the deploy script lives in scripts/deploy.sh and it needs AWS_PROFILE set before running it"):
+        code, _, err = cli("add", "--content", text)
+        assert code == 0, err
+    code, out, err = cli("dream", "--apply", "--no-llm", "--json")
+    assert code == 0, err
+    assert json.loads(out)["counts"]["deep"].get("merge") == 1
+    code, out, _ = cli("stats", "--json")
+    assert json.loads(out)["pending_embedding"] == 0

@@ -234,3 +234,15 @@ def test_claude_project_folder_names():
         if not value:
             break
     assert encode_claude_project(long) == "-x" * 100 + "-" + digits
+
+
+def test_imported_notes_are_embedded_while_the_embedder_answers(cli, env, model_server, fts_config):
+    homes, project = env
+    fts_config.write_text(fts_config.read_text().replace(
+        "embedding:\n  provider: none\n",
+        f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"))
+    put(project / "CLAUDE.md", "# Notes\n\n- Always run `make test` before pushing a branch.\n")
+    code, out, err = cli("import-native", "claude", "--project", str(project))
+    assert code == 0, err
+    code, out, _ = cli("stats", "--json")
+    assert json.loads(out)["pending_embedding"] == 0 and json.loads(out)["memories"] >= 1

@@ -37,6 +37,13 @@ def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event
         return Event.create(adapter=adapter, session_id=session_id, kind=kind, detected_at=now()), True
 
 
+def waits_for_later(event: Event) -> bool:
+    """Whether a pending event was deferred to a time still ahead (the session's extraction
+    interval, the token budget): a moment joining it must still be run now, for the
+    heuristics that cost no LLM call (its LLM pass keeps its turn)."""
+    return event.status == "pending" and event.not_before is not None and event.not_before > now()
+
+
 def claim_event(store, event_id: int, *, running_after: float | None = None) -> Event | None:
     """Mark an event running (attempts + 1) by this process; None when it is done or unknown.
 
@@ -210,9 +217,10 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
                         running_after=app.config.values["pipeline"]["running_timeout_minutes"] * 60)
     if event is None:
         return EventOutcome(event_id, "skipped")
+    scheduled_for = event.not_before  # a deferred event already has its retry scheduled then
     llm_allowed_at = _next_llm_extraction(app, event)
     if llm_allowed_at is not None:
-        return _extract_heuristics_now(app, event, llm_allowed_at, started)
+        return _extract_heuristics_now(app, event, llm_allowed_at, started, scheduled_for)
     try:
         result = handle_session_event(app, event.kind, event.session_id, adapter_name=event.adapter)
     except transient as exc:
@@ -228,7 +236,7 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
         defer_event(app.store, event_id, result.deferred_until, result.deferred_reason)
         return EventOutcome(event_id, "pending", result=result.as_json(),
                             seconds=time.perf_counter() - started, session_id=event.session_id,
-                            kind=event.kind, retry_at=result.deferred_until)
+                            kind=event.kind, retry_at=_unless_scheduled(result.deferred_until, scheduled_for))
     summary = result.as_json(with_context=False)  # the block is rebuilt at each session start
     finish_event(app.store, event_id, summary)
     return EventOutcome(event_id, "done", result=summary, seconds=time.perf_counter() - started,
@@ -240,19 +248,31 @@ def _next_llm_extraction(app, event: Event) -> float | None:
     import peewee as pw
     Event = app.store.models.Event
 
+    from ..db.queries import metadata_value
+
     interval = app.config.values["pipeline"]["min_extraction_interval_seconds"]
     if event.kind != "idle" or interval <= 0 or app.config.values["llm"]["provider"] == "none":
         return None
+    # The interval spaces LLM passes: it runs from the last extraction that reached the LLM.
+    # With no LLM reachable, each moment's heuristics-only pass runs at once.
+    used_llm = metadata_value(Event.result, "steps.extract.result.used_llm")
     last = (Event.select(pw.fn.MAX(Event.finished_at))
             .where((Event.adapter == event.adapter) & (Event.session_id == event.session_id)
                    & Event.kind.in_(("idle", "compacting")) & (Event.status == "done")
-                   & (Event.id != event.id)).scalar())
+                   & (used_llm == 1) & (Event.id != event.id)).scalar())
     if last is None or now() - last >= interval:
         return None
     return last + interval
 
 
-def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: float) -> EventOutcome:
+def _unless_scheduled(retry_at: float, scheduled_for: float | None) -> float | None:
+    """The retry to schedule, or None when the event's retry is already scheduled then (a
+    moment that joined a deferred event must not add a second run of its LLM pass)."""
+    return None if scheduled_for is not None and abs(retry_at - scheduled_for) < 1e-3 else retry_at
+
+
+def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: float,
+                            scheduled_for: float | None = None) -> EventOutcome:
     """Within the interval: what costs no LLM call runs now, the LLM pass waits its turn."""
     from ..capture.extract import extract_session
 
@@ -265,7 +285,8 @@ def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: f
         summary = {"deferred_until": llm_allowed_at}
     defer_event(app.store, event.id, llm_allowed_at, "waiting for the session's extraction interval")
     return EventOutcome(event.id, "pending", result=summary, seconds=time.perf_counter() - started,
-                        session_id=event.session_id, kind=event.kind, retry_at=llm_allowed_at)
+                        session_id=event.session_id, kind=event.kind,
+                        retry_at=_unless_scheduled(llm_allowed_at, scheduled_for))
 
 
 def _can_never_succeed(exc: Exception) -> bool:

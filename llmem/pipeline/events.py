@@ -174,22 +174,43 @@ def retry_events(store, event_ids: list[int] | None = None) -> list[Event]:
 
 
 WORKER_HEARTBEAT_KEY = "worker_seen_at"
+WORKER_OWNER_KEY = "worker_owner"  # {"pid", "started_at", "host"} of the consumer that beat last
 WORKER_STALE_SECONDS = 180  # a live consumer beats every minute
 
 
 def worker_heartbeat(store) -> None:
-    """Say a consumer is alive (hooks enqueue only when one is)."""
+    """Say a consumer is alive (hooks enqueue only when one is), and which process it is."""
+    import json
+
     from ..db.settings import set_setting
 
+    pid, started_at, host = this_process()
     with store.db.atomic():
         set_setting(store.db, WORKER_HEARTBEAT_KEY, repr(now()))
+        set_setting(store.db, WORKER_OWNER_KEY, json.dumps({"pid": pid, "started_at": started_at, "host": host}))
 
 
 def worker_seen_recently(store) -> bool:
+    """A consumer beat within the window and is not known to be dead: after a `kill -9` of
+    the worker on this host, hooks see it at once (pid + start time) and run the work without
+    it, rather than queueing for nobody until the heartbeat goes stale."""
     from ..db.settings import get_setting
 
     seen = get_setting(store.db, WORKER_HEARTBEAT_KEY)
-    return seen is not None and now() - float(seen) < WORKER_STALE_SECONDS
+    if seen is None or now() - float(seen) >= WORKER_STALE_SECONDS:
+        return False
+    return not _worker_died(get_setting(store.db, WORKER_OWNER_KEY))
+
+
+def _worker_died(owner_text: str | None) -> bool:
+    import json
+
+    try:
+        owner = json.loads(owner_text) if owner_text else None
+        pid, started_at, host = int(owner["pid"]), float(owner["started_at"]), owner["host"]
+    except (ValueError, TypeError, KeyError):  # written by an older llmem, or damaged: unknown
+        return False
+    return host == socket.gethostname() and not process_is_running(pid, started_at)
 
 
 @dataclass

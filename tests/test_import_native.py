@@ -246,3 +246,14 @@ def test_imported_notes_are_embedded_while_the_embedder_answers(cli, env, model_
     assert code == 0, err
     code, out, _ = cli("stats", "--json")
     assert json.loads(out)["pending_embedding"] == 0 and json.loads(out)["memories"] >= 1
+
+
+def test_a_dry_run_shows_notes_as_the_store_would_keep_them_redacted(cli, env):
+    homes, project = env
+    put(project / "CLAUDE.md", f"# Deploy\n\nDeploy with the token {TOKEN} from the vault only.\n")
+    for extra in ([], ["--json"]):
+        code, out, err = cli("import-native", "claude", "--project", str(project), "--dry-run", *extra)
+        assert code == 0, err
+        assert "Deploy with the token" in out and TOKEN not in out and TOKEN not in err
+    code, out, err = cli("import-native", "claude", "--project", str(project))
+    assert code == 0 and "Deploy with the token" in out and TOKEN not in out

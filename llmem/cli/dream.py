@@ -401,6 +401,8 @@ def backfill(app, adapter_name, since, limit, no_llm, rollback_id, as_json):
                f"{outcome.added} memories added, "
                f"{outcome.updated} updated, {outcome.duplicates} duplicates skipped"
                + (f", {outcome.deferred} deferred (token budget)" if outcome.deferred else ""))
+    if outcome.llm_unreachable:
+        click.echo("The LLM could not be reached: the sessions after it failed were read with the heuristics alone")
     for error in outcome.errors:
         notice(f"{error['adapter']} session {error['session_id']}: {error['error']}")
     click.echo(f"Roll back with: llmem backfill --rollback {outcome.run_id}")

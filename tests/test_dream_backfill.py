@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import free_port_url
 from dream_support import run_cli
 from fakes import StubLLM
-from session_writers import recorded_opencode_store
+from session_writers import copilot_events_file, copilot_turn_lines, recorded_opencode_store
 
 from llmem.app import App
 from llmem.dream.backfill import rollback_backfill, run_backfill
@@ -78,11 +81,6 @@ def test_backfill_cli_with_limit_and_since(app):
 
 
 def test_an_unreachable_llm_is_said_once_not_per_session(tmp_path, configure):
-    import subprocess
-    import sys
-
-    from conftest import free_port_url
-    from session_writers import copilot_events_file, copilot_turn_lines
 
     state = tmp_path / "copilot-state"
     state.mkdir()

@@ -298,6 +298,8 @@ class Searcher:
 
     def record_recall(self, hits: list[Hit], query: str, origin: str, at: float) -> None:
         """Access tracking and RecallEvent rows; best effort, never fails the search."""
+        if getattr(self.db, "read_only", False):
+            return  # opened read-only (a full disk): nothing can be recorded
         qhash = query_hash(query)
         try:
             with self.db.atomic():

@@ -18,7 +18,7 @@ from typing import Any
 import peewee as pw
 
 from .db import vec
-from .db.connection import open_database
+from .db.connection import open_database, open_read_only
 from .db.derived import text_hash, text_to_embed
 from .db.fts import index_hints
 from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, Models, Relation, bound_models
@@ -83,6 +83,22 @@ def memory_to_dict(memory: Memory) -> dict[str, Any]:
     }
 
 
+class StaleEdit(UsageError):
+    """A write carried the version of a memory read before someone else changed it."""
+
+    def __init__(self, memory: Memory, expected: int):
+        super().__init__(f"memory {memory.id} changed since it was read (version {expected}, now {memory.version})",
+                         hint="read it again and redo the change on the current text")
+        self.memory = memory
+        self.expected = expected
+
+
+def check_version(memory: Memory, expected: int | None) -> None:
+    """Refuse a write based on a stale read (`expected`: the version that read saw; None: no check)."""
+    if expected is not None and int(expected) != memory.version:
+        raise StaleEdit(memory, int(expected))
+
+
 @dataclass
 class AddResult:
     memory: Memory
@@ -101,8 +117,11 @@ class Store:
         self.redactor = redactor or Redactor()
 
     @classmethod
-    def open(cls, path: Path, *, vec_enabled: bool = True, redactor: Redactor | None = None) -> Store:
-        return cls(open_database(Path(path), vec=vec_enabled), redactor)
+    def open(cls, path: Path, *, vec_enabled: bool = True, redactor: Redactor | None = None,
+             read_only: bool = False) -> Store:
+        """`read_only`: nothing is created, migrated or written (db/connection.py open_read_only)."""
+        opener = open_read_only if read_only else open_database
+        return cls(opener(Path(path), vec=vec_enabled), redactor)
 
     def close(self) -> None:
         if not self.db.is_closed():
@@ -204,12 +223,15 @@ class Store:
 
     def update(self, id_or_prefix: str, *, content: str | None = None, summary: str | None = None,
                confidence: float | None = None, metadata: dict | None = None,
-               memory_type: str | None = None, merge_metadata: bool = True) -> Memory:
-        """Change a memory's fields; a content change marks its embedding stale."""
+               memory_type: str | None = None, merge_metadata: bool = True,
+               expected_version: int | None = None) -> Memory:
+        """Change a memory's fields; a content change marks its embedding stale.
+        `expected_version`: refuse (StaleEdit) unless the row is still at that version."""
         memory_id = self.resolve_id(id_or_prefix)
         Memory = self.models.Memory
         with self.db.atomic():
             memory = Memory.get(Memory.id == memory_id)
+            check_version(memory, expected_version)
             if content is not None:
                 content = self.redactor.text(content.strip())
                 if not content:
@@ -231,7 +253,30 @@ class Store:
             if memory_type is not None:
                 memory.type = check_type(memory_type)
             memory.updated_at = now()
+            memory.version += 1
             memory.save()
+        return memory
+
+    def revise(self, memory_id: str, content: str, *, summary: str | None = None,
+               confidence: float | None = None, metadata: dict | None = None) -> Memory:
+        """Update a memory's text with a near-duplicate restatement, keeping the text it had as
+        an invalidated row the live one `supersedes` (as the dream keeps what it merges): a
+        chain of restatements loses none of them, where `previous_content` holds only the last."""
+        Memory = self.models.Memory
+        with self.db.atomic():
+            old = Memory.get(Memory.id == memory_id)
+            stamp = now()
+            kept = Memory.create(
+                id=str(uuid.uuid4()), type=old.type, content=old.content, summary=old.summary,
+                hints=old.hints, embed_hash=old.embed_hash, confidence=old.confidence,
+                source=old.source, project=old.project, session_id=old.session_id,
+                metadata={**(old.metadata or {}), "invalidation_reason": f"restated by {old.id}",
+                          "superseded_by": old.id},
+                content_hash=old.content_hash, created_at=old.created_at, updated_at=stamp,
+                valid_from=old.valid_from, valid_until=old.valid_until, invalidated_at=stamp)
+            memory = self.update(memory_id, content=content, summary=summary,
+                                 confidence=confidence, metadata=metadata)
+            self.models.Relation.create(source=memory.id, target=kept.id, type="supersedes", created_at=stamp)
         return memory
 
     def write_fields(self, memory_id: str, values: dict[str, Any], *, current: dict[str, Any]) -> dict[str, Any]:
@@ -282,7 +327,7 @@ class Store:
             Memory.update(access_count=Memory.access_count + 1, accessed_at=at).where(
                 Memory.id.in_(memory_ids)).execute()
 
-    def invalidate(self, id_or_prefix: str, reason: str) -> Memory:
+    def invalidate(self, id_or_prefix: str, reason: str, *, expected_version: int | None = None) -> Memory:
         """Soft-delete: the memory stays for reference but search no longer returns it."""
         if not (reason or "").strip():
             raise UsageError("an invalidation needs a reason", hint='pass --reason "why"')
@@ -290,6 +335,8 @@ class Store:
         Memory = self.models.Memory
         with self.db.atomic():
             memory = Memory.get(Memory.id == memory_id)
+            check_version(memory, expected_version)
+            memory.version += 1
             stamp = now()
             memory.invalidated_at = stamp
             memory.updated_at = stamp
@@ -300,7 +347,8 @@ class Store:
             memory.save()
         return memory
 
-    def supersede(self, id_or_prefix: str, content: str, *, reason: str | None = None) -> Memory:
+    def supersede(self, id_or_prefix: str, content: str, *, reason: str | None = None,
+                  expected_version: int | None = None) -> Memory:
         """Correct a memory: a new one stating `content` (same type, project and session, the
         user's confidence) supersedes it, and it is invalidated, in one transaction (as an
         extraction does when the LLM restates a provisional memory). Returns the new memory."""
@@ -308,6 +356,7 @@ class Store:
         Memory = self.models.Memory
         with self.db.atomic():
             old = Memory.get(Memory.id == memory_id)
+            check_version(old, expected_version)
             if old.invalidated_at is not None:
                 raise UsageError(f"memory {old.id} is already invalidated",
                                  hint="correct the memory that replaced it instead")

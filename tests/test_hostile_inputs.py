@@ -87,6 +87,8 @@ def test_hostile_input_is_refused_cleanly(case, pristine_home, tmp_path):
         (home / "config.yaml").write_bytes(config.replace(b"{input}", input_path.encode()))
     if "store" in case:
         shutil.copy(CORPUS / case["store"], home / "memory.db")
+    if "queue" in case:
+        shutil.copy(CORPUS / case["queue"], home / "queue.db")
     before = (_snapshot(home, own_files=True), _snapshot(scratch), _snapshot(inputs))
 
     stdin = (CORPUS / case["stdin"]).read_bytes() if "stdin" in case else None

@@ -119,7 +119,8 @@ def test_remember_stores_in_the_working_repo_and_dedupes(served, app):
     assert updated.content == "With keyset cursors the acme API paginates orders."
     assert updated.metadata["previous_content"] == memory.content
     Memory = app.store.models.Memory
-    assert Memory.select().where(Memory.content.contains("keyset cursors")).count() == 1
+    assert Memory.select().where(Memory.content.contains("keyset cursors")
+                                 & Memory.invalidated_at.is_null()).count() == 1
 
 
 def test_remember_scopes_and_redacts(served, app):
@@ -372,3 +373,22 @@ def test_the_embedder_unavailable_note_is_said_once_not_in_every_reply(configure
         assert "unavailable" not in tools.search("staging database port")
     finally:
         tools.close()
+
+
+def test_repeated_near_duplicate_remembers_keep_every_text(served, app):
+    # Issue 20 item 7: 8080 → 8081 → 8082 kept only 8081 as previous_content; 8080 was lost.
+    client = served.client
+    texts = [f"The acme API gateway listens on port {port} in the dev stack." for port in (8080, 8081, 8082)]
+    first = client.text("remember", content=texts[0])
+    for text in texts[1:]:
+        assert client.text("remember", content=text).startswith(f"Updated [{only_id(first)}")
+    live = app.store.get(only_id(first))
+    assert live.content == texts[2] and live.metadata["previous_content"] == texts[1]
+    Memory, Relation = app.store.models.Memory, app.store.models.Relation
+    kept = list(Memory.select().where(Memory.invalidated_at.is_null(False)
+                                      & Memory.content.contains("gateway listens on port"))
+                .order_by(Memory.updated_at))
+    assert [m.content for m in kept] == texts[:2]  # every superseded text, as a superseded row
+    assert {r.target_id for r in Relation.select().where((Relation.source == live.id)
+                                                         & (Relation.type == "supersedes"))} == {m.id for m in kept}
+    assert [m.content for m in app.store.list(limit=None) if "gateway listens" in m.content] == [texts[2]]

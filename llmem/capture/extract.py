@@ -437,7 +437,7 @@ def store_candidates(app, candidates: list[Candidate], report: ExtractionReport,
                     old = store.models.Memory.get(store.models.Memory.seq == near[0])
                     meta = {"previous_content": _cut(old.content, 500), "near_duplicate_of_session": session_id,
                             "similarity": round(near[1], 4)}
-                    target = store.update(old.id, content=candidate.content,
+                    target = store.revise(old.id, candidate.content,
                                           summary=candidate.summary if candidate.summary else None,
                                           confidence=max(old.confidence, candidate.confidence),
                                           metadata=meta)

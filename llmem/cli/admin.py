@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .memory import catch_up_embeddings
-from .output import bounded_int, http_url, json_option, print_json, progress_bar
+from .output import bounded_int, http_url, json_option, notice, print_json, progress_bar
 
 
 @click.command()
@@ -144,9 +144,21 @@ def export(app, output, embeddings):
     text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     if output == "-":
         sys.stdout.write(text)
+        _say_rescue(data)
         return
     write_output_file(Path(output), text)
     click.echo(f"Exported {len(data['memories'])} memories and {len(data['relations'])} relations to {output}")
+    _say_rescue(data)
+
+
+def _say_rescue(data: dict) -> None:
+    """A damaged store's export: what it could not save, on stderr."""
+    rescue = data.get("rescue")
+    if not rescue:
+        return
+    notice(f"the store is damaged: saved every row that could be read; {rescue['unreadable_memories']} "
+           f"memory rows and {rescue['unreadable_relations']} relations could not be read, "
+           f"{rescue['memories_with_damaged_text']} memories were saved with damaged text (U+FFFD)")
 
 
 @click.command("import")

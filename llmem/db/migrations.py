@@ -139,6 +139,15 @@ def _stage_grounded_evidence(db) -> None:
     db.create_tables([bound_models(db).RecallQuery], safe=True)
 
 
+def _add_memory_version(db) -> None:
+    # memory.version counts the writes of a memory (store.py and write_memory_columns bump
+    # it): the viewer's edit forms carry it, and a form loaded before a concurrent change is
+    # refused instead of writing its stale values back. A fresh store has it from the model.
+    columns = {row[1] for row in db.execute_sql("PRAGMA table_info(memory)")}
+    if "version" not in columns:
+        db.execute_sql("ALTER TABLE memory ADD COLUMN version INTEGER NOT NULL DEFAULT 1")
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -152,6 +161,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0009_watch_session", _create_watch_session_table),
     ("0010_event_owner", _record_event_owner),
     ("0011_grounded_evidence", _stage_grounded_evidence),
+    ("0014_memory_version", _add_memory_version),
 ]
 
 

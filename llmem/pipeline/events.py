@@ -264,13 +264,17 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
                         session_id=event.session_id, kind=event.kind)
 
 
-def _next_llm_extraction(app, event: Event) -> float | None:
-    """When this idle event may call the LLM, if the session's last extraction was too recent."""
+def _next_llm_extraction(app, event: Event, at: float | None = None) -> float | None:
+    """When this idle event may call the LLM, if the session's last extraction was too recent.
+
+    Never later than one interval from `at` (now): after the clock is set back, the last
+    extraction's stamp lies in the future, and waiting for stamp + interval would defer the
+    LLM by the size of the jump."""
     import peewee as pw
-    Event = app.store.models.Event
 
     from ..db.queries import metadata_value
 
+    Event = app.store.models.Event
     interval = app.config.values["pipeline"]["min_extraction_interval_seconds"]
     if event.kind != "idle" or interval <= 0 or app.config.values["llm"]["provider"] == "none":
         return None
@@ -281,9 +285,10 @@ def _next_llm_extraction(app, event: Event) -> float | None:
             .where((Event.adapter == event.adapter) & (Event.session_id == event.session_id)
                    & Event.kind.in_(("idle", "compacting")) & (Event.status == "done")
                    & (used_llm == 1) & (Event.id != event.id)).scalar())
-    if last is None or now() - last >= interval:
+    at = now() if at is None else at
+    if last is None or at - last >= interval:
         return None
-    return last + interval
+    return min(last, at) + interval
 
 
 def _unless_scheduled(retry_at: float, scheduled_for: float | None) -> float | None:

@@ -354,10 +354,11 @@ def test_the_compaction_block_reads_the_session_with_the_hooks_adapter(cli, conf
     ["--format", "claude"],  # --type missing
     ["--type", "idle", "--max-tokens", "3"],
 ])
-def test_a_bad_hook_command_line_fails_open(cli, copilot_config, args):
+def test_a_bad_hook_command_line_fails_open(cli, copilot_config, llmem_home, args):
     code, out, err = cli("hook", *args)
     assert code == 0 and out == ""
     one_line(err)
+    assert "bad command line" in (llmem_home / "logs" / "hooks.log").read_text()  # `llmem logs` shows it
 
 
 def test_a_bad_hook_command_line_fails_open_in_a_real_process(copilot_config):

@@ -166,6 +166,7 @@ def _fail_open(exc: Exception) -> None:
         if isinstance(exc, click.ClickException):
             text = (f"bad command line: {exc.format_message()} "
                     "(a hook from another version? run `llmem install <agent>` again)")
+            _log_to_hooks_log(text)  # the agent may never show stderr: `llmem logs` will
         else:
             said = exc if isinstance(exc, LlmemError) else _store_failure(exc)
             text = said.message if said is not None else f"{exc.__class__.__name__}: {exc}"
@@ -173,6 +174,20 @@ def _fail_open(exc: Exception) -> None:
     except Exception:  # stderr itself is gone: nothing more to say
         pass
     sys.exit(0)
+
+
+def _log_to_hooks_log(text: str) -> None:
+    """A line in hooks.log, as the hook itself logs its failures (best effort)."""
+    app = _state.get("app")
+    if app is None:
+        return
+    from .session import _hook_logging
+
+    undo, _ = _hook_logging(app)
+    try:
+        logging.getLogger("llmem.hooks").error("hook failed: %s", text)
+    finally:
+        undo()
 
 
 def _names_the_hook(exc: click.ClickException) -> bool:

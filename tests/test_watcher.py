@@ -188,9 +188,8 @@ def test_a_failed_emit_keeps_the_state_and_is_retried(agent_dirs):
     driven.close()
 
 
-def test_existing_sessions_are_a_baseline_not_new_events(agent_dirs, driven):
+def test_existing_sessions_are_a_baseline_not_new_events(agent_dirs):
     _, copilot = agent_dirs
-    driven.close()
     source = Path(__file__).parent / "fixtures" / "copilot" / "session-state"
     for child in source.iterdir():
         shutil.copytree(child, copilot / child.name)

@@ -247,6 +247,35 @@ def test_a_restarted_watcher_announces_nothing_twice_and_catches_up(dirs):
         second.close()
 
 
+def test_a_restarted_watcher_announces_no_idle_for_a_session_archived_inside_its_debounce(dirs):
+    """Archived right after its last reply, the session ends before its idle debounce passes:
+    the ending extracts that reply. A restarted watcher re-read it (no new writes) and used
+    to announce the idle it never saw."""
+    from session_writers import OpenCodeStore
+
+    opencode, _ = dirs
+    agent = OpenCodeStore(opencode)
+    first = Pipeline().start(idle_debounce_seconds=5.0)
+    try:
+        session = agent.session()
+        session.turn("remember that the archive test passed", "Noted.", whole=True)
+        session.archive()
+        first.run(1.0)
+        assert first.kinds(session.id) == ["created", "ending"]
+        first.run(60.0)
+        assert first.kinds(session.id) == ["created", "ending"]
+        stopped_at = first.now
+    finally:
+        first.close()
+    second = Pipeline().start(idle_debounce_seconds=5.0, now=stopped_at + 60)
+    try:
+        second.run(60.0)
+        assert second.kinds(session.id) == []
+    finally:
+        second.close()
+        agent.close()
+
+
 # Another process (a CLI write, a worker) holding the store's write lock until told to let go.
 LOCK_HOLDER = r"""
 import sqlite3, sys

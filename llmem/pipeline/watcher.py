@@ -730,10 +730,12 @@ class SessionWatcher:
         if Moment.JUST_COMPACTED in lifecycle:
             state.seen_compaction_id = lifecycle.compaction_id
 
-        if Moment.IDLE in lifecycle and lifecycle.reply_id != state.idle_reply:
+        if Moment.IDLE in lifecycle and lifecycle.reply_id != state.idle_reply and not state.ended:
             # One idle per finished reply, whether or not the session was ever seen busy (a
             # whole turn in one transaction, a short turn between two looks). Every idle is
             # emitted at once: the worker holds the LLM pass to the extraction interval.
+            # An ended session has none: its ending covered the reply (an OpenCode session
+            # archived inside the idle debounce, looked at again after a restart).
             if not self._emit(adapter, session_id, "idle"):
                 return False
             state.idle_reply = lifecycle.reply_id
@@ -743,6 +745,7 @@ class SessionWatcher:
             if not self._emit(adapter, session_id, "ending"):
                 return False
             state.ended, state.ended_turn = True, lifecycle.last_turn_id
+            state.idle_reply = lifecycle.reply_id or state.idle_reply
         return True
 
     def _schedule_recheck(self, key: tuple[str, str], lifecycle, now: float) -> None:

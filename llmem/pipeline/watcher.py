@@ -71,6 +71,7 @@ class SavedStates:
     ALIVE_KEY = "watcher_alive_at"
 
     def __init__(self, store):
+        self.store = store
         self.db = store.db
 
     def load(self) -> dict[tuple[str, str], SessionState]:
@@ -100,6 +101,12 @@ class SavedStates:
 
         with self.db.atomic():
             set_setting(self.db, self.ALIVE_KEY, repr(at))
+
+    def recorded_since(self, adapter: str, session_id: str, kind: str, since: float) -> bool:
+        """Whether the store holds a `kind` event of the session recorded at or after `since`."""
+        from .events import recorded_since
+
+        return recorded_since(self.store, adapter, session_id, kind, since) is not None
 
     def close_thread_connection(self) -> None:
         """Close the calling thread's connection (peewee keeps one per thread)."""
@@ -736,13 +743,13 @@ class SessionWatcher:
             # emitted at once: the worker holds the LLM pass to the extraction interval.
             # An ended session has none: its ending covered the reply (an OpenCode session
             # archived inside the idle debounce, looked at again after a restart).
-            if not self._emit(adapter, session_id, "idle"):
+            if not self._emit_unless_hooked(adapter, session_id, "idle", lifecycle):
                 return False
             state.idle_reply = lifecycle.reply_id
 
         if Moment.ENDING in lifecycle and not state.ended:
             # Ending extracts what is past the cursor too: the last turn needs no idle of its own.
-            if not self._emit(adapter, session_id, "ending"):
+            if not self._emit_unless_hooked(adapter, session_id, "ending", lifecycle):
                 return False
             state.ended, state.ended_turn = True, lifecycle.last_turn_id
             state.idle_reply = lifecycle.reply_id or state.idle_reply
@@ -766,6 +773,21 @@ class SessionWatcher:
 
     def _retry(self, key: tuple[str, str], now: float) -> None:
         self._look_again(key, now + RETRY_SECONDS)
+
+    def _emit_unless_hooked(self, adapter: str, session_id: str, kind: str, lifecycle) -> bool:
+        """Emit an idle or ending, unless the agent's hook (Stop, SessionEnd, agentStop,
+        sessionEnd) recorded it already for this turn: an event of that kind recorded after the
+        turn began. Either way the moment counts as emitted."""
+        if self.saved is not None and lifecycle.turn_started_ms is not None:
+            try:
+                hooked = self.saved.recorded_since(adapter, session_id, kind, lifecycle.turn_started_ms / 1000)
+            except Exception as exc:  # a busy store: emit, a duplicate costs less than a miss
+                log.warning("watch: could not look for the hook's %s of %s: %s", kind, session_id, exc)
+                hooked = False
+            if hooked:
+                log.info("session=%s adapter=%s event=%s already recorded by its hook", session_id, adapter, kind)
+                return True
+        return self._emit(adapter, session_id, kind)
 
     def _emit(self, adapter: str, session_id: str, kind: str) -> bool:
         """Record one moment; False (logged) when the callback failed, so the caller keeps

@@ -136,7 +136,7 @@ def _read_hook_input(argument: str | None = None) -> dict:
 
 
 def _turn_began(payload: dict) -> float | None:
-    """When the hook's turn began (epoch s), from the turn id Codex gives its Stop hook
+    """Just after the hook's turn began (epoch s), from the turn id Codex gives its Stop hook
     (`turn_id`) and notify (`turn-id`): a UUID v7, whose first 48 bits are its epoch ms."""
     import uuid
 
@@ -145,7 +145,8 @@ def _turn_began(payload: dict) -> float | None:
         turn = uuid.UUID(turn_id) if isinstance(turn_id, str) else None
     except ValueError:
         return None
-    return (turn.int >> 80) / 1000 if turn is not None and turn.version == 7 else None
+    # After the millisecond it names: an event of that same millisecond may be the turn before's.
+    return ((turn.int >> 80) + 1) / 1000 if turn is not None and turn.version == 7 else None
 
 
 def _unknown_codex_thread(app, payload: dict, session_id: str) -> bool:

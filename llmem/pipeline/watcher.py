@@ -779,8 +779,11 @@ class SessionWatcher:
         sessionEnd) recorded it already for this turn: an event of that kind recorded after the
         turn began. Either way the moment counts as emitted."""
         if self.saved is not None and lifecycle.turn_started_ms is not None:
+            # The agents stamp to the millisecond: an event from that same millisecond may be
+            # the previous turn's, so only a later one is the hook's for this turn.
+            since = (lifecycle.turn_started_ms + 1) / 1000
             try:
-                hooked = self.saved.recorded_since(adapter, session_id, kind, lifecycle.turn_started_ms / 1000)
+                hooked = self.saved.recorded_since(adapter, session_id, kind, since)
             except Exception as exc:  # a busy store: emit, a duplicate costs less than a miss
                 log.warning("watch: could not look for the hook's %s of %s: %s", kind, session_id, exc)
                 hooked = False

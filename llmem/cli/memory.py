@@ -105,6 +105,7 @@ def get(app, memory_id, as_json):
 @click.pass_obj
 def list_memories(app, memory_type, project, limit, include_all, as_json):
     """List memories, newest first."""
+    app.reads_only()  # a full disk or a read-only file system still lists
     from ..store import memory_to_dict
     from ..times import now
 

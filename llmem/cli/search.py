@@ -25,6 +25,7 @@ from .output import TEXT, json_option, limit_option, memory_line, notice, print_
 def search(app, query, limit, memory_type, project, fts_only, semantic_only, valid_only,
            include_invalid, related, explain, no_track, as_json):
     """Search memories (hybrid FTS5 + vectors, fused by RRF and reranked)."""
+    app.reads_only()  # recalls are recorded when the store can be written
     from ..errors import UsageError
     from ..store import memory_to_dict
 

@@ -53,6 +53,40 @@ def llm_status(config) -> dict[str, Any]:
             "status": "ok" if present else "model_missing"}
 
 
+def pick_embedder(config, base_url: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The embedding provider a fresh `llmem init` writes, and the probe that decided it:
+    ollama when Ollama at `base_url` embeds with its model, else builtin (in-process, offline)."""
+    from ..providers import DEFAULT_MODELS
+    from ..providers.embedders import OllamaEmbedder
+
+    url = base_url or config.values["embedding"]["base_url"]
+    probe = OllamaEmbedder(DEFAULT_MODELS["ollama"], url, 3.0, 1)
+    try:
+        answer = probe.status()
+    finally:
+        probe.close()
+    return ("ollama" if answer["status"] == "ok" else "builtin"), answer
+
+
+def embedder_check(app) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the embedder's status, doctor's check line): which embedder is in use, and whether it
+    loads (the built-in one) or answers (a server)."""
+    embedder = app.embedder.status()
+    where = app.embedder.describe() if hasattr(app.embedder, "describe") else None
+    if embedder["status"] == "ok":
+        verb = "loads" if embedder["provider"] in ("builtin", "local") else "answers"
+        detail = f"{embedder['provider']} {embedder['model']} {verb} ({embedder['dim']}-d)"
+        check = _check("embedder", "ok", detail + (f", {where}" if where else ""))
+    elif embedder["status"] == "disabled":
+        check = _check("embedder", "warn", "none configured: search is FTS-only "
+                       "(embedding.provider: builtin works offline, in-process)")
+    else:
+        hint = f" ({embedder['hint']})" if embedder.get("hint") else ""
+        check = _check("embedder", "warn", f"{embedder['provider']}: {embedder['error']}{hint} — search is "
+                       "FTS-only and memories wait for `llmem embed --pending`")
+    return embedder, check
+
+
 def _agent_llm_check(llm: dict[str, Any], store) -> dict[str, Any]:
     """llm.provider: agent — the command it runs, whether the CLI is on PATH, and today's cost
     against the budget (no call is made: it would cost tokens)."""
@@ -111,13 +145,8 @@ def run_doctor(app) -> dict[str, Any]:
         detail = (f"sqlite-vec loaded ({module.__name__}, SQLite {module.sqlite_version})"
                   if db.vec_loaded else f"sqlite-vec unavailable ({db.vec_error}); vector search uses numpy")
         checks.append(_check("sqlite_vec", "ok" if db.vec_loaded else "warn", detail))
-    embedder = app.embedder.status()
-    if embedder["status"] == "ok":
-        checks.append(_check("embedder", "ok", f"{embedder['provider']} {embedder['model']} answers ({embedder['dim']}-d)"))
-    elif embedder["status"] == "disabled":
-        checks.append(_check("embedder", "warn", "none configured: search is FTS-only"))
-    else:
-        checks.append(_check("embedder", "warn", f"{embedder['provider']}: {embedder['error']} — memories wait for `llmem embed --pending`"))
+    embedder, check = embedder_check(app)
+    checks.append(check)
     llm = llm_status(config)
     if llm["provider"] == "agent":
         checks.append(_agent_llm_check(llm, app.store if store_ok else None))
@@ -141,8 +170,15 @@ def run_doctor(app) -> dict[str, Any]:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     writable = os.access(existing, os.W_OK)
-    checks.append(_check("queue", "ok" if writable else "fail", f"{config.queue_path}"
-                         + ("" if writable else " is not writable")))
+    from ..db.connection import file_damage
+
+    damage = file_damage(config.queue_path) if config.queue_path.is_file() else None
+    if damage:
+        checks.append(_check("queue", "fail", f"{config.queue_path} is damaged ({damage}); "
+                             "`llmem queue --reset` rebuilds it from the store's event rows"))
+    else:
+        checks.append(_check("queue", "ok" if writable else "fail", f"{config.queue_path}"
+                             + ("" if writable else " is not writable")))
     if store_ok:
         from ..dream.lock import stale_lock
 

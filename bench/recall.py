@@ -28,8 +28,8 @@ options, access tracking off), and `llmem search --json --no-track` on a sample 
 Scoring: a hit's session is the memory's session_id. Its turns: the transcript messages its
 metadata names (any metadata value that is a message id the bench wrote: the heuristics'
 `message_id`, an episode's ids), plus the turns of that session whose text the memory contains
-(≥ 80 % of the turn's words); failing both, the one turn that contains the memory (≥ 80 % of its
-words). A memory that carries only the session counts for the session-level figures and as a
+(≥ 80 % of the turn's words) or, when it contains none, the one turn that contains the memory
+(≥ 80 % of the memory's words: a sentence an extraction kept or restated). A memory that carries only the session counts for the session-level figures and as a
 miss at turn level. Session level: Hit@5, Hit@20 (any of the top k in a gold session), MRR
 (first such rank, of 20). Turn level: R@5 (share of the gold turns among the top 5's turns) and
 MRR. AUROC: how well the top result's score separates answerable from unanswerable questions
@@ -254,7 +254,7 @@ class Writer:
         session.id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"llmem-recall/{session.key}"))
         agent = ClaudeSession(self.claude_dir, session.id, cwd=session.cwd)
         for turn in session.turns:
-            lines = []
+            lines: list[dict] = []
             for role, text in turn.messages:
                 if role == "user":
                     lines += agent.prompt_lines(text)
@@ -266,6 +266,9 @@ class Writer:
                 if isinstance(line, dict) and line.get("uuid"):
                     self.written.line_turn[line["uuid"]] = (session.key, turn.key)
             self.written.last_write[session.id] = agent.write(*lines)
+        # The user quits (a clean exit's cost-state row): the session ends, also when a LoCoMo
+        # session ends on speaker A's message, which leaves its last turn busy to the watcher.
+        self.written.last_write[session.id] = agent.exit()
 
     def _codex(self, session: Session) -> None:
         rollout = CodexRollout(self.codex_home, cwd=session.cwd)
@@ -510,9 +513,27 @@ class Kept:
     def line(self, text_bytes: int) -> str:
         types = ", ".join(f"{t} {n}" for t, n in self.by_type.most_common()) or "nothing"
         rules = ", ".join(f"{r} {n}" for r, n in self.by_rule.most_common(6))
+        grown = max(0, self.store_bytes - empty_store_bytes())
         return (f"kept {self.total} memories ({types}; by rule: {rules or '-'}); store "
-                f"{self.store_bytes / 1e6:.1f} MB = {self.store_bytes / max(1, text_bytes):.1f}x the "
-                f"{text_bytes / 1e6:.2f} MB of transcript text")
+                f"{self.store_bytes / 1e6:.2f} MB, {grown / 1e6:.2f} MB over an empty one = "
+                f"{grown / max(1, text_bytes):.1f}x the {text_bytes / 1e6:.2f} MB of transcript text")
+
+
+_EMPTY_STORE: list[int] = []
+
+
+def empty_store_bytes() -> int:
+    """The size of a freshly created store (schema, indexes), measured once."""
+    if not _EMPTY_STORE:
+        from llmem.store import Store
+
+        with tempfile.TemporaryDirectory(prefix="llmem-recall-empty-") as folder:
+            path = Path(folder) / "memory.db"
+            Store.open(path).close()
+            with sqlite3.connect(path) as conn:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            _EMPTY_STORE.append(sum(p.stat().st_size for p in Path(folder).glob("memory.db*")))
+    return _EMPTY_STORE[0]
 
 
 def kept(home: Home) -> Kept:
@@ -525,6 +546,9 @@ def kept(home: Home) -> Kept:
             by_rule[(json.loads(metadata or "{}") or {}).get("rule") or "-"] += 1
         except ValueError:
             by_rule["?"] += 1
+    # Our own temp store, with llmem stopped: fold the WAL in so the size is what is held.
+    with sqlite3.connect(home.db_path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     size = sum(p.stat().st_size for p in home.llmem_home.glob("memory.db*"))
     return Kept(len(rows), by_type, by_rule, size)
 
@@ -553,11 +577,13 @@ class TurnMap:
         turns = {turn for sid, turn in (self.written.line_turn.get(v) for v in _strings(metadata)
                                         if v in self.written.line_turn) if sid == session.key}
         found = words(content)
+        contained = set()
         for key in self.session_turns[session.key]:
             own = self.turn_words[(session.key, key)]
             if own and len(own & found) >= 0.8 * len(own):
-                turns.add(key)
-        if not turns and found:
+                contained.add(key)
+        turns |= contained
+        if not contained and found:
             best = max(self.session_turns[session.key],
                        key=lambda k: len(found & self.turn_words[(session.key, k)]))
             if len(found & self.turn_words[(session.key, best)]) >= 0.8 * len(found):
@@ -709,6 +735,7 @@ def search_llmem(home: Home, corpus: Corpus, cli_check: int) -> tuple[Scores, Tu
 
     # The in-process App reads its standard paths (the parsed-config cache) from LLMEM_HOME:
     # this home's, never the user's.
+    before = os.environ.get("LLMEM_HOME")
     os.environ["LLMEM_HOME"] = str(home.llmem_home)
     app = App(config_path=str(home.config_path))
     searcher = app.searcher()
@@ -729,6 +756,10 @@ def search_llmem(home: Home, corpus: Corpus, cli_check: int) -> tuple[Scores, Tu
                                         hits[0].score if hits else 0.0))
     finally:
         app.close()
+        if before is None:
+            os.environ.pop("LLMEM_HOME", None)
+        else:
+            os.environ["LLMEM_HOME"] = before
     extra = {"p50_ms": statistics.median(latencies) if latencies else 0.0}
     if cli_check:
         step = max(1, len(corpus.questions) // cli_check)

@@ -29,7 +29,8 @@ Scoring: a hit's session is the memory's session_id. Its turns: the transcript m
 metadata names (any metadata value that is a message id the bench wrote: the heuristics'
 `message_id`, an episode's ids), plus the turns of that session whose text the memory contains
 (≥ 80 % of the turn's words) or, when it contains none, the one turn that contains the memory
-(≥ 80 % of the memory's words: a sentence an extraction kept or restated). A memory that carries only the session counts for the session-level figures and as a
+(≥ 80 % of the memory's words: a sentence an extraction kept or restated); a list of message ids
+(an episode's first and last) stands for every turn between them. A memory that carries only the session counts for the session-level figures and as a
 miss at turn level. Session level: Hit@5, Hit@20 (any of the top k in a gold session), MRR
 (first such rank, of 20). Turn level: R@5 (share of the gold turns among the top 5's turns) and
 MRR. AUROC: how well the top result's score separates answerable from unanswerable questions
@@ -576,6 +577,14 @@ class TurnMap:
             return None, set()
         turns = {turn for sid, turn in (self.written.line_turn.get(v) for v in _strings(metadata)
                                         if v in self.written.line_turn) if sid == session.key}
+        order = self.session_turns[session.key]
+        for value in metadata.values():
+            # A list of message ids (an episode's first and last) stands for the turns between.
+            named = [self.written.line_turn.get(v) for v in value if isinstance(v, str)] \
+                if isinstance(value, list) else []
+            spots = sorted(order.index(t) for s, t in filter(None, named) if s == session.key)
+            if len(spots) >= 2:
+                turns.update(order[spots[0]:spots[-1] + 1])
         found = words(content)
         contained = set()
         for key in self.session_turns[session.key]:
@@ -781,7 +790,7 @@ def search_llmem(home: Home, corpus: Corpus, cli_check: int) -> tuple[Scores, Tu
 # ---- the run ------------------------------------------------------------------------------
 
 
-HEAD = (f"{'system':<44} {'Hit@5':>6} {'Hit@20':>6} {'MRR':>6} {'tR@5':>6} {'tMRR':>6} {'AUROC':>6}"
+HEAD = (f"{'system':<46} {'Hit@5':>6} {'Hit@20':>6} {'MRR':>6} {'tR@5':>6} {'tMRR':>6} {'AUROC':>6}"
         f" {'ingest s':>9}")
 
 
@@ -790,7 +799,7 @@ def row(label: str, figures: dict, seconds: float | None = None) -> str:
         return f"{figures[key]:6.3f}" if key in figures else f"{'-':>6}"
 
     took = f"{seconds:9.1f}" if seconds is not None else f"{'':>9}"
-    return (f"{label:<44} {cell('hit5')} {cell('hit20')} {cell('mrr')} {cell('r5')} {cell('tmrr')} "
+    return (f"{label:<46} {cell('hit5')} {cell('hit20')} {cell('mrr')} {cell('r5')} {cell('tmrr')} "
             f"{cell('auroc')} {took}")
 
 
@@ -819,7 +828,8 @@ def run_corpus(corpus: Corpus, args, tmp: Path, embedding_b: dict | None, embedd
             if mode == "b" and embedding_b is None:
                 continue
             embedding = embedding_b if mode in ("b", "c") and embedding_b else {"provider": "none"}
-            label_embedder = embedding["provider"]
+            name = {"a": "no LLM, no embedder", "b": f"embedder {embedding['provider']}",
+                    "c": f"fake LLM, embedder {embedding['provider']}"}[mode]
             for how in args.ingest:
                 home = Home(tmp / f"{corpus.name}-{mode}-{how}", embedding,
                             server.url if mode == "c" else None)
@@ -829,7 +839,7 @@ def run_corpus(corpus: Corpus, args, tmp: Path, embedding_b: dict | None, embedd
                     ingestion = ingest_run(home, corpus, timeout=args.run_timeout)
                 what = kept(home)
                 scores, turn_map, extra = search_llmem(home, corpus, args.cli_check)
-                label = f"llmem ({mode}) {MODES[mode]}, emb {label_embedder}, {how}"
+                label = f"llmem ({mode}) {name}, {how}"
                 systems.append((label, scores, ingestion.seconds))
                 results["llmem"][label] = {"figures": scores.figures(), "ingest_s": ingestion.seconds,
                                            "kept": what.total, "by_type": dict(what.by_type),
@@ -858,13 +868,13 @@ def run_corpus(corpus: Corpus, args, tmp: Path, embedding_b: dict | None, embedd
     if corpus.name == "locomo":
         categories = sorted({t for q in corpus.questions for t in q.tags if t.startswith("category")})
         out(f"\n{corpus.name}, turn-level R@5 by category")
-        out(f"{'system':<44} " + " ".join(f"{c:>11}" for c in categories))
+        out(f"{'system':<46} " + " ".join(f"{c:>11}" for c in categories))
         for label, scores, _ in systems:
             cells = []
             for c in categories:
                 f = scores.figures(lambda q, c=c: c in q.tags)
                 cells.append(f"{f['r5']:11.3f}" if "r5" in f else f"{'-':>11}")
-            out(f"{label:<44} " + " ".join(cells))
+            out(f"{label:<46} " + " ".join(cells))
     return results
 
 

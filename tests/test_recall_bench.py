@@ -15,10 +15,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from fakes import FakeModelServer  # noqa: E402
 from recall import (  # noqa: E402
     BM25,
+    Corpus,
     Home,
     Question,
     Ranked,
     Scores,
+    Session,
+    Turn,
+    TurnMap,
+    Written,
     baseline_scores,
     fake_extraction,
     ingest_backfill,
@@ -70,6 +75,22 @@ def test_scores_count_hits_and_turns_as_documented():
     assert figures["hit5"] == 1.0 and figures["mrr"] == 0.5
     assert figures["r5"] == 1.0 and figures["tmrr"] == pytest.approx(1 / 3)
     assert figures["auroc"] == 1.0
+
+
+def test_a_hit_is_located_by_its_message_ids_and_its_text():
+    session = Session("s", "claude", "/p", [Turn(str(n), [("user", f"question {n} about {word}"),
+                                                            ("assistant", f"answer {n} on {word}")])
+                                            for n, word in ((1, "redis"), (2, "ports"), (3, "tokens"))])
+    written = Written(line_turn={"u1": ("s", "1"), "u2": ("s", "2"), "u3": ("s", "3")}, by_id={"id-s": session})
+    where = TurnMap(Corpus("c", [session], []), written)
+    # An episode naming its first and last message stands for the turns between.
+    assert where.locate("id-s", {"message_ids": ["u1", "u3"]}, "x") == ("s", {"1", "2", "3"})
+    # A heuristic memory: its message id; a restated sentence: the turn that holds it.
+    assert where.locate("id-s", {"message_id": "u2"}, "unrelated") == ("s", {"2"})
+    assert where.locate("id-s", {}, "answer 3 on tokens") == ("s", {"3"})
+    # Only the session: counted for sessions, a miss for turns; no session: a miss.
+    assert where.locate("id-s", {}, "something else entirely") == ("s", set())
+    assert where.locate(None, {"message_id": "u2"}, "answer 2 on ports") == (None, set())
 
 
 def test_bm25_scores_a_rare_term_above_a_common_one():

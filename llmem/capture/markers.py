@@ -7,8 +7,10 @@ take the markers from here, and extraction budgets its slices in the same tokens
 
 from __future__ import annotations
 
-import math
 import re
+
+# The estimate lives at the bottom of the layers (the LLM's daily budget counts in it too).
+from ..tokens import CHARS_PER_TOKEN, estimate_tokens  # noqa: F401 (re-exported)
 
 OPEN_MARKER = "<llmem-context>"
 CLOSE_MARKER = "</llmem-context>"
@@ -16,13 +18,6 @@ CLOSE_MARKER = "</llmem-context>"
 _BLOCK_RE = re.compile(r"<llmem-context\b[^>]*>.*?(?:</llmem-context>|\Z)", re.DOTALL | re.IGNORECASE)
 # A lone marker inside a memory's text would close the block early (or open a nested one).
 MARKER_RE = re.compile(r"</?\s*llmem-context\s*>", re.IGNORECASE)
-
-CHARS_PER_TOKEN = 4
-
-
-def estimate_tokens(text: str) -> int:
-    """The token estimate used for every budget (no tokenizer dependency): characters / 4."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
 def strip_context_blocks(text: str) -> str:

@@ -15,13 +15,18 @@ from .output import bounded_int, http_url, json_option, notice, print_json, prog
 @click.option("--ollama-url", callback=http_url, help="Ollama URL for embeddings and the LLM (default http://localhost:11434).")
 @click.option("--adapter", type=click.Choice(["auto", "opencode", "copilot", "claude", "codex", "none"]),
               help="Session adapter (default: auto-detected).")
+@click.option("--embedder", type=click.Choice(["auto", "builtin", "ollama", "openai", "local", "none"]),
+              default="auto", show_default=True,
+              help="Embedding provider to write. auto, on a first init: ollama when Ollama answers "
+                   "with an embedding model, else builtin (in-process, offline); an existing "
+                   "config keeps its own.")
 @json_option("Print the outcome as JSON.")
 @click.pass_obj
-def init(app, ollama_url, adapter, as_json):
-    """Create the config and the store, detect the session adapter, check the embedder."""
+def init(app, ollama_url, adapter, embedder, as_json):
+    """Create the config and the store, detect the session adapter and the embedder."""
     from ..config import render_example, validate_mapping
     from ..paths import write_private_text
-    from ..setup.doctor import detect_adapter_name, llm_status
+    from ..setup.doctor import detect_adapter_name, llm_status, pick_embedder
 
     config = app.config
     file = config.source or (Path(app._config_path) if app._config_path else config.paths.config_file)
@@ -32,6 +37,12 @@ def init(app, ollama_url, adapter, as_json):
         overrides[("llm", "base_url")] = ollama_url.rstrip("/")
     if adapter:
         overrides[("session", "adapter")] = adapter
+    if embedder == "auto" and config.source is None:
+        embedder, _ = pick_embedder(config, ollama_url)
+    if embedder != "auto":
+        overrides[("embedding", "provider")] = embedder
+        if embedder != values["embedding"]["provider"]:
+            overrides[("embedding", "model")] = None  # the old provider's model means nothing to the new one
     changed = any(values[a][b] != v for (a, b), v in overrides.items())
     config_written = False
     if config.source is None or changed:
@@ -63,14 +74,21 @@ def init(app, ollama_url, adapter, as_json):
                f"{stats['memories']} memories, sqlite-vec {stats['sqlite_vec']})")
     click.echo(f"adapter:  {outcome['adapter']} (detected: {detected})")
     if embedder_status["status"] == "ok":
-        click.echo(f"embedder: {embedder_status['provider']} {embedder_status['model']} answers "
+        verb = "loads" if embedder_status["provider"] in ("builtin", "local") else "answers"
+        click.echo(f"embedder: {embedder_status['provider']} {embedder_status['model']} {verb} "
                    f"({embedder_status['dim']} dimensions)")
     elif embedder_status["status"] == "disabled":
-        click.echo("embedder: none (search is FTS-only)")
+        click.echo("embedder: none (search is FTS-only; `llmem init --embedder builtin` works offline)")
     else:
         click.echo(f"embedder: {embedder_status['provider']} unavailable — {embedder_status['error']}")
-        click.echo("          memories are still stored; search is FTS-only until it answers")
-    if llm["status"] == "ok":
+        if embedder_status.get("hint"):
+            click.echo(f"          hint: {embedder_status['hint']}")
+        click.echo("          memories are still stored; search is FTS-only until it "
+                   + ("loads" if embedder_status["provider"] in ("builtin", "local") else "answers"))
+    if llm["provider"] == "agent":
+        click.echo(f"llm:      agent {llm['agent']} " + (f"({llm['executable']}): `{llm['command']}` per slice"
+                                                       if llm["status"] == "ok" else f"unavailable — {llm['error']}"))
+    elif llm["status"] == "ok":
         click.echo(f"llm:      {llm['provider']} {llm['model']} available")
     elif llm["status"] == "disabled":
         click.echo("llm:      none (extraction and introspection use heuristics)")

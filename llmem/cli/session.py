@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 
 import click
@@ -255,12 +256,19 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
 
     PAYLOAD: the hook's JSON as one argument instead of stdin (Codex's `notify` appends it).
     """
+    from ..paths import AGENT_CALL_ENV, is_agent_call_dir
+
+    if os.environ.get(AGENT_CALL_ENV):
+        return  # the agent runs for llmem itself (llm.provider: agent): no session of the user's
     app = ctx.obj
     undo, log_path = _hook_logging(app)
     try:
         try:
             if not session_id:
                 hook_input = _read_hook_input(payload)
+                if is_agent_call_dir(hook_input.get("cwd")):
+                    log.debug("hook %s in llmem's own agent call: nothing to do", kind)
+                    return
                 if hook_input.get("agent_id"):
                     # Claude Code or Codex fires the hook inside a subagent: the subagent is not
                     # the session, and what it finds reaches the parent's transcript

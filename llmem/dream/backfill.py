@@ -19,6 +19,7 @@ from typing import Any
 
 from ..db.queries import session_cursor_values
 from ..errors import LlmemError, UsageError
+from ..paths import is_agent_call_dir
 from .journal import RESTORABLE_TABLES, Journal, find_run, finish_run, start_run, undo_run
 
 log = logging.getLogger(__name__)
@@ -59,9 +60,11 @@ def backfill_adapters(config, adapter_name: str | None = None) -> list:
 
 def pick_sessions(adapters, *, since: float | None, limit: int | None) -> list[tuple[str, Any]]:
     """(adapter name, session) pairs active since `since`, oldest first, at most `limit`;
-    subagents' sessions are no sessions of their own (ARCHITECTURE.md, "Subagents are not users")."""
+    subagents' sessions are no sessions of their own (ARCHITECTURE.md, "Subagents are not users"),
+    nor are llmem's own agent calls (llm.provider: agent), run in its agent-calls folder."""
     sessions = [(adapter.name, s) for adapter in adapters for s in adapter.list_sessions()
-                if not s.is_subagent and (since is None or (s.updated_ms or 0) / 1000.0 >= since)]
+                if not s.is_subagent and not is_agent_call_dir(s.directory)
+                and (since is None or (s.updated_ms or 0) / 1000.0 >= since)]
     sessions.sort(key=lambda pair: (pair[1].updated_ms or 0, pair[1].id))
     return sessions[:limit] if limit else sessions
 

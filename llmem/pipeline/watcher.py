@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..db.watch_sessions import last_watch_session_update, save_watch_session, watch_session_rows
-from ..paths import expand
+from ..paths import expand, is_agent_call_dir
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,8 @@ class SessionWatcher:
         self._claude_tails: dict = {}  # session id → ClaudeTail: each look parses only the new lines
         self._codex_tails: dict = {}  # thread id → CodexTail: each look parses only the new lines
         self._codex_paths: dict = {}  # thread id → rollout file, from the events that named it
+        # (adapter, session id) → whether llmem's own agent call ran it (llm.provider: agent).
+        self._own_calls: dict[tuple[str, str], bool] = {}
         self.errors = 0
         self.started_at = clock()
         # Activity of an unknown session before this moment predates the watch: remembered,
@@ -469,6 +471,8 @@ class SessionWatcher:
             transcript = None
         if transcript is not None and transcript.is_subagent:
             return  # a task tool's child session: its result reaches the parent's transcript
+        if transcript is not None and transcript.directory:
+            self._own_calls.setdefault(("opencode", session_id), is_agent_call_dir(transcript.directory))
         state = self.states.get(("opencode", session_id))
         lifecycle = opencode_lifecycle(
             transcript, int(self.clock() * 1000),
@@ -490,7 +494,8 @@ class SessionWatcher:
         key = ("copilot", session_id)
         if self._copilot.events_path(session_id) is None:
             # Copilot writes no events before the first prompt: a new folder is a new session.
-            if key not in self.states and _modified_after(self.copilot_dir / session_id, self.catch_up_from):
+            if key not in self.states and _modified_after(self.copilot_dir / session_id, self.catch_up_from) \
+                    and not self._llmems_own_call(*key):
                 self._created(*key)
             return
         log_ = self._copilot.read_events(session_id)
@@ -557,6 +562,44 @@ class SessionWatcher:
         self._apply("codex", thread_id, lifecycle)
 
 
+    # ---- llmem's own agent calls -------------------------------------------------------------
+
+    def _llmems_own_call(self, adapter: str, session_id: str) -> bool:
+        """Whether the session is one llmem ran itself (llm.provider: agent, in its agent-calls
+        folder): never a user's, so it gets no events. Read once per session, when it first
+        has something to announce; a session whose folder is not known yet is asked again."""
+        key = (adapter, session_id)
+        known = self._own_calls.get(key)
+        if known is not None:
+            return known
+        try:
+            transcript = self._reader(adapter).read_transcript(session_id)
+        except Exception as exc:  # unreadable now: the moment's own read reports it
+            log.debug("watch: folder of %s session %s unknown: %s", adapter, session_id, exc)
+            return False
+        if not transcript.directory:
+            if transcript.messages:  # ours say where they ran before their first message
+                self._own_calls[key] = False
+            return False
+        own = self._own_calls[key] = is_agent_call_dir(transcript.directory)
+        if own:
+            log.debug("watch: %s session %s is llmem's own agent call: no events", adapter, session_id)
+        return own
+
+    def _reader(self, adapter: str):
+        """The adapter that reads this watcher's `adapter` folder."""
+        from ..adapters import CopilotAdapter
+        from ..adapters.claude import ClaudeAdapter
+        from ..adapters.codex import CodexAdapter
+
+        if adapter == "opencode":
+            return self._opencode_adapter()
+        if adapter == "copilot":
+            return CopilotAdapter(self.copilot_dir)
+        if adapter == "claude":
+            return ClaudeAdapter(self.claude_dir.parent)
+        return CodexAdapter(self.codex_dir.parent)
+
     # ---- turning moments into events -------------------------------------------------------
 
     def _created(self, adapter: str, session_id: str) -> SessionState | None:
@@ -579,6 +622,8 @@ class SessionWatcher:
             self.states[key] = SessionState.seen(lifecycle)
             self._save(key)
             self._schedule_recheck(key, lifecycle)
+            return
+        if self._llmems_own_call(adapter, session_id):
             return
         state = self._created(adapter, session_id)
         if state is None:

@@ -1,4 +1,4 @@
-"""The services llmem calls out to: embedders (Ollama, OpenAI-compatible, local) and the chat LLM.
+"""The services llmem calls out to: embedders (built-in, Ollama, OpenAI-compatible, local) and the chat LLM.
 
 `make_embedder` lives here, not beside the Embedder classes: the local embedder subclasses
 Embedder, and the factory that imports it would otherwise sit in the module it imports from.
@@ -18,11 +18,22 @@ def _default_prefixes(model: str) -> tuple[str, str]:
     return "", ""
 
 
+# What `embedding.model: null` means for each provider (the built-in and local embedders
+# resolve their own default, so a null reaches them as "").
+DEFAULT_MODELS = {"ollama": "nomic-embed-text", "openai": "text-embedding-3-small"}
+
+
+def embedding_model(section: dict) -> str:
+    """The model an `embedding:` section names, its provider's default when it names none."""
+    return section["model"] or DEFAULT_MODELS.get(section["provider"], "")
+
+
 def make_embedder(cfg) -> Embedder:
     """The embedder described by the `embedding:` section of a config."""
     section = cfg.values["embedding"]
     provider = section["provider"]
-    query_prefix, document_prefix = _default_prefixes(section["model"])
+    model = embedding_model(section)
+    query_prefix, document_prefix = _default_prefixes(model)
     if section["query_prefix"] is not None:
         query_prefix = section["query_prefix"]
     if section["document_prefix"] is not None:
@@ -32,11 +43,17 @@ def make_embedder(cfg) -> Embedder:
     sent = dict(common, redactor=redactor)
     if provider == "none":
         return NoEmbedder()
+    if provider == "builtin":
+        # Imported here, not at the top: the module is light, but a hook that never embeds
+        # should not even read it. onnxruntime itself loads on the first embedded text.
+        from .builtin import BuiltinEmbedder
+
+        return BuiltinEmbedder(model, batch_size=section["batch_size"], **sent)
     if provider == "ollama":
-        return OllamaEmbedder(section["model"], section["base_url"], section["timeout"],
+        return OllamaEmbedder(model, section["base_url"], section["timeout"],
                               section["batch_size"], **sent)
     if provider == "openai":
-        return OpenAIEmbedder(section["model"], section["base_url"], section["timeout"],
+        return OpenAIEmbedder(model, section["base_url"], section["timeout"],
                               section["batch_size"], api_key_env=section["api_key_env"], **sent)
     if provider == "local":
         try:
@@ -44,7 +61,7 @@ def make_embedder(cfg) -> Embedder:
         except ImportError as exc:
             raise UsageError(f"the local embedder is not available: {exc}",
                              hint="pip install 'llmem[local]'") from None
-        local = LocalEmbedder(section["model"], batch_size=section["batch_size"], **common)
+        local = LocalEmbedder(model, batch_size=section["batch_size"], **common)
         local.redactor = redactor
         return local
     raise UsageError(f"unknown embedding provider {provider!r}")

@@ -1,4 +1,5 @@
-"""Embedding clients (httpx): Ollama, OpenAI-compatible, local sentence-transformers, none.
+"""Embedding clients: the base class, Ollama and OpenAI-compatible (httpx), none. (The built-in
+ONNX embedder is in builtin.py, the sentence-transformers one in local.py.)
 
 Every embedder returns unit-length float32 vectors; the dimension comes from the model's
 answer, never from a constant. Every text is redacted before it is embedded: whatever calls
@@ -79,7 +80,7 @@ class Embedder:
             return {"provider": self.provider, "model": self.model, "status": "ok", "dim": self.dim}
         except Exception as exc:
             return {"provider": self.provider, "model": self.model, "status": "unavailable",
-                    "error": getattr(exc, "message", str(exc))}
+                    "error": getattr(exc, "message", str(exc)), "hint": getattr(exc, "hint", None)}
 
     def close(self) -> None:
         pass
@@ -96,7 +97,7 @@ class NoEmbedder(Embedder):
 
     def _embed(self, texts):
         raise EmbedderUnavailable("no embedder is configured (embedding.provider: none)",
-                                  hint="set embedding.provider to ollama, openai or local")
+                                  hint="set embedding.provider to builtin (in-process, no server), ollama, openai or local")
 
     def status(self) -> dict:
         return {"provider": "none", "model": None, "status": "disabled"}

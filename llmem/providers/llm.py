@@ -336,6 +336,20 @@ class OpenAILLM(LLM):
                 _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), raw)
 
 
+class AgentLLM(LLM):
+    """llm.provider: agent — an agent CLI's non-interactive mode answers (providers/agent_cli.py
+    says how each is called and read); its calls are redacted, retried and metered like any."""
+
+    provider = "agent"
+
+    def __init__(self, call, **kw):
+        super().__init__(call.label, "", **kw)
+        self.call = call
+
+    def _request(self, messages, schema):
+        return self.call.ask(messages, schema, timeout=self.timeout, redactor=self.redactor)
+
+
 def _count(value: Any) -> int:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
@@ -356,7 +370,11 @@ def make_llm(config, *, model: str | None = None, base_url: str | None = None,
     if provider == "openai":
         return OpenAILLM(model or section["model"], base_url or section["base_url"],
                          api_key_env=section["api_key_env"], **common)
-    raise UsageError(f"unknown llm provider {provider!r}", hint="use ollama, openai or none")
+    if provider == "agent":
+        from .agent_cli import agent_call
+
+        return AgentLLM(agent_call(section, model), **common)
+    raise UsageError(f"unknown llm provider {provider!r}", hint="use ollama, openai, agent or none")
 
 
 @contextmanager

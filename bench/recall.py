@@ -691,25 +691,29 @@ class BM25:
 
 
 class Dense:
-    """Cosine over the embedder's unit vectors."""
+    """Cosine over the embedder's unit vectors (query vectors shared through `queries`)."""
 
-    def __init__(self, embedder, docs: list[str]):
+    def __init__(self, embedder, docs: list[str], queries: dict):
         import numpy as np
 
         self.embedder = embedder
+        self.queries = queries
         self.matrix = np.asarray(embedder.embed_documents(docs)) if docs else np.zeros((0, 1))
 
     def scores(self, query: str) -> list[float]:
         import numpy as np
 
-        return list(self.matrix @ np.asarray(self.embedder.embed_query(query)))
+        if query not in self.queries:
+            self.queries[query] = np.asarray(self.embedder.embed_query(query))
+        return list(self.matrix @ self.queries[query])
 
 
 def baseline_scores(corpus: Corpus, embedder) -> dict[str, Scores]:
     """BM25 (and dense) over turns and over sessions, within each question's scope."""
     makers = {"BM25": BM25}
     if embedder is not None:
-        makers["dense"] = lambda docs: Dense(embedder, docs)
+        queries: dict = {}
+        makers["dense"] = lambda docs: Dense(embedder, docs, queries)
     scopes: dict[str | None, list[Session]] = {}
     for session in corpus.sessions:
         scopes.setdefault(session.scope, []).append(session)
@@ -841,9 +845,11 @@ def run_corpus(corpus: Corpus, args, tmp: Path, embedding_b: dict | None, embedd
                 scores, turn_map, extra = search_llmem(home, corpus, args.cli_check)
                 label = f"llmem ({mode}) {name}, {how}"
                 systems.append((label, scores, ingestion.seconds))
-                results["llmem"][label] = {"figures": scores.figures(), "ingest_s": ingestion.seconds,
-                                           "kept": what.total, "by_type": dict(what.by_type),
-                                           "store_bytes": what.store_bytes}
+                results["llmem"][label] = {"mode": mode, "ingest": how, "figures": scores.figures(),
+                                           "ingest_s": ingestion.seconds, "kept": what.total,
+                                           "by_type": dict(what.by_type), "store_bytes": what.store_bytes,
+                                           "grown_x": max(0, what.store_bytes - empty_store_bytes())
+                                           / max(1, home.writer.written.text_bytes)}
                 out(f"  {label}: ingested in {ingestion.seconds:.1f} s ({ingestion.note}); "
                     + what.line(home.writer.written.text_bytes))
                 out(f"    hits located: {dict(turn_map.how)}; search p50 {extra['p50_ms']:.1f} ms"
@@ -876,6 +882,32 @@ def run_corpus(corpus: Corpus, args, tmp: Path, embedding_b: dict | None, embedd
                 cells.append(f"{f['r5']:11.3f}" if "r5" in f else f"{'-':>11}")
             out(f"{label:<46} " + " ".join(cells))
     return results
+
+
+def targets(results: dict) -> list[str]:
+    """Issue 18's targets, each beside what it is measured against, for the default mode (b,
+    the built-in embedder, no LLM; (a) when b did not run), ingested by backfill."""
+    lines = ["", "Targets (issue 18), default mode, backfill; measured / target / baselines in this run"]
+    for name, corpus in results.items():
+        runs = [r for r in corpus["llmem"].values() if r["ingest"] == "backfill"]
+        run = next((r for r in runs if r["mode"] == "b"), next((r for r in runs if r["mode"] == "a"), None))
+        if run is None:
+            continue
+        f, base = run["figures"], corpus["baselines"]
+
+        def beside(key, base=base):
+            return ", ".join(f"{n} {b[key]:.3f}" for n, b in base.items() if n.endswith("turns") and key in b)
+
+        mode = f"({run['mode']})"
+        if name == "coding":
+            lines.append(f"  coding session Hit@5 {mode}: {f.get('hit5', 0):.3f} / >= 0.95 / {beside('hit5')}")
+            lines.append(f"  coding session MRR {mode}:   {f.get('mrr', 0):.3f} / >= 0.85 / {beside('mrr')}")
+            if "auroc" in f:
+                lines.append(f"  coding AUROC {mode}:         {f['auroc']:.3f} / separates (1.0) / {beside('auroc')}")
+        if name == "locomo":
+            lines.append(f"  LoCoMo turn R@5 {mode}:      {f.get('r5', 0):.3f} / >= 0.55 / {beside('r5')}")
+        lines.append(f"  {name} store growth {mode}: {run['grown_x']:.1f}x the transcript text / <= 3x")
+    return lines
 
 
 def locomo_path(given: str | None) -> Path | None:
@@ -955,6 +987,8 @@ def main(argv: list[str] | None = None) -> dict:
             import shutil
 
             shutil.rmtree(tmp, ignore_errors=True)
+    for line in targets(results):
+        print(line)
     print(f"\nwhole run: {time.perf_counter() - started:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))

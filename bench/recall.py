@@ -27,14 +27,16 @@ options, access tracking off), and `llmem search --json --no-track` on a sample 
 
 Scoring: a hit's session is the memory's session_id. Its turns: the transcript messages its
 metadata names (any metadata value that is a message id the bench wrote: the heuristics'
-`message_id`, an episode's ids), plus the turns of that session whose text the memory contains
-(≥ 80 % of the turn's words) or, when it contains none, the one turn that contains the memory
-(≥ 80 % of the memory's words: a sentence an extraction kept or restated); a list of message ids
-(an episode's first and last) stands for every turn between them. A memory that carries only the session counts for the session-level figures and as a
-miss at turn level. Session level: Hit@5, Hit@20 (any of the top k in a gold session), MRR
-(first such rank, of 20). Turn level: R@5 (share of the gold turns among the top 5's turns) and
-MRR. AUROC: how well the top result's score separates answerable from unanswerable questions
-(1.0 = always higher for answerable ones; 0.5 = no separation).
+`message_id`, an episode's ids; a list of them, an episode's first and last, stands for every
+turn between), plus the turns of that session whose text the memory contains (>= 80 % of the
+turn's words) or, when it contains none, the one turn that contains the memory (>= 80 % of the
+memory's words: a sentence an extraction kept or restated). A memory that carries only the
+session counts for the session-level figures and as a miss at turn level. Session level:
+Hit@5, Hit@20 (any of the top k in a gold session), MRR (first such rank, of 20). Turn level:
+R@5 (share of the gold turns among the top 5's turns) and MRR, beside t/top5, how many turns
+the top 5 stand for (a chunk of several turns credits each of them). AUROC: how well the top
+result's score separates answerable from unanswerable questions (1.0: always higher for the
+answerable ones; 0.5: no separation).
 Baselines, in the same run over the same messages (user and assistant text; tool output left
 out): BM25 over turns and over whole sessions, and dense over turns and sessions with (b)'s
 embedder when there is one. Example:
@@ -641,13 +643,15 @@ class Scores:
             rr += 1.0 / ranks[0] if ranks else 0.0
         out |= {"hit5": hit5 / len(rows), "hit20": hit20 / len(rows), "mrr": rr / len(rows)}
         if rows[0][1].turns is not None:
-            recall = trr = 0.0
+            recall = trr = covered = 0.0
             for question, ranked in rows:
                 top5 = set().union(*ranked.turns[:5]) if ranked.turns else set()
+                covered += len(top5)
                 recall += len(question.turns & top5) / len(question.turns)
                 rank = next((i for i, t in enumerate(ranked.turns[:DEPTH], start=1) if t & question.turns), None)
                 trr += 1.0 / rank if rank else 0.0
-            out |= {"r5": recall / len(rows), "tmrr": trr / len(rows)}
+            # How many turns the top 5 stand for: a chunk of several turns credits them all.
+            out |= {"r5": recall / len(rows), "tmrr": trr / len(rows), "turns5": covered / len(rows)}
         positives = [r.top for q, r in self.rows if q.answerable and keep(q)]
         negatives = [r.top for q, r in self.rows if not q.answerable]
         if positives and negatives:
@@ -794,17 +798,17 @@ def search_llmem(home: Home, corpus: Corpus, cli_check: int) -> tuple[Scores, Tu
 # ---- the run ------------------------------------------------------------------------------
 
 
-HEAD = (f"{'system':<46} {'Hit@5':>6} {'Hit@20':>6} {'MRR':>6} {'tR@5':>6} {'tMRR':>6} {'AUROC':>6}"
-        f" {'ingest s':>9}")
+HEAD = (f"{'system':<46} {'Hit@5':>6} {'Hit@20':>6} {'MRR':>6} {'tR@5':>6} {'tMRR':>6} {'t/top5':>6}"
+        f" {'AUROC':>6} {'ingest s':>9}")
 
 
 def row(label: str, figures: dict, seconds: float | None = None) -> str:
-    def cell(key):
-        return f"{figures[key]:6.3f}" if key in figures else f"{'-':>6}"
+    def cell(key, digits=3):
+        return f"{figures[key]:6.{digits}f}" if key in figures else f"{'-':>6}"
 
     took = f"{seconds:9.1f}" if seconds is not None else f"{'':>9}"
     return (f"{label:<46} {cell('hit5')} {cell('hit20')} {cell('mrr')} {cell('r5')} {cell('tmrr')} "
-            f"{cell('auroc')} {took}")
+            f"{cell('turns5', 1)} {cell('auroc')} {took}")
 
 
 GROUPS = {
@@ -866,8 +870,8 @@ def run_corpus(corpus: Corpus, args, tmp: Path, embedding_b: dict | None, embedd
         sample = systems[0][1].figures(keep)["n"] if systems else 0
         if not sample:
             continue
-        out(f"\n{corpus.name}, {group} ({sample} questions; session level Hit@5/Hit@20/MRR, turn level "
-            f"R@5/MRR, AUROC answerable vs unanswerable)")
+        out(f"\n{corpus.name}, {group} ({sample} questions; session level Hit@5/Hit@20/MRR; turn level "
+            f"R@5/MRR and the turns the top 5 stand for; AUROC answerable vs unanswerable)")
         out(HEAD)
         for label, scores, seconds in systems:
             out(row(label, scores.figures(keep), seconds if group == "all answerable" else None))

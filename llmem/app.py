@@ -17,6 +17,14 @@ class App:
     def __init__(self, config: Config | None = None, config_path: str | None = None):
         self._config = config
         self._config_path = config_path
+        # A command that only reads, or writes only what it may skip (recalls): a store that
+        # cannot be opened for writing (a full disk, a read-only file system) is opened
+        # read-only instead of failing (db/connection.py open_read_only).
+        self.reading = False
+
+    def reads_only(self) -> None:
+        """Say, before the store is opened, that this command reads (see `reading`)."""
+        self.reading = True
 
     @cached_property
     def config(self) -> Config:
@@ -24,11 +32,24 @@ class App:
 
     @cached_property
     def store(self):
+        from .errors import StoreError
         from .redact import Redactor
         from .store import Store
 
-        return Store.open(self.config.db_path,
-                          redactor=Redactor.from_section(self.config.values["redaction"]))
+        redactor = Redactor.from_section(self.config.values["redaction"])
+        try:
+            return Store.open(self.config.db_path, redactor=redactor)
+        except StoreError as exc:
+            if not self.reading or not self.config.db_path.exists():
+                raise
+            try:
+                store = Store.open(self.config.db_path, redactor=redactor, read_only=True)
+            except StoreError:
+                raise exc from None
+            import logging
+
+            logging.getLogger(__name__).warning("%s; reading the store read-only, recording nothing", exc.message)
+            return store
 
     @cached_property
     def embedder(self):

@@ -57,7 +57,31 @@ class StoreError(LlmemError):
     """The memory store could not be opened, migrated or written."""
 
 
-def store_failure(exc: BaseException, db_path) -> StoreError | None:
+def failed_in_queue(exc: BaseException) -> bool:
+    """Whether a failure came out of huey's storage, so from the queue file, not the store."""
+    seen = exc
+    while seen is not None:
+        tb = seen.__traceback__
+        while tb is not None:
+            if "/huey/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+                return True
+            tb = tb.tb_next
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def queue_failure(exc: BaseException, queue_path) -> StoreError | None:
+    """A SQLite failure of the queue file (huey's queue.db) said in the user's terms: it holds
+    nothing the store does not (every task is an event row of the store), so the fix is to
+    rebuild it, never to touch the store."""
+    said = store_failure(exc, queue_path, what="the queue")
+    if said is not None and "damaged" in said.message:
+        said.hint = ("rebuild it from the store's event rows with `llmem queue --reset` (the damaged "
+                     "file is kept beside it); the memory store is not affected")
+    return said
+
+
+def store_failure(exc: BaseException, db_path, *, what: str = "the memory store") -> StoreError | None:
     """A SQLite failure said in the user's terms (a damaged file, a full disk), or None.
 
     SQLite's own words ("database disk image is malformed", or after a full disk "cannot
@@ -83,11 +107,11 @@ def store_failure(exc: BaseException, db_path) -> StoreError | None:
         disk_full = False
     if any("database or disk is full" in m for m in messages) or (
             disk_full and any(("disk i/o error" in m or "cannot rollback" in m) for m in messages)):
-        return StoreError(f"the disk holding the memory store {path} is full; the change was not saved",
+        return StoreError(f"the disk holding {what} {path} is full; the change was not saved",
                           hint=f"free some space on that disk (`df -h {path.parent}`) and run the command again")
     if any(("malformed" in m or "file is not a database" in m) for m in messages):
         return StoreError(
-            f"the memory store {path} is damaged ({messages[-1]})",
+            f"{what} {path} is damaged ({messages[-1]})",
             hint=f"check it with `sqlite3 {path} \"PRAGMA integrity_check\"`; save what can still be "
                  "read with `llmem export -o rescue.json`; then restore the file from a backup, or move "
                  "it aside, run `llmem init` and `llmem import rescue.json`")

@@ -19,6 +19,7 @@ from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES
 from .errors import UsageError
 from .store import content_hash, memory_to_dict
 from .times import from_iso, now, to_iso
+from .trust import TRUST_LEVELS, trust_of_source
 
 FORMAT_VERSION = 1
 # SQLite integers are signed 64-bit.
@@ -30,7 +31,55 @@ _TIME_FIELDS = ("created_at", "updated_at", "accessed_at", "valid_from", "valid_
 
 
 def export_data(store, *, include_embeddings: bool = False) -> dict[str, Any]:
-    """Every memory (invalid ones too) and every relation, optionally with vectors."""
+    """Every memory (invalid ones too) and every relation, optionally with vectors.
+
+    A store SQLite cannot read whole (a damaged page, a column that is not UTF-8) is read
+    row by row instead (`rescue_data`): every readable row is saved, the rest counted."""
+    try:
+        return _export_whole(store, include_embeddings)
+    except (UnicodeDecodeError, ValueError):
+        return rescue_data(store)
+    except Exception as exc:
+        # peewee's DatabaseError, or the driver's own raised while rows are fetched
+        if not any(cls.__name__ == "DatabaseError" for cls in type(exc).__mro__):
+            raise
+        return rescue_data(store)
+
+
+def rescue_data(store) -> dict[str, Any]:
+    """What can still be read of a damaged store, in the export format, with a `rescue`
+    section counting what could not be (no embeddings: they are derived, re-made on import)."""
+    import json
+
+    from .db.queries import readable_memory_rows, readable_relation_rows
+
+    Memory = store.models.Memory
+    fields = {f.column_name: f.name for f in Memory._meta.sorted_fields}
+    memories, unreadable, damaged_text = [], 0, 0
+    for _seq, values, bad in readable_memory_rows(store.db):
+        if values is None:
+            unreadable += 1
+            continue
+        raw_metadata = values.pop("metadata", None)
+        try:
+            metadata = json.loads(raw_metadata) if raw_metadata else {}
+        except ValueError:
+            metadata, bad = {"unreadable_metadata": raw_metadata}, bad + 1
+        if not isinstance(values.get("content"), str) or not isinstance(values.get("id"), str):
+            unreadable += 1
+            continue
+        damaged_text += bool(bad)
+        memory = Memory(**{fields[c]: v for c, v in values.items() if c in fields}, metadata=metadata)
+        memories.append(memory_to_dict(memory))
+    relations, lost_relations = readable_relation_rows(store.db)
+    return {"version": FORMAT_VERSION, "exported_at": to_iso(now()), "memories": memories,
+            "relations": [{"source_id": a, "target_id": b, "type": t, "created_at": to_iso(at)}
+                          for a, b, t, at in relations],
+            "rescue": {"unreadable_memories": unreadable, "memories_with_damaged_text": damaged_text,
+                       "unreadable_relations": lost_relations}}
+
+
+def _export_whole(store, include_embeddings: bool) -> dict[str, Any]:
     Memory, Relation, Embedding = store.models.Memory, store.models.Relation, store.models.Embedding
     memories = []
     vectors = {}
@@ -132,6 +181,12 @@ def _check_memory(i: int, row: Any, errors: list[str], redactor) -> dict | None:
     if not isinstance(metadata, dict):
         errors.append(f"{where} ({mid}): 'metadata' must be an object")
     out["metadata"] = metadata
+    # Whose words these are: as exported, or what the source says (an export of an older llmem).
+    trust = row.get("trust")
+    if trust is not None and trust not in TRUST_LEVELS:
+        errors.append(f"{where} ({mid}): unknown trust {trust!r} (one of: {', '.join(TRUST_LEVELS)})")
+    out["trust"] = trust or trust_of_source(source, metadata if isinstance(metadata, dict) else None,
+                                            out.get("project"))
     access_count = row.get("access_count", 0)
     if isinstance(access_count, bool) or not isinstance(access_count, int) \
             or not 0 <= access_count <= MAX_INTEGER:
@@ -278,7 +333,7 @@ def apply_import(store, plan: ImportPlan, *,
     with store.db.atomic():
         rows = []
         for memory in plan.new:
-            row = {k: memory[k] for k in ("id", "type", "content", "summary", "confidence", "source",
+            row = {k: memory[k] for k in ("id", "type", "content", "summary", "confidence", "source", "trust",
                                           "project", "session_id", "metadata", "access_count",
                                           *_TIME_FIELDS)}
             row["created_at"] = row["created_at"] or stamp

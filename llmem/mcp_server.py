@@ -20,6 +20,9 @@ import asyncio
 import json
 import logging
 import os
+import re
+import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,6 +39,7 @@ from .errors import EmbedderUnavailable, LlmemError, UsageError, store_failure
 from .paths import project_root_of
 from .search import Searcher
 from .store import check_confidence, check_type, content_hash, memory_to_dict
+from .trust import AGENT
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,9 @@ MAX_IDS = 20
 LINE_CHARS = 200  # one search result's text
 ERROR_CHARS = 2000  # an error's text (it may quote what the caller sent)
 ID_CHARS = 8  # ids as the context block shows them; every tool takes a prefix of 4 or more
+# The longest text any argument may carry (a memory's content, a query, a lesson): a memory
+# is one self-contained idea, and a 50 MB one was stored and sent whole to the embedder.
+MAX_TEXT_CHARS = 20_000
 
 INSTRUCTIONS = (
     "llmem is the user's long-term memory across sessions and agents. search it before "
@@ -67,12 +74,18 @@ Tokens = Annotated[int, Field(ge=MIN_TOKENS, le=MAX_TOKENS)]
 OptionalTokens = Annotated[int | None, Field(ge=MIN_TOKENS, le=MAX_TOKENS)]
 Results = Annotated[int, Field(ge=1, le=MAX_RESULTS)]
 Project = Annotated[str | None, Field(description='repo path (default: the working repo; "" = none)')]
+# Writes go into the server's own project only (MemoryTools._write_project).
+WriteProject = Annotated[str | None, Field(description="only this server's repo (the default)")]
 
 
 def working_project(directory: str | os.PathLike) -> str | None:
     """The repository (the nearest folder with .git) holding `directory`, or None (global)."""
     root = project_root_of(str(directory))
     return root if root and (Path(root) / ".git").exists() else None
+
+
+def _one_spaced(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _one_line(text: str | None, width: int) -> str:
@@ -109,6 +122,30 @@ class MemoryTools:
     def close(self) -> None:
         self.app.close()
 
+    def _redacted(self, text: str | None) -> str:
+        """`text` redacted as it was given: joining its lines first would hide a nested YAML
+        secret (`token:\n  access_token: …`) from its pattern."""
+        return self.app.store.redactor.text(text or "") or ""
+
+    def _write_project(self, project: str | None) -> str | None:
+        """The project a write goes into: the one this server serves (the repository it was
+        started in, or the global scope when it was started outside any). Naming another
+        project, or "" for the global scope from inside a repository, is refused: an agent
+        steered by a hostile README or web page must not plant memories into other projects'
+        context or a preference into every project's. The user writes those with the CLI."""
+        wanted = self._project(project)
+        if wanted != self.default_project:
+            self._refuse_scope(wanted)
+        return wanted
+
+    def _refuse_scope(self, wanted: str | None):
+        served = self.default_project or "the global scope (it was started outside any repository)"
+        raise UsageError(
+            f"this server writes only into the project it serves, {served}; not into "
+            + (wanted or "the global scope"),
+            hint="leave project out; to write elsewhere, use `llmem add` there or run the agent in "
+                 "that repository")
+
     def _project(self, project: str | None) -> str | None:
         """The project a call means: a folder inside a repository means the repository."""
         if project is None:
@@ -120,7 +157,7 @@ class MemoryTools:
 
     def search(self, query: str, limit: int = 10, memory_type: str | None = None,
                project: str | None = None, max_tokens: int = SEARCH_TOKENS) -> str:
-        text = " ".join((query or "").split())
+        text = _one_spaced(self._redacted(query))
         if not text:
             raise UsageError("the search query is empty", hint="pass what to find as query")
         if memory_type:
@@ -176,11 +213,11 @@ class MemoryTools:
             raise UsageError(f"remember does not store {memory_type} memories",
                              hint="use introspect for a self_assessment; types here: "
                                   + ", ".join(EXTRACT_TYPES))
-        content = " ".join((content or "").split())
+        content = _one_spaced(self._redacted(content))
         if not content:
             raise UsageError("the memory content is empty", hint="pass the fact to keep as content")
         confidence = INFERRED if confidence is None else check_confidence(confidence)
-        project = self._project(project)
+        project = self._write_project(project)
         self.open()
         candidate = Candidate(memory_type, content, confidence=confidence, rule="mcp")
         report = ExtractionReport(session_id=None, project=project)
@@ -199,13 +236,15 @@ class MemoryTools:
         return f"Already stored{shown}"
 
     def correct(self, memory_id: str, content: str | None = None, reason: str | None = None) -> str:
-        content = " ".join((content or "").split()) or None
-        reason = " ".join((reason or "").split()) or None
+        content = _one_spaced(self._redacted(content)) or None
+        reason = _one_spaced(self._redacted(reason)) or None
         if content is None and reason is None:
             raise UsageError("correct needs content (what holds now) or reason (why it no longer holds)",
                              hint="content supersedes the memory; a reason alone invalidates it")
         store = self.app.store
         old = store.get(memory_id.strip("[] "))
+        if old.project != self.default_project:
+            self._refuse_scope(old.project)
         if content is None:
             if old.invalidated_at is not None:
                 first = (old.metadata or {}).get("invalidation_reason") or "no reason recorded"
@@ -235,13 +274,14 @@ class MemoryTools:
                    project: str | None = None) -> str:
         memory = introspect_manual(self.app, category, what_happened, context=context,
                                    caught_by=caught_by, proposed_fix=proposed_fix,
-                                   project=self._project(project))[0]
+                                   project=self._write_project(project))[0]
         meta = memory.metadata or {}
         return (f"Stored self_assessment [{memory.id[:ID_CHARS]}] ({meta.get('category')}, "
                 f"recurring: {meta.get('recurring', 'no')})")
 
     def learn(self, wrong: str, right: str, context: str | None = None) -> str:
-        memory = learn_lesson(self.app, wrong, right, context)[0]
+        memory = learn_lesson(self.app, wrong, right, context, project=self.default_project,
+                              trust=AGENT)[0]
         return f"Stored {memory.type} [{memory.id[:ID_CHARS]}]"
 
     def _embed(self, memory) -> None:
@@ -305,6 +345,69 @@ def error_text(exc: BaseException, db_path) -> str | None:
     return said.message + (f"\n  hint: {said.hint}" if said.hint else "")
 
 
+# What `_StdinFilter` puts in place of a lone surrogate escape (`\\ud800` alone): U+FFFF is a
+# noncharacter, never text, so a tool call holding it is refused by `_check_arguments`.
+_LONE_SURROGATE = "\uffff"
+_LONE_ESCAPE = re.compile(
+    rb"(?<!\\)((?:\\\\)*)\\u(?:[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2}\\u)[dD][c-fC-F][0-9a-fA-F]{2})")
+
+
+def _texts(value: Any):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _texts(item)
+
+
+def _check_arguments(args: tuple) -> None:
+    """UsageError for a text argument no tool takes: a lone surrogate, or past MAX_TEXT_CHARS."""
+    for text in _texts(args):
+        if _LONE_SURROGATE in text:
+            raise UsageError("an argument holds a lone surrogate (a \\ud800-\\udfff escape without its "
+                             "pair), which is not Unicode text; nothing was done",
+                             hint="send the text as valid UTF-8")
+        if len(text) > MAX_TEXT_CHARS:
+            raise UsageError(f"an argument is {len(text):,} characters; llmem takes at most "
+                             f"{MAX_TEXT_CHARS:,} per text; nothing was done",
+                             hint="keep one self-contained idea per memory, or shorten the query")
+
+
+class _StdinFilter:
+    """stdin for the SDK, through a pipe: each line as the client sent it, with every lone
+    surrogate escape replaced by one of U+FFFF. The SDK's JSON reader rejects a lone
+    surrogate before the request is known, so the client got no reply at all; this way the
+    call arrives and is refused with a tool error."""
+
+    def __init__(self, source):
+        read_fd, self._write_fd = os.pipe()
+        self.stream = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
+        self._source = source
+        threading.Thread(target=self._pump, name="llmem-mcp-stdin", daemon=True).start()
+
+    def _pump(self) -> None:
+        with os.fdopen(self._write_fd, "wb") as sink:
+            try:
+                for line in self._source:
+                    if b"\\u" in line:
+                        line = _LONE_ESCAPE.sub(rb"\1\\uffff", line)
+                    sink.write(line)
+                    sink.flush()
+            except (OSError, ValueError):  # the server is closing
+                pass
+
+
+def _client_gone(exc: BaseException) -> bool:
+    """Whether a failure of the stdio transport is only the client having gone away."""
+    import anyio
+
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_client_gone(inner) for inner in exc.exceptions)
+    return isinstance(exc, BrokenPipeError | ConnectionResetError | anyio.BrokenResourceError
+                      | anyio.ClosedResourceError)
+
+
 def build_server(tools: MemoryTools):
     """The MCPServer with the seven tools, and the one-thread executor they run on."""
     from mcp.server.mcpserver import MCPServer
@@ -319,6 +422,7 @@ def build_server(tools: MemoryTools):
 
     def guarded(name: str, work, *args):
         try:
+            _check_arguments(args)
             return work(*args)
         except Exception as exc:
             said = error_text(exc, tools.app.config.db_path)
@@ -354,7 +458,7 @@ def build_server(tools: MemoryTools):
         "Keep a durable fact for later sessions: one self-contained idea, naming things. A "
         f"duplicate is not stored twice. type: {types}. confidence 0-1 (default {INFERRED})."))
     async def remember(content: str, type: str = "fact", confidence: float | None = None,
-                       project: Project = None) -> str:
+                       project: WriteProject = None) -> str:
         return await run("remember", tools.remember, content, type, confidence, project)
 
     @server.tool(structured_output=False, description=(
@@ -374,7 +478,7 @@ def build_server(tools: MemoryTools):
         + ", ".join(CATEGORIES) + "."))
     async def introspect(category: str, what_happened: str, context: str | None = None,
                          caught_by: str | None = None, proposed_fix: str | None = None,
-                         project: Project = None) -> str:
+                         project: WriteProject = None) -> str:
         return await run("introspect", tools.introspect, category, what_happened, context,
                          caught_by, proposed_fix, project)
 
@@ -400,8 +504,15 @@ def serve(app) -> None:
     # here (a damaged store) is reported by each call, which tries again.
     executor.submit(_open_quietly, tools)
     log.info("serving MCP over stdio (pid %d, project %s)", os.getpid(), tools.default_project)
+    sys.stdin = _StdinFilter(sys.stdin.buffer).stream
     try:
         server.run("stdio")
+    except BaseException as exc:
+        # A client that closes its end mid-call leaves the reply nowhere to go: that is the
+        # end of the session, not a failure of the server (it was exit 1 and an ExceptionGroup).
+        if not _client_gone(exc):
+            raise
+        log.info("the MCP client went away during a call")
     finally:
         executor.submit(tools.close).result()
         executor.shutdown()

@@ -209,7 +209,10 @@ class Searcher:
                 mode, notice = "fts", "no embedder configured: searching with FTS only"
             else:
                 try:
-                    semantic_query = semantic_text(self.db, query, share=COMMON_WORD_SHARE)
+                    # Redacted before it is re-tokenised: `sk-proj-…` split into words no
+                    # longer matches its pattern when the embedder redacts what it sends.
+                    safe_query = self.store.redactor.text(query)
+                    semantic_query = semantic_text(self.db, safe_query, share=COMMON_WORD_SHARE)
                     query_vector = self.embedder.embed_query(semantic_query)
                 except EmbedderUnavailable as exc:
                     if mode == "semantic":
@@ -298,6 +301,8 @@ class Searcher:
 
     def record_recall(self, hits: list[Hit], query: str, origin: str, at: float) -> None:
         """Access tracking and RecallEvent rows; best effort, never fails the search."""
+        if getattr(self.db, "read_only", False):
+            return  # opened read-only (a full disk): nothing can be recorded
         qhash = query_hash(query)
         try:
             with self.db.atomic():

@@ -18,7 +18,7 @@ from typing import Any
 import peewee as pw
 
 from .db import vec
-from .db.connection import open_database
+from .db.connection import open_database, open_read_only
 from .db.derived import text_hash, text_to_embed
 from .db.fts import index_hints
 from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES, Memory, Models, Relation, bound_models
@@ -26,6 +26,7 @@ from .db.queries import write_memory_columns
 from .errors import AmbiguousId, NotFound, UsageError
 from .redact import Redactor
 from .times import now, to_iso
+from .trust import check_trust, least_trusted, trust_of_source
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,24 @@ def memory_to_dict(memory: Memory) -> dict[str, Any]:
         "valid_until": to_iso(memory.valid_until),
         "invalidated_at": to_iso(memory.invalidated_at),
         "promoted_at": to_iso(memory.promoted_at),
+        "trust": memory.trust,
     }
+
+
+class StaleEdit(UsageError):
+    """A write carried the version of a memory read before someone else changed it."""
+
+    def __init__(self, memory: Memory, expected: int):
+        super().__init__(f"memory {memory.id} changed since it was read (version {expected}, now {memory.version})",
+                         hint="read it again and redo the change on the current text")
+        self.memory = memory
+        self.expected = expected
+
+
+def check_version(memory: Memory, expected: int | None) -> None:
+    """Refuse a write based on a stale read (`expected`: the version that read saw; None: no check)."""
+    if expected is not None and int(expected) != memory.version:
+        raise StaleEdit(memory, int(expected))
 
 
 @dataclass
@@ -101,8 +119,11 @@ class Store:
         self.redactor = redactor or Redactor()
 
     @classmethod
-    def open(cls, path: Path, *, vec_enabled: bool = True, redactor: Redactor | None = None) -> Store:
-        return cls(open_database(Path(path), vec=vec_enabled), redactor)
+    def open(cls, path: Path, *, vec_enabled: bool = True, redactor: Redactor | None = None,
+             read_only: bool = False) -> Store:
+        """`read_only`: nothing is created, migrated or written (db/connection.py open_read_only)."""
+        opener = open_read_only if read_only else open_database
+        return cls(opener(Path(path), vec=vec_enabled), redactor)
 
     def close(self) -> None:
         if not self.db.is_closed():
@@ -169,8 +190,11 @@ class Store:
             confidence: float | None = None, source: str = "user", project: str | None = None,
             session_id: str | None = None, metadata: dict | None = None,
             valid_from: float | None = None, valid_until: float | None = None,
-            memory_id: str | None = None, created_at: float | None = None) -> AddResult:
-        """Store a memory; an exact duplicate in the same scope returns the existing one."""
+            memory_id: str | None = None, created_at: float | None = None,
+            trust: str | None = None) -> AddResult:
+        """Store a memory; an exact duplicate in the same scope returns the existing one.
+
+        `trust`: whose words these are (llmem/trust.py); by default what `source` says."""
         content = self.redactor.text((content or "").strip())
         if not content:
             raise UsageError("the memory content is empty", hint="pass --content TEXT")
@@ -182,6 +206,7 @@ class Store:
         if metadata is not None and not isinstance(metadata, dict):
             raise UsageError("metadata must be a JSON object")
         metadata = self.redactor.tree(metadata)
+        trust = check_trust(trust) if trust else trust_of_source(source, metadata, project)
         text_hash = content_hash(content)
         stamp = now()
         with self.db.atomic():
@@ -194,17 +219,23 @@ class Store:
                 confidence=confidence, source=source, project=project, session_id=session_id,
                 metadata=metadata or {}, content_hash=text_hash,
                 created_at=created_at or stamp, updated_at=stamp,
-                valid_from=valid_from, valid_until=valid_until)
+                valid_from=valid_from, valid_until=valid_until, trust=trust)
         return AddResult(memory, True)
 
     def update(self, id_or_prefix: str, *, content: str | None = None, summary: str | None = None,
                confidence: float | None = None, metadata: dict | None = None,
-               memory_type: str | None = None, merge_metadata: bool = True) -> Memory:
-        """Change a memory's fields; a content change marks its embedding stale."""
+               memory_type: str | None = None, merge_metadata: bool = True,
+               expected_version: int | None = None, trust: str | None = None) -> Memory:
+        """Change a memory's fields; a content change marks its embedding stale.
+
+        `expected_version`: refuse (StaleEdit) unless the row is still at that version.
+        `trust`: the origin of the new text; the memory becomes only as trusted as the least
+        trusted of its old and new origins (a tool's output never launders into the user's)."""
         memory_id = self.resolve_id(id_or_prefix)
         Memory = self.models.Memory
         with self.db.atomic():
             memory = Memory.get(Memory.id == memory_id)
+            check_version(memory, expected_version)
             if content is not None:
                 content = self.redactor.text(content.strip())
                 if not content:
@@ -225,8 +256,34 @@ class Store:
                 memory.confidence = check_confidence(confidence)
             if memory_type is not None:
                 memory.type = check_type(memory_type)
+            if trust is not None:
+                memory.trust = least_trusted(memory.trust, check_trust(trust))
             memory.updated_at = now()
+            memory.version += 1
             memory.save()
+        return memory
+
+    def revise(self, memory_id: str, content: str, *, summary: str | None = None,
+               confidence: float | None = None, metadata: dict | None = None,
+               trust: str | None = None) -> Memory:
+        """Update a memory's text with a near-duplicate restatement, keeping the text it had as
+        an invalidated row the live one `supersedes` (as the dream keeps what it merges): a
+        chain of restatements loses none of them, where `previous_content` holds only the last."""
+        Memory = self.models.Memory
+        with self.db.atomic():
+            old = Memory.get(Memory.id == memory_id)
+            stamp = now()
+            kept = Memory.create(
+                id=str(uuid.uuid4()), type=old.type, content=old.content, summary=old.summary,
+                hints=old.hints, embed_hash=old.embed_hash, confidence=old.confidence,
+                source=old.source, trust=old.trust, project=old.project, session_id=old.session_id,
+                metadata={**(old.metadata or {}), "invalidation_reason": f"restated by {old.id}",
+                          "superseded_by": old.id},
+                content_hash=old.content_hash, created_at=old.created_at, updated_at=stamp,
+                valid_from=old.valid_from, valid_until=old.valid_until, invalidated_at=stamp)
+            memory = self.update(memory_id, content=content, summary=summary,
+                                 confidence=confidence, metadata=metadata, trust=trust)
+            self.models.Relation.create(source=memory.id, target=kept.id, type="supersedes", created_at=stamp)
         return memory
 
     def write_fields(self, memory_id: str, values: dict[str, Any], *, current: dict[str, Any]) -> dict[str, Any]:
@@ -277,7 +334,7 @@ class Store:
             Memory.update(access_count=Memory.access_count + 1, accessed_at=at).where(
                 Memory.id.in_(memory_ids)).execute()
 
-    def invalidate(self, id_or_prefix: str, reason: str) -> Memory:
+    def invalidate(self, id_or_prefix: str, reason: str, *, expected_version: int | None = None) -> Memory:
         """Soft-delete: the memory stays for reference but search no longer returns it."""
         if not (reason or "").strip():
             raise UsageError("an invalidation needs a reason", hint='pass --reason "why"')
@@ -285,6 +342,8 @@ class Store:
         Memory = self.models.Memory
         with self.db.atomic():
             memory = Memory.get(Memory.id == memory_id)
+            check_version(memory, expected_version)
+            memory.version += 1
             stamp = now()
             memory.invalidated_at = stamp
             memory.updated_at = stamp
@@ -295,7 +354,8 @@ class Store:
             memory.save()
         return memory
 
-    def supersede(self, id_or_prefix: str, content: str, *, reason: str | None = None) -> Memory:
+    def supersede(self, id_or_prefix: str, content: str, *, reason: str | None = None,
+                  expected_version: int | None = None) -> Memory:
         """Correct a memory: a new one stating `content` (same type, project and session, the
         user's confidence) supersedes it, and it is invalidated, in one transaction (as an
         extraction does when the LLM restates a provisional memory). Returns the new memory."""
@@ -303,6 +363,7 @@ class Store:
         Memory = self.models.Memory
         with self.db.atomic():
             old = Memory.get(Memory.id == memory_id)
+            check_version(old, expected_version)
             if old.invalidated_at is not None:
                 raise UsageError(f"memory {old.id} is already invalidated",
                                  hint="correct the memory that replaced it instead")

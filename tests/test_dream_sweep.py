@@ -190,3 +190,75 @@ def test_failed_run_is_recorded_and_lock_released(home, monkeypatch):
     assert read_lock(store.db) is None
     assert now() - run.started_at < DAY
     store.close()
+
+
+# ---- undo never loses an edit made after the run (issue 20 item 4) ---------------------------
+
+def test_undo_leaves_a_memory_edited_since_the_run_and_force_restores_it(home):
+    config = build(home)
+    from llmem.store import Store
+
+    store = Store.open(config.db_path)
+    Memory = store.models.Memory
+    before_ids = {m.id for m in Memory.select()}
+    idle_before = next(m for m in Memory.select() if "idle fact" in m.content)
+    outcome = run_dream(store, config, apply=True)
+    created = [m for m in Memory.select() if m.id not in before_ids]
+    merged = next(m for m in created if m.source == "dream" and "deploy" in m.content)
+    decayed = next(m for m in Memory.select() if "idle fact" in m.content)
+    store.update(merged.id, content="deploy with scripts/deploy.sh; AWS_PROFILE=prod, said the user")
+    store.update(decayed.id, confidence=0.95)
+
+    result = undo_run(store, outcome.run_id)
+    assert sorted(result.skipped_memories) == sorted([merged.id, decayed.id])
+    kept = store.get(merged.id)  # the dream created it, the user edited it: it stays
+    assert kept.content == "deploy with scripts/deploy.sh; AWS_PROFILE=prod, said the user"
+    assert store.get(decayed.id).confidence == pytest.approx(0.95)
+    # Everything else of the run is undone: no other memory the run created is left.
+    assert {m.id for m in Memory.select()} == before_ids | {merged.id}
+
+    code, out, err = run_cli("dream", "undo", outcome.run_id)
+    assert code != 0 and "already undone" in err
+    store.close()
+    code, out, err = run_cli("dream", "undo", outcome.run_id, "--force")
+    assert code == 0, err
+    store = Store.open(config.db_path)
+    assert {m.id for m in store.models.Memory.select()} == before_ids
+    assert decayed.confidence < idle_before.confidence  # the run decayed it
+    assert store.get(decayed.id).confidence == pytest.approx(idle_before.confidence)
+    store.close()
+
+
+def test_undo_cli_reports_the_memories_it_left(home):
+    config = build(home)
+    code, out, err = run_cli("dream", "--apply", "--json")
+    run_id = json.loads(out)["run_id"]
+    from llmem.store import Store
+
+    with Store.open(config.db_path) as store:
+        idle = next(m for m in store.list(limit=None) if "idle fact" in m.content)
+        store.update(idle.id, content="an idle fact about the old build server, corrected by hand")
+    code, out, err = run_cli("dream", "undo", run_id)
+    assert code == 0, err
+    assert f"memory {idle.id} changed since the run; left as it is" in err and "--force" in err
+    with Store.open(config.db_path) as store:
+        assert store.get(idle.id).content.endswith("corrected by hand")
+
+
+def test_a_promote_that_fails_to_write_leaves_a_failed_run_and_no_lock(home):
+    # Issue 20 item 17: a run that cannot write what it must leaves no "running" row nor lock.
+    from llmem.dream.lock import read_lock
+    from llmem.dream.sweep import run_promote
+
+    store, config = open_store(home)
+    memory = add(store, "the deploy script needs the staging vpn and a fresh token from vault",
+                 "procedure", age_days=10)
+    recall(store, memory, [f"deploy question {i}" for i in range(8)], score=0.95,
+           days_ago=[0, 0.5, 1, 2, 3, 4, 5, 6])
+    config.paths.memory_md_path.mkdir(parents=True)  # MEMORY.md cannot be written: a folder holds its name
+    with pytest.raises(OSError):
+        run_promote(store, config, apply=True)
+    (run,) = store.models.DreamRun.select()
+    assert run.kind == "promote" and run.status == "failed" and "Error" in run.error
+    assert read_lock(store.db) is None
+    store.close()

@@ -96,6 +96,24 @@ def test_within_the_interval_heuristics_run_now_and_the_llm_waits(app, model_ser
     assert Relation.select().where(Relation.type == "supersedes").count() == 1
 
 
+def test_a_clock_set_back_defers_the_llm_by_one_interval_at_most(app):
+    """Issue 20 item 11: with the clock set back an hour, the last extraction's stamp is an
+    hour ahead, and the LLM pass was deferred by ~3,558 s instead of the 60 s interval."""
+    from llmem.pipeline.events import _next_llm_extraction
+
+    first, _ = record_event(app.store, "copilot", "s-jump", "idle")
+    claim_event(app.store, first.id)
+    Event = app.store.models.Event
+    at = 1_800_000_000.0
+    Event.update(status="done", finished_at=at + 3600).where(Event.id == first.id).execute()  # before the jump
+    second, _ = record_event(app.store, "copilot", "s-jump", "idle")
+    assert _next_llm_extraction(app, second, at=at) == at + 60
+    Event.update(finished_at=at - 20).where(Event.id == first.id).execute()  # no jump: the rest of it
+    assert _next_llm_extraction(app, second, at=at) == at + 40
+    Event.update(finished_at=at - 60).where(Event.id == first.id).execute()
+    assert _next_llm_extraction(app, second, at=at) is None
+
+
 def test_a_provisional_memory_the_llm_did_not_restate_is_kept(app, model_server):
     session_id, events_file = copilot_events_file(app.state_dir, *copilot_turn_lines("hello"), cwd="/w")
     model_server.chat_replies = [json.dumps({"memories": []})]

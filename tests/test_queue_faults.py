@@ -127,6 +127,46 @@ def test_a_live_lock_from_a_recycled_pid_is_stale():
         younger.wait()
 
 
+def test_a_live_lock_stays_live_across_a_forward_clock_jump(home):
+    """Issue 20 item 11: after the wall clock jumps forward, /proc's boot time (and so every
+    start time in epoch seconds) moves with it, and a live owner looked as if it started
+    after its lock: two dreams ran at once. The lock's boot id and start tick say it is the
+    same process whatever the clock did."""
+    from llmem.dream import DreamLock, DreamLocked
+    from llmem.dream.lock import LOCK_KEY, lock_is_live
+    from llmem.processes import process_identity, process_state
+
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        started = process_state(owner.pid)[1]
+        # The lock was stamped at `started` by the owner's clock; /proc now says the owner
+        # started an hour later: what a one-hour forward jump does to boot time + ticks.
+        holder = {"pid": owner.pid, "host": socket.gethostname(), "run_id": "jumped000001", "what": "dream",
+                  "started_at": started - 3600, **process_identity(owner.pid)}
+        assert lock_is_live(holder)
+        with Store.open(home / "memory.db") as store:
+            store.db.execute_sql("INSERT INTO setting(key, value) VALUES (?, ?)", (LOCK_KEY, json.dumps(holder)))
+            with pytest.raises(DreamLocked, match="jumped000001"):
+                DreamLock(store.db, "second000001").acquire()
+        # A later process given the same pid has another start tick: not the owner.
+        assert not lock_is_live({**holder, "start_ticks": holder["start_ticks"] + 1})
+        assert not lock_is_live({**holder, "boot_id": "another-boot"})
+    finally:
+        owner.kill()
+        owner.wait()
+    assert not lock_is_live(holder)  # dead
+
+
+def test_a_lock_from_another_host_is_stale_beyond_its_window_either_way():
+    from llmem.dream.lock import STALE_AFTER, lock_is_live
+
+    remote = {"pid": 1, "host": "elsewhere.invalid", "run_id": "r", "started_at": time.time()}
+    assert lock_is_live(remote)
+    # A clock set back far (or another host's ahead): not trusted for ever.
+    assert not lock_is_live({**remote, "started_at": time.time() + STALE_AFTER + 60})
+    assert not lock_is_live({**remote, "started_at": time.time() - STALE_AFTER - 60})
+
+
 def test_queue_db_keeps_no_task_results(cli, home):
     for task in ("embed_pending", "reconcile") * 5 + ("dream",):
         assert cli("enqueue", task)[0] == 0

@@ -180,11 +180,14 @@ def _fail(exc: LlmemError) -> None:
 
 def _store_failure(exc: Exception) -> LlmemError | None:
     """A SQLite error met while the command ran, said as what it means for the store."""
-    from ..errors import store_failure
+    from ..errors import failed_in_queue, queue_failure, store_failure
 
     app = _state.get("app")
     try:
         db_path = app.config.db_path if app is not None else None
+        queue_path = app.config.queue_path if app is not None else None
     except Exception:  # the config itself is broken: that was reported already
-        db_path = None
+        db_path = queue_path = None
+    if queue_path is not None and failed_in_queue(exc):
+        return queue_failure(exc, queue_path)  # queue.db, not memory.db
     return store_failure(exc, db_path) if db_path is not None else None

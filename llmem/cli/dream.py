@@ -188,15 +188,17 @@ def dream_help(ctx):
 
 @dream_group.command(name="undo")
 @click.argument("run_id")
+@click.option("--force", is_flag=True,
+              help="Also restore memories changed since the run (their later edits are lost).")
 @json_option()
 @click.pass_obj
-def dream_undo(app, run_id, as_json):
-    """Restore everything a dream (or promote) run changed."""
+def dream_undo(app, run_id, force, as_json):
+    """Restore everything a dream (or promote) run changed; memories edited since are kept."""
     from ..dream import DreamLock, undo_run
     from ..dream.journal import new_run_id
 
     with DreamLock(app.store.db, new_run_id(), what="undo"):
-        result = undo_run(app.store, run_id)
+        result = undo_run(app.store, run_id, force=force)
     if as_json:
         print_json(result.as_dict())
         return
@@ -204,6 +206,10 @@ def dream_undo(app, run_id, as_json):
                f"created memories removed, {result.unlinked} relations removed, {result.files} files restored")
     for path in result.skipped_files:
         notice(f"{path} changed since the run; left as it is")
+    for memory_id in result.skipped_memories:
+        notice(f"memory {memory_id} changed since the run; left as it is")
+    if result.skipped_memories:
+        notice(f"to restore those too (losing their later edits): llmem dream undo {result.run_id} --force")
 
 
 @dream_group.group(name="review", invoke_without_command=True)

@@ -154,16 +154,23 @@ def _enqueue(huey, task) -> str:
               help="Recent events shown.")
 @click.option("--clear-stale-locks", is_flag=True,
               help="Remove a dream lock whose process died (the next dream would take it over).")
+@click.option("--reset", is_flag=True,
+              help="Rebuild the queue (queue.db) from the store's event rows; the old file is kept beside it.")
 @click.pass_context
-def queue(ctx, as_json, recent, clear_stale_locks):
+def queue(ctx, as_json, recent, clear_stale_locks, reset):
     """Show the queue: pending, scheduled, running and failed work, recent events, locks."""
     if ctx.invoked_subcommand is not None:
         return
     from ..dream.lock import clear_stale_lock, lock_is_live, read_lock
     from ..times import to_iso
-    from .queueing import open_queue
+    from .queueing import open_queue, reset_queue
 
     app = ctx.obj
+    if reset:
+        moved, requeued = reset_queue(app)
+        click.echo((f"Moved the old queue to {moved}; " if moved else "")
+                   + f"rebuilt {app.config.queue_path} with {len(requeued)} event(s) from the store"
+                   + " (restart a running worker so it opens the new file)", err=as_json)
     Event = app.store.models.Event
     cleared = clear_stale_lock(app.store.db) if clear_stale_locks else None
     huey, _ = open_queue(app.config)

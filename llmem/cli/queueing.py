@@ -17,6 +17,32 @@ def open_queue(config):
     return _queues[key]
 
 
+def reset_queue(app) -> tuple[str | None, list[int]]:
+    """Rebuild the queue from the store's event rows: the old queue file (damaged, or just
+    lost) is moved aside, a new one made, and every event reconcile would requeue, whatever
+    its age, enqueued. Returns (where the old file went, the event ids enqueued)."""
+    import time
+
+    from ..pipeline.events import events_to_reconcile
+
+    path = app.config.queue_path
+    _queues.pop(str(path), None)
+    moved = None
+    if path.exists():
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        moved = path.with_name(f"{path.name}.damaged-{stamp}")
+        for suffix in ("", "-wal", "-shm"):  # the main file and its WAL side files, together
+            side = path.with_name(path.name + suffix)
+            if side.exists():
+                side.rename(moved.with_name(moved.name + suffix))
+    _, tasks = open_queue(app.config)
+    running_after = app.config.values["pipeline"]["running_timeout_minutes"] * 60
+    events = events_to_reconcile(app.store, pending_after=0, running_after=running_after)
+    for event in events:
+        tasks.process_event(event.id)
+    return (str(moved) if moved else None), [event.id for event in events]
+
+
 def open_consumer_queue(app):
     """(huey, tasks) for a consumer in this process, its tasks running with `app`."""
     from workers.tasks import use_app

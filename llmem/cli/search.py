@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .memory import TYPE_CHOICE
-from .output import TEXT, json_option, limit_option, memory_line, notice, print_json
+from .output import TEXT, json_option, limit_option, memory_line, notice, print_json, terminal_text
 
 
 @click.command()
@@ -25,6 +25,7 @@ from .output import TEXT, json_option, limit_option, memory_line, notice, print_
 def search(app, query, limit, memory_type, project, fts_only, semantic_only, valid_only,
            include_invalid, related, explain, no_track, as_json):
     """Search memories (hybrid FTS5 + vectors, fused by RRF and reranked)."""
+    app.reads_only()  # recalls are recorded when the store can be written
     from ..errors import UsageError
     from ..store import memory_to_dict
 
@@ -64,7 +65,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
         click.echo(line + (f"  (via {hit.via})" if hit.via else ""))
         if explain:
             parts = hit.explain()
-            click.echo("          " + "  ".join(f"{k}={_fmt(v)}" for k, v in parts.items()))
+            click.echo(terminal_text("          " + "  ".join(f"{k}={_fmt(v)}" for k, v in parts.items())))
 
 
 def _fts_searcher(app):

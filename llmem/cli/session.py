@@ -36,6 +36,7 @@ def context(app, session_id, compacting, max_tokens, project, adapter, as_json):
     """Print the memory context block injected into a session."""
     from ..context import assemble_context
 
+    app.reads_only()  # recalls are recorded when the store can be written
     if session_id:
         from ..adapters import resolve_adapter
 
@@ -261,6 +262,8 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
     if os.environ.get(AGENT_CALL_ENV):
         return  # the agent runs for llmem itself (llm.provider: agent): no session of the user's
     app = ctx.obj
+    if kind == "created":
+        app.reads_only()  # SessionStart injects the context even on a full disk
     undo, log_path = _hook_logging(app)
     try:
         try:

@@ -75,6 +75,7 @@ class MemoryDatabase(peewee.SqliteDatabase):
 
     def __init__(self, *args, **kwargs):
         self.vec_loaded = False
+        self.read_only = False  # opened by open_read_only: writes fail
         self.vec_error: str | None = None
         self.vec_enabled = True  # tests and benchmarks may force the numpy path
         super().__init__(*args, **kwargs)
@@ -122,6 +123,70 @@ PRAGMAS = (
     ("cache_size", -32000),
     ("temp_store", "memory"),
 )
+
+
+READ_PRAGMAS = tuple(p for p in PRAGMAS if p[0] not in ("journal_mode", "synchronous"))
+
+
+def open_read_only(path: Path, *, vec: bool = True) -> MemoryDatabase:
+    """Open the store for reading only: nothing is created, migrated or written, so a reading
+    command works on a full disk or a read-only file system.
+
+    `mode=ro` still needs the WAL index (`-shm`) sized, which needs free space when no other
+    process has the store open; then, when the WAL holds nothing (every write checkpointed
+    into the file, as the last connection to close leaves it), the file alone is the whole
+    store and is opened `immutable` (no locks, no index).
+    """
+    from .migrations import MIGRATIONS, applied_migrations
+
+    if not path.is_file():
+        raise StoreError(f"there is no memory store at {path}",
+                         hint="run any llmem command that writes (`llmem init`) to create it")
+    wal = path.with_name(path.name + "-wal")
+    # The side files a failed attempt leaves are removed: reading creates nothing.
+    absent = [f for f in (wal, path.with_name(path.name + "-shm")) if not f.exists()]
+    last: Exception | None = None
+    for query in ("mode=ro", "mode=ro&immutable=1"):
+        if "immutable" in query and wal.exists() and wal.stat().st_size > 0:
+            break  # writes not yet in the file: reading the file alone would miss them
+        db = MemoryDatabase(None, pragmas=READ_PRAGMAS, timeout=BUSY_TIMEOUT_SECONDS)
+        db.vec_enabled = vec
+        db.init(f"{path.resolve().as_uri()}?{query}", uri=True)
+        try:
+            db.connect()
+            names = set(applied_migrations(db))
+        except peewee.DatabaseError as exc:
+            db.close()
+            last = exc
+            continue
+        if not {name for name, _ in MIGRATIONS} <= names:
+            db.close()
+            raise StoreError(f"the memory store {path} needs its schema brought up to date, which writes",
+                             hint="run any llmem command that writes (`llmem init`) once there is room")
+        db.read_only = True
+        return db
+    for side_file in absent:
+        side_file.unlink(missing_ok=True)
+    raise store_failure(last, path) or StoreError(
+        f"cannot open the memory store {path} for reading: {last}",
+        hint="check the path (db_path in config.yaml) and its permissions") from None
+
+
+def file_damage(path: Path) -> str | None:
+    """What SQLite's quick_check says is wrong with the SQLite file at `path` (opened
+    read-only: any llmem file, or huey's queue), or None when it is sound."""
+    try:
+        conn = driver().connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+    except Exception as exc:  # the driver's own error family
+        return str(exc)
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+    except Exception as exc:
+        return str(exc)
+    finally:
+        conn.close()
+    problems = [row[0] for row in rows if row[0] != "ok"]
+    return "; ".join(problems[:3]) if problems else None
 
 
 def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:

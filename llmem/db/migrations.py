@@ -139,6 +139,32 @@ def _stage_grounded_evidence(db) -> None:
     db.create_tables([bound_models(db).RecallQuery], safe=True)
 
 
+def _add_memory_version(db) -> None:
+    # memory.version counts the writes of a memory (store.py and write_memory_columns bump
+    # it): the viewer's edit forms carry it, and a form loaded before a concurrent change is
+    # refused instead of writing its stale values back. A fresh store has it from the model.
+    columns = {row[1] for row in db.execute_sql("PRAGMA table_info(memory)")}
+    if "version" not in columns:
+        db.execute_sql("ALTER TABLE memory ADD COLUMN version INTEGER NOT NULL DEFAULT 1")
+
+
+def _record_origin_trust(db) -> None:
+    # memory.trust: whose words a memory holds (llmem/trust.py). Rows written before it are
+    # given the trust their source and metadata say (trust_of_source), as an export without
+    # the field is on import. A fresh store's memory table already has the column (0001).
+    import json
+
+    from ..trust import trust_of_source
+
+    columns = {row[1] for row in db.execute_sql("PRAGMA table_info(memory)")}
+    if "trust" not in columns:
+        db.execute_sql("ALTER TABLE memory ADD COLUMN trust TEXT NOT NULL DEFAULT 'agent'")
+    rows = db.execute_sql("SELECT seq, source, metadata, project FROM memory").fetchall()
+    db.cursor().executemany("UPDATE memory SET trust = ? WHERE seq = ?", [
+        (trust_of_source(source, json.loads(metadata) if metadata else None, project), seq)
+        for seq, source, metadata, project in rows])
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -152,6 +178,8 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0009_watch_session", _create_watch_session_table),
     ("0010_event_owner", _record_event_owner),
     ("0011_grounded_evidence", _stage_grounded_evidence),
+    ("0014_memory_version", _add_memory_version),
+    ("0013_origin_trust", _record_origin_trust),
 ]
 
 

@@ -93,6 +93,11 @@ class Memory(BaseModel):
     # Hash of the text its vector must be made from (db/derived.py text_to_embed), kept by the
     # Store with the text; a memory whose embedding carries another hash is pending.
     embed_hash = pw.TextField(null=True)
+    # Bumped by every write of the row (store.py, db/queries.py write_memory_columns): the
+    # optimistic-concurrency token of the viewer's forms (migration 0014).
+    version = pw.IntegerField(default=1)
+    # Whose words the memory holds: user | agent | external (llmem/trust.py); set by every writer.
+    trust = pw.TextField(default="agent")
 
     class Meta:
         table_name = "memory"

@@ -156,9 +156,12 @@ def write_memory_columns(db, memory_id: str, values: dict[str, Any]) -> int:
     the memory is gone.
 
     Raw SQL: a big dream night writes ~100k rows, and a peewee save costs ~30× more.
+    Every write bumps `version` (a restored before-image never puts an old one back, so a
+    form loaded before the write is still seen as stale).
     """
     fields = Memory._meta.fields
-    assignments = ", ".join(f'"{fields[name].column_name}" = ?' for name in values)
+    values = {name: value for name, value in values.items() if name != "version"}
+    assignments = ", ".join([f'"{fields[name].column_name}" = ?' for name in values] + ['"version" = "version" + 1'])
     params = [fields[name].db_value(value) for name, value in values.items()]
     cursor = db.cursor()
     cursor.execute(f"UPDATE memory SET {assignments} WHERE id = ?", (*params, memory_id))
@@ -181,3 +184,77 @@ def probe_write(db) -> None:
     """Take the write lock and write a temporary table: raises when the store is not writable."""
     with db.atomic():
         db.execute_sql("CREATE TEMP TABLE IF NOT EXISTS doctor_probe(x)")
+
+
+# ---- reading a damaged store (export's rescue) ----------------------------------------------
+
+_ALL_MEMORY_COLUMNS = tuple(f.column_name for f in Memory._meta.sorted_fields)
+
+
+def _probe_seqs(conn) -> int:
+    """The highest memory seq that can be found: max() walks the right edge of the table's
+    b-tree; when a page on that path is damaged, what a scan from either end reads first."""
+    try:
+        return conn.execute("SELECT max(seq) FROM memory").fetchone()[0] or 0
+    except Exception:  # the driver's error family: a damaged page
+        pass
+    top = 0
+    for order in ("ASC", "DESC"):
+        try:
+            for (seq,) in conn.execute(f"SELECT seq FROM memory ORDER BY seq {order}"):
+                top = max(top, seq)
+        except Exception:
+            continue
+    return top
+
+
+def readable_memory_rows(db):
+    """Every memory row that can still be read, one rowid lookup each, so a damaged page
+    costs only the rows on it: yields (seq, {column: value} or None when unreadable, how
+    many of its text columns held bytes that are not UTF-8, decoded with U+FFFD)."""
+    conn = db.connection()
+    top = _probe_seqs(conn)
+    sql = f"SELECT {', '.join(_ALL_MEMORY_COLUMNS)} FROM memory WHERE seq = ?"
+    saved_factory = conn.text_factory
+    conn.text_factory = bytes  # an undecodable column must not end the whole read
+    try:
+        for seq in range(1, top + 1):
+            try:
+                row = conn.execute(sql, (seq,)).fetchone()
+            except Exception:
+                yield seq, None, 0
+                continue
+            if row is None:
+                continue  # deleted long ago: no row to save
+            values, bad = {}, 0
+            for column, value in zip(_ALL_MEMORY_COLUMNS, row, strict=True):
+                if isinstance(value, bytes) and Memory._meta.columns[column].field_type != "BLOB":
+                    try:
+                        value = value.decode("utf-8")
+                    except UnicodeDecodeError:
+                        value, bad = value.decode("utf-8", errors="replace"), bad + 1
+                values[column] = value
+            yield seq, values, bad
+    finally:
+        conn.text_factory = saved_factory
+
+
+def readable_relation_rows(db) -> tuple[list[tuple[str, str, str, float]], int]:
+    """(source_id, target_id, type, created_at) of every relation that can be read, and how
+    many rowids could not be."""
+    conn = db.connection()
+    rows, lost = [], 0
+    try:
+        top = conn.execute("SELECT max(id) FROM relation").fetchone()[0] or 0
+    except Exception:
+        return [], 1
+    for rowid in range(1, top + 1):
+        try:
+            row = conn.execute("SELECT source_id, target_id, type, created_at FROM relation WHERE id = ?",
+                               (rowid,)).fetchone()
+        except Exception:
+            lost += 1
+            continue
+        if row is not None:
+            rows.append(row)
+    return rows, lost

@@ -7,7 +7,8 @@ plan through a Journal. Every write goes through one of four journaled operation
   relate  a relation was added; undo removes it
   file    a file was rewritten; `before` is its old text (null: it did not exist)
   report  a finding (a shadow verdict, a staged grounded recall): nothing to restore
-Undo replays a run's journal backwards in one transaction, so a run is undone exactly.
+Undo replays a run's journal backwards in one transaction, so a run is undone exactly; a
+memory (like a file) changed since the run is left as it is and reported, unless forced.
 """
 
 from __future__ import annotations
@@ -102,8 +103,9 @@ class Journal:
         self._record(phase, kind, "update", memory_id, before, _jsonable(values))
 
     def create(self, phase: str, kind: str, memory: Memory) -> None:
-        """Journal a memory this run has just added."""
-        self._record(phase, kind, "create", memory.id, None, {"content_hash": memory.content_hash})
+        """Journal a memory this run has just added (undo checks it is still as added)."""
+        self._record(phase, kind, "create", memory.id, None,
+                     {"content_hash": memory.content_hash, "updated_at": memory.updated_at})
 
     def relate(self, phase: str, kind: str, source_id: str, target_id: str, relation_type: str) -> bool:
         """Add a relation unless it exists; journal it when added."""
@@ -160,6 +162,28 @@ def finish_run(store, run: DreamRun, summary: dict, error: str | None = None) ->
         run.save()
 
 
+def end_failed_run(store, run: DreamRun, lock, summary: dict, error: str) -> None:
+    """Mark a failed run failed and release its lock, in one transaction, best effort: the
+    failure may be a full disk that refuses these writes too. Then the row is marked without
+    its summary (less to write), and at worst the lock is left, stale for this process at
+    once and for any other when this one ends (dream/lock.py); never raises."""
+    import peewee as pw
+
+    for with_summary in (True, False):
+        try:
+            with store.db.atomic():
+                finish_run(store, run, summary if with_summary else {}, error=error)
+                lock.release()
+            return
+        except pw.DatabaseError as exc:
+            log.warning("could not record the failure of dream run %s%s: %s", run.id,
+                        "" if with_summary else " (even without its summary)", exc)
+    try:
+        lock.release()
+    except pw.DatabaseError:
+        pass
+
+
 def find_run(store, run_id: str) -> DreamRun:
     run_id = (run_id or "").strip().lower()
     if len(run_id) < 4:
@@ -181,16 +205,42 @@ class UndoResult:
     unlinked: int = 0
     files: int = 0
     skipped_files: list[str] = field(default_factory=list)
+    skipped_memories: list[str] = field(default_factory=list)  # changed since the run: left alone
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
 
 
-def undo_run(store, run_id: str) -> UndoResult:
-    """Restore everything a run wrote, newest write first, in one transaction."""
+# The columns a person (or another process) changes when editing a memory: a row whose
+# values differ from the run's after-image was changed since and is not restored over.
+# Access counts are left out: a search that showed the memory is not an edit.
+EDITED_FIELDS = ("content", "summary", "confidence", "type", "project", "metadata", "updated_at",
+                 "invalidated_at", "valid_from", "valid_until", "promoted_at", "content_hash")
+UNDO_SKIPPED = "undo_skipped"  # the run summary's list of memories a plain undo left alone
+
+
+def changed_since(after: dict[str, Any], current: dict[str, Any] | None) -> bool:
+    """True when the row no longer holds what the run wrote (its after-image)."""
+    if current is None:
+        return False  # gone: nothing of it to lose
+    return any(current.get(name) != after[name] for name in EDITED_FIELDS if name in after)
+
+
+def undo_run(store, run_id: str, *, force: bool = False) -> UndoResult:
+    """Restore everything a run wrote, newest write first, in one transaction.
+
+    A memory changed since the run (its row differs from the run's last after-image of it)
+    is left as it is and listed in `skipped_memories`; `force` restores it anyway, and also
+    finishes what an earlier plain undo of this run left (the run summary lists those).
+    A file changed since is always left alone (`skipped_files`).
+    """
     run = find_run(store, run_id)
+    only: set[str] | None = None
     if run.status == "undone":
-        raise UsageError(f"run {run.id} was already undone")
+        left = (run.summary or {}).get(UNDO_SKIPPED) or []
+        if not (force and left):
+            raise UsageError(f"run {run.id} was already undone")
+        only = set(left)
     if run.kind == "rem-backfill":
         raise UsageError(f"run {run.id} is a grounded backfill: its rollback removes exactly what it staged",
                          hint=f"use `llmem dream rem-backfill --rollback {run.id}`")
@@ -205,6 +255,7 @@ def undo_run(store, run_id: str) -> UndoResult:
     result = UndoResult(run.id)
     Memory, Relation = store.models.Memory, store.models.Relation
     file_actions = []
+    checked: set[str] = set()  # memories whose newest action of this run was compared
     with db.atomic():
         rows = journal_rows.actions_newest_first(db, run.id)
         while True:
@@ -214,6 +265,15 @@ def undo_run(store, run_id: str) -> UndoResult:
             for op, memory_id, before_text, after_text in chunk:
                 before = json.loads(before_text) if before_text else None
                 after = json.loads(after_text) if after_text else None
+                if op in ("update", "create"):
+                    if only is not None and memory_id not in only:
+                        continue
+                    if memory_id not in checked:
+                        checked.add(memory_id)
+                        if not force and changed_since(after or {}, _current_row(memory_id, db)):
+                            result.skipped_memories.append(memory_id)
+                    if memory_id in result.skipped_memories:
+                        continue
                 if op == "update":
                     # A before-image journaled before a column existed lacks it; the
                     # derived ones (hints, hashes) are recomputed from the text anyway.
@@ -223,6 +283,8 @@ def undo_run(store, run_id: str) -> UndoResult:
                     if Memory.select().where(Memory.id == memory_id).exists():
                         store.delete(memory_id)
                         result.deleted += 1
+                elif only is not None:
+                    continue  # a forced second pass only restores the memories left before
                 elif op == "relate":
                     result.unlinked += Relation.delete().where(
                         (Relation.source == after["source_id"]) & (Relation.target == after["target_id"])
@@ -233,6 +295,7 @@ def undo_run(store, run_id: str) -> UndoResult:
                     file_actions.append((before, after))
         run.status = "undone"
         run.undone_at = now()
+        run.summary = {**(run.summary or {}), UNDO_SKIPPED: result.skipped_memories}
         run.save()
     # Files after the store commit: a file changed by hand since the run is left alone.
     for before, after in file_actions:
@@ -248,6 +311,13 @@ def undo_run(store, run_id: str) -> UndoResult:
             write_private_text(path, old)
         result.files += 1
     return result
+
+
+def _current_row(memory_id: str | None, db) -> dict[str, Any] | None:
+    try:
+        return row_snapshot(memory_id, db) if memory_id else None
+    except NotFound:
+        return None
 
 
 def _restore_row(db, before: dict[str, Any]) -> None:

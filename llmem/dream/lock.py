@@ -4,8 +4,9 @@ The worker's periodic dream, the systemd timer and a user's `llmem dream --apply
 at the same moment; the first to take the row wins and the others are refused. A lock left
 by a process that died (kill -9, power loss) is taken over: on this host we ask the kernel
 whether its pid still lives (and, where /proc tells, whether that process is the one that
-took the lock rather than a later one given the same pid); a lock from another host is
-trusted for STALE_AFTER seconds. `llmem queue` and `llmem doctor` show a stale lock, and
+took the lock rather than a later one given the same pid: the lock records the boot id and
+the process's start tick, which no jump of the wall clock changes); a lock from another
+host is trusted for STALE_AFTER seconds. `llmem queue` and `llmem doctor` show a stale lock, and
 `llmem queue --clear-stale-locks` removes it.
 """
 
@@ -18,11 +19,15 @@ import socket
 from ..db.journal_rows import fail_running_run
 from ..db.settings import delete_setting, get_setting, set_setting
 from ..errors import LlmemError
-from ..processes import process_is_running
+from ..processes import process_identity, process_is, process_is_running
 from ..times import now, to_iso
 
 LOCK_KEY = "dream_lock"
 STALE_AFTER = 6 * 3600.0
+# The runs whose lock this process holds now. A lock row naming this process but none of
+# these was left by a run whose release could not be written (a full disk): stale, so the
+# long-lived worker's next dream takes it over instead of waiting for a restart.
+_HELD_HERE: set[str] = set()
 
 
 class DreamLocked(LlmemError):
@@ -49,8 +54,16 @@ def lock_is_live(holder: dict | None) -> bool:
     except (TypeError, ValueError):
         return False
     if holder.get("host") != socket.gethostname():
-        return now() - started_at < STALE_AFTER
-    # Only a process already running when the lock was taken can be the one that took it.
+        # Another host's clock (or ours, after a jump) may run either way: a lock stamped
+        # more than STALE_AFTER away from now, before or after, is stale.
+        return abs(now() - started_at) < STALE_AFTER
+    if pid == os.getpid() and holder.get("run_id") not in _HELD_HERE:
+        return False  # this process, but no run of it holds the lock any more
+    if holder.get("start_ticks") is not None:
+        # Like with like: the boot and start tick recorded by the owner, against /proc's now.
+        return process_is(pid, holder)
+    # A lock written before identities were recorded: only a process already running when
+    # the lock was taken can be the one that took it.
     return process_is_running(pid, started_at)
 
 
@@ -86,7 +99,7 @@ class DreamLock:
     def __init__(self, db, run_id: str, what: str = "dream"):
         self.db = db
         self.holder = {"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id,
-                       "what": what, "started_at": now()}
+                       "what": what, "started_at": now(), **(process_identity(os.getpid()) or {})}
         self.taken_over: dict | None = None
 
     def acquire(self) -> DreamLock:
@@ -100,6 +113,7 @@ class DreamLock:
                     hint="wait for it to finish; a lock left by a dead process is taken over automatically")
             self.taken_over = current if current and not self._is_mine(current) else None
             set_setting(self.db, LOCK_KEY, json.dumps(self.holder))
+        _HELD_HERE.add(self.holder["run_id"])
         return self
 
     def _is_mine(self, holder: dict) -> bool:
@@ -107,6 +121,9 @@ class DreamLock:
             and holder.get("run_id") == self.holder["run_id"]
 
     def release(self) -> None:
+        # Not held any more whether or not the row's removal can be written: a row left
+        # behind is stale at once (see lock_is_live).
+        _HELD_HERE.discard(self.holder["run_id"])
         with self.db.atomic():
             current = read_lock(self.db)
             if current and self._is_mine(current):

@@ -15,12 +15,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import peewee as pw
+
 from ..db.settings import get_setting, set_setting
 from ..paths import write_output_file
 from ..times import now
 from . import diary, dreams_md, memory_md
 from .deep import DeepResult, apply_action, plan_deep
-from .journal import PHASES, Action, Journal, finish_run, last_run, new_run_id, start_run
+from .journal import (
+    PHASES,
+    Action,
+    Journal,
+    end_failed_run,
+    finish_run,
+    last_run,
+    new_run_id,
+    start_run,
+)
 from .light import LightResult, find_candidates
 from .lock import DreamLock, lock_is_live, read_lock
 from .narrate import Narrator, md, stories, template
@@ -130,7 +141,7 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
             _write_outputs(store, config, outcome, journal, diary_llm=diary_llm, use_llm=use_llm)
         except Exception as exc:
             outcome.finished_at = now()
-            finish_run(store, run, outcome.summary(), error=f"{exc.__class__.__name__}: {exc}")
+            end_failed_run(store, run, lock, outcome.summary(), f"{exc.__class__.__name__}: {exc}")
             raise
         finally:
             if made_llm is not None:  # its HTTP client and token-budget connection
@@ -139,7 +150,10 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
         outcome.confidence_after = list(_confidences(store).values())
         finish_run(store, run, outcome.summary())
     finally:
-        lock.release()
+        try:
+            lock.release()
+        except pw.DatabaseError as exc:  # a full disk: the row left is stale (dream/lock.py)
+            log.warning("could not release the dream lock of run %s: %s", run_id, exc)
     report = report_path or configured_report(cfg)
     if report:
         _write_report(store, report, outcome)
@@ -323,14 +337,24 @@ def run_promote(store, config, *, apply: bool = False, limit: int | None = None)
     if not apply or not chosen:
         return PromoteOutcome(False, None, chosen, held)
     run_id = new_run_id()
-    with DreamLock(store.db, run_id, what="promote"):
+    lock = DreamLock(store.db, run_id, what="promote").acquire()
+    try:
         run = start_run(store, "promote", ["deep"], run_id)
         journal = Journal(store, run)
-        with store.db.atomic():
-            promoted, skipped = apply_promotions(store, journal, chosen, at)
-        journal.write_file("deep", "memory_md", config.paths.memory_md_path,
-                           memory_md.render(store, cfg["max_promoted_snippet_tokens"]))
+        try:
+            with store.db.atomic():
+                promoted, skipped = apply_promotions(store, journal, chosen, at)
+            journal.write_file("deep", "memory_md", config.paths.memory_md_path,
+                               memory_md.render(store, cfg["max_promoted_snippet_tokens"]))
+        except Exception as exc:  # as a dream's: the run says it failed, the lock goes
+            end_failed_run(store, run, lock, {}, f"{exc.__class__.__name__}: {exc}")
+            raise
         counts = {"promote": len(promoted), **({"skip_promote": len(skipped)} if skipped else {})}
         finish_run(store, run, {"counts": {"deep": counts}, "promoted": [c.memory_id for c in promoted],
                                 "skipped": skipped})
+    finally:
+        try:
+            lock.release()
+        except pw.DatabaseError as exc:  # a full disk: the row left is stale (dream/lock.py)
+            log.warning("could not release the dream lock of run %s: %s", run_id, exc)
     return PromoteOutcome(True, run_id, promoted, held, skipped)

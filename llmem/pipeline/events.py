@@ -235,8 +235,12 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
                         session_id=event.session_id, kind=event.kind)
 
 
-def _next_llm_extraction(app, event: Event) -> float | None:
-    """When this idle event may call the LLM, if the session's last extraction was too recent."""
+def _next_llm_extraction(app, event: Event, at: float | None = None) -> float | None:
+    """When this idle event may call the LLM, if the session's last extraction was too recent.
+
+    Never later than one interval from `at` (now): after the clock is set back, the last
+    extraction's stamp lies in the future, and waiting for stamp + interval would defer the
+    LLM by the size of the jump."""
     import peewee as pw
     Event = app.store.models.Event
 
@@ -247,9 +251,10 @@ def _next_llm_extraction(app, event: Event) -> float | None:
             .where((Event.adapter == event.adapter) & (Event.session_id == event.session_id)
                    & Event.kind.in_(("idle", "compacting")) & (Event.status == "done")
                    & (Event.id != event.id)).scalar())
-    if last is None or now() - last >= interval:
+    at = now() if at is None else at
+    if last is None or at - last >= interval:
         return None
-    return last + interval
+    return min(last, at) + interval
 
 
 def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: float) -> EventOutcome:

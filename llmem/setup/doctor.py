@@ -170,8 +170,15 @@ def run_doctor(app) -> dict[str, Any]:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     writable = os.access(existing, os.W_OK)
-    checks.append(_check("queue", "ok" if writable else "fail", f"{config.queue_path}"
-                         + ("" if writable else " is not writable")))
+    from ..db.connection import file_damage
+
+    damage = file_damage(config.queue_path) if config.queue_path.is_file() else None
+    if damage:
+        checks.append(_check("queue", "fail", f"{config.queue_path} is damaged ({damage}); "
+                             "`llmem queue --reset` rebuilds it from the store's event rows"))
+    else:
+        checks.append(_check("queue", "ok" if writable else "fail", f"{config.queue_path}"
+                             + ("" if writable else " is not writable")))
     if store_ok:
         from ..dream.lock import stale_lock
 

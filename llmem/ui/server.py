@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from ..errors import LlmemError, NotFound, UsageError, store_failure
+from ..errors import LlmemError, NotFound, UsageError, failed_in_queue, queue_failure, store_failure
 from . import pages
 from .security import Guard
 from .web import QueueAccess, Viewer, render
@@ -52,7 +52,8 @@ def _llmem_error(request, exc: LlmemError):
 def _server_error(request, exc: Exception):
     """A SQLite failure said as what it means for the store (busy, full, read-only), else a
     plain failure; the traceback goes to the log, not the page."""
-    said = store_failure(exc, request.app.state.viewer.llmem.config.db_path)
+    config = request.app.state.viewer.llmem.config
+    said = queue_failure(exc, config.queue_path) if failed_in_queue(exc) else store_failure(exc, config.db_path)
     if said is None:
         log.exception("llmem ui: %s %s failed", request.method, request.url.path, exc_info=exc)
         return render(request, "error.html", status_code=500,
@@ -73,7 +74,7 @@ def bind(port: int) -> socket.socket:
         sock.close()
         raise UsageError(f"cannot listen on {HOST}:{port}: {exc.strerror}",
                          hint="pick another --port, or --port 0 for a free one") from None
-    sock.listen(128)
+    sock.listen(LISTEN_BACKLOG)
     return sock
 
 
@@ -81,16 +82,103 @@ def url_of(sock: socket.socket, token: str) -> str:
     return f"http://{HOST}:{sock.getsockname()[1]}/?token={token}"
 
 
+# Bounds on what unauthenticated clients can hold (issue 20 item 9). A browser opens ~6
+# connections; each held one is a file descriptor of the process, which under `llmem run --ui`
+# the watcher and the worker need too (1,100 idle sockets once made the watcher fail with "Too
+# many open files"). uvicorn itself never times out a connection that has not sent a request
+# yet, and its limit_concurrency answers 503 only once a request has arrived.
+MAX_CONNECTIONS = 64  # open at once; the next is closed as soon as it is accepted
+HEADER_TIMEOUT_SECONDS = 10.0  # from accept to a whole request head, else closed
+MAX_HEADER_BYTES = 16 * 1024  # h11's bound on an incomplete request head
+LISTEN_BACKLOG = 128  # the kernel's queue of connections not yet accepted
+REFUSAL_LOG_INTERVAL = 60.0  # a flood of refusals is logged once per this many seconds
+
+
+class _RefusalLog:
+    """Says a storm of refused connections once per interval, with the count, not per socket."""
+
+    def __init__(self, interval: float = REFUSAL_LOG_INTERVAL):
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.refused = 0
+        self.said_at: float | None = None
+
+    def refused_one(self, why: str, at: float) -> None:
+        with self.lock:
+            self.refused += 1
+            if self.said_at is not None and at - self.said_at < self.interval:
+                return
+            count, self.refused, self.said_at = self.refused, 0, at
+        log.warning("llmem ui: closed %d connection(s) (%s); a local program may be flooding the viewer",
+                    count, why)
+
+
+def bounded_protocol(max_connections: int, header_timeout: float):
+    """uvicorn's h11 protocol with a cap on open connections and a deadline for the request
+    head, both enforced before anything is read: the refused socket is closed at once."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    refusals = _RefusalLog()
+
+    class BoundedH11Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            if len(self.connections) >= max_connections:
+                transport.abort()  # its descriptor is freed now, nothing is answered
+                refusals.refused_one(f"more than {max_connections} open", self.loop.time())
+                return
+            super().connection_made(transport)
+            self._arm_head_deadline()
+
+        def _arm_head_deadline(self) -> None:
+            # Armed at accept and after each response (keep-alive): a request head must follow
+            # within the timeout, however slowly its bytes trickle in.
+            previous = getattr(self, "_head_deadline", None)
+            if previous is not None:
+                previous.cancel()
+            self._head_deadline = self.loop.call_later(header_timeout, self._head_too_slow, self.cycle)
+
+        def _head_too_slow(self, cycle_then) -> None:
+            idle = self.cycle is cycle_then and (self.cycle is None or self.cycle.response_complete)
+            if idle and not self.transport.is_closing():  # no new request head since
+                refusals.refused_one(f"no request within {header_timeout:g} s", self.loop.time())
+                self.transport.abort()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm_head_deadline()
+
+        def connection_lost(self, exc) -> None:
+            deadline = getattr(self, "_head_deadline", None)
+            if deadline is not None:
+                deadline.cancel()
+            if self.transport is None:  # refused in connection_made: nothing was set up
+                return
+            super().connection_lost(exc)
+
+    BoundedH11Protocol.refusals = refusals
+    return BoundedH11Protocol
+
+
 class ViewerServer:
     """uvicorn serving `asgi` on an already listening socket, in this thread or another."""
 
-    def __init__(self, asgi, sock: socket.socket):
+    def __init__(self, asgi, sock: socket.socket, *, max_connections: int = MAX_CONNECTIONS,
+                 header_timeout: float = HEADER_TIMEOUT_SECONDS):
         import uvicorn
 
         self.sock = sock
+        self.protocol = bounded_protocol(max_connections, header_timeout)
         # No access log and nothing below warnings: `llmem ui` prints its URL and nothing else.
         config = uvicorn.Config(asgi, log_level="warning", access_log=False, lifespan="off",
-                                server_header=False)
+                                server_header=False, http=self.protocol,
+                                # 503 once more requests than connections run (never for a
+                                # connection the cap let in: it counts connections too).
+                                limit_concurrency=max_connections + 1, timeout_keep_alive=5,
+                                h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+                                # asyncio accepts up to this many sockets per wake-up before
+                                # any is refused: the burst a flood can open at once.
+                                backlog=LISTEN_BACKLOG)
         self.server = uvicorn.Server(config)
         # A streaming response (the Queue page's log tail) never ends by itself, and uvicorn's
         # shutdown waits for every response: the stream asks this between polls and ends.

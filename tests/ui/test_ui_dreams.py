@@ -56,6 +56,21 @@ def test_runs_with_counts_per_phase_and_undo_asked_once(viewer):
     assert again.status_code == 400 and "already undone" in again.text
 
 
+def test_undo_from_the_viewer_keeps_a_memory_edited_since_the_run(viewer):
+    # Issue 20 item 4: the viewer's Undo, like the CLI's, leaves the user's edit and says so.
+    store, config = viewer.store, viewer.llmem.config
+    outcome = propose_changes(store, config)
+    Memory = store.models.Memory
+    created = Memory.get(Memory.type == "procedure")
+    store.update(created.id, content="check the user is not None before reading .name (my words)")
+    response = viewer.post(f"/dreams/runs/{outcome.run_id}/undo")
+    assert response.status_code == 303
+    after = viewer.get(response.headers["location"]).text
+    assert "memories edited since the run, left as they are" in after and created.id[:8] in after
+    assert f"llmem dream undo {outcome.run_id} --force" in after
+    assert store.get(created.id).content == "check the user is not None before reading .name (my words)"
+
+
 def test_undo_waits_for_a_running_dream(viewer):
     outcome = propose_changes(viewer.store, viewer.llmem.config)
     with DreamLock(viewer.store.db, "someoneelse", what="dream"):

@@ -125,8 +125,9 @@ def test_edit_saves_through_the_store_and_says_so_once(viewer):
     memory = viewer.store.add("the api listens on 8080").memory
     form = viewer.get(f"/memories/{memory.id}/edit").text
     assert 'name="csrf"' in form and "the api listens on 8080</textarea>" in form
+    assert f'name="version" value="{memory.version}"' in form
     response = viewer.post(f"/memories/{memory.id}/edit", content="the api listens on 9090",
-                           summary="api port", type="decision", confidence="0.8")
+                           summary="api port", type="decision", confidence="0.8", version=memory.version)
     assert response.status_code == 303
     target = response.headers["location"]
     assert target.startswith(f"/memories/{memory.id}?flash=")
@@ -142,8 +143,9 @@ def test_edit_with_bad_values_changes_nothing(viewer):
     memory = viewer.store.add("the api listens on 8080").memory
     for fields in ({"content": "x", "confidence": "high"}, {"content": "x", "confidence": "7"},
                    {"content": "   ", "confidence": "0.5"}):
-        response = viewer.post(f"/memories/{memory.id}/edit", **fields)
+        response = viewer.post(f"/memories/{memory.id}/edit", version=memory.version, **fields)
         assert response.status_code == 400, fields
+    assert viewer.post(f"/memories/{memory.id}/edit", content="no version").status_code == 400
     kept = viewer.store.get(memory.id)
     assert (kept.content, kept.confidence) == ("the api listens on 8080", 0.7)
 
@@ -152,7 +154,7 @@ def test_correct_supersedes_and_invalidates(viewer):
     memory = viewer.store.add("the api listens on 8080", "fact", project="/work/api").memory
     assert "Supersede" in viewer.get(f"/memories/{memory.id}/correct").text
     response = viewer.post(f"/memories/{memory.id}/correct", content="the api listens on 9090",
-                           reason="moved")
+                           reason="moved", version=memory.version)
     assert response.status_code == 303
     newer_id = response.headers["location"].split("/memories/")[1].split("?")[0]
     newer = viewer.store.get(newer_id)
@@ -167,8 +169,8 @@ def test_invalidate_asks_once_then_invalidates_with_the_reason(viewer):
     confirm = viewer.get(f"/memories/{memory.id}/invalidate").text
     assert "Invalidate this memory?" in confirm and 'name="reason"' in confirm
     assert viewer.store.get(memory.id).invalidated_at is None  # asking changed nothing
-    assert viewer.post(f"/memories/{memory.id}/invalidate", reason="").status_code == 400
-    response = viewer.post(f"/memories/{memory.id}/invalidate", reason="the port moved")
+    assert viewer.post(f"/memories/{memory.id}/invalidate", reason="", version=1).status_code == 400
+    response = viewer.post(f"/memories/{memory.id}/invalidate", reason="the port moved", version=1)
     assert response.status_code == 303
     invalid = viewer.store.get(memory.id)
     assert invalid.invalidated_at is not None
@@ -189,6 +191,45 @@ def test_delete_asks_once_then_deletes(viewer):
     assert viewer.get(f"/memories/{memory.id}").status_code == 404
     assert viewer.store.relations_of([other.id]) == []
     assert "Deleted" in viewer.get(response.headers["location"]).text
+
+
+# ---- a form loaded before a concurrent change is refused with a diff (issue 20 item 8) ------
+
+def test_a_stale_edit_form_is_refused_with_a_diff_and_writes_nothing(viewer):
+    memory = viewer.store.add("the api listens on 8080", confidence=0.6).memory
+    form = viewer.get(f"/memories/{memory.id}/edit").text
+    assert f'name="version" value="{memory.version}"' in form
+    viewer.store.update(memory.id, content="the api listens on 8443 behind nginx", confidence=0.95)  # the CLI
+    response = viewer.post(f"/memories/{memory.id}/edit", content="the api listens on 8080 (typo fixed)",
+                           confidence="0.6", version=memory.version)
+    assert response.status_code == 409
+    page = response.text
+    assert "changed since the form was loaded" in page and "Nothing was written" in page
+    assert "the api listens on 8443 behind nginx" in page and "the api listens on 8080 (typo fixed)" in page
+    assert "-the api listens on 8443 behind nginx" in page and "+the api listens on 8080 (typo fixed)" in page
+    kept = viewer.store.get(memory.id)
+    assert (kept.content, kept.confidence) == ("the api listens on 8443 behind nginx", 0.95)
+    # The conflict page's form carries the current version: submitting it again is deliberate.
+    assert f'name="version" value="{kept.version}"' in page
+    again = viewer.post(f"/memories/{memory.id}/edit", content="the api listens on 8080 (typo fixed)",
+                        confidence="0.6", version=kept.version)
+    assert again.status_code == 303
+    assert viewer.store.get(memory.id).content == "the api listens on 8080 (typo fixed)"
+
+
+def test_stale_correct_and_invalidate_forms_are_refused(viewer):
+    memory = viewer.store.add("the api listens on 8080").memory
+    assert f'name="version" value="{memory.version}"' in viewer.get(f"/memories/{memory.id}/correct").text
+    assert f'name="version" value="{memory.version}"' in viewer.get(f"/memories/{memory.id}/invalidate").text
+    viewer.store.update(memory.id, content="the api listens on 9090")
+    correct = viewer.post(f"/memories/{memory.id}/correct", content="the api listens on 7070",
+                          version=memory.version)
+    assert correct.status_code == 409 and "the api listens on 9090" in correct.text
+    invalidate = viewer.post(f"/memories/{memory.id}/invalidate", reason="gone", version=memory.version)
+    assert invalidate.status_code == 409
+    kept = viewer.store.get(memory.id)
+    assert kept.invalidated_at is None and kept.content == "the api listens on 9090"
+    assert [m.content for m in viewer.store.list(limit=None)] == ["the api listens on 9090"]
 
 
 WRITER = textwrap.dedent("""
@@ -222,7 +263,7 @@ def test_the_viewer_never_hits_a_lock_while_another_process_writes(viewer, tmp_p
             statuses.append(viewer.get("/memories").status_code)
             statuses.append(viewer.get("/memories", params={"q": "written another"}).status_code)
             statuses.append(viewer.post(f"/memories/{memory.id}/edit", content=f"the api listens on {n}",
-                                        confidence="0.7").status_code)
+                                        confidence="0.7", version=1 + n).status_code)
         assert writer.poll() is None  # it wrote all along
     finally:
         stop.touch()

@@ -77,7 +77,8 @@ def undo(request):
                       subject=f"{run.kind} run {run.id}, {run.status}, phases {run.phases or '–'}: "
                               f"{total} journaled change{'' if total == 1 else 's'}",
                       detail="Every memory it changed is restored as it was, what it created is "
-                             "removed, its files are put back unless edited since. Later runs "
+                             "removed, its files are put back; a memory or file edited since the "
+                             "run is left as it is. Later runs "
                              "that touched the same memories must be undone first.",
                       action=f"/dreams/runs/{run.id}/undo", fields=[], button="Undo this run",
                       back="/dreams")
@@ -90,6 +91,10 @@ def undo(request):
                f"created memories removed, {result.unlinked} relations removed, {result.files} files restored")
     if result.skipped_files:
         message += f"; left as they are (edited since the run): {', '.join(result.skipped_files)}"
+    if result.skipped_memories:
+        message += (f"; memories edited since the run, left as they are: "
+                    f"{', '.join(m[:8] for m in result.skipped_memories)} "
+                    f"(`llmem dream undo {result.run_id} --force` restores them)")
     return redirect(request, f"/dreams#run-{result.run_id}", message)
 
 

@@ -3,6 +3,7 @@ its actions (edit, correct, invalidate, delete) through the same Store methods a
 
 from __future__ import annotations
 
+import difflib
 import json
 
 import peewee as pw
@@ -10,6 +11,7 @@ from starlette.routing import Route
 
 from ...db.models import MEMORY_TYPES
 from ...errors import EmbedderUnavailable, UsageError
+from ...store import StaleEdit
 from ...times import now
 from ..web import form, page_number, redirect, render, store, viewer
 
@@ -201,6 +203,30 @@ def _page_of(memory) -> str:
     return f"/memories/{memory.id}"
 
 
+def _form_version(fields: dict[str, str]) -> int:
+    """The version of the memory the form was loaded with (every form carries it): a write
+    from a form loaded before a concurrent change is refused, never written over it."""
+    try:
+        return int(fields.get("version", ""))
+    except ValueError:
+        raise UsageError("the form does not say which version of the memory it edits",
+                         hint="reload the page and make the change again") from None
+
+
+def _conflict(request, exc: StaleEdit, action: str, submitted: dict[str, str]):
+    """409: the memory changed since the form was loaded. Shows what it holds now beside what
+    was submitted (nothing was written), with a form to submit it again over the new version."""
+    current = exc.memory
+    shown = {"content": current.content, "summary": current.summary or "", "type": current.type,
+             "confidence": f"{current.confidence:.2f}",
+             "state": "invalidated" if current.invalidated_at is not None else "current"}
+    rows = [(name, shown[name], submitted[name]) for name in submitted if name in shown]
+    diff = "\n".join(difflib.unified_diff(current.content.splitlines(), submitted.get("content", current.content).splitlines(),
+                                          "current", "submitted", lineterm="")) if "content" in submitted else ""
+    return render(request, "memory_conflict.html", status_code=409, memory=current, rows=rows, diff=diff,
+                  action=f"{_page_of(current)}/{action}", submitted=submitted)
+
+
 def edit(request):
     memory = _memory_or_404(request)
     if request.method == "GET":
@@ -214,9 +240,14 @@ def edit(request):
         raise UsageError(f"confidence {fields.get('confidence')!r} is not a number",
                          hint="use a number from 0.0 to 1.0") from None
     memory_type = _choice(fields.get("type"), MEMORY_TYPES, memory.type)
+    version = _form_version(fields)
     text_changed = content.strip() != memory.content or (summary.strip() or None) != memory.summary
-    updated = store(request).update(memory.id, content=content, summary=summary, confidence=confidence,
-                                    memory_type=memory_type)
+    try:
+        updated = store(request).update(memory.id, content=content, summary=summary, confidence=confidence,
+                                        memory_type=memory_type, expected_version=version)
+    except StaleEdit as exc:
+        return _conflict(request, exc, "edit", {"content": content, "summary": summary, "type": memory_type,
+                                                "confidence": fields.get("confidence", "")})
     note = _embed_now(request, updated) if text_changed else ""
     return redirect(request, _page_of(updated), f"Saved {updated.id[:8]}{note}")
 
@@ -226,7 +257,12 @@ def correct(request):
     if request.method == "GET":
         return render(request, "memory_correct.html", memory=memory)
     fields = form(request)
-    newer = store(request).supersede(memory.id, fields.get("content", ""), reason=fields.get("reason"))
+    try:
+        newer = store(request).supersede(memory.id, fields.get("content", ""), reason=fields.get("reason"),
+                                         expected_version=_form_version(fields))
+    except StaleEdit as exc:
+        return _conflict(request, exc, "correct", {"content": fields.get("content", ""),
+                                                   "reason": fields.get("reason", "")})
     note = _embed_now(request, newer)
     return redirect(request, _page_of(newer), f"{newer.id[:8]} now supersedes {memory.id[:8]}, "
                     f"which is invalidated{note}")
@@ -242,8 +278,12 @@ def invalidate(request):
         return render(request, "confirm.html", question="Invalidate this memory?", subject=memory.content,
                       detail="It stays for reference; search and the session context no longer use it.",
                       action=f"{_page_of(memory)}/invalidate", fields=[("reason", "Why it no longer holds")],
-                      button="Invalidate", back=_page_of(memory))
-    store(request).invalidate(memory.id, form(request).get("reason", ""))
+                      hidden=[("version", memory.version)], button="Invalidate", back=_page_of(memory))
+    fields = form(request)
+    try:
+        store(request).invalidate(memory.id, fields.get("reason", ""), expected_version=_form_version(fields))
+    except StaleEdit as exc:
+        return _conflict(request, exc, "invalidate", {"state": "invalidated", "reason": fields.get("reason", "")})
     return redirect(request, _page_of(memory), f"Invalidated {memory.id[:8]}")
 
 

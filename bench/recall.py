@@ -29,7 +29,7 @@ Scoring: a hit's session is the memory's session_id. Its turns: the transcript m
 metadata names (any metadata value that is a message id the bench wrote: the heuristics'
 `message_id`, an episode's ids; a list of them, an episode's first and last, stands for every
 turn between), plus the turns of that session whose text the memory contains (>= 80 % of the
-turn's words) or, when it contains none, the one turn that contains the memory (>= 80 % of the
+turn's words, or a short turn's whole text) or, when it contains none, the one turn that contains the memory (>= 80 % of the
 memory's words: a sentence an extraction kept or restated). A memory that carries only the
 session counts for the session-level figures and as a miss at turn level. Session level:
 Hit@5, Hit@20 (any of the top k in a gold session), MRR (first such rank, of 20). Turn level:
@@ -559,8 +559,16 @@ def kept(home: Home) -> Kept:
 # ---- scoring ------------------------------------------------------------------------------
 
 
+MIN_TURN_WORDS = 6
+
+
 def words(text: str) -> set[str]:
     return set(_WORDS.findall(text.lower()))
+
+
+def flat(text: str) -> str:
+    """Lower-cased words joined by single spaces: text compared whatever its layout."""
+    return " ".join(_WORDS.findall(text.lower()))
 
 
 class TurnMap:
@@ -569,6 +577,7 @@ class TurnMap:
     def __init__(self, corpus: Corpus, written: Written):
         self.written = written
         self.turn_words = {(s.key, t.key): words(t.text) for s in corpus.sessions for t in s.turns}
+        self.turn_text = {(s.key, t.key): flat(t.text) for s in corpus.sessions for t in s.turns}
         self.session_turns = {s.key: [t.key for t in s.turns] for s in corpus.sessions}
         self.how = Counter()
 
@@ -588,10 +597,14 @@ class TurnMap:
             if len(spots) >= 2:
                 turns.update(order[spots[0]:spots[-1] + 1])
         found = words(content)
+        text = flat(content)
         contained = set()
         for key in self.session_turns[session.key]:
             own = self.turn_words[(session.key, key)]
-            if own and len(own & found) >= 0.8 * len(own):
+            # A short turn ("Fix it.", "Thanks!") counts only when its text is there verbatim:
+            # its few words are in many memories that never held it.
+            if (len(own) >= MIN_TURN_WORDS and len(own & found) >= 0.8 * len(own)) \
+                    or self.turn_text[(session.key, key)] in text:
                 contained.add(key)
         turns |= contained
         if not contained and found:

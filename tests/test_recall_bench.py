@@ -88,6 +88,11 @@ def test_a_hit_is_located_by_its_message_ids_and_its_text():
     # A heuristic memory: its message id; a restated sentence: the turn that holds it.
     assert where.locate("id-s", {"message_id": "u2"}, "unrelated") == ("s", {"2"})
     assert where.locate("id-s", {}, "answer 3 on tokens") == ("s", {"3"})
+    # A short turn is credited only when its whole text is there.
+    short = Session("t", "claude", "/p", [Turn("1", [("user", "Fix it.")]), Turn("2", [("user", "Thanks a lot!")])])
+    written.by_id["id-t"] = short
+    where = TurnMap(Corpus("c", [session, short], []), written)
+    assert where.locate("id-t", {}, "user: Fix it. assistant: I will fix it now, thanks") == ("t", {"1"})
     # Only the session: counted for sessions, a miss for turns; no session: a miss.
     assert where.locate("id-s", {}, "something else entirely") == ("s", set())
     assert where.locate(None, {"message_id": "u2"}, "answer 2 on ports") == (None, set())

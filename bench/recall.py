@@ -949,7 +949,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--conversations", type=int, default=0, help="LoCoMo conversations (0: all).")
     parser.add_argument("--sessions", help="Only these coding session keys (comma-separated).")
     parser.add_argument("--quick", action="store_true", help="One LoCoMo conversation.")
-    parser.add_argument("--run-timeout", type=float, default=300.0,
+    parser.add_argument("--run-timeout", type=float, default=600.0,
                         help="Longest wait for `llmem run` to drain, seconds.")
     parser.add_argument("--cli-check", type=int, default=10,
                         help="Questions also asked through `llmem search --json` (0: none).")

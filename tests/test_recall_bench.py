@@ -137,7 +137,10 @@ def test_backfill_then_search_without_and_with_the_fake_llm(corpus, tmp_path):
     # their sessions, and (through the memories' message ids and text) many of their turns.
     assert figures["hit20"] >= 0.9 and figures["r5"] >= 0.3, figures
     assert turn_map.how["session and turn"] > 0
-    assert figures["mrr"] > plain_scores.figures()["mrr"]
+    assert figures["mrr"] >= 0.8, figures
+    # Without an LLM the store holds what the heuristics (and episodes, once they are on) keep:
+    # every answerable question is scored, whatever it found.
+    assert plain_scores.figures()["n"] == figures["n"]
     assert extra["cli"].endswith("2/2 sampled questions"), extra
     # Every search found what this store holds, under this home: nothing from elsewhere.
     assert all(s in SESSIONS | {None} for _, r in scores.rows for s in r.sessions)

@@ -258,7 +258,9 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
     if llm_allowed_at is not None:
         return _extract_heuristics_now(app, event, llm_allowed_at, started, scheduled_for)
     try:
-        result = handle_session_event(app, event.kind, event.session_id, adapter_name=event.adapter)
+        # The block would be dropped below (each session start builds its own): not built.
+        result = handle_session_event(app, event.kind, event.session_id, adapter_name=event.adapter,
+                                      with_context=False)
     except transient as exc:
         fail_event(app.store, event_id, _describe(exc), final=False)
         raise
@@ -273,7 +275,7 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
         return EventOutcome(event_id, "pending", result=result.as_json(),
                             seconds=time.perf_counter() - started, session_id=event.session_id,
                             kind=event.kind, retry_at=_unless_scheduled(result.deferred_until, scheduled_for))
-    summary = result.as_json(with_context=False)  # the block is rebuilt at each session start
+    summary = result.as_json(with_context=False)
     finish_event(app.store, event_id, summary)
     return EventOutcome(event_id, "done", result=summary, seconds=time.perf_counter() - started,
                         session_id=event.session_id, kind=event.kind)

@@ -27,10 +27,14 @@ from typing import Any
 from ..errors import LlmemError, UsageError
 from ..paths import expand, write_atomically
 from . import integrations, userfile
+from .environment import FOLDER_VARIABLES, folder_environment
 
 AGENTS = ("opencode", "copilot", "claude", "codex")
 LABELS = {"opencode": "OpenCode", "copilot": "Copilot CLI", "claude": "Claude Code", "codex": "Codex CLI"}
 SERVER_NAME = "llmem"
+# The agents that start an MCP server without passing their environment through (CODEX.md
+# §4.1; FORMATS.md "Spawn" for Copilot): their entry carries the folder variables in `env`.
+FILTERED_ENV_AGENTS = ("codex", "copilot")
 
 # Claude Code and Codex share the hooks schema; each lifecycle event → (llmem moment, timeout s).
 # SessionStart answers with the context block; the others queue their work and return.
@@ -119,14 +123,26 @@ def notify_argv(command: list[str]) -> list[str]:
 def mcp_entry(agent: str, command: list[str]) -> dict:
     """The `llmem` server entry in the agent's own shape (FORMATS.md M.1/M.2, CLAUDE-CODE.md §4.1,
     CODEX.md §4.1): always the llmem executable itself, never `python` (Copilot rewrites a bare
-    `python -m` into `pipx run`)."""
+    `python -m` into `pipx run`); for an agent that filters the environment, with the folder
+    variables set now in `env`."""
     if agent == "opencode":
         return {"type": "local", "command": [*command, "mcp"], "enabled": True}
-    if agent == "copilot":
-        return {"type": "local", "command": command[0], "args": [*command[1:], "mcp"], "tools": ["*"]}
     if agent == "claude":
         return {"type": "stdio", "command": command[0], "args": [*command[1:], "mcp"]}
-    return {"command": command[0], "args": [*command[1:], "mcp"]}
+    if agent == "copilot":
+        entry = {"type": "local", "command": command[0], "args": [*command[1:], "mcp"], "tools": ["*"]}
+    else:
+        entry = {"command": command[0], "args": [*command[1:], "mcp"]}
+    env = folder_environment()
+    if agent == "copilot":  # Copilot expands `$VAR` in env values: such a path would change
+        env = {name: value for name, value in env.items() if "$" not in value}
+    return {**entry, "env": env} if env else entry
+
+
+def _is_llmem_env(env: Any) -> bool:
+    """An `env` llmem writes: folder variables only, as strings (any values: set at install)."""
+    return isinstance(env, dict) and set(env) <= set(FOLDER_VARIABLES) \
+        and all(isinstance(value, str) for value in env.values())
 
 
 def _llmem_prefix(argv: Any) -> int:
@@ -152,7 +168,8 @@ def _entry_argv(agent: str, entry: dict) -> Any:
 def is_llmem_server(agent: str, entry: Any, command: list[str]) -> bool:
     """An `llmem` server entry shaped as llmem install writes it (any llmem path): safe to
     update or remove. One with other keys or other arguments is the user's own."""
-    if not isinstance(entry, dict) or not set(entry) <= set(mcp_entry(agent, command)):
+    ours = set(mcp_entry(agent, command)) | ({"env"} if agent in FILTERED_ENV_AGENTS else set())
+    if not isinstance(entry, dict) or not set(entry) <= ours or not _is_llmem_env(entry.get("env", {})):
         return False
     argv = _entry_argv(agent, entry)
     prefix = _llmem_prefix(argv)

@@ -663,6 +663,33 @@ def _peek_json(path: Path) -> Any:
         raise ValueError(f"{path} is not valid JSON ({exc})") from None
 
 
+def _snake(event: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(event))
+
+
+def codex_hook_trust(ours: list, codex_config: dict, hooks_path: Path) -> dict[str, list[str]]:
+    """Which of llmem's hooks in hooks.json Codex runs: it runs one only after the user approves
+    it in /hooks, which writes `[hooks.state."<hooks.json path>:<event_snake>:<group>:<handler>"]`
+    with a `trusted_hash` (`enabled = false`: switched off) into config.toml (CODEX.md §3.2).
+    The hash input is undocumented, so a hook llmem changed since may be trusted no more; what
+    this reads is whether the user approved a hook in that place. {"approved"|"disabled"|
+    "pending": [event, …]}."""
+    state = codex_config.get("hooks", {}).get("state") if isinstance(codex_config.get("hooks"), dict) else None
+    state = state if isinstance(state, dict) else {}
+    places = {str(hooks_path), str(hooks_path.resolve())}
+    trust: dict[str, list[str]] = {"approved": [], "disabled": [], "pending": []}
+    for event, g, h, _ in ours:
+        entry = next((state[key] for place in places
+                      if isinstance(state.get(key := f"{place}:{_snake(event)}:{g}:{h}"), dict)), None)
+        if entry is None or not entry.get("trusted_hash"):
+            trust["pending"].append(event)
+        elif entry.get("enabled") is False:
+            trust["disabled"].append(event)
+        else:
+            trust["approved"].append(event)
+    return trust
+
+
 def agent_status(config, agent: str) -> dict[str, Any]:
     """Detected (its store is on disk), hooks installed, MCP registered — read only, never raises."""
     detected, store = _detected(config, agent)
@@ -684,14 +711,17 @@ def agent_status(config, agent: str) -> dict[str, Any]:
         else:
             import tomllib
 
-            found = {event for event, *_ in _our_hooks(_peek_json(codex_hooks_path(config)), agent)}
-            status["hooks"] = found >= set(HOOK_EVENTS[agent])
+            hooks_path = codex_hooks_path(config)
+            ours = _our_hooks(_peek_json(hooks_path), agent)
+            status["hooks"] = {event for event, *_ in ours} >= set(HOOK_EVENTS[agent])
             path = codex_config_path(config)
             try:
                 codex_config = tomllib.loads(_peek_text(path) or "")
             except tomllib.TOMLDecodeError as exc:
                 raise ValueError(f"{path} is not valid TOML ({exc})") from None
             status["notify"] = is_llmem_notify(codex_config.get("notify"))
+            if status["hooks"]:
+                status["hook_trust"] = codex_hook_trust(ours, codex_config, hooks_path)
             servers = codex_config.get("mcp_servers")
         status["mcp"] = isinstance(servers, dict) and isinstance(servers.get(SERVER_NAME), dict)
     except ValueError as exc:

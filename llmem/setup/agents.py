@@ -213,6 +213,7 @@ class _File:
     backup: Path | None = None
     remove: bool = False  # uninstall deletes the file: llmem created it and only llmem's was in it
     restored: bool = False  # uninstall gives back the original bytes kept in a backup
+    fresh: dict | None = None  # what a file llmem creates starts with (OpenCode's `$schema`)
     actions: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -279,9 +280,9 @@ def _plan(file: _File, agent: str, uninstall: bool) -> None:
     original = _original(file)
     if original is not None:
         file.after, file.restored = original, True
-    elif after.strip() in ("{}", ""):
-        # Only llmem's members were in it and no backup holds an earlier file: llmem
-        # created it, so it goes, as before the install.
+    elif after.strip() in ("{}", "") or (file.fresh is not None and _json(after).data == file.fresh):
+        # Only llmem's members (and what llmem starts a new file with) were in it and no
+        # backup holds an earlier file: llmem created it, so it goes, as before the install.
         file.remove = True
 
 
@@ -334,6 +335,20 @@ def _holds_llmem(data: dict) -> bool:
     return any(isinstance(data.get(key), dict) and SERVER_NAME in data[key] for key in ("mcpServers", "mcp"))
 
 
+def _worth_a_backup(file: _File) -> bool:
+    """Whether the file as it is now is backed up before llmem writes it: an original (none of
+    llmem's members in it: the user's file before llmem went in), or any file when no backup
+    of it exists yet. A file llmem already edited is not backed up again at each run: the
+    backup of its original stays the one (userfile.back_up keeps one per file)."""
+    if not userfile.backups_of(file.real):
+        return True
+    try:
+        _, actions, _ = file.edit(file.before, True)
+    except Exception:  # it parsed when planned; unreadable now means: keep a copy
+        return True
+    return not _changes(actions)
+
+
 def _before_replace(path: Path) -> None:
     """Called between reading a file and replacing it (a seam for the concurrent-writer tests)."""
 
@@ -346,7 +361,7 @@ def _commit(file: _File, agent: str, uninstall: bool) -> None:
         if not file.changed:
             return
         userfile.check_writable(file.real)
-        if file.before is not None and not file.restored:
+        if file.before is not None and not file.restored and not file.remove and _worth_a_backup(file):
             file.backup = userfile.back_up(file.real, file.before)
         _before_replace(file.real)
         now = userfile.read_text(userfile.real_path(file.path))
@@ -539,6 +554,7 @@ def _json_file(path: Path, edit_parts, fresh: dict | None = None) -> _File:
         return (doc.text() if _changes(actions) else text), actions, notes
 
     file = _open(path, edit)
+    file.fresh = fresh
     return file
 
 

@@ -105,3 +105,18 @@ def test_the_codex_server_started_as_codex_starts_it_opens_this_store(cli, homes
             client.close()
     assert "team key" in found
     assert not (tmp_path / "user-home" / ".config" / "llmem" / "memory.db").exists()
+
+
+def test_doctor_names_a_codex_entry_registered_for_other_folders(cli, homes, tmp_path, monkeypatch):
+    """An entry from an earlier install (no env, or another LLMEM_HOME) opens another store."""
+    (homes["codex"] / "sessions").mkdir(parents=True)
+    assert cli("install", "codex")[0] == 0
+    config = homes["codex"] / "config.toml"
+    config.write_text(config.read_text().split("\n[mcp_servers.llmem.env]")[0] + "\n")  # as before the fix
+    code, out, _ = cli("doctor", "--json")
+    check = {c["name"]: c for c in json.loads(out)["checks"]}["codex"]
+    assert "MCP registered without LLMEM_HOME" in check["detail"] and "llmem install codex" in check["detail"]
+    assert check["status"] == "warn"
+    assert cli("install", "codex")[0] == 0
+    code, out, _ = cli("doctor", "--json")
+    assert "MCP registered;" in {c["name"]: c for c in json.loads(out)["checks"]}["codex"]["detail"] + ";"

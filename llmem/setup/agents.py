@@ -679,6 +679,16 @@ def _peek_json(path: Path) -> Any:
         raise ValueError(f"{path} is not valid JSON ({exc})") from None
 
 
+def _env_missing(agent: str, entry: dict) -> list[str]:
+    """The folder variables set here that llmem's server entry does not pass as they are: the
+    server the agent starts opens another store (an entry from an earlier install)."""
+    command = integrations.llmem_command()
+    if not is_llmem_server(agent, entry, command):
+        return []  # the user's own entry: theirs to set
+    have = entry.get("env") or {}
+    return [name for name, value in (mcp_entry(agent, command).get("env") or {}).items() if have.get(name) != value]
+
+
 def _snake(event: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(event))
 
@@ -740,6 +750,8 @@ def agent_status(config, agent: str) -> dict[str, Any]:
                 status["hook_trust"] = codex_hook_trust(ours, codex_config, hooks_path)
             servers = codex_config.get("mcp_servers")
         status["mcp"] = isinstance(servers, dict) and isinstance(servers.get(SERVER_NAME), dict)
+        if status["mcp"] and agent in FILTERED_ENV_AGENTS:
+            status["mcp_env_missing"] = _env_missing(agent, servers[SERVER_NAME])
     except ValueError as exc:
         status["error"] = str(exc)
     return status

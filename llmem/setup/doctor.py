@@ -210,7 +210,9 @@ def _agent_check(status: dict[str, Any]) -> dict[str, Any]:
         if agent == "codex":
             said.append("notify set" if status.get("notify") else "no notify")
         said.append("MCP registered" if status["mcp"] else "MCP not registered")
-    missing = status["error"] or not (status["hooks"] and status["mcp"])
+        if status.get("mcp_env_missing"):
+            said[-1] += f" without {', '.join(status['mcp_env_missing'])} as set here"
+    missing = status["error"] or not (status["hooks"] and status["mcp"]) or bool(status.get("mcp_env_missing"))
     warn = status["detected"] and missing
     detail = "; ".join(said) + (f" — `llmem install {agent}`" if warn and not status["error"] else "")
     extra = {k: status[k] for k in ("detected", "hooks", "mcp")}

@@ -207,3 +207,18 @@ def test_a_damaged_file_is_rebuilt(tmp_path):
     assert found[0][0] == memories[3].seq
     assert path.stat().st_size == vector_file.HEADER_BYTES + 80 * DIM * 4 + 80 * 8
     store.close()
+
+
+def test_a_store_recreated_in_place_never_reads_the_old_file(tmp_path):
+    path = tmp_path / "memory.db"
+    store, memories, vectors = build(path, 30, seed=1)
+    vector_file.nearest(store.db, unit(vectors[0]), 5, MODEL, DIM, "1", [])
+    store.close()
+    for leftover in tmp_path.glob("memory.db*"):
+        leftover.unlink()
+    vector_file._indexes.clear()
+    store, memories, vectors = build(path, 30, seed=2)  # same seqs, other vectors
+    query = unit(vectors[11])
+    found = vector_file.nearest(store.db, query, 3, MODEL, DIM, "1", [])
+    assert found[0] == (memories[11].seq, pytest.approx(0.0, abs=1e-5))
+    store.close()

@@ -182,6 +182,8 @@ def _log_vector_changes(db) -> None:
         """CREATE TRIGGER IF NOT EXISTS embedding_change_ad AFTER DELETE ON embedding BEGIN
                INSERT INTO vector_change(memory_id) VALUES (old.memory_id);
            END""",
+        # Which store a vector file belongs to: a store recreated in its place gets another.
+        "INSERT OR IGNORE INTO setting(key, value) VALUES ('vector_store_token', lower(hex(randomblob(16))))",
     ):
         db.execute_sql(sql)
 

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"LLMEMVEC"
 VERSION = 1
-HEADER = struct.Struct("<8sIIQQI")  # magic, version, dim, count, change id, model length
+HEADER = struct.Struct("<8sIIQQ32sI")  # magic, version, dim, count, change id, store token, model length
 HEADER_BYTES = 4096  # the matrix starts page-aligned
 SUFFIX = ".vectors"
 # The overlay is folded into a rebuilt file when it holds this share of the file's rows.
@@ -50,6 +50,7 @@ REBUILD_SHARE = 0.05
 MIN_REBUILD_ROWS = 2048
 STREAM_ROWS = 4096
 PRUNED_KEY = "vector_change_pruned"  # change ids at or below it are gone from the log
+TOKEN_KEY = "vector_store_token"  # set by migration 0016: which store a file belongs to
 
 
 # ---- SQL (all of it: db/ is the only layer that speaks it) --------------------------------
@@ -134,6 +135,7 @@ def write_file(db, path: Path, model: str, dim: int) -> int:
     import numpy as np
 
     holds = change_id(db)
+    token = get_setting(db, TOKEN_KEY, "").encode("ascii")
     model_bytes = model.encode("utf-8")
     if HEADER.size + len(model_bytes) > HEADER_BYTES:
         raise ValueError(f"embedding model name too long for the vector file: {model[:40]}…")
@@ -148,7 +150,7 @@ def write_file(db, path: Path, model: str, dim: int) -> int:
                 out.write(b"".join(r[1] for r in rows))
             out.write(np.asarray(seqs, dtype="<i8").tobytes())
             out.seek(0)
-            out.write(HEADER.pack(MAGIC, VERSION, dim, len(seqs), holds, len(model_bytes)) + model_bytes)
+            out.write(HEADER.pack(MAGIC, VERSION, dim, len(seqs), holds, token, len(model_bytes)) + model_bytes)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temp, path)  # replaces a planted symlink itself, never writes through it
@@ -163,8 +165,11 @@ def write_file(db, path: Path, model: str, dim: int) -> int:
     return holds
 
 
-def _map_file(path: Path, model: str, dim: int):
-    """(mmap, seqs, matrix, change id) of a valid file for (model, dim), else None."""
+def _map_file(db, path: Path, model: str, dim: int):
+    """(mmap, seqs, matrix, change id) of a valid file of this store for (model, dim), else None.
+
+    Valid: whole, of this store (its token), and not ahead of the store's change log (a
+    store restored from a backup)."""
     import numpy as np
 
     try:
@@ -178,10 +183,12 @@ def _map_file(path: Path, model: str, dim: int):
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)
-    magic, version, file_dim, count, holds, model_len = HEADER.unpack_from(mapped, 0)
+    magic, version, file_dim, count, holds, token, model_len = HEADER.unpack_from(mapped, 0)
     file_model = bytes(mapped[HEADER.size:HEADER.size + model_len]).decode("utf-8", "replace")
     expected = HEADER_BYTES + count * dim * 4 + count * 8
-    if (magic, version, file_dim, file_model) != (MAGIC, VERSION, dim, model) or len(mapped) != expected:
+    mine = token.rstrip(b"\0").decode("ascii", "replace") == get_setting(db, TOKEN_KEY, "")
+    if ((magic, version, file_dim, file_model) != (MAGIC, VERSION, dim, model) or len(mapped) != expected
+            or not mine or holds > change_id(db)):
         mapped.close()
         return None
     matrix = np.frombuffer(mapped, dtype="<f4", count=count * dim, offset=HEADER_BYTES).reshape(count, dim)
@@ -216,14 +223,14 @@ class VectorIndex:
     def _load(self, db, *, rebuild: bool = False) -> None:
 
         self._mapped = None
-        loaded = None if (rebuild or self.path is None) else _map_file(self.path, self.model, self.dim)
+        loaded = None if (rebuild or self.path is None) else _map_file(db, self.path, self.model, self.dim)
         if loaded is not None and loaded[3] < _pruned(db):
             loaded = None  # older than the log remembers: it cannot catch up
         if loaded is None and self.path is not None and _own_folder(self.path.parent) \
                 and not self.path.is_symlink():
             try:
                 holds = write_file(db, self.path, self.model, self.dim)
-                loaded = _map_file(self.path, self.model, self.dim)
+                loaded = _map_file(db, self.path, self.model, self.dim)
                 if loaded is not None:
                     _prune_log(db, holds)
             except OSError as exc:  # a full disk or a read-only folder: scan from memory

@@ -222,3 +222,14 @@ def test_a_store_recreated_in_place_never_reads_the_old_file(tmp_path):
     found = vector_file.nearest(store.db, query, 3, MODEL, DIM, "1", [])
     assert found[0] == (memories[11].seq, pytest.approx(0.0, abs=1e-5))
     store.close()
+
+
+def test_a_folder_not_ours_is_searched_from_memory(tmp_path, monkeypatch):
+    store, memories, vectors = build(tmp_path / "memory.db", 70)
+    monkeypatch.setattr(vector_file, "_own_folder", lambda folder: False)
+    query = unit(vectors[20])
+    found = vector_file.nearest(store.db, query, 10, MODEL, DIM, "1", [])
+    assert seqs_of(found) == exact(store, {m.seq: v for m, v in zip(memories, vectors, strict=True)},
+                                   query, 10, where="1")
+    assert not (tmp_path / "memory.vectors").exists()
+    store.close()

@@ -78,6 +78,11 @@ def _all_rows(db, model: str, dim: int):
         "WHERE e.model = ? AND e.dim = ? ORDER BY m.seq", (model, dim))
 
 
+def _row_count(db, model: str, dim: int) -> int:
+    return db.execute_sql("SELECT COUNT(*) FROM embedding WHERE model = ? AND dim = ?",
+                          (model, dim)).fetchone()[0]
+
+
 def _passing(db, seqs: list[int] | None, model: str, dim: int, where: str, params: list) -> set[int]:
     """The seqs (among `seqs`, or all) that hold a vector of (model, dim) and pass `where`."""
     sql = ("SELECT m.seq FROM memory m JOIN embedding e ON e.memory_id = m.id "
@@ -197,17 +202,22 @@ def _map_file(db, path: Path, model: str, dim: int):
 
 
 def _read_rows(db, model: str, dim: int):
-    """(seqs, matrix) read straight from the table, for a store whose folder is not ours."""
+    """(seqs, matrix) read straight from the table, for a store whose folder is not ours:
+    one copy, filled as the rows stream in."""
     import numpy as np
 
-    seqs: list[int] = []
-    chunks = []
+    count = _row_count(db, model, dim)
+    seqs = np.empty(count, dtype=np.int64)
+    matrix = np.empty((count, dim), dtype=np.float32)
+    filled = 0
     cursor = _all_rows(db, model, dim)
-    while rows := cursor.fetchmany(STREAM_ROWS):
-        seqs.extend(r[0] for r in rows)
-        chunks.append(np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(-1, dim))
-    matrix = np.concatenate(chunks) if chunks else np.empty((0, dim), dtype=np.float32)
-    return np.asarray(seqs, dtype=np.int64), matrix
+    while (rows := cursor.fetchmany(STREAM_ROWS)) and filled < count:
+        rows = rows[:count - filled]  # a writer may have added rows since the count
+        seqs[filled:filled + len(rows)] = [r[0] for r in rows]
+        matrix[filled:filled + len(rows)] = np.frombuffer(b"".join(r[1] for r in rows),
+                                                          dtype="<f4").reshape(-1, dim)
+        filled += len(rows)
+    return seqs[:filled], matrix[:filled]
 
 
 class VectorIndex:

@@ -184,9 +184,10 @@ def main() -> None:
     for _ in range(args.queries):
         q = vectors[rng.randrange(args.memories)] + 0.3 * nrng.normal(size=args.dim).astype(np.float32) / np.sqrt(args.dim)
         qvectors.append(q / np.linalg.norm(q))
-    # Memories of a project: one in fifty, so a project filter leaves few of the nearest.
+    # Two projects, one holding one memory in fifty: its filter leaves few of the nearest.
     Memory = store.models.Memory
     Memory.update(project="/p/rare").where(Memory.seq % 50 == 0).execute()
+    Memory.update(project="/p/common").where(Memory.seq % 50 != 0).execute()
     searcher, before = Searcher(store, embedder), BeforeSearcher(store, embedder)
     limit = 10
     depth = limit * 5

@@ -233,3 +233,15 @@ def test_a_folder_not_ours_is_searched_from_memory(tmp_path, monkeypatch):
                                    query, 10, where="1")
     assert not (tmp_path / "memory.vectors").exists()
     store.close()
+
+
+def test_embed_pending_leaves_the_file_written_for_the_next_search(tmp_path):
+    from llmem.vectors import embed_pending
+
+    store = Store.open(tmp_path / "memory.db")
+    for i in range(5):
+        store.add(f"note {i} about sqlite")
+    assert embed_pending(store, FakeEmbedder(dim=DIM)) == 5
+    path = tmp_path / "memory.vectors"
+    assert path.stat().st_size == vector_file.HEADER_BYTES + 5 * DIM * 4 + 5 * 8
+    store.close()

@@ -142,6 +142,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--cli-runs", type=int, default=10)
     parser.add_argument("--keep", help="Folder to build the store in (kept afterwards).")
+    parser.add_argument("--reuse", action="store_true",
+                        help="Search the store a previous run left in --keep (same --memories, --dim).")
     args = parser.parse_args()
 
     rng = random.Random(42)
@@ -150,7 +152,8 @@ def main() -> None:
     workdir = Path(args.keep or tempfile.mkdtemp(prefix="llmem-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     db_path = workdir / "memory.db"
-    if db_path.exists():
+    reuse = args.reuse and db_path.exists()
+    if db_path.exists() and not reuse:
         db_path.unlink()
     print(f"llmem search benchmark: {args.memories} memories, {args.dim}-d vectors, store {db_path}")
 
@@ -162,28 +165,30 @@ def main() -> None:
          "content": text, "confidence": round(rng.uniform(0.5, 1.0), 2)} for text in texts],
         "relations": []}
     store = Store.open(db_path)
-    start = time.perf_counter()
-    plan = plan_import(store, document)
-    apply_import(store, plan)
-    took = time.perf_counter() - start
-    print(f"  import (validate + write)          {args.memories / took:8.0f} memories/s  ({took:.1f} s)")
+    if not reuse:
+        start = time.perf_counter()
+        plan = plan_import(store, document)
+        apply_import(store, plan)
+        took = time.perf_counter() - start
+        print(f"  import (validate + write)          {args.memories / took:8.0f} memories/s  ({took:.1f} s)")
 
     vectors = nrng.normal(size=(args.memories, args.dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     embedder = FixedQuery(args.dim)
     memories = list(store.models.Memory.select().order_by(store.models.Memory.seq))
     start = time.perf_counter()
-    for i in range(0, len(memories), 2000):
+    for i in range(0, len(memories) if not reuse else 0, 2000):
         store_vectors(store, embedder, memories[i:i + 2000], vectors[i:i + 2000])
     took = time.perf_counter() - start
-    print(f"  store vectors (+ vec0 index)       {args.memories / took:8.0f} vectors/s   ({took:.1f} s)")
+    if not reuse:
+        print(f"  store vectors (+ vec0 index)       {args.memories / took:8.0f} vectors/s   ({took:.1f} s)")
     print(f"  sqlite-vec: {'loaded' if store.db.vec_loaded else 'unavailable'}")
 
     queries = [" ".join(rng.sample(texts[rng.randrange(len(texts))].split(), 3)) for _ in range(args.queries)]
     qvectors = []
     for _ in range(args.queries):
         q = vectors[rng.randrange(args.memories)] + 0.3 * nrng.normal(size=args.dim).astype(np.float32) / np.sqrt(args.dim)
-        qvectors.append(q / np.linalg.norm(q))
+        qvectors.append((q / np.linalg.norm(q)).astype(np.float32))  # float64 would upcast the matrix
     # Two projects, one holding one memory in fifty: its filter leaves few of the nearest.
     Memory = store.models.Memory
     Memory.update(project="/p/rare").where(Memory.seq % 50 == 0).execute()
@@ -199,6 +204,7 @@ def main() -> None:
     seqs, matrix = load_matrix(store.db, model, args.dim)
     print(f"  {'before: load the matrix from the BLOBs':<40} {(time.perf_counter() - start) * 1000:8.0f} ms")
     vector_file._indexes.clear()
+    vector_file.file_path(store.db).unlink(missing_ok=True)
     start = time.perf_counter()
     vector_file.nearest(store.db, qvectors[0], depth, model, args.dim, "1", [])
     print(f"  {'after: write the vector file (once)':<40} {(time.perf_counter() - start) * 1000:8.0f} ms")

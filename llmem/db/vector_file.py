@@ -85,7 +85,8 @@ def _row_count(db, model: str, dim: int) -> int:
 
 def _passing(db, seqs: list[int] | None, model: str, dim: int, where: str, params: list) -> set[int]:
     """The seqs (among `seqs`, or all) that hold a vector of (model, dim) and pass `where`."""
-    sql = ("SELECT m.seq FROM memory m JOIN embedding e ON e.memory_id = m.id "
+    # NOT INDEXED: the candidates are found by rowid, not through an index on a filter column.
+    sql = ("SELECT m.seq FROM memory m NOT INDEXED JOIN embedding e ON e.memory_id = m.id "
            f"WHERE e.model = ? AND e.dim = ? AND {where}")
     head: list = [model, dim]
     if seqs is None:
@@ -296,8 +297,9 @@ class VectorIndex:
     def nearest(self, db, query, depth: int, where: str, params: list) -> list[tuple[int, float]]:
         """(seq, cosine distance) of the `depth` nearest vectors passing `where`, best first.
 
-        One scan: the best candidates are checked against the table; when a selective
-        filter leaves too few, the rows that pass become a mask over the same scores.
+        One scan: the best candidates are checked against the table (then four times as
+        many); when a selective filter leaves too few, the rows that pass it become a mask
+        over the same scores.
         """
         import numpy as np
 
@@ -309,10 +311,14 @@ class VectorIndex:
         total = len(sims) + len(extra)
         if total == 0:
             return []
-        first = min(total, depth * 4 if where != "1" else depth + 16)
-        candidates = _best(sims, self.seqs, extra, self.extra_seqs, first)
-        passing = _passing(db, [s for s, _ in candidates], self.model, self.dim, where, params)
-        kept = [(s, sim) for s, sim in candidates if s in passing]
+        first = min(total, depth + 16)  # a few spare for rows the filter or a deletion drops
+        while True:
+            candidates = _best(sims, self.seqs, extra, self.extra_seqs, first)
+            passing = _passing(db, [s for s, _ in candidates], self.model, self.dim, where, params)
+            kept = [(s, sim) for s, sim in candidates if s in passing]
+            if len(kept) >= depth or first >= total or first >= depth * 4:
+                break
+            first = min(total, depth * 4)  # deeper into the same scores, not a new scan
         if len(kept) < depth and first < total:
             allowed = np.fromiter(_passing(db, None, self.model, self.dim, where, params), dtype=np.int64)
             sims[~np.isin(self.seqs, allowed)] = -np.inf

@@ -259,7 +259,7 @@ def run(args) -> None:
                 any_cached = any_cached or was_cached
                 store_vectors(store, embedder, memories, vectors)
                 embed_s += time.perf_counter() - start
-            searcher = Searcher(store, cached, vectors_in_memory=args.vectors_in_memory)
+            searcher = Searcher(store, cached)
             known = set(dia_of.values())
             questions = []
             for qa in sample["qa"]:
@@ -321,8 +321,6 @@ def main() -> None:
                              "package), a model folder, fake or none.")
     parser.add_argument("--mode", default="hybrid", choices=MODES, help="Listed first; the others are the baselines.")
     parser.add_argument("--limit-conversations", type=int, default=0)
-    parser.add_argument("--vectors-in-memory", action="store_true",
-                        help="KNN over a numpy matrix instead of vec0 (long-lived processes).")
     parser.add_argument("--vector-cache", metavar="DIR",
                         help="Keep document vectors in DIR between runs (never inside the repo).")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",

@@ -1,15 +1,14 @@
-"""Vector index: a sqlite-vec vec0 table mirroring the stored embeddings, or numpy.
+"""Vector index: a sqlite-vec vec0 table mirroring the stored embeddings; the embedding reads.
 
 The `embedding` table is canonical; `memory_vec` is derived state keyed by memory.seq and
 rebuilt whenever the embedding model or dimension changes. It is maintained from Python,
 not by triggers, because a connection without vec0 loaded fails on any statement that
-touches a vec0 table.
+touches a vec0 table. Searches scan the memory-mapped vector file instead (`vector_file.py`).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import TYPE_CHECKING
 
 from .settings import get_setting, set_setting
@@ -158,55 +157,6 @@ def current_embeddings(db, model: str, dim: int, *, since: float | None = None):
         sql += " AND e.created_at > ?"
         params.append(since)
     return db.execute_sql(sql + " ORDER BY m.seq", params)
-
-
-class _MatrixCache:
-    """Stored vectors as one numpy matrix, kept per database until the index generation moves.
-
-    Loading 100k×768 vectors costs ~1.6 s, so a long-lived process (worker, benchmark)
-    keeps them; a one-shot CLI process pays it once.
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
-
-    def get(self, db, model: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
-        import numpy as np
-
-        generation = get_setting(db, "vec_generation", "0")
-        key = f"{db.database}|{model}|{dim}"
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry and entry[0] == generation:
-                return entry[1], entry[2]
-        rows = db.execute_sql(
-            "SELECT m.seq, e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
-            "WHERE e.model = ? AND e.dim = ?", (model, dim)).fetchall()
-        seqs = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        matrix = np.empty((len(rows), dim), dtype=np.float32)
-        for i, (_, blob) in enumerate(rows):
-            matrix[i] = np.frombuffer(blob, dtype=np.float32)
-        with self._lock:
-            self._entries[key] = (generation, seqs, matrix)
-        return seqs, matrix
-
-
-matrix_cache = _MatrixCache()
-
-
-def knn_numpy(db, query: np.ndarray, k: int, model: str, dim: int) -> list[tuple[int, float]]:
-    """(seq, cosine distance) of the k nearest vectors by brute force (vectors are unit length)."""
-    import numpy as np
-
-    seqs, matrix = matrix_cache.get(db, model, dim)
-    if len(seqs) == 0:
-        return []
-    sims = matrix @ np.asarray(query, dtype=np.float32)
-    k = min(k, len(seqs))
-    top = np.argpartition(-sims, k - 1)[:k]
-    top = top[np.argsort(-sims[top], kind="stable")]
-    return [(int(seqs[i]), float(1.0 - sims[i])) for i in top]
 
 
 def normalize(vectors: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from .settings import get_setting, set_setting
+from .backend import per_backend
 
 if TYPE_CHECKING:  # numpy is imported lazily: FTS-only commands never pay for it
     import numpy as np
@@ -35,6 +36,7 @@ def from_blob(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
 
 
+@per_backend
 def _vec_table_exists(db) -> bool:
     return db.execute_sql("SELECT 1 FROM sqlite_master WHERE name = ?", (VEC_TABLE,)).fetchone() is not None
 
@@ -64,6 +66,7 @@ def ensure_index(db, model: str, dim: int) -> bool:
     return True
 
 
+@per_backend
 def rebuild_index(db, model: str, dim: int) -> int:
     """Recreate memory_vec for (model, dim) from the embedding table; return rows indexed."""
     set_setting(db, "vec_model", model)
@@ -83,6 +86,7 @@ def rebuild_index(db, model: str, dim: int) -> int:
     return cursor.rowcount
 
 
+@per_backend
 def put_vectors(db, rows: list[tuple[int, np.ndarray]]) -> None:
     """Mirror (seq, vector) pairs into memory_vec. Call inside a write transaction."""
     _bump_generation(db)
@@ -99,6 +103,7 @@ def put_vectors(db, rows: list[tuple[int, np.ndarray]]) -> None:
     db.execute_sql("RELEASE vec_put")
 
 
+@per_backend
 def drop_vectors(db, seqs: list[int]) -> None:
     """Remove memories from memory_vec (their embedding rows go by cascade)."""
     _bump_generation(db)
@@ -111,6 +116,7 @@ def drop_vectors(db, seqs: list[int]) -> None:
         db.cursor().executemany(f"DELETE FROM {VEC_TABLE} WHERE seq = ?", [(s,) for s in seqs])
 
 
+@per_backend
 def knn_vec0(db, query: np.ndarray, k: int) -> list[tuple[int, float]]:
     """(seq, cosine distance) of the k nearest vectors, through vec0."""
     k = min(k, MAX_KNN)

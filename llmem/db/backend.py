@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 import importlib
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from ..redact import masked_url  # noqa: F401 - db/'s callers take it from here
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
@@ -28,18 +30,6 @@ def sqlite_path(location) -> Path:
     if text.startswith("sqlite://"):
         text = text[len("sqlite://"):]
     return Path(text).expanduser()
-
-
-def masked_url(url: str) -> str:
-    """`url` with the password of its user part replaced by `***` (every output shows this)."""
-    if not isinstance(url, str) or "://" not in url:
-        return url
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def is_postgres(db) -> bool:

@@ -11,8 +11,8 @@ from typing import Any
 
 import peewee as pw
 
-from .models import Memory
 from .backend import per_backend
+from .models import Memory
 
 
 def metadata_value(field: pw.Field, key: str) -> pw.Node:

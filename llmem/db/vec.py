@@ -12,8 +12,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from .settings import get_setting, set_setting
 from .backend import per_backend
+from .settings import get_setting, set_setting
 
 if TYPE_CHECKING:  # numpy is imported lazily: FTS-only commands never pay for it
     import numpy as np

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+
 # Lexical search: one tsvector per memory, generated from its text columns and weighted as
 # SQLite's bm25 weights them (content A, summary B, identifier hints C), under a GIN index.
 # Words are runs of letters and digits, as FTS5's unicode61 splits them: Postgres's own parser

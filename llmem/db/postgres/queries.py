@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 def seqs_passing(db, seqs: list[int], where: str, params: list) -> set[int]:
     if not seqs:
         return set()

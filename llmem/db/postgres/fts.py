@@ -44,7 +44,7 @@ def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
     if text is None:
         return []
     content, summary, hints = (float(w) for w in weights)
-    rank_weights = "{%r,%r,%r,%r}" % (0.0, hints, summary, content)
+    rank_weights = "{" + ",".join(repr(w) for w in (0.0, hints, summary, content)) + "}"
     condition = "TRUE" if where == "1" else where
     sql = (f"SELECT f.seq, f.score FROM (SELECT seq, -ts_rank(?::float4[], search_text, {_TSQUERY}) AS score "
            f"FROM memory WHERE search_text @@ {_TSQUERY} ORDER BY score, seq LIMIT ?) f "

@@ -20,6 +20,9 @@ import asyncio
 import json
 import logging
 import os
+import re
+import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
@@ -52,6 +55,9 @@ MAX_IDS = 20
 LINE_CHARS = 200  # one search result's text
 ERROR_CHARS = 2000  # an error's text (it may quote what the caller sent)
 ID_CHARS = 8  # ids as the context block shows them; every tool takes a prefix of 4 or more
+# The longest text any argument may carry (a memory's content, a query, a lesson): a memory
+# is one self-contained idea, and a 50 MB one was stored and sent whole to the embedder.
+MAX_TEXT_CHARS = 20_000
 
 INSTRUCTIONS = (
     "llmem is the user's long-term memory across sessions and agents. search it before "
@@ -339,6 +345,69 @@ def error_text(exc: BaseException, db_path) -> str | None:
     return said.message + (f"\n  hint: {said.hint}" if said.hint else "")
 
 
+# What `_StdinFilter` puts in place of a lone surrogate escape (`\\ud800` alone): U+FFFF is a
+# noncharacter, never text, so a tool call holding it is refused by `_check_arguments`.
+_LONE_SURROGATE = "\uffff"
+_LONE_ESCAPE = re.compile(
+    rb"(?<!\\)((?:\\\\)*)\\u(?:[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2}\\u)[dD][c-fC-F][0-9a-fA-F]{2})")
+
+
+def _texts(value: Any):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _texts(item)
+
+
+def _check_arguments(args: tuple) -> None:
+    """UsageError for a text argument no tool takes: a lone surrogate, or past MAX_TEXT_CHARS."""
+    for text in _texts(args):
+        if _LONE_SURROGATE in text:
+            raise UsageError("an argument holds a lone surrogate (a \\ud800-\\udfff escape without its "
+                             "pair), which is not Unicode text; nothing was done",
+                             hint="send the text as valid UTF-8")
+        if len(text) > MAX_TEXT_CHARS:
+            raise UsageError(f"an argument is {len(text):,} characters; llmem takes at most "
+                             f"{MAX_TEXT_CHARS:,} per text; nothing was done",
+                             hint="keep one self-contained idea per memory, or shorten the query")
+
+
+class _StdinFilter:
+    """stdin for the SDK, through a pipe: each line as the client sent it, with every lone
+    surrogate escape replaced by one of U+FFFF. The SDK's JSON reader rejects a lone
+    surrogate before the request is known, so the client got no reply at all; this way the
+    call arrives and is refused with a tool error."""
+
+    def __init__(self, source):
+        read_fd, self._write_fd = os.pipe()
+        self.stream = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
+        self._source = source
+        threading.Thread(target=self._pump, name="llmem-mcp-stdin", daemon=True).start()
+
+    def _pump(self) -> None:
+        with os.fdopen(self._write_fd, "wb") as sink:
+            try:
+                for line in self._source:
+                    if b"\\u" in line:
+                        line = _LONE_ESCAPE.sub(rb"\1\\uffff", line)
+                    sink.write(line)
+                    sink.flush()
+            except (OSError, ValueError):  # the server is closing
+                pass
+
+
+def _client_gone(exc: BaseException) -> bool:
+    """Whether a failure of the stdio transport is only the client having gone away."""
+    import anyio
+
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_client_gone(inner) for inner in exc.exceptions)
+    return isinstance(exc, BrokenPipeError | ConnectionResetError | anyio.BrokenResourceError
+                      | anyio.ClosedResourceError)
+
+
 def build_server(tools: MemoryTools):
     """The MCPServer with the seven tools, and the one-thread executor they run on."""
     from mcp.server.mcpserver import MCPServer
@@ -353,6 +422,7 @@ def build_server(tools: MemoryTools):
 
     def guarded(name: str, work, *args):
         try:
+            _check_arguments(args)
             return work(*args)
         except Exception as exc:
             said = error_text(exc, tools.app.config.db_path)
@@ -434,8 +504,15 @@ def serve(app) -> None:
     # here (a damaged store) is reported by each call, which tries again.
     executor.submit(_open_quietly, tools)
     log.info("serving MCP over stdio (pid %d, project %s)", os.getpid(), tools.default_project)
+    sys.stdin = _StdinFilter(sys.stdin.buffer).stream
     try:
         server.run("stdio")
+    except BaseException as exc:
+        # A client that closes its end mid-call leaves the reply nowhere to go: that is the
+        # end of the session, not a failure of the server (it was exit 1 and an ExceptionGroup).
+        if not _client_gone(exc):
+            raise
+        log.info("the MCP client went away during a call")
     finally:
         executor.submit(tools.close).result()
         executor.shutdown()

@@ -274,8 +274,10 @@ def test_introspect_and_learn_store_the_cli_forms(served, app):
     assert lesson.type == "procedure" and lesson.source == "learn"
     assert lesson.metadata["wrong"] == "called fetch_all()"
 
+    long = error_of(client.call("introspect", category="X" * 10_000, what_happened="x"))
+    assert "unknown category" in long and len(long) < 2100
     huge = error_of(client.call("introspect", category="X" * 100_000, what_happened="x"))
-    assert "unknown category" in huge and len(huge) < 2100
+    assert "at most 20,000" in huge and len(huge) < 2100
     unknown = error_of(client.call("introspect", category="nope", what_happened="x"))
     assert "unknown category 'nope'" in unknown and "NULL_SAFETY" in unknown
     assert "learn needs both --wrong and --right" in error_of(client.call("learn", wrong=" ", right="x"))

@@ -12,6 +12,7 @@ from .output import (
     notice,
     parse_json_object,
     print_json,
+    terminal_text,
 )
 
 TYPE_CHOICE = click.Choice(["fact", "decision", "preference", "event", "project_state", "procedure",
@@ -87,13 +88,13 @@ def get(app, memory_id, as_json):
         if key in ("metadata", "relations"):
             continue
         if value is not None:
-            click.echo(f"{key:>15}: {value}")
+            click.echo(terminal_text(f"{key:>15}: {value}"))
     if data["metadata"]:
         import json
 
-        click.echo(f"{'metadata':>15}: {json.dumps(data['metadata'], ensure_ascii=False)}")
+        click.echo(terminal_text(f"{'metadata':>15}: {json.dumps(data['metadata'], ensure_ascii=False)}"))
     for rel in data["relations"]:
-        click.echo(f"{'relation':>15}: {rel['source_id'][:8]} --{rel['type']}--> {rel['target_id'][:8]}")
+        click.echo(terminal_text(f"{'relation':>15}: {rel['source_id'][:8]} --{rel['type']}--> {rel['target_id'][:8]}"))
 
 
 @click.command("list")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,8 +68,20 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
+# Control characters (C0 but tab and newline, DEL, C1) and the bidi overrides: a memory's text
+# comes from transcripts and tool output, and printed raw `\x1b]0;pwned\x07` retitles the
+# terminal, `\x1b[2J` clears it, `\r` or U+202E hide what the line really says.
+_TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: str) -> str:
+    """`text` safe to print for a human: each control character shown as an escape (`\\x1b`)."""
+    return _TERMINAL_UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                else f"\\u{ord(m.group()):04x}", text)
+
+
 def short(text: str, width: int = 80) -> str:
-    text = " ".join((text or "").split())
+    text = terminal_text(" ".join((text or "").split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

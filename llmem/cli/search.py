@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .memory import TYPE_CHOICE
-from .output import TEXT, json_option, limit_option, memory_line, notice, print_json
+from .output import TEXT, json_option, limit_option, memory_line, notice, print_json, terminal_text
 
 
 @click.command()
@@ -65,7 +65,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
         click.echo(line + (f"  (via {hit.via})" if hit.via else ""))
         if explain:
             parts = hit.explain()
-            click.echo("          " + "  ".join(f"{k}={_fmt(v)}" for k, v in parts.items()))
+            click.echo(terminal_text("          " + "  ".join(f"{k}={_fmt(v)}" for k, v in parts.items())))
 
 
 def _fts_searcher(app):

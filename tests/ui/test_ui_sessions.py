@@ -75,6 +75,10 @@ def test_retry_of_an_event_that_did_not_fail_changes_nothing(viewer):
         assert viewer.store.models.Event.get_by_id(target.id).status == target.status
     assert viewer.queue.enqueued == []
     assert viewer.post("/sessions/events/999999/retry").status_code == 404
+    # Past SQLite's 64-bit integers the id cannot name an event either: 404, not a 500.
+    for huge in ("99999999999999999999999999", str(2**63)):
+        response = viewer.post(f"/sessions/events/{huge}/retry")
+        assert response.status_code == 404 and "no event" in response.text
     assert viewer.client.get(f"/sessions/events/{done.id}/retry").status_code == 405
 
 

@@ -84,7 +84,9 @@ def retry(request):
     """A failed event back to pending and onto the queue, as `llmem queue retry ID` does."""
     current_store = store(request)
     Event = current_store.models.Event
-    event = Event.get_or_none(Event.id == request.path_params["event_id"])
+    event_id = request.path_params["event_id"]
+    # An id past SQLite's 64-bit integers names no event (binding it would raise a 500).
+    event = Event.get_or_none(Event.id == event_id) if event_id < 2**63 else None
     if event is None:
         raise NotFound(f"no event {request.path_params['event_id']}", hint="the Sessions page lists them")
     back = f"/sessions/{event.session_id}"

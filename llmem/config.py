@@ -57,6 +57,8 @@ class Setting:
             text = "an http:// or https:// URL"
         elif self.kind == "timezone":
             text = "an IANA time zone name, e.g. Europe/Paris"
+        elif self.kind == "queue_url":
+            text = "redis://[:PASSWORD@]HOST:PORT/DB"
         elif self.kind == "store_url":
             text = "sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
         else:
@@ -105,6 +107,8 @@ class Setting:
             return check_timezone(value)
         if self.kind == "store_url":
             return check_store_url(value)
+        if self.kind == "queue_url":
+            return check_queue_url(value)
         return value
 
 
@@ -145,6 +149,20 @@ def check_store_url(value: str) -> str:
             raise ValueError("name the database: postgresql://USER@HOST:PORT/DATABASE")
         return "postgresql" + value.strip()[len(parts.scheme):]
     raise ValueError("the scheme must be sqlite or postgresql")
+
+
+def check_queue_url(value: str) -> str:
+    """A Redis URL for the queue: `redis://…`, `rediss://…` (TLS) or `unix://…`."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value.strip())
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ValueError("not a URL llmem can read") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("the queue is a Redis server: redis://HOST:PORT/DB")
+    return value.strip()
 
 
 def check_timezone(value: str) -> str:
@@ -218,6 +236,10 @@ SCHEMA: dict[str, Any] = {
     },
     "context": {
         "max_tokens": _s(1500, "int", "Token budget of an injected context block", minimum=50),
+    },
+    # queue.url — the queue on a Redis server (workers/app.py); null: the queue_path file.
+    "queue": {
+        "url": _s(None, "queue_url", "The worker queue on a Redis server (redis://HOST:PORT/DB, huey's RedisHuey; `pip install redis`), e.g. for workers on several machines; null: the SQLite file pipeline.queue_path. Reconcile refills it from the store's event rows either way", nullable=True),
     },
     "pipeline": {
         "queue_path": _s(None, "path", "huey queue (SQLite). null: ~/.local/share/llmem/queue.db, or $LLMEM_HOME/queue.db", nullable=True),

@@ -320,8 +320,9 @@ def config_show(app, as_json):
                 "store": masked_url(str(config.store_location)),
                 "db_path": str(config.db_path), "queue_path": str(config.queue_path),
                 "log_dir": str(config.log_dir), "diary_path": str(config.diary_path)}
-    # A password in store.url is never printed.
-    values = {**config.values, "store": {**config.values["store"], "url": masked_url(config.values["store"]["url"])}}
+    # A password in store.url or queue.url is never printed.
+    values = {**config.values, **{section: {**config.values[section], "url": masked_url(config.values[section]["url"])}
+                                  for section in ("store", "queue")}}
     if as_json:
         print_json({"values": values, "paths": resolved})
         return

@@ -166,3 +166,33 @@ def test_masked_url(url, shown):
 ])
 def test_qmark_placeholders_become_psycopg_ones(sql, expected):
     assert qmark_to_format(sql) == expected
+
+
+PARITY_CORPUS = [
+    ("the deploy script runs make release on the build server", None),
+    ("deploying from a branch broke the release twice last month", "release incident"),
+    ("the billing service stores invoices in postgres", None),
+    ("release notes are written by the on-call engineer", None),
+    ("the build server has 32 cores and deploys nightly", "build server"),
+    ("nothing about the topic here at all", None),
+]
+
+
+@backend
+@pytest.mark.parametrize("query", ["deploy release", "build server deploys", "billing postgres invoices",
+                                   "release", "the on-call engineer writes notes"])
+def test_bm25_on_postgres_scores_as_fts5_does(servers, tmp_path, query):
+    from llmem.db.fts import match_expression, ranked_matches
+    from llmem.search import BM25_WEIGHTS
+    from llmem.store import Store
+
+    scores = []
+    for location in (tmp_path / "memory.db", servers.fresh_database()):
+        with Store.open(location) as store:
+            for text, summary in PARITY_CORPUS:
+                store.add(text, summary=summary)
+            seq_text = {m.seq: m.content for m in store.models.Memory.select()}
+            rows = ranked_matches(store.db, match_expression(query), BM25_WEIGHTS, 50, "1", [])
+            scores.append([(seq_text[seq], round(score, 6)) for seq, score in rows])
+    sqlite_scores, postgres_scores = scores
+    assert postgres_scores == sqlite_scores and sqlite_scores

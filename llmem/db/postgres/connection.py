@@ -17,8 +17,9 @@ from ..backend import masked_url
 
 log = logging.getLogger(__name__)
 
-# PostgreSQL 14 is the oldest release still supported upstream; pgvector's HNSW index came in 0.5.0.
-MIN_SERVER_VERSION = 140000
+# PostgreSQL 15 is the oldest release still supported upstream (14 ended in November 2026), and
+# the schema's word count needs its regexp_count; pgvector's HNSW index came in 0.5.0.
+MIN_SERVER_VERSION = 150000
 MIN_PGVECTOR = (0, 5, 0)
 CONNECT_TIMEOUT_SECONDS = 5
 STATEMENT_TIMEOUT_MS = 60_000
@@ -171,7 +172,7 @@ def open_postgres(url: str, *, vec: bool = True) -> PostgresStoreDatabase:
         version = db.connection().info.server_version
         if version < MIN_SERVER_VERSION:
             shown = f"{version // 10000}.{version % 10000}"
-            raise StoreError(f"the server at {db.location} runs PostgreSQL {shown}; llmem needs 14 or later",
+            raise StoreError(f"the server at {db.location} runs PostgreSQL {shown}; llmem needs 15 or later",
                              hint="upgrade the server, or point store.url at a newer one")
         db.vec_version = ensure_pgvector(db)
         migrate(db)

@@ -13,19 +13,26 @@ import time
 
 
 # Lexical search: one tsvector per memory, generated from its text columns and weighted as
-# SQLite's bm25 weights them (content A, summary B, identifier hints C), under a GIN index.
-# Words are runs of letters and digits, as FTS5's unicode61 splits them: Postgres's own parser
-# keeps `handler.py` or `a-b` whole, so every other character becomes a space first.
-def _words(column: str) -> str:
-    return f"regexp_replace({column}, '[^[:alnum:]]+', ' ', 'g')"
+# SQLite's bm25 weights them (content A, summary B, identifier hints C), under a GIN index,
+# and the memory's length in words, for db/postgres/fts.py's BM25 (FTS5's formula).
+# Words are runs of letters and digits, as FTS5's unicode61 splits them (Postgres's own parser
+# keeps `handler.py` or `a-b` whole, so every other character becomes a space first), stemmed
+# by the snowball English stemmer with no stopword list: FTS5's porter tokenizer drops no
+# word either, and its length counts them all.
+TEXT_CONFIG = "llmem_words"
+_TEXT_SEARCH = (
+    "CREATE TEXT SEARCH DICTIONARY llmem_stem (TEMPLATE = snowball, LANGUAGE = english)",
+    f"CREATE TEXT SEARCH CONFIGURATION {TEXT_CONFIG} (COPY = english)",
+    f"ALTER TEXT SEARCH CONFIGURATION {TEXT_CONFIG} ALTER MAPPING FOR asciiword, asciihword, "
+    "hword_asciipart, word, hword, hword_part, numword, numhword, hword_numpart WITH llmem_stem",
+)
+_COLUMNS = (("content", "A"), ("coalesce(summary, '')", "B"), ("hints", "C"))
+_TSVECTOR = " || ".join(
+    f"setweight(to_tsvector('{TEXT_CONFIG}'::regconfig, regexp_replace({column}, '[^[:alnum:]]+', ' ', 'g')), '{weight}')"
+    for column, weight in _COLUMNS)
+_WORD_COUNT = " + ".join(f"regexp_count({column}, '[[:alnum:]]+')" for column, _ in _COLUMNS)
 
-
-_SUMMARY = "coalesce(summary, '')"
-_TSVECTOR = (f"setweight(to_tsvector('english'::regconfig, {_words('content')}), 'A') || "
-             f"setweight(to_tsvector('english'::regconfig, {_words(_SUMMARY)}), 'B') || "
-             f"setweight(to_tsvector('english'::regconfig, {_words('hints')}), 'C')")
-
-SCHEMA_0001 = (
+SCHEMA_0001 = _TEXT_SEARCH + (
     f"""CREATE TABLE memory (
         seq SERIAL PRIMARY KEY,
         id TEXT NOT NULL UNIQUE,
@@ -50,7 +57,8 @@ SCHEMA_0001 = (
         embed_hash TEXT,
         version INTEGER NOT NULL DEFAULT 1,
         trust TEXT NOT NULL DEFAULT 'agent',
-        search_text tsvector GENERATED ALWAYS AS ({_TSVECTOR}) STORED)""",
+        search_text tsvector GENERATED ALWAYS AS ({_TSVECTOR}) STORED,
+        search_words INTEGER GENERATED ALWAYS AS ({_WORD_COUNT}) STORED)""",
     "CREATE INDEX memory_type ON memory(type)",
     "CREATE INDEX memory_project ON memory(project)",
     "CREATE INDEX memory_session_id ON memory(session_id)",

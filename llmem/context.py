@@ -24,7 +24,7 @@ from .capture.markers import (
     strip_context_blocks,
 )
 from .capture.taxonomy import POSITIVE_CATEGORIES, enough_evidence, is_heuristic
-from .db.models import Memory
+from .db.models import EPISODE_SOURCE, Memory
 from .times import now
 from .trust import EXTERNAL
 
@@ -275,6 +275,12 @@ def memory_line(memory: Memory, *, show_type: bool = True, project: str | None =
     return f"- [{memory.id[:8]}] {label}{_clean(memory.content)}{scope}"
 
 
+def episode_line(memory: Memory) -> str:
+    """An episode as a context line: when, then what was said (each turn led by whose it is)."""
+    when = str((memory.metadata or {}).get("time") or "")[:10]
+    return f"- [{memory.id[:8]}] said{' on ' + when if when else ''}: {_clean(memory.content)}"
+
+
 def lesson_line(lesson: Lesson) -> str:
     times = f" ({lesson.count}×)" if lesson.count > 1 else ""
     if _untrusted(lesson.memory):
@@ -342,6 +348,21 @@ def _section(title: str, memories, seen: set[str], share: float, project: str | 
     return section
 
 
+# Relevant episodes (capture/episodes.py) come after the typed memories, in a section of
+# their own with a small share of the budget: what was said, where no memory states it.
+EPISODES_TITLE = "From past conversations"
+EPISODE_LINES = 5
+
+
+def _episode_section(episodes, seen: set[str], share: float) -> Section:
+    section = Section(EPISODES_TITLE, share=share)
+    for memory in episodes[:EPISODE_LINES]:
+        if memory.id not in seen:
+            seen.add(memory.id)
+            section.lines.append((memory.id, episode_line(memory)))
+    return section
+
+
 def assemble_context(app, session_id: str | None = None, *, compacting: bool = False,
                      max_tokens: int | None = None, project: str | None = None,
                      adapter_name: str | None = None) -> ContextBlock:
@@ -354,12 +375,18 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
     store = app.store
 
     relevant: list[Memory] = []
+    episodes: list[Memory] = []
     if view.query.strip():
         try:
-            relevant = [m for m in relevant_memories(app, view.query, project)
-                        if m.type != "self_assessment"]
+            found = [m for m in relevant_memories(app, view.query, project, limit=20)
+                     if m.type != "self_assessment"]
         except Exception as exc:  # a search problem must not cost the whole block
             log.warning("context search failed: %s", exc)
+            found = []
+        relevant = [m for m in found if m.source != EPISODE_SOURCE][:15]
+        # The session's own turns are in the agent's context already (or in its summary).
+        episodes = [m for m in found if m.source == EPISODE_SOURCE
+                    and not (session_id and m.session_id == session_id)]
 
     if compacting:
         sections = [
@@ -369,7 +396,8 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
                 limit=40) if session_id else [], seen, 0.35, project),
             _section("Project decisions and state", state_memories(store, project, at), seen, 0.25, project),
             _section("Core memories and preferences", core_memories(store, project, at), seen, 0.25, project),
-            _section("Related", relevant, seen, 0.15, project),
+            _section("Related", relevant, seen, 0.10, project),
+            _episode_section(episodes, seen, 0.05),
         ]
         header = COMPACTING_HEADER
     else:
@@ -384,7 +412,7 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
         learned = Section("Lessons from past sessions", share=0.2)
         for lesson in lessons(store, project, at):
             learned.lines.append((lesson.memory.id, lesson_line(lesson)))
-        sections = [core, related, learned]
+        sections = [core, related, learned, _episode_section(episodes, seen, 0.1)]
         header = HEADER
     if any(QUOTED_LABEL in line for section in sections for _, line in section.lines):
         header += QUOTED_NOTE

@@ -37,7 +37,7 @@ from .capture.markers import CHARS_PER_TOKEN
 from .context import assemble_context
 from .errors import EmbedderUnavailable, LlmemError, UsageError, store_failure
 from .paths import project_root_of
-from .search import Searcher
+from .search import Searcher, kind_label
 from .store import check_confidence, check_type, content_hash, memory_to_dict
 from .trust import AGENT
 
@@ -168,7 +168,7 @@ class MemoryTools:
                                        project=self._project(project), valid_only=True,
                                        origin="mcp", track=True)
         result = self._searcher.search(text, opts)
-        lines = [f"[{hit.memory.id[:ID_CHARS]}] {hit.memory.type} {hit.score:.3f} "
+        lines = [f"[{hit.memory.id[:ID_CHARS]}] {kind_label(hit.memory)} {hit.score:.3f} "
                  f"{_one_line(hit.memory.content, LINE_CHARS)}" for hit in result.hits]
         notes = [f"note: {result.notice}"] if result.notice else []
         if not lines:

@@ -41,19 +41,22 @@ def test_backfill_resumes_and_rolls_back(app):
     first = run_backfill(app, llm=llm)
     assert first.sessions >= 1 and first.added >= 1 and not first.errors
     Memory, DreamRun, SessionCursor = app.store.models.Memory, app.store.models.DreamRun, app.store.models.SessionCursor
-    added = [m.id for m in Memory.select().where(Memory.source != "dream")]
+    added = [m.id for m in Memory.select().where(Memory.source.not_in(("dream", "episode")))]
     assert len(added) == first.added
+    episodes = Memory.select().where(Memory.source == "episode").count()
+    assert episodes == first.episodes >= 1
     assert SessionCursor.select().where(SessionCursor.session_id == SESSION).exists()
     # Resumable: a second run reads nothing new and adds nothing.
     again = run_backfill(app, llm=llm)
     assert again.added == 0
     result = rollback_backfill(app.store, first.run_id)
-    assert result.deleted == first.added
-    assert Memory.select().count() == 0
+    assert result.deleted == first.added + first.episodes
+    assert Memory.select().count() == 0  # the episodes go too, and their cursor is put back:
     assert not SessionCursor.select().where(SessionCursor.session_id == SESSION).exists()
     assert DreamRun.get_by_id(first.run_id).status == "undone"
     # With the cursors back, the sessions are read again.
-    assert run_backfill(app, llm=backfill_llm()).added == first.added
+    again = run_backfill(app, llm=backfill_llm())
+    assert (again.added, again.episodes) == (first.added, first.episodes)
 
 
 def test_rollback_refuses_other_runs(app):

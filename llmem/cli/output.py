@@ -92,7 +92,9 @@ def memory_line(memory, score: float | None = None) -> str:
         flags = " [invalid]"
     elif memory.promoted_at:
         flags = " [core]"
-    lead = f"{memory.id[:8]}  {memory.type:<15} {memory.confidence:.2f}"
+    from ..search import kind_label  # an episode says so, and whose words it holds
+
+    lead = f"{memory.id[:8]}  {kind_label(memory):<15} {memory.confidence:.2f}"
     if score is not None:
         lead += f"  {score:.3f}"
     return f"{lead}  {short(memory.content, 90)}{flags}"

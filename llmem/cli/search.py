@@ -27,6 +27,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
     """Search memories (hybrid FTS5 + vectors, fused by RRF and reranked)."""
     app.reads_only()  # recalls are recorded when the store can be written
     from ..errors import UsageError
+    from ..search import is_episode
     from ..store import memory_to_dict
 
     text = " ".join(query).strip()
@@ -51,6 +52,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
         for hit in result.hits:
             row = memory_to_dict(hit.memory)
             row["score"] = round(hit.score, 6)
+            row["episode"] = is_episode(hit.memory)
             if hit.via:
                 row["via"] = hit.via
             if explain:

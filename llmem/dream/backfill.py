@@ -35,6 +35,7 @@ class BackfillOutcome:
     sessions: int = 0
     sessions_by_adapter: dict[str, int] = field(default_factory=dict)
     added: int = 0
+    episodes: int = 0  # the turns kept as episodes (capture/episodes.py), rolled back with the rest
     updated: int = 0
     duplicates: int = 0
     deferred: int = 0
@@ -90,7 +91,9 @@ def run_backfill(app, *, adapter_name: str | None = None, since: float | None = 
         for adapter, info in sessions:
             before = _cursor_row(store.db, adapter, info.id)
             try:
-                report = extract_session(app, info.id, adapter_name=adapter, llm=llm, use_llm=use_llm)
+                # New episode rows only: the rollback deletes what the backfill created.
+                report = extract_session(app, info.id, adapter_name=adapter, llm=llm, use_llm=use_llm,
+                                         extend_episodes=False)
             except LlmemError as exc:
                 outcome.errors.append({"adapter": adapter, "session_id": info.id, "error": exc.message})
                 log.warning("backfill: session %s failed: %s", info.id, exc.message)
@@ -108,6 +111,10 @@ def run_backfill(app, *, adapter_name: str | None = None, since: float | None = 
                 for memory in Memory.select().where(Memory.id.in_(report.memory_ids)):
                     journal.create("backfill", "add", memory)
                     outcome.added += 1
+                for start in range(0, len(report.episode_ids), 500):
+                    for memory in Memory.select().where(Memory.id.in_(report.episode_ids[start:start + 500])):
+                        journal.create("backfill", "episode", memory)
+                        outcome.episodes += 1
                 after = _cursor_row(store.db, adapter, info.id)
                 if after != before:
                     journal.record_row("backfill", "cursor", "session_cursor",

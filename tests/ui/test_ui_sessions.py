@@ -51,6 +51,21 @@ def test_a_session_page_shows_its_events_errors_and_memories(viewer):
     assert f'action="/sessions/events/{failed.id}/retry"' in page
 
 
+def test_a_session_page_shows_its_episodes_in_the_order_they_were_said(viewer):
+    store = viewer.store
+    event(store, "ses_one", "idle")
+    store.add("the api listens on 8080", session_id="ses_one")
+    with store.db.atomic():
+        store.add_many([("Which web framework should we use?", {"role": "user", "turn": 1}, "user"),
+                        ("Let's use FastAPI with Postgres.", {"role": "assistant", "turn": 2}, "agent")],
+                       "conversation", confidence=0.5, source="episode", project=None, session_id="ses_one")
+    page = viewer.get("/sessions/ses_one").text
+    episodes = page.split('id="episodes"')[1]
+    assert "2 episodes" in page and "1 memory" in page  # the typed memory is counted apart
+    assert episodes.index("Which web framework") < episodes.index("FastAPI with Postgres")
+    assert ">user<" in episodes and ">assistant<" in episodes and "the api listens" not in episodes
+
+
 def test_an_unknown_session_is_a_404(viewer):
     assert viewer.get("/sessions/ses_nothing").status_code == 404
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import peewee as pw
 from starlette.routing import Route
 
+from ...db.models import EPISODE_SOURCE
 from ...errors import NotFound, UsageError
 from ...pipeline.events import retry_events
 from ..web import page_number, redirect, render, store, viewer
@@ -15,6 +16,7 @@ NAV = ("Sessions", "/sessions")
 PAGE_SIZE = 50
 # A session's page lists this many of its memories, newest first (the Memories page has the rest).
 SESSION_MEMORIES = 200
+SESSION_EPISODES = 300  # the session page shows the conversation's first episodes
 AGENTS = ("opencode", "copilot", "claude", "codex")
 
 
@@ -70,14 +72,18 @@ def session_page(request):
                   .order_by(models.Event.detected_at.desc(), models.Event.id.desc()))
     cursors = list(models.SessionCursor.select().where(models.SessionCursor.session_id == session_id))
     Memory = models.Memory
-    produced = Memory.select().where(Memory.session_id == session_id)
+    produced = Memory.select().where((Memory.session_id == session_id) & (Memory.source != EPISODE_SOURCE))
     memory_count = produced.count()
     memories = list(produced.order_by(Memory.created_at.desc(), Memory.seq.desc()).limit(SESSION_MEMORIES))
-    if not (events or cursors or memory_count):
+    # The conversation as llmem keeps it: its episodes in the order they were said.
+    said = Memory.select().where((Memory.session_id == session_id) & (Memory.source == EPISODE_SOURCE))
+    episode_count = said.count()
+    episodes = list(said.order_by(Memory.seq).limit(SESSION_EPISODES))
+    if not (events or cursors or memory_count or episode_count):
         raise NotFound(f"llmem has no session {session_id!r}", hint="the Sessions page lists them")
     return render(request, "session.html", session_id=session_id, events=events, cursors=cursors,
-                  memories=memories, memory_count=memory_count,
-                  queue_attached=viewer(request).queue is not None)
+                  memories=memories, memory_count=memory_count, episodes=episodes,
+                  episode_count=episode_count, queue_attached=viewer(request).queue is not None)
 
 
 def retry(request):

@@ -196,3 +196,42 @@ def test_bm25_on_postgres_scores_as_fts5_does(servers, tmp_path, query):
             scores.append([(seq_text[seq], round(score, 6)) for seq, score in rows])
     sqlite_scores, postgres_scores = scores
     assert postgres_scores == sqlite_scores and sqlite_scores
+
+
+@backend
+def test_the_postgres_schema_has_every_column_of_every_model(servers):
+    """A model that gains a column needs a step in db/postgres/migrations.py too."""
+    from llmem.db.models import ALL_MODELS
+    from llmem.store import Store
+
+    with Store.open(servers.fresh_database()) as store:
+        rows = store.db.execute_sql("SELECT table_name, column_name FROM information_schema.columns "
+                                    "WHERE table_schema = 'public'").fetchall()
+    have = {(table, column) for table, column in rows}
+    wanted = {(model._meta.table_name, field.column_name)
+              for model in ALL_MODELS for field in model._meta.sorted_fields}
+    assert wanted - have == set()
+
+
+@backend
+def test_a_postgres_store_upgrades_from_every_earlier_step(servers):
+    from llmem.db.postgres import migrations
+    from llmem.db.postgres.connection import PostgresStoreDatabase, ensure_pgvector
+    from llmem.store import Store
+
+    names = [name for name, _ in migrations.MIGRATIONS]
+    for stop in range(1, len(names)):
+        url = servers.fresh_database()
+        db = PostgresStoreDatabase(url)
+        db.connect()
+        ensure_pgvector(db)
+        applied = migrations.applied_migrations(db)
+        for name, step in migrations.MIGRATIONS[:stop]:  # a store made by an older llmem
+            with db.atomic():
+                step(db)
+                db.execute_sql("INSERT INTO schema_migration(name, applied_at) VALUES (?, ?)", (name, float(len(applied))))
+        db.close()
+        with Store.open(url) as store:
+            assert migrations.applied_migrations(store.db) == names
+            store.add("a memory written after the upgrade")
+            assert store.models.SessionCursor.select().count() == 0

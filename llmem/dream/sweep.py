@@ -21,7 +21,7 @@ from ..db.settings import get_setting, set_setting
 from ..paths import write_output_file
 from ..times import now
 from . import diary, dreams_md, memory_md
-from .deep import DeepResult, apply_action, plan_deep
+from .deep import SPECIAL_KINDS, DeepResult, apply_action, plan_deep
 from .journal import (
     PHASES,
     Action,
@@ -43,6 +43,9 @@ from .switch import dream_zone
 log = logging.getLogger(__name__)
 
 BATCH = 200  # journaled actions per transaction
+# Plain updates per transaction on the bulk path: a few ms of the write lock each (hooks
+# and the worker wait that long at most), few enough commits for the whole night.
+BULK_BATCH = 2000
 
 
 def _confidences(store) -> dict[str, float]:
@@ -207,6 +210,10 @@ def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limi
 
 
 def _apply_rem(store, journal: Journal, rem: RemResult, config) -> None:
+    updates = [a for a in rem.actions if a.kind not in ("insight", "proposed_changes")]
+    for start in range(0, len(updates), BULK_BATCH):
+        with store.db.atomic():
+            journal.update_many([("rem", a.kind, a.memory_id, a.changes) for a in updates[start:start + BULK_BATCH]])
     with store.db.atomic():
         for action in rem.actions:
             if action.kind == "insight":
@@ -218,8 +225,6 @@ def _apply_rem(store, journal: Journal, rem: RemResult, config) -> None:
                     action.memory_id = added.memory.id
             elif action.kind == "proposed_changes":
                 continue
-            else:
-                journal.update("rem", action.kind, action.memory_id, action.changes)
     if rem.proposed_record is not None:
         with store.db.atomic():
             old = get_setting(store.db, PROPOSED_KEY)
@@ -236,9 +241,16 @@ def _apply_deep(store, journal: Journal, deep: DeepResult, llm, at: float, outco
     for action in merges:  # each in its own transaction, the LLM asked outside it
         result = apply_action(store, journal, action, llm=llm, at=at)
         outcome.merge_results.append({"ids": action.detail["ids"], **result})
-    for start in range(0, len(others), BATCH):
+    # Plain updates (decay, boost, …: most of a big night) go through the journal's bulk
+    # path, BULK_BATCH per transaction; the rest one by one, BATCH per transaction.
+    plain = [a for a in others if a.kind not in SPECIAL_KINDS]
+    for start in range(0, len(plain), BULK_BATCH):
         with store.db.atomic():
-            for action in others[start:start + BATCH]:
+            journal.update_many([(a.phase, a.kind, a.memory_id, a.changes) for a in plain[start:start + BULK_BATCH]])
+    special = [a for a in others if a.kind in SPECIAL_KINDS]
+    for start in range(0, len(special), BATCH):
+        with store.db.atomic():
+            for action in special[start:start + BATCH]:
                 apply_action(store, journal, action, at=at)
     skipped = {a.memory_id for a in others if a.kind == "skip_promote"}
     deep.promote = [c for c in deep.promote if c.memory_id not in skipped]

@@ -19,6 +19,7 @@ from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES
 from .errors import UsageError
 from .store import content_hash, memory_to_dict
 from .times import from_iso, now, to_iso
+from .trust import TRUST_LEVELS, trust_of_source
 
 FORMAT_VERSION = 1
 # SQLite integers are signed 64-bit.
@@ -180,6 +181,12 @@ def _check_memory(i: int, row: Any, errors: list[str], redactor) -> dict | None:
     if not isinstance(metadata, dict):
         errors.append(f"{where} ({mid}): 'metadata' must be an object")
     out["metadata"] = metadata
+    # Whose words these are: as exported, or what the source says (an export of an older llmem).
+    trust = row.get("trust")
+    if trust is not None and trust not in TRUST_LEVELS:
+        errors.append(f"{where} ({mid}): unknown trust {trust!r} (one of: {', '.join(TRUST_LEVELS)})")
+    out["trust"] = trust or trust_of_source(source, metadata if isinstance(metadata, dict) else None,
+                                            out.get("project"))
     access_count = row.get("access_count", 0)
     if isinstance(access_count, bool) or not isinstance(access_count, int) \
             or not 0 <= access_count <= MAX_INTEGER:
@@ -325,7 +332,7 @@ def apply_import(store, plan: ImportPlan, *,
     with store.db.atomic():
         rows = []
         for memory in plan.new:
-            row = {k: memory[k] for k in ("id", "type", "content", "summary", "confidence", "source",
+            row = {k: memory[k] for k in ("id", "type", "content", "summary", "confidence", "source", "trust",
                                           "project", "session_id", "metadata", "access_count",
                                           *_TIME_FIELDS)}
             row["created_at"] = row["created_at"] or stamp

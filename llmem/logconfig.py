@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .paths import ensure_private_dir, open_own_file, private_file
+from .redact import redact
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
 FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
@@ -43,6 +44,23 @@ def _expected_in_one_line(record: logging.LogRecord) -> bool:
         record.args = None
         record.exc_info = None
         record.exc_text = None
+    return True
+
+
+def _without_secrets(record: logging.LogRecord) -> bool:
+    """Every record redacted before it is written: a message or a traceback may quote a secret
+    (a model's raw reply, a request's body, the text a parser choked on), and the log files are
+    shown by `llmem logs` and the viewer."""
+    message = record.getMessage()
+    clean = redact(message).text
+    if clean != message:
+        record.msg, record.args = clean, None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+        record.exc_text = redact(record.exc_text).text
+    if record.stack_info:
+        record.stack_info = redact(record.stack_info).text
     return True
 
 
@@ -81,6 +99,7 @@ def _configure(handler: logging.Handler, level: str | int) -> None:
     handler.setLevel(level)
     handler.addFilter(_not_a_heartbeat)
     handler.addFilter(_expected_in_one_line)
+    handler.addFilter(_without_secrets)
 
 
 def setup_file_logging(config, component: str, extra_loggers: tuple[str, ...] = ()) -> Path:
@@ -144,7 +163,8 @@ class EntryReader:
         """The entries completed by these lines; the last one stays open for what follows."""
         done = []
         for line in lines:
-            line = line.rstrip("\n")
+            # A file an older llmem wrote may hold a secret its records were not redacted of.
+            line = redact(line.rstrip("\n")).text
             head = _HEAD.match(line)
             if head:
                 if self.current is not None:

@@ -36,6 +36,7 @@ from .errors import EmbedderUnavailable, LlmemError, UsageError, store_failure
 from .paths import project_root_of
 from .search import Searcher
 from .store import check_confidence, check_type, content_hash, memory_to_dict
+from .trust import AGENT
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +68,18 @@ Tokens = Annotated[int, Field(ge=MIN_TOKENS, le=MAX_TOKENS)]
 OptionalTokens = Annotated[int | None, Field(ge=MIN_TOKENS, le=MAX_TOKENS)]
 Results = Annotated[int, Field(ge=1, le=MAX_RESULTS)]
 Project = Annotated[str | None, Field(description='repo path (default: the working repo; "" = none)')]
+# Writes go into the server's own project only (MemoryTools._write_project).
+WriteProject = Annotated[str | None, Field(description="only this server's repo (the default)")]
 
 
 def working_project(directory: str | os.PathLike) -> str | None:
     """The repository (the nearest folder with .git) holding `directory`, or None (global)."""
     root = project_root_of(str(directory))
     return root if root and (Path(root) / ".git").exists() else None
+
+
+def _one_spaced(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _one_line(text: str | None, width: int) -> str:
@@ -109,6 +116,30 @@ class MemoryTools:
     def close(self) -> None:
         self.app.close()
 
+    def _redacted(self, text: str | None) -> str:
+        """`text` redacted as it was given: joining its lines first would hide a nested YAML
+        secret (`token:\n  access_token: …`) from its pattern."""
+        return self.app.store.redactor.text(text or "") or ""
+
+    def _write_project(self, project: str | None) -> str | None:
+        """The project a write goes into: the one this server serves (the repository it was
+        started in, or the global scope when it was started outside any). Naming another
+        project, or "" for the global scope from inside a repository, is refused: an agent
+        steered by a hostile README or web page must not plant memories into other projects'
+        context or a preference into every project's. The user writes those with the CLI."""
+        wanted = self._project(project)
+        if wanted != self.default_project:
+            self._refuse_scope(wanted)
+        return wanted
+
+    def _refuse_scope(self, wanted: str | None):
+        served = self.default_project or "the global scope (it was started outside any repository)"
+        raise UsageError(
+            f"this server writes only into the project it serves, {served}; not into "
+            + (wanted or "the global scope"),
+            hint="leave project out; to write elsewhere, use `llmem add` there or run the agent in "
+                 "that repository")
+
     def _project(self, project: str | None) -> str | None:
         """The project a call means: a folder inside a repository means the repository."""
         if project is None:
@@ -120,7 +151,7 @@ class MemoryTools:
 
     def search(self, query: str, limit: int = 10, memory_type: str | None = None,
                project: str | None = None, max_tokens: int = SEARCH_TOKENS) -> str:
-        text = " ".join((query or "").split())
+        text = _one_spaced(self._redacted(query))
         if not text:
             raise UsageError("the search query is empty", hint="pass what to find as query")
         if memory_type:
@@ -176,11 +207,11 @@ class MemoryTools:
             raise UsageError(f"remember does not store {memory_type} memories",
                              hint="use introspect for a self_assessment; types here: "
                                   + ", ".join(EXTRACT_TYPES))
-        content = " ".join((content or "").split())
+        content = _one_spaced(self._redacted(content))
         if not content:
             raise UsageError("the memory content is empty", hint="pass the fact to keep as content")
         confidence = INFERRED if confidence is None else check_confidence(confidence)
-        project = self._project(project)
+        project = self._write_project(project)
         self.open()
         candidate = Candidate(memory_type, content, confidence=confidence, rule="mcp")
         report = ExtractionReport(session_id=None, project=project)
@@ -199,13 +230,15 @@ class MemoryTools:
         return f"Already stored{shown}"
 
     def correct(self, memory_id: str, content: str | None = None, reason: str | None = None) -> str:
-        content = " ".join((content or "").split()) or None
-        reason = " ".join((reason or "").split()) or None
+        content = _one_spaced(self._redacted(content)) or None
+        reason = _one_spaced(self._redacted(reason)) or None
         if content is None and reason is None:
             raise UsageError("correct needs content (what holds now) or reason (why it no longer holds)",
                              hint="content supersedes the memory; a reason alone invalidates it")
         store = self.app.store
         old = store.get(memory_id.strip("[] "))
+        if old.project != self.default_project:
+            self._refuse_scope(old.project)
         if content is None:
             if old.invalidated_at is not None:
                 first = (old.metadata or {}).get("invalidation_reason") or "no reason recorded"
@@ -235,13 +268,14 @@ class MemoryTools:
                    project: str | None = None) -> str:
         memory = introspect_manual(self.app, category, what_happened, context=context,
                                    caught_by=caught_by, proposed_fix=proposed_fix,
-                                   project=self._project(project))[0]
+                                   project=self._write_project(project))[0]
         meta = memory.metadata or {}
         return (f"Stored self_assessment [{memory.id[:ID_CHARS]}] ({meta.get('category')}, "
                 f"recurring: {meta.get('recurring', 'no')})")
 
     def learn(self, wrong: str, right: str, context: str | None = None) -> str:
-        memory = learn_lesson(self.app, wrong, right, context)[0]
+        memory = learn_lesson(self.app, wrong, right, context, project=self.default_project,
+                              trust=AGENT)[0]
         return f"Stored {memory.type} [{memory.id[:ID_CHARS]}]"
 
     def _embed(self, memory) -> None:
@@ -354,7 +388,7 @@ def build_server(tools: MemoryTools):
         "Keep a durable fact for later sessions: one self-contained idea, naming things. A "
         f"duplicate is not stored twice. type: {types}. confidence 0-1 (default {INFERRED})."))
     async def remember(content: str, type: str = "fact", confidence: float | None = None,
-                       project: Project = None) -> str:
+                       project: WriteProject = None) -> str:
         return await run("remember", tools.remember, content, type, confidence, project)
 
     @server.tool(structured_output=False, description=(
@@ -374,7 +408,7 @@ def build_server(tools: MemoryTools):
         + ", ".join(CATEGORIES) + "."))
     async def introspect(category: str, what_happened: str, context: str | None = None,
                          caught_by: str | None = None, proposed_fix: str | None = None,
-                         project: Project = None) -> str:
+                         project: WriteProject = None) -> str:
         return await run("introspect", tools.introspect, category, what_happened, context,
                          caught_by, proposed_fix, project)
 

@@ -20,10 +20,13 @@ _NOT_A_MARKER = r"(?!\[REDACTED)"
 _SECRET_NAMES = (
     r"api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret[_-]?key|secret[_-]?access[_-]?key|"
     r"client[_-]?secret|auth[_-]?token|access[_-]?token|refresh[_-]?token|id[_-]?token|"
-    r"session[_-]?token|private[_-]?key(?:[_-]?id)?|secret|token|credentials?"
+    r"session[_-]?token|private[_-]?key(?:[_-]?id)?|secret[_-]?key[_-]?base|encryption[_-]?key|"
+    r"signing[_-]?key|master[_-]?key|hmac[_-]?key|client[_-]?key[_-]?data|secret|token|credentials?"
 )
 _PASSWORD_NAMES = r"password|passwd|passphrase|pwd"
-_ASSIGN = r"""["']?\s*(?:=|:|=>)\s*"""
+# Horizontal space only around the sign: in `token:\n  access_token: …` the child key is not
+# the parent's value (the child line is matched on its own).
+_ASSIGN = r"""["']?[ \t]*(?:=|:|=>)[ \t]*"""
 # Quoted values: anything up to the closing quote. Unquoted values: one run of non-space,
 # and (see _looks_secret) only if it does not look like code such as `os.environ[...]`.
 _QUOTED_VALUE = (
@@ -37,13 +40,42 @@ class SecretPattern:
     """One kind of secret: a regex whose `secret`/`bare` group (or whole match) is replaced."""
 
     kind: str
-    regex: re.Pattern[str]
+    regex: re.Pattern[str]  # (or a _LazyRegex, which compiles on first use)
     # Lower-case literals, one of which must occur in the text for the regex to be worth running.
     hints: tuple[str, ...] = ()
+    # How an unquoted (`bare`) value is judged: "code" (a value that reads as code, such as
+    # `user_password` or `os.environ[...]`, stays), "line_end" (as "code", but a plain word
+    # that ends its line or follows `NAME=`/`--name=` is a password too: `password: swordfish`),
+    # "value" (the position says it is a value, `mysql -pX`: only placeholders stay), "prose"
+    # (a word after "my password is": ordinary words stay).
+    bare_check: str = "code"
 
 
-def _pattern(kind: str, regex: str, flags: int = 0, hints: tuple[str, ...] = ()) -> SecretPattern:
-    return SecretPattern(kind, re.compile(regex, flags), hints)
+class _LazyRegex:
+    """A regex compiled on its first use: a text holding none of a pattern's hints never pays
+    for compiling it (a hook that logs one line would otherwise compile every pattern)."""
+
+    def __init__(self, source: str, flags: int):
+        self.source, self.flags = source, flags
+        self._compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str):
+        if self._compiled is None:
+            self._compiled = re.compile(self.source, self.flags)
+        return getattr(self._compiled, name)
+
+
+_LITERAL_HEAD = re.compile(r"[A-Za-z0-9_-]{2,}")
+
+
+def _pattern(kind: str, regex: str, flags: int = 0, hints: tuple[str, ...] = (),
+             bare_check: str = "code") -> SecretPattern:
+    # A regex that starts with a literal (`dop_v1_`, `sk-`, `eyJ`) can only match where that
+    # literal is: it is the pattern's hint when none is given.
+    head = _LITERAL_HEAD.match(regex)
+    if not hints and head and not flags & re.IGNORECASE:
+        hints = (head.group(0).lower(),)
+    return SecretPattern(kind, _LazyRegex(regex, flags), hints, bare_check)
 
 
 def _starts_word(prefix_length: int) -> str:
@@ -121,6 +153,34 @@ def builtin_patterns() -> tuple[SecretPattern, ...]:
         _pattern("npm_token", r"npm_" + _starts_word(4) + r"[A-Za-z0-9]{36}\b"),
         _pattern("huggingface_token", r"hf_" + _starts_word(3) + r"[A-Za-z0-9]{30,}\b"),
         _pattern("sendgrid_key", r"SG\." + _starts_word(3) + r"[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),
+        _pattern("pypi_token", r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}", hints=("pypi-",)),
+        _pattern("digitalocean_token", r"do[opr]_v1_" + _starts_word(7) + r"[a-f0-9]{64}\b"),
+        _pattern("databricks_token", r"dapi" + _starts_word(4) + r"[a-f0-9]{32}(?:-\d+)?\b"),
+        _pattern("terraform_token", r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_-]{60,}",
+                 hints=("atlasv1",)),
+        _pattern("pulumi_token", r"pul-" + _starts_word(4) + r"[a-f0-9]{40}\b"),
+        _pattern("vault_token", r"hv[sbr]\." + _starts_word(4) + r"[A-Za-z0-9_-]{24,}"),
+        _pattern(
+            "discord_webhook",
+            r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/"
+            r"(?P<secret>[A-Za-z0-9_-]{60,})",
+            hints=("discord",),
+        ),
+        _pattern("telegram_bot_token", r"(?<![0-9])\d{8,10}:AA[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])",
+                 hints=(":aa",)),
+        _pattern("twilio_key", r"SK" + _starts_word(2) + r"[0-9a-fA-F]{32}\b"),
+        _pattern("mailgun_key", r"key-" + _starts_word(4) + r"(?=[a-zA-Z]*\d)[0-9a-zA-Z]{32}\b"),
+        _pattern("mailchimp_key", r"(?<![0-9a-f])[0-9a-f]{32}-us\d{1,2}\b", hints=("-us",)),
+        _pattern("shopify_token", r"shp(?:at|ss|ca|pa)_" + _starts_word(6) + r"[a-fA-F0-9]{32}\b"),
+        _pattern("square_token", r"sq0(?:atp|csp)-" + _starts_word(7) + r"[0-9A-Za-z_-]{22,}"),
+        _pattern("atlassian_token", r"ATATT3" + _starts_word(6) + r"[A-Za-z0-9_=-]{100,}"),
+        _pattern("linear_key", r"lin_api_" + _starts_word(8) + r"[A-Za-z0-9]{40}\b"),
+        _pattern("notion_token", r"ntn_" + _starts_word(4) + r"[A-Za-z0-9]{40,}\b"),
+        _pattern("postman_key", r"PMAK-" + _starts_word(5) + r"[a-f0-9]{24}-[a-f0-9]{34}\b"),
+        _pattern("grafana_token", r"glsa_" + _starts_word(5) + r"[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b"),
+        _pattern("grafana_token", r"glc_" + _starts_word(4) + r"[A-Za-z0-9+/]{32,}={0,2}"),
+        _pattern("newrelic_key", r"NRAK-" + _starts_word(5) + r"[A-Z0-9]{27}\b"),
+        _pattern("age_secret_key", r"AGE-SECRET-KEY-1[0-9A-Z]{58}"),
         _pattern(
             "jwt",
             r"eyJ" + _starts_word(3) + r"[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
@@ -128,12 +188,29 @@ def builtin_patterns() -> tuple[SecretPattern, ...]:
         # scheme://user:password@host (the scheme itself does not matter).
         _pattern(
             "url_credentials",
-            r"://[^\s:/?#@'\"]+:(?P<secret>" + _NOT_A_MARKER + r"[^\s/?#@'\"]+)@",
+            r"://[^\s:/?#@'\"\[\]]*:(?P<secret>" + _NOT_A_MARKER + r"[^\s/?#@'\"]+)@",
+        ),
+        # https://TOKEN@host: a long user part with a digit is a token, not a user name.
+        _pattern(
+            "url_credentials",
+            r"(?i:https?|git|ssh)://(?P<secret>" + _NOT_A_MARKER
+            + r"(?=[A-Za-z0-9_.~-]*\d)[A-Za-z0-9_.~-]{20,})@",
         ),
         _pattern(
             "bearer_token",
             r"\b(?i:bearer)\s+(?P<secret>" + _NOT_A_MARKER + r"[A-Za-z0-9._~+/-]{16,}=*)",
             hints=("bearer",),
+        ),
+        _pattern(
+            "bearer_token",
+            r"(?i:authorization)[\"']?[ \t]*[:=][ \t]*[\"']?(?i:token)[ \t]+"
+            r"(?P<secret>" + _NOT_A_MARKER + r"[A-Za-z0-9._~+/-]{16,}=*)",
+            hints=("authorization",),
+        ),
+        _pattern(  # a registry login in Docker's config.json
+            "basic_auth",
+            r"\"auth\"[ \t]*:[ \t]*\"(?P<secret>[A-Za-z0-9+/]{16,}={0,2})\"",
+            hints=('"auth"',),
         ),
         _pattern(
             "basic_auth",
@@ -142,9 +219,64 @@ def builtin_patterns() -> tuple[SecretPattern, ...]:
         ),
         _pattern(
             "password",
-            # No boundary before `password`: PGPASSWORD, DBPASSWORD are passwords too.
-            r"(?:(?i:password|passwd|passphrase)|(?<![A-Za-z0-9])(?i:pwd))\b" + _ASSIGNED_VALUE,
-            hints=("pass", "pwd"),
+            # A Kubernetes env entry: the name says secret, the next line's value holds it.
+            # (The name's test is a lookahead: written inline, sre took ~10 ms to compile it.)
+            r"(?i:name)[ \t]*:[ \t]*[\"']?(?=[A-Za-z0-9_.-]*(?i:password|passwd|secret|token|api_?key|"
+            r"access_?key|private_?key|credentials?|_pass|_pwd)[\"' \t\r\n])[A-Za-z0-9_.-]+[\"']?[ \t]*"
+            r"\r?\n[ \t]*(?:-[ \t]+)?(?i:value)" + _ASSIGNED_VALUE,
+            hints=("value",), bare_check="line_end",
+        ),
+        _pattern(
+            "password",
+            # No boundary before `password`: PGPASSWORD, DBPASSWORD are passwords too; `pass`
+            # only as the end of a longer name (DB_PASS, smtp.pass), never the English word.
+            r"(?:(?i:password|passwd|passphrase)|(?<![A-Za-z0-9])(?i:pwd)|(?<=[_.])(?i:pass))\b"
+            + _ASSIGNED_VALUE,
+            hints=("pass", "pwd"), bare_check="line_end",
+        ),
+        _pattern(
+            "password",
+            # `mysql -pX` (the value glued to -p; `-p` alone asks at a prompt).
+            r"\b(?:mysql\w*|mariadb\w*)\b[^\n]*?[ \t]-p(?P<bare>" + _NOT_A_MARKER
+            + r"""[^\s"'-][^\s"']*)""",
+            hints=("mysql", "mariadb"), bare_check="value",
+        ),
+        _pattern(
+            "password",
+            # `docker login -p X`, `sshpass -p X`
+            r"(?:\b(?:docker|podman|nerdctl)[ \t]+login\b[^\n]*?[ \t]-p|\bsshpass[ \t]+-p)[ \t]*"
+            r"(?P<bare>" + _NOT_A_MARKER + r"""[^\s"'-][^\s"']*)""",
+            hints=("login", "sshpass"), bare_check="value",
+        ),
+        _pattern(
+            "password",
+            # curl -u user:pass, curl --user 'user:pass'
+            r"""\bcurl\b[^\n]*?[ \t](?:-u|--user)[ \t]*["']?[^\s:'"]+:(?P<bare>"""
+            + _NOT_A_MARKER + r"""[^\s'"]+)""",
+            hints=("curl",), bare_check="value",
+        ),
+        _pattern(
+            "password",
+            # ~/.netrc: machine HOST login USER password PASS
+            r"\bmachine[ \t]+\S+[ \t]+(?:login[ \t]+\S+[ \t]+)?password[ \t]+(?P<bare>"
+            + _NOT_A_MARKER + r"\S+)",
+            hints=("machine",), bare_check="value",
+        ),
+        _pattern(
+            "password",
+            # SQL: CREATE USER … WITH PASSWORD '…', IDENTIFIED BY '…'
+            r"(?i:\bwith[ \t]+(?:encrypted[ \t]+)?password|\bidentified[ \t]+by)[ \t]+" + _QUOTED_VALUE,
+            hints=("password", "identified"),
+        ),
+        _pattern(
+            "password",
+            # Chat: "my password is swordfish", "the wifi password is X", "the passphrase for
+            # the key was X".
+            r"(?i:\b(?:my|the|our|your|his|her|their)[ \t]+(?:[\w-]+[ \t]+){0,2}?"
+            r"(?:password|passphrase|passcode|passwd|pin)(?:[ \t]+(?:for|of|to|on)[ \t]+(?:the[ \t]+)?"
+            r"[\w.-]+)?[ \t]+(?:is|was)[ \t]*:?[ \t]+)[\"'`]?(?P<bare>" + _NOT_A_MARKER
+            + r"[^\s\"'`<>]*[^\s\"'`<>.,;:!?)])",
+            hints=("pass", "pin"), bare_check="prose",
         ),
         _pattern(
             "generic_secret",
@@ -156,6 +288,7 @@ def builtin_patterns() -> tuple[SecretPattern, ...]:
             # Command-line flags: `--password hunter2` (`-p` is too ambiguous to include).
             r"--(?i:" + _PASSWORD_NAMES + r"|token|api-key|secret)\s+(?P<bare>"
             + _NOT_A_MARKER + r"[^\s\"'-][^\s\"']{3,})",
+            bare_check="value",
         ),
     )  # fmt: skip
 
@@ -174,6 +307,47 @@ def _looks_secret(value: str) -> bool:
         return False
     # `credentials: ~/.aws/credentials`: a path is not the secret itself.
     return not _PATH_LIKE.fullmatch(value)
+
+
+# Plain words after `password:` that are code or schema, not a password.
+_NOT_A_PASSWORD = frozenset({
+    "str", "string", "bytes", "text", "int", "bool", "any", "secretstr", "optional", "required",
+    "password", "passwd", "passphrase", "secret", "token", "value", "empty", "unset", "changeit",
+})
+# Words after "my password is" that go on talking about the password rather than saying it.
+_PROSE_WORDS = frozenset({
+    "in", "on", "at", "the", "a", "an", "not", "no", "stored", "saved", "kept", "set", "wrong",
+    "incorrect", "correct", "right", "too", "still", "now", "being", "required", "optional",
+    "missing", "empty", "expired", "changed", "reset", "same", "different", "secret", "hidden",
+    "encrypted", "hashed", "long", "short", "weak", "strong", "valid", "invalid", "also", "only",
+    "just", "what", "that", "this", "there", "here", "unknown", "known", "case", "sensitive",
+    "needed", "shown", "visible", "given", "sent", "rotated", "managed", "synced", "written",
+    "somewhere", "either", "neither", "used", "protected", "random", "generated",
+})
+_PLAIN_WORD = re.compile(r"[A-Za-z]{4,}")
+# What may follow a plain-word password on its line: nothing, or the end of a clause.
+_LINE_END = re.compile(r"[ \t]*(?:[,;][ \t]|\.?[ \t]*(?:\r?\n|\Z))")
+
+
+def _bare_is_secret(check: str, match: re.Match[str]) -> bool:
+    """Whether the unquoted value a pattern matched is a secret, as its `bare_check` says."""
+    value = match.group("bare")
+    if check == "value":
+        return value.lower() not in _PLACEHOLDER_VALUES and not value.startswith(("$", "%", "<", "{", "*"))
+    if check == "prose":
+        return len(value) >= 4 and value.lower() not in _PROSE_WORDS and not value.startswith(("$", "<", "{"))
+    if _looks_secret(value):
+        return True
+    if check != "line_end" or not _PLAIN_WORD.fullmatch(value) or value.lower() in _NOT_A_PASSWORD:
+        return False
+    # A plain word is a password where nothing else could be meant: it ends the line
+    # (`password: swordfish`), or the name is an environment variable or a flag set with `=`
+    # (`PGPASSWORD=swordfish psql`, `--password=letmein`).
+    if _LINE_END.match(match.string, match.end("bare")):
+        return True
+    head = match.group(0)[: match.start("bare") - match.start()]
+    flag = match.string[max(match.start() - 2, 0): match.start()] == "--"
+    return head.endswith("=") and (flag or re.fullmatch(r"[A-Z0-9_]+=", head) is not None)
 
 
 def _looks_secret_quoted(value: str) -> bool:
@@ -211,7 +385,7 @@ def _replace_all(pattern: SecretPattern, text: str, tally: Counter[str]) -> str:
     def substitute(match: re.Match[str]) -> str:
         groups = match.re.groupindex
         if "bare" in groups and match.group("bare") is not None:
-            if not _looks_secret(match.group("bare")):
+            if not _bare_is_secret(pattern.bare_check, match):
                 return match.group(0)
             span = match.span("bare")
         elif "secret" in groups and match.group("secret") is not None:

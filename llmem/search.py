@@ -209,7 +209,10 @@ class Searcher:
                 mode, notice = "fts", "no embedder configured: searching with FTS only"
             else:
                 try:
-                    semantic_query = semantic_text(self.db, query, share=COMMON_WORD_SHARE)
+                    # Redacted before it is re-tokenised: `sk-proj-…` split into words no
+                    # longer matches its pattern when the embedder redacts what it sends.
+                    safe_query = self.store.redactor.text(query)
+                    semantic_query = semantic_text(self.db, safe_query, share=COMMON_WORD_SHARE)
                     query_vector = self.embedder.embed_query(semantic_query)
                 except EmbedderUnavailable as exc:
                     if mode == "semantic":

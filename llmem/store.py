@@ -26,6 +26,7 @@ from .db.queries import write_memory_columns
 from .errors import AmbiguousId, NotFound, UsageError
 from .redact import Redactor
 from .times import now, to_iso
+from .trust import check_trust, least_trusted, trust_of_source
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ def memory_to_dict(memory: Memory) -> dict[str, Any]:
         "valid_until": to_iso(memory.valid_until),
         "invalidated_at": to_iso(memory.invalidated_at),
         "promoted_at": to_iso(memory.promoted_at),
+        "trust": memory.trust,
     }
 
 
@@ -209,8 +211,11 @@ class Store:
             confidence: float | None = None, source: str = "user", project: str | None = None,
             session_id: str | None = None, metadata: dict | None = None,
             valid_from: float | None = None, valid_until: float | None = None,
-            memory_id: str | None = None, created_at: float | None = None) -> AddResult:
-        """Store a memory; an exact duplicate in the same scope returns the existing one."""
+            memory_id: str | None = None, created_at: float | None = None,
+            trust: str | None = None) -> AddResult:
+        """Store a memory; an exact duplicate in the same scope returns the existing one.
+
+        `trust`: whose words these are (llmem/trust.py); by default what `source` says."""
         content = self.redactor.text((content or "").strip())
         if not content:
             raise UsageError("the memory content is empty", hint="pass --content TEXT")
@@ -222,6 +227,7 @@ class Store:
         if metadata is not None and not isinstance(metadata, dict):
             raise UsageError("metadata must be a JSON object")
         metadata = self.redactor.tree(metadata)
+        trust = check_trust(trust) if trust else trust_of_source(source, metadata, project)
         text_hash = content_hash(content)
         stamp = now()
         with self.db.atomic():
@@ -234,15 +240,18 @@ class Store:
                 confidence=confidence, source=source, project=project, session_id=session_id,
                 metadata=metadata or {}, content_hash=text_hash,
                 created_at=created_at or stamp, updated_at=stamp,
-                valid_from=valid_from, valid_until=valid_until)
+                valid_from=valid_from, valid_until=valid_until, trust=trust)
         return AddResult(memory, True)
 
     def update(self, id_or_prefix: str, *, content: str | None = None, summary: str | None = None,
                confidence: float | None = None, metadata: dict | None = None,
                memory_type: str | None = None, merge_metadata: bool = True,
-               expected_version: int | None = None) -> Memory:
+               expected_version: int | None = None, trust: str | None = None) -> Memory:
         """Change a memory's fields; a content change marks its embedding stale.
-        `expected_version`: refuse (StaleEdit) unless the row is still at that version."""
+
+        `expected_version`: refuse (StaleEdit) unless the row is still at that version.
+        `trust`: the origin of the new text; the memory becomes only as trusted as the least
+        trusted of its old and new origins (a tool's output never launders into the user's)."""
         memory_id = self.resolve_id(id_or_prefix)
         Memory = self.models.Memory
         with self.db.atomic():
@@ -268,13 +277,16 @@ class Store:
                 memory.confidence = check_confidence(confidence)
             if memory_type is not None:
                 memory.type = check_type(memory_type)
+            if trust is not None:
+                memory.trust = least_trusted(memory.trust, check_trust(trust))
             memory.updated_at = now()
             memory.version += 1
             memory.save()
         return memory
 
     def revise(self, memory_id: str, content: str, *, summary: str | None = None,
-               confidence: float | None = None, metadata: dict | None = None) -> Memory:
+               confidence: float | None = None, metadata: dict | None = None,
+               trust: str | None = None) -> Memory:
         """Update a memory's text with a near-duplicate restatement, keeping the text it had as
         an invalidated row the live one `supersedes` (as the dream keeps what it merges): a
         chain of restatements loses none of them, where `previous_content` holds only the last."""
@@ -285,13 +297,13 @@ class Store:
             kept = Memory.create(
                 id=str(uuid.uuid4()), type=old.type, content=old.content, summary=old.summary,
                 hints=old.hints, embed_hash=old.embed_hash, confidence=old.confidence,
-                source=old.source, project=old.project, session_id=old.session_id,
+                source=old.source, trust=old.trust, project=old.project, session_id=old.session_id,
                 metadata={**(old.metadata or {}), "invalidation_reason": f"restated by {old.id}",
                           "superseded_by": old.id},
                 content_hash=old.content_hash, created_at=old.created_at, updated_at=stamp,
                 valid_from=old.valid_from, valid_until=old.valid_until, invalidated_at=stamp)
             memory = self.update(memory_id, content=content, summary=summary,
-                                 confidence=confidence, metadata=metadata)
+                                 confidence=confidence, metadata=metadata, trust=trust)
             self.models.Relation.create(source=memory.id, target=kept.id, type="supersedes", created_at=stamp)
         return memory
 

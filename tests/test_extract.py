@@ -389,3 +389,24 @@ def test_two_thousand_messages_outside_the_llm(configure, state_dir, app, capsys
     with capsys.disabled():
         print(f"\n[extract] 2000 messages, {report.chunks} chunks, stub LLM: {elapsed * 1000:.0f} ms")
     assert elapsed < 10
+
+
+def test_statements_in_plain_words_the_llm_leaves_out_are_kept_once(configure, state_dir, app, model_server):
+    session = copilot_session(state_dir, "ses-plain", cwd=PROJECT)
+    session.user("I want to use FastAPI with PostgreSQL for the backend. Tabs, not spaces.")
+    session.assistant("Sounds good.")
+    session.user("Fix the login test, and btw we're using Poetry for dependency management. Can you?")
+    session.user("Maybe we should use Celery later?")  # a thought, not a statement
+    session_config(configure, state_dir, server=model_server, llm=True)
+    # The model restates the stack choice in its own words and leaves the rest out.
+    model_server.chat_replies = [reply({"type": "decision", "content": "The backend uses FastAPI on PostgreSQL."})]
+
+    report = extract_session(app, "ses-plain")
+
+    assert report.used_llm
+    stored = {m.content: m.type for m in app.store.list(limit=None)}
+    assert stored == {
+        "The backend uses FastAPI on PostgreSQL.": "decision",
+        "The user prefers tabs, not spaces.": "preference",
+        "We're using Poetry for dependency management.": "fact",
+    }

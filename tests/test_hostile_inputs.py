@@ -44,16 +44,19 @@ def pristine_home(tmp_path_factory) -> Path:
     return home
 
 
-def _snapshot(folder: Path, *, own_files: bool = False) -> dict[str, str]:
+def _snapshot(folder: Path, *, own_files: bool = False, store: bool = False) -> dict[str, str]:
     """Every file under `folder` with a hash of its bytes.
 
     own_files: leave out what llmem may rightly rewrite in its home while refusing an input:
-    its log files (they record the refusal) and the parsed-config cache.
+    its log files (they record the refusal) and the parsed-config cache. store: leave out the
+    store too (a case whose job is to write it).
     """
     files = {}
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)
         if own_files and (relative.parts[0] == "logs" or path.name.endswith(".parsed.json")):
+            continue
+        if store and path.name.startswith("memory.db"):
             continue
         if path.is_file() or path.is_symlink():
             files[str(relative)] = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -89,7 +92,8 @@ def test_hostile_input_is_refused_cleanly(case, pristine_home, tmp_path):
         shutil.copy(CORPUS / case["store"], home / "memory.db")
     if "queue" in case:
         shutil.copy(CORPUS / case["queue"], home / "queue.db")
-    before = (_snapshot(home, own_files=True), _snapshot(scratch), _snapshot(inputs))
+    writes = bool(case.get("stores"))
+    before = (_snapshot(home, own_files=True, store=writes), _snapshot(scratch), _snapshot(inputs))
 
     stdin = (CORPUS / case["stdin"]).read_bytes() if "stdin" in case else None
     done = _run(home, scratch, [fill(arg) for arg in case["args"]], stdin)
@@ -99,5 +103,10 @@ def test_hostile_input_is_refused_cleanly(case, pristine_home, tmp_path):
     assert "unexpected failure" not in output, output
     assert done.returncode == case["exit"], output
     assert fill(case["message"]).lower() in output.lower(), output
-    after = (_snapshot(home, own_files=True), _snapshot(scratch), _snapshot(inputs))
+    after = (_snapshot(home, own_files=True, store=writes), _snapshot(scratch), _snapshot(inputs))
     assert after == before, "files changed"
+    for secret in case.get("absent", []):
+        assert secret not in output, f"{secret!r} in the output"
+        holding = [str(p) for p in home.rglob("*")
+                   if p.is_file() and secret.encode() in p.read_bytes()]
+        assert holding == [], f"{secret!r} in {holding}"

@@ -226,3 +226,34 @@ kill $holder
     assert "exit=1" in done.stdout and "earlier export intact" in done.stdout, (done.stdout, done.stderr)
     assert "No space left" in done.stderr and "Traceback" not in done.stderr
     assert sorted(done.stdout.split("earlier export intact\n")[1].split()) == ["export.json", "filler", "home"]
+
+
+def test_no_secret_is_written_to_a_log_or_shown_by_llmem_logs(cli, fts_config, llmem_home, tmp_path,
+                                                               isolated_loggers):
+    """Any record (a raw LLM reply, a failed request's body, a traceback) is redacted before it
+    is written; a log an older llmem wrote is redacted when `llmem logs` shows it (issue 20.6)."""
+    from secret_corpus import all_secrets, leaks, load_corpus
+
+    planted, _ = load_corpus()
+    secrets = all_secrets(planted)
+    handler = file_handler(tmp_path / "run.log", "INFO")
+    logger = logging.getLogger("llmem.test")
+    logger.addHandler(handler)
+    for entry in planted:
+        logger.warning("raw reply: %s", entry.text)
+        try:
+            raise ValueError(entry.text)
+        except ValueError:
+            logger.exception("failed with %s", entry.text)
+    handler.close()
+    written = (tmp_path / "run.log").read_text()
+    assert "[REDACTED:" in written and leaks(secrets, written) == []
+
+    old = llmem_home / "logs"
+    old.mkdir(parents=True, exist_ok=True)
+    (old / "worker.log").write_text("".join(
+        f"2026-11-30T10:00:00 WARNING llmem.providers.llm[7]: raw reply: {' '.join(e.text.split())}\n"
+        for e in planted if "\n" not in e.text))
+    code, out, err = cli("logs", "-n", "500")
+    assert code == 0, err
+    assert "raw reply" in out and leaks(secrets, out) == []

@@ -83,8 +83,34 @@ def _tree(folder: Path, pattern: str) -> list[Path]:
     return sorted(folder.glob(pattern)) if folder.is_dir() else []
 
 
-def _opencode_instructions(config_dir: Path) -> list[Path]:
-    """The local files an opencode.json(c) lists under `instructions` (globs allowed; URLs skipped)."""
+@dataclass(frozen=True)
+class RefusedPath:
+    """An `instructions` entry that names a file outside the folder of the config naming it."""
+
+    entry: str
+    config: Path
+    folder: Path
+
+    def as_dict(self) -> dict:
+        return {"entry": self.entry, "config": str(self.config), "folder": str(self.folder)}
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, every symlink followed, is in `folder`."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+
+
+def _opencode_instructions(config_dir: Path, refused: list[RefusedPath]) -> list[Path]:
+    """The local files an opencode.json(c) lists under `instructions` (globs allowed; URLs skipped).
+
+    Only files inside `config_dir` (the project, or OpenCode's own config folder) are read: a
+    cloned repository's opencode.json naming `~/.aws/credentials`, `../outside/x` or `/abs/*`
+    would otherwise have llmem store those files as memories. Each such entry is added to
+    `refused` instead (an entry whose glob matches a file outside, or a symlink pointing
+    out, as well)."""
     import json5
 
     out = []
@@ -99,18 +125,24 @@ def _opencode_instructions(config_dir: Path) -> list[Path]:
             if not isinstance(entry, str) or "://" in entry:
                 continue
             expanded = Path(entry).expanduser()
-            base = expanded if expanded.is_absolute() else config_dir / expanded
-            if any(ch in entry for ch in "*?["):
-                anchor = Path(base.anchor) if base.is_absolute() else config_dir
-                out.extend(sorted(anchor.glob(str(base.relative_to(anchor)))))
-            else:
-                out.append(base)
+            if expanded.is_absolute() or ".." in expanded.parts:
+                refused.append(RefusedPath(entry, path, config_dir))
+                continue
+            base = config_dir / expanded
+            matches = sorted(config_dir.glob(str(expanded))) if any(ch in entry for ch in "*?[") else [base]
+            inside = [match for match in matches if _inside(match, config_dir)]
+            if len(inside) < len(matches):
+                refused.append(RefusedPath(entry, path, config_dir))
+            out.extend(inside)
     return out
 
 
-def native_files(agent: str, homes: NativeHomes, project_dirs: list[Path], project: str | None) -> list[NativeFile]:
+def native_files(agent: str, homes: NativeHomes, project_dirs: list[Path], project: str | None,
+                 refused: list[RefusedPath] | None = None) -> list[NativeFile]:
     """The instruction/memory files of `agent` that exist: the project's (in each of
-    `project_dirs`) and the user's own."""
+    `project_dirs`) and the user's own. Entries of a config that name files outside its folder
+    are not read; they are added to `refused`."""
+    refused = [] if refused is None else refused
     project_paths: list[Path] = []
     user_paths: list[Path] = []
     for folder in project_dirs:
@@ -125,7 +157,7 @@ def native_files(agent: str, homes: NativeHomes, project_dirs: list[Path], proje
             project_paths += [folder / ".github" / "copilot-instructions.md",
                               *_tree(folder / ".github" / "instructions", "**/*.instructions.md")]
         else:
-            project_paths += [folder / "AGENTS.md", *_opencode_instructions(folder)]
+            project_paths += [folder / "AGENTS.md", *_opencode_instructions(folder, refused)]
     if agent == "claude":
         user_paths = [homes.claude / "CLAUDE.md", *_tree(homes.claude / "rules", "**/*.md")]
     elif agent == "codex":
@@ -134,11 +166,26 @@ def native_files(agent: str, homes: NativeHomes, project_dirs: list[Path], proje
         user_paths = [homes.copilot / "copilot-instructions.md",
                       *_tree(homes.copilot / "instructions", "**/*.instructions.md")]
     else:
-        user_paths = [homes.opencode / "AGENTS.md", *_opencode_instructions(homes.opencode)]
-    found = [NativeFile(p.resolve(), project) for p in _existing(project_paths)]
+        user_paths = [homes.opencode / "AGENTS.md", *_opencode_instructions(homes.opencode, refused)]
+    # A CLAUDE.md or rules file that is a symlink out of its folder is not the project's file.
+    home = getattr(homes, agent)
+    roots = [*project_dirs, home]
+    found = [NativeFile(p.resolve(), project) for p in _contained(project_paths, roots, refused)]
     taken = {f.path for f in found}
-    found += [NativeFile(p.resolve(), None) for p in _existing(user_paths) if p.resolve() not in taken]
+    found += [NativeFile(p.resolve(), None) for p in _contained(user_paths, [home], refused)
+              if p.resolve() not in taken]
     return found
+
+
+def _contained(paths: list[Path], roots: list[Path], refused: list[RefusedPath]) -> list[Path]:
+    """The existing `paths` that stay inside one of `roots`; the others are refused."""
+    kept = []
+    for path in _existing(paths):
+        if any(_inside(path, root) for root in roots):
+            kept.append(path)
+        else:
+            refused.append(RefusedPath(str(path), path, path.parent))
+    return kept
 
 
 # ---- splitting a Markdown file into notes --------------------------------------------------

@@ -28,6 +28,7 @@ from ..errors import BudgetExhausted, EmbedderUnavailable, LLMReplyInvalid, LLMU
 from ..providers.llm import step_llm
 from ..redact import redact
 from ..store import content_hash
+from ..trust import trust_of_role, trust_of_source
 from .heuristics import STATED, Candidate, statements
 from .markers import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
 
@@ -349,7 +350,9 @@ def _heuristic_candidates(chunk: list[SliceLine], *, all_roles: bool = False) ->
     found = []
     for line in chunk:
         if line.role == "user" or (all_roles and line.role != "summary"):
-            found.extend(statements(line.text, line.message_id))
+            for candidate in statements(line.text, line.message_id):
+                candidate.trust = trust_of_role(line.role)  # a user turn holds the user's words
+                found.append(candidate)
     return found
 
 
@@ -387,8 +390,12 @@ def _embed_candidates(app, candidates: list[Candidate]):
 
 def store_candidates(app, candidates: list[Candidate], report: ExtractionReport, *,
                      project: str | None, session_id: str | None, source: str = "extraction",
-                     metadata: dict | None = None, cursor_update=None) -> list[Memory]:
-    """Dedupe, add or update, relate, run `cursor_update` — in one transaction — then embed."""
+                     metadata: dict | None = None, cursor_update=None,
+                     trust: str | None = None) -> list[Memory]:
+    """Dedupe, add or update, relate, run `cursor_update` — in one transaction — then embed.
+
+    `trust`: whose words the candidates are, unless a candidate says (Candidate.trust); by
+    default what `source` says (llmem/trust.py)."""
     import numpy as np
 
     from ..search import Searcher
@@ -440,7 +447,9 @@ def store_candidates(app, candidates: list[Candidate], report: ExtractionReport,
                     target = store.revise(old.id, candidate.content,
                                           summary=candidate.summary if candidate.summary else None,
                                           confidence=max(old.confidence, candidate.confidence),
-                                          metadata=meta)
+                                          metadata=meta,
+                                          trust=candidate.trust or trust
+                                          or trust_of_source(source, metadata, project))
                     report.memories_updated += 1
                     report.updated_ids.append(target.id)
                     touched.append((target, vector, _embedding_text(candidate.content, candidate.summary)))
@@ -450,7 +459,8 @@ def store_candidates(app, candidates: list[Candidate], report: ExtractionReport,
                         meta["message_id"] = candidate.message_id
                     result = store.add(candidate.content, candidate.type, summary=candidate.summary,
                                        confidence=candidate.confidence, source=source,
-                                       project=project, session_id=session_id, metadata=meta)
+                                       project=project, session_id=session_id, metadata=meta,
+                                       trust=candidate.trust or trust)
                     target = result.memory
                     if result.created:
                         report.memories_added += 1

@@ -20,9 +20,15 @@ from dataclasses import dataclass, field
 # Confidence of what the user stated in so many words (seeds: 0.9+ for stated facts).
 STATED = 0.9
 STATED_EXPLICITLY = 0.95  # "remember …": the user asked for it to be kept
+# A plain sentence of how things are ("the nightly job exports orders to S3"), read with no cue
+# word: stated by the user, but the reading is a guess from its shape.
+UNCUED = 0.8
 
 MIN_CHARS = 8
 MAX_CHARS = 400
+# What a person types in one message, at most; past it is pasted material (a log, a file), and
+# reading on would only cost time on every idle slice (a 50 MB paste took minutes).
+STATEMENT_CHARS = 20_000
 
 # The memory kinds a correction can become ("learn": a procedure holding a wrong → right pair).
 KINDS = ("fact", "preference", "procedure", "decision", "learn", "self_assessment", "none")
@@ -40,6 +46,8 @@ class Candidate:
     rule: str = "llm"
     message_id: str | None = None
     metadata: dict = field(default_factory=dict)
+    # Whose words (llmem/trust.py: trust_of_role for a transcript message); None: the source's.
+    trust: str | None = None
 
     @property
     def kind(self) -> str:
@@ -49,75 +57,488 @@ class Candidate:
 
 _CODE_FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 _INLINE_NOISE = re.compile(r"^\s*(?:>|\$|#!|\|)")
+# Lines of a pasted log or stack trace: a timestamp or log level first, a traceback's frames,
+# an exception line ("ValueError: …"), a JS stack frame.
+_LOG_LINE = re.compile(
+    r"^\s*(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d|\[?\d\d:\d\d:\d\d\b|\[?(?:DEBUG|INFO|WARN(?:ING)?|ERROR|FATAL|"
+    r"CRITICAL|TRACE)\b|Traceback \(most recent call last\)|File \"[^\"]+\", line \d+|at [\w.<>$]+ \(|"
+    r"[\w.]*(?:Error|Exception|Warning)(?::|$)|E\s{2,}|\s{4,}\S)")
+_LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)])\s+(?:\[[ xX]\]\s+)?")
 # Sentence ends: . ! ? followed by space, or a line break. Dots inside file names and
 # versions (handler.py, 3.11) are not followed by a space, so they do not split.
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+# Someone else's words inside the user's message: "…" spans of two words or more.
+_QUOTED = re.compile(r"\"[^\"\n]*\s[^\"\n]*\"|“[^”\n]*\s[^”\n]*”")
 
-_FILLER = r"(?:(?:ok(?:ay)?|so|also|and|but|btw|hey|please|pls|fyi|note|oh|well)[,:]?\s+)*"
+# Openers that carry nothing: acknowledgements, discourse markers, politeness.
+_FILLER = (r"(?:(?:ok(?:ay)?|so|also|and|but|btw|by the way|hey|please|pls|fyi|oh|well|hmm+|um+|yes|yeah|yep|"
+           r"sure|right|alright|great|cool|nice|perfect|thanks|thank you|sounds good|got it|no|honestly|"
+           r"personally|frankly|generally|in general|overall|one more thing|another thing|plus|then|"
+           r"anyway)(?:[,:!.]+\s*|\s+|\s*[—–-]\s*))*")
+
+# Base-form verbs that open an instruction ("Run the tests with …").
+_IMPERATIVE = (r"(?:run|use|start|stop|call|add|put|keep|write|check|bump|set|install|commit|push|deploy|open|"
+               r"avoid|build|test|pin|import|name|prefix|wrap|pass|return|log|store|read|create|delete|remove|"
+               r"rename|drain|restart|update|upgrade|document|follow|ask|tag|format|lint|rebase|squash|merge|"
+               r"source|export|activate|load|launch|restore|generate|regenerate|clear|reset|configure|enable|"
+               r"disable|mock|seed|migrate|catch|raise|validate|escape|sanitize|guard|lock|await|close|free|"
+               r"cache|invalidate|refresh|rebuild|reindex|sort|limit|paginate|batch|split|move|go|switch|stick|"
+               r"pick|choose|prefer|try|make|be|let|put|target|point|send|reply|answer|explain|mention|include|"
+               r"leave|skip|ignore|drop|handle|do)")
+# Verbs a standing rule ("always …", "never …", "before X, …") opens with: the imperatives and
+# the verbs of things one must not do to code.
+_RULE_VERB = (r"(?:" + _IMPERATIVE[3:-1] + r"|touch|edit|change|modify|force-push|hard-?code|expose|print|rely|"
+              r"assume|trust|bypass|silence|amend|throw|swallow|block|query|ship|release|vendor|copy|verify|"
+              r"review|quote|comment|annotate|type|retry|roll|reach|sign|emit|squash|work|wait|bundle|"
+              r"double-check|back up|backup|give|prefix|suffix|review|keep|tag|open)")
+# A tool, language, service or format named: a word with a digit, a path, a dotted or dashed
+# or camel-cased name, a capitalised word past the first, or one of the names commonly written
+# in lower case. A statement that names nothing specific is usually about the talk itself.
+_SPECIFIC = re.compile(r"\d|[_/`]|\w\.\w|\w-\w|\(\)|[a-z][A-Z]|(?<!^)(?<![.!?]\s)\b[A-Z][a-zA-Z]+")
+_LOWERCASE_NAMES = frozenset({
+    "pnpm", "npm", "yarn", "bun", "deno", "node", "uv", "pip", "pipx", "poetry", "pdm", "conda",
+    "hatch", "pytest", "unittest", "nose", "tox", "nox", "ruff", "black", "isort", "flake8", "pylint",
+    "mypy", "pyright", "eslint", "prettier", "biome", "jest", "vitest", "mocha", "cypress",
+    "playwright", "selenium", "docker", "podman", "kubectl", "kubernetes", "helm", "terraform",
+    "ansible", "pulumi", "nginx", "caddy", "apache", "sqlite", "postgres", "postgresql", "mysql",
+    "mariadb", "redis", "memcached", "mongodb", "mongo", "kafka", "rabbitmq", "celery", "rq", "sidekiq",
+    "django", "flask", "fastapi", "starlette", "rails", "laravel", "spring", "express", "nestjs",
+    "nextjs", "react", "vue", "svelte", "angular", "htmx", "alpine", "jquery", "tailwind", "bootstrap",
+    "webpack", "vite", "esbuild", "rollup", "parcel", "babel", "typescript", "javascript", "python",
+    "rust", "golang", "go", "java", "kotlin", "swift", "ruby", "php", "elixir", "haskell", "scala",
+    "graphql", "grpc", "rest", "protobuf", "json", "yaml", "toml", "csv", "markdown", "git", "github",
+    "gitlab", "bitbucket", "jenkins", "circleci", "sentry", "datadog", "grafana", "prometheus", "linux",
+    "macos", "windows", "tabs", "spaces", "snake_case", "camelcase", "kebab-case", "orms", "orm", "sql",
+    "nosql", "monorepo", "microservices", "tdd", "bdd", "ci", "cd", "sqlalchemy", "alembic", "prisma",
+    "drizzle", "knex", "sequelize", "typeorm", "pandas", "numpy", "polars", "pydantic", "attrs",
+    "dataclasses", "f-strings", "asyncio", "trio", "httpx", "requests", "aiohttp", "zod", "joi", "vim",
+    "emacs", "neovim", "vscode",
+})
+
+
+_LETTER_NAME = re.compile(r"(?<!^)\b(?!I\b|A\b)[A-Z]\b")  # "option B", "plan C"
+
+
+def _names_something(text: str, *, mid_sentence: bool = False) -> bool:
+    """Whether `text` names something specific; `mid_sentence`: its first word is no sentence
+    opening, so a capital there marks a name too ("… going with Supabase")."""
+    if mid_sentence:
+        text = "x " + text
+    if _SPECIFIC.search(text) or _LETTER_NAME.search(text) or "@" in text:
+        return True
+    return any(word.strip(".,;:!()'").lower() in _LOWERCASE_NAMES for word in text.split())
+
+
+# ---- what is no statement, whatever its wording -----------------------------------------------
+
+_QUESTION = re.compile(r"\?\s*$")
+_ASKS = re.compile(
+    rf"^{_FILLER}(?:(?:can|could|would|will|should|shall|do|does|did|is|are|was|were|have|has|may|"
+    r"what|why|how|which|who|whom|whose|where|any idea|is there)\s|(?:please\s+)?(?:explain|tell me|show me|"
+    r"help me|let me know|walk me through)\b)|\b(?:can|could|would|will) you\b", re.IGNORECASE)
+# Maybe, might, I think, what if, if we went with: a thought, not a statement.
+_HEDGED = re.compile(
+    r"\b(?:maybe|perhaps|probably|possibly|might|not sure|unsure|i think|i guess|i suppose|i wonder|"
+    r"i believe|wondering|was thinking|were thinking|thinking (?:about|of)|considering|no idea|seems like|"
+    r"kind of|sort of|if i were|would be nice|in theory|hypothetically|what if|suppose|supposing|imagine|"
+    r"let'?s say|say we|assuming|(?:if|when) (?:we|i|you) (?:were|went|used|had|did|chose|switched|picked)\b|"
+    r"would (?:it|that|this) be|could be)\b", re.IGNORECASE)
+# A cue denied or put in the past: "I never said we should …", "we haven't decided".
+_NEGATED = re.compile(
+    r"\b(?:never said|didn'?t (?:say|mean|decide|agree)|did not (?:say|mean|decide)|don'?t think|do not think|"
+    r"haven'?t (?:decided|agreed|chosen|picked|settled)|have not (?:decided|agreed|chosen)|not decided|"
+    r"undecided|not saying|nobody|no one|used to|not anymore)\b", re.IGNORECASE)
+# Now and soon, not always: what holds today is no memory ("the tests are failing again").
+_TRANSIENT = re.compile(
+    r"\b(?:today|tonight|tomorrow|yesterday|this (?:morning|afternoon|evening|week)|right now|"
+    r"at the moment|again|lunch|a break|in an hour|in a (?:minute|sec|second|bit)|note to self|"
+    r"nice work|good job|great job|well done|lol|haha)\b", re.IGNORECASE)
+# Someone else's words: "the docs say: …", "you said we decided …", "the customer said …".
+_ATTRIBUTED = re.compile(
+    r"\b(?:says?|said|wrote|writes|suggested|suggests|recommend(?:s|ed)|mention(?:s|ed)|printed|prints|"
+    r"replied|answered|told (?:me|us))\b", re.IGNORECASE)
+
+
+def _not_a_statement(sentence: str) -> bool:
+    return bool(_QUESTION.search(sentence) or _ASKS.search(sentence) or _HEDGED.search(sentence)
+                or _NEGATED.search(sentence) or _TRANSIENT.search(sentence)
+                or _ATTRIBUTED.search(sentence))
+
+
+# What a cue points at when it points back at the talk: "I like that", "let's go with your
+# second suggestion", "always do that", "we're using the wrong endpoint".
+_VAGUE_OBJECT = re.compile(
+    r"^(?:it(?!\s+when\b)|that|this|these|those|them|so|how you|what you|where (?:this|you|it)|your|yours|"
+    r"the way you|the idea|the name|the new|the same|the other|the (?:first|second|third|last) (?:one|option|"
+    r"suggestion|approach|version)|whatever|one of|either|a lot|lots|too|up|the wrong|way too|more|less)\b",
+    re.IGNORECASE)
+
+
+def _clean(text: str) -> str:
+    text = " ".join(text.split()).strip(" \t-–—*•,;:")
+    return text[0].upper() + text[1:] if text else text
+
+
+# ---- the first person made third: a memory injected later must not read as the agent's ------
+
+_PRONOUN_VERB = re.compile(
+    r"^(?P<adverbs>(?:\s+(?:really|also|usually|generally|strongly|always|never|typically|normally|"
+    r"honestly|much|very|definitely|absolutely|just|mostly))*)\s*(?P<verb>'m|'d|'ve|am|would|have|"
+    r"can'?t|cannot|don'?t|do not|\w[\w-]*)(?P<tail>\b.*)$", re.IGNORECASE | re.DOTALL)
+_IRREGULAR = {"'m": "is", "am": "is", "'d": "would", "would": "would", "'ve": "has", "have": "has",
+              "can't": "can't", "cant": "can't", "cannot": "cannot", "don't": "doesn't", "dont": "doesn't",
+              "do not": "does not", "rather": "would rather", "was": "was", "go": "goes", "do": "does"}
+
+
+def _third_singular(verb: str) -> str:
+    low = verb.lower()
+    if low in _IRREGULAR:
+        return _IRREGULAR[low]
+    if re.search(r"(?:s|sh|ch|x|z|o)$", low):
+        return verb + "es"
+    if re.search(r"[^aeiou]y$", low):
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+def third_person(body: str) -> str:
+    """ "I prefer X" → "The user prefers X": an injected memory must not read as the agent's."""
+    if re.match(r"^my preference is\b", body, re.IGNORECASE):
+        return "The user's preference is" + body[len("my preference is"):]
+    match = re.match(r"^I(?P<rest>(?:'m|'d|'ve)?\b.*)$", body, re.DOTALL)
+    if not match:
+        return body
+    verb = _PRONOUN_VERB.match(match.group("rest"))
+    if not verb:
+        return body
+    tail = re.sub(r"\bmy\b", "their", verb.group("tail"))
+    conjugated = _third_singular(verb.group("verb"))
+    return f"The user{verb.group('adverbs')} {conjugated}{tail}"
+
+
+# ---- the rules --------------------------------------------------------------------------------
 
 _RULES: list[tuple[str, re.Pattern[str], str, float]] = []
 
 
 def _rule(name: str, regex: str, memory_type: str, confidence: float = STATED) -> None:
-    _RULES.append((name, re.compile(r"^\s*" + _FILLER + regex, re.IGNORECASE), memory_type, confidence))
+    _RULES.append((name, re.compile(r"^\s*" + _FILLER + regex, re.IGNORECASE | re.DOTALL), memory_type,
+                   confidence))
 
 
-# Order matters: the first rule that matches a sentence wins.
-_rule("remember", r"(?:please\s+)?(?:remember|note|keep in mind|don'?t forget|never forget)"
+_SCOPE = r"(?:(?:for|in|on|with) (?:my |our |all |most |any )?[\w .+#/-]{2,40}?,?\s+)?"
+_HABIT_VERB = (r"(?:use|uses|reach for|go with|pick|choose|start with|keep|put|name|write|format|structure|"
+               r"test|deploy|squash|rebase|work with|work in|prefer|like|run|add|document|type|pin|avoid)")
+
+# Order matters: the first rule that matches a clause wins.
+_rule("remember", r"(?:please\s+)?(?:remember|note|keep in mind|(?:don'?t|never) forget(?=\s+(?:that|to)\b|\s*:))"
       r"(?:\s+(?:that|this|:))?[:,]?\s+(?P<body>.+)", "fact", STATED_EXPLICITLY)
+_rule("context", r"(?:fyi|heads[- ]up|just so you know|for context|for the record|for reference|context|"
+      r"background|note)\s*[,:—–-]?\s+(?P<body>.+)", "fact")
 _rule("correction_instead", r"no[,.!]?\s+(?:(?:you should|please|just)\s+)?(?P<body>(?:use|call|run|do|try|put|keep|write|prefer)\s.+?\binstead\b.*)",
       "procedure")
 _rule("correction_wrong", r"(?:no[,.!]?\s+)?(?:that'?s|that is|this is|you'?re|you are|it'?s)\s+(?:wrong|incorrect|not right|not correct|not how)[,.:;!]?\s*(?P<body>.+)",
       "fact")
 _rule("correction_actually", r"(?:no[,.!]\s+)?actually[,]?\s+(?P<body>(?:the|it|we|this|that|you)\b.+)", "fact")
 _rule("instead", r"(?P<body>(?:use|call|run|prefer)\s.+?\binstead of\b.+)", "procedure")
-_rule("prefer", r"(?P<body>(?:i|we)(?:'d|\s+would)?\s+(?:really\s+|also\s+|usually\s+|strongly\s+)?(?:prefer|rather|like to|like using|always like|don'?t like|do not like|hate|want you to always|want you to never)\s.+)",
+_rule("dont_like_it", rf"(?P<body>(?:please\s+)?(?:don'?t|do not|never)\s+{_RULE_VERB}\b[^,;]{{3,80}}[,;]\s*"
+      r"i\s+(?:really\s+)?(?:don'?t like|do not like|hate|can'?t stand|dislike|find)\s+(?:it|them|that|those)\b.*)",
       "preference")
-_rule("decided", r"(?P<body>(?:we|i)(?:'ve|'re|'ll|\s+have|\s+are|\s+will)?\s+(?:decided|agreed|settled on|chose|chosen|opted|going with|go with)\b.+)",
-      "decision")
+_rule("habit", rf"(?P<body>{_SCOPE}i\s+(?:always|usually|generally|typically|normally|never|tend to|mostly)\s+"
+      rf"{_HABIT_VERB}\b.+)", "preference")
+_rule("scoped_habit", r"(?P<body>when(?:ever)?\s+i(?:'m| am)?\s+(?:work|working|write|writing|build|building|"
+      r"start|starting|code|coding|do|doing)\s+(?:on\s+|in\s+|with\s+)?(?P<scope>[^,]{3,60}?),?\s+i\s+"
+      rf"(?:always|usually|generally|typically|tend to|like to|prefer to)\s+{_HABIT_VERB}\b.+)", "preference")
+_rule("prefer", r"(?P<body>(?:i|we)(?:'d|\s+would)?\s+(?:really\s+|also\s+|usually\s+|strongly\s+|much\s+|"
+      r"generally\s+|definitely\s+|still\s+)*(?:prefer|rather|like to|like using|like|love|always like|"
+      r"don'?t like|do not like|dislike|hate|can'?t stand|cannot stand|enjoy|don'?t mind|care about|"
+      r"want you to always|"
+      r"want you to never)\s(?P<object>.+))", "preference")
+_rule("fan", r"(?P<body>(?:(?:(?:i'?m|i am)\s+)?(?:not\s+)?(?:a\s+)?(?:big\s+|huge\s+)?fan of|"
+      r"(?:i'?m|i am)\s+(?:(?:a bit|quite|very|a lot|much|far|way)\s+)?(?:more\s+|most\s+)?(?:partial to|"
+      r"comfortable with|happier with|happiest with|productive with|at home with|used to|allergic to)|"
+      r"my (?:preference|go-to|default) is|i find|i'?ve found)\s(?P<object>.+))", "preference")
+_rule("want_built", r"(?P<body>i\s+want\s+(?:the|our|this)\s+[\w -]{2,30}?\s+(?:written|built|done|implemented|made)\s+"
+      r"(?:in|with|on|using)\s+(?P<object>.+))", "decision")
+_rule("want_type", r"(?P<body>i\s+(?:want|like)\s+(?!you\b|to\b|it\b|this\b|that\b|them\b|an?\b|the\b|some\b|more\b|"
+      r"my\b|your\b)(?P<object>[\w`/-]+(?:\s+[\w`/-]+){0,4}?(?:,|\s+(?:on|in|for|with|everywhere|ideally|"
+      r"always|under|over|by default)\b).*))", "preference")
+_rule("want_use", r"(?P<body>i\s+(?:want|'d like|would like|need)\s+to\s+(?:use|build (?:it|this|the \w+) "
+      r"(?:with|on|in))\s+(?P<object>.+))", "decision")
+_rule("decided", rf"(?P<body>{_SCOPE}(?:we|i)(?:'ve|'re|'ll|\s+have|\s+are|\s+will)?\s+(?:decided|agreed|settled on|chose|"
+      r"chosen|opted|picked|going with|go with|went with|standardi[sz]ed on|stick(?:ing)? with|switched|"
+      r"moved|migrated|ditched|dropped|replaced|adopted|moving|migrating|switching|porting|rewriting)\b\s*"
+      r"(?:that\s+|to\s+|on\s+)?(?P<object>.+))", "decision")
 _rule("decision", r"(?:decision|decided)\s*:\s*(?P<body>.+)", "decision")
-_rule("lets_go_with", r"(?P<body>let'?s\s+(?:go with|use|stick with|standardi[sz]e on)\s.+)", "decision")
-_rule("always_never", r"(?:you\s+(?:should|must)\s+)?(?P<body>(?:always|never|don'?t ever|do not ever)\s.+)", "procedure")
+_rule("going_with", r"(?P<body>going with\s.+)", "decision")
+_rule("we_will", rf"(?P<body>{_SCOPE}(?:going forward,?\s+|from now on,?\s+)?(?:we|i)(?:'ll|\s+will|"
+      r"(?:'re|\s+are|'m|\s+am)\s+(?:not\s+)?going to)\s+(?:not\s+)?(?!need\b|have\b|see\b|talk\b|figure\b|look\b|check\b|"
+      r"think\b|try\b|discuss\b|wait\b|know\b|get\b|find\b|revisit\b|deal\b|be\b|probably\b|maybe\b)[a-z]+"
+      r"(?:\s+(?:with|to|on|for))?\s+(?P<object>.+))", "decision")
+_rule("will_be", r"(?P<body>(?:the|our|all|every)\s+[\w .-]{2,40}?\s+will\s+(?:be|stay|remain|live|use|go|ship|run|"
+      r"keep|move|target|support)\b\s*(?P<object>.+))", "decision")
+_rule("standing_we", r"(?P<body>(?:going forward|from now on|moving forward|from here on)[,:]?\s+we\s+(?:use|"
+      r"write|keep|store|go with|stick with|deploy|name|put)\s+(?P<object>.+))", "decision")
+_rule("dropping", r"(?P<body>we(?:'re|\s+are)\s+(?:dropping|removing|deprecating|sunsetting|ending)\s+"
+      r"(?:support for\s.+|.+?\bsupport\b.*))", "decision")
+_rule("plan", r"(?P<body>(?:the|our)\s+plan\s+is\s+to\s+(?:use|go with|move to|switch to|adopt|migrate to|keep|"
+      r"build|run|deploy)\s.+)", "decision")
+_rule("lets_go_with", r"(?P<body>let'?s\s+(?:go with|use|stick with|standardi[sz]e on|keep|make|skip|drop|"
+      r"move|switch|migrate|adopt|put|host|ship|store|name|call|target|support|pick|choose)\s+(?P<object>.+))",
+      "decision")
+_rule("always_never", rf"(?:you\s+(?:should|must)\s+)?(?P<body>(?:always|never|don'?t ever|do not ever)\s+"
+      rf"(?:(?:also|just|first|please)\s+)?{_RULE_VERB}\b\s*(?P<object>.*))", "procedure")
+_rule("standing", rf"(?P<body>(?:from now on|going forward|moving forward|in (?:the )?future|as a rule|by default|"
+      rf"in this (?:repo|project|codebase))[,:]?\s+(?:please\s+|always\s+)?{_RULE_VERB}\b\s*(?P<object>.+))",
+      "procedure")
+_rule("when_then", r"(?P<body>(?:before|after|when(?:ever)?|every time|each time|once|if|to)\s+[^,;]{3,80}?,\s*"
+      r"(?:then\s+|also\s+|always\s+|please\s+|just\s+|first\s+)*(?!(?:i|we|you|it|the|a|an|this|that|they|there|"
+      r"he|she|can|could|would|will|is|are|was|were|do|does|did|should|may|might|must|my|our|your|its|their|"
+      r"if|when|so|and|but|or|then|let|lets|let's|maybe|not|no|yes|ok|thanks|just|please)\b)[a-z]+\b\s*(?P<object>.+))",
+      "procedure")
+_rule("prefer_do", r"(?P<body>(?:please\s+)?(?:prefer|favou?r|default to|stick to|opt for|avoid|lean towards)\s+"
+      r"(?P<object>.+))", "procedure")
+_rule("imperative_standing", rf"(?P<body>(?:please\s+)?{_RULE_VERB}\b(?P<object>[^?]+?)\b(?:before (?:every|each|any|"
+      r"an?|merging|committing|pushing|releasing|opening|deploying|tagging|shipping|you|we)\b|after (?:every|each|any|"
+      r"merging|committing|pushing|changing|editing|adding|touching)\b|on every\b|for every\b|every (?:time|commit|"
+      r"push|pr|release|merge|deploy)\b|whenever\b|by default\b|as a rule\b|,\s*(?:never|always)\b|"
+      r"in (?:this|the|our) (?:repo|codebase|project)\b|everywhere\b|across the (?:codebase|repo|project)\b).*)",
+      "procedure")
+_rule("style_every", r"(?P<body>(?:please\s+)?(?:document|name|type|annotate|prefix|suffix|test|log|wrap|validate|"
+      r"sanitize|escape|pin|sign|format|lint|comment|version|tag)\s+(?:every|each|all|any)\s+(?P<object>.+))",
+      "procedure")
+_rule("should_rule", r"(?P<body>(?!(?:the|this|that|these|those|it|its|i|you|we|they|there|here)\b)"
+      r"(?:(?:all|every|each|any|new|our)\s+)?(?:[a-z][\w-]*\s+){0,3}"
+      r"(?:[a-z][\w-]*s|pr|code|config|everything|anything)\s+(?:should|must|need to|needs to|have to|has to)\s+"
+      r"(?:always\s+|never\s+|all\s+)?(?:be|follow|use|go|live|have|include|stay|start|end|match|pass|get|"
+      r"come|run|target|work|cover|mention|reference|point)\b\s*(?P<object>.+))", "procedure")
+_rule("convention", r"(?P<body>(?:our|the|my)\s+(?:convention|rule|policy|standard|practice|norm|workflow|"
+      r"process|habit)(?:\s+here)?\s+is\s+(?:to|that)\s+(?P<object>.+))", "procedure")
+_rule("make_sure", rf"(?P<body>(?:make sure|be sure|ensure)\s+(?:that\s+)?(?:you\s+|to\s+|we\s+)?"
+      rf"(?:always\s+)?{_RULE_VERB}\b.+?\b(?:before|after|when(?:ever)?|every|each|any time)\b.+)", "procedure")
+_rule("stack_we", r"(?P<body>we(?:'re|\s+are)\s+(?:currently\s+|now\s+|still\s+)?(?:using|on|running|"
+      r"deploying (?:to|on|with)|built on|hosted on)\s+(?P<object>.+))", "fact")
+_rule("we_use", r"(?P<body>(?:we|our team)\s+(?:use|deploy|host|ship|release|run|build|store|keep|follow|"
+      r"rely on)\s+(?:(?:to|on|with|from|in|via)\s+)?(?P<object>.+))", "fact")
+_rule("team_is", r"(?P<body>we(?:'re|\s+are)\s+an?\s+(?:[\w-]+\s+){0,3}(?:team|company|startup|shop|"
+      r"agency|org|organisation|organization)\b.*)", "fact")
+_rule("label_value", r"(?P<body>(?:tech\s+)?(?:stack|infra(?:structure)?|hosting|database|db|ci|cd|runtime|"
+      r"language|framework|frontend|backend|deploys?|deployment|auth|queue|cache|monitoring|logging)\s*:\s*"
+      r"(?P<object>.+))", "fact")
+_rule("project_is", r"(?P<body>(?:(?:the|this|our)\s+[\w .-]{1,40}?|prod|production|staging|dev|ci)\s+(?:uses|"
+      r"is written in|are written in|is built with|is built on|are built with|runs on|run on|runs in|runs with|"
+      r"is deployed (?:to|on)|deploys to|is hosted (?:on|at)|lives in|live in|listens on|is at|"
+      r"reads (?:its |their )?\w+ from|targets|is keyed on|is partitioned by|is owned by|are owned by|"
+      r"is read-only|issues|expires? after|depends on|talks to|is an?|"
+      r"(?:is|are) (?:only )?(?:reachable|accessible|available|exposed|private|public|behind|internal)|is (?=(?-i:[A-Z0-9`])))\s*(?P<object>.*))",
+      "fact")
+
+_rule("present_fact", r"(?P<body>(?:(?:the|our|all)\s+)?(?!(?:it|this|that|these|those|i|you|we|they|he|she|there|"
+      r"here|which|what|who|everything|nothing|something|someone|nobody|for|in|on|at|with|if|when|as|to|from|"
+      r"by|after|before|then|let|lets|let's|please|thanks|why|how|no|not|only|just|also|" + _RULE_VERB[3:-1] +
+      r"|replace|swap|substitute|fix|refactor|convert|extract|inline|simplify|clean|tidy|quit|fetch|show|"
+      r"find|look|see|get|give|tell|send|ping|mark|bring|turn|hook|wire|plug|hide|render|print|parse|"
+      r"handle|process|compute|rewrite|revert|undo|redo|ship|speed|slow|cut|trim|strip|bump|lower|raise)\b)"
+      r"(?:[\w.-]+\s+){0,3}?[\w.-]+\s+"
+      r"(?!is\b|was\b|does\b|needs\b|wants\b|asks\b|expects\b|says\b|seems\b|looks\b|keeps\b|gets\b|"
+      r"fails\b|crashes\b|breaks\b|hangs\b|throws\b|returns\b|shows\b|takes\b|thinks\b|feels\b)"
+      r"(?:[a-z]+s|go|use|run|live|talk|come|depend|have|(?:is|are)\s+(?:\w+ed|built|written|run|kept|held|"
+      r"driven|done|made|set|sent|hidden|given|taken|rebuilt|shown))\s+(?P<object>.+))", "fact", UNCUED)
+
+# Words of trouble or change: a sentence of the present tense that holds one reports a bug or a
+# moment ("the tests fail on CI", "the build is still red"), not how the project is.
+_BUG_REPORT = re.compile(
+    r"\b(?:bug|bugs|broken|fail\w*|crash\w*|wrong|problems?|slow|flaky|complain\w*|off|"
+    r"missing|stuck|hang\w*|timeouts?|times out|leak\w*|down|40\d|50\d|exceptions?|traceback|undefined|null|"
+    r"empty|blank|weird|strange|odd|instead of|doesn'?t|don'?t|isn'?t|aren'?t|won'?t|can'?t|cannot|never|"
+    r"not (?:working|loading|running|responding|found|set|defined|there)|"
+    r"no longer|anymore|still|yet|now|again|sometimes|randomly)\b", re.IGNORECASE)
 
 _PREFERENCE_WORDS = re.compile(r"\b(?:prefer|rather|like|dislike|hate)\b", re.IGNORECASE)
 _DECISION_WORDS = re.compile(r"\b(?:decided|agreed|we(?:'ll| will) use|going with)\b", re.IGNORECASE)
 _DIRECTIVE_WORDS = re.compile(r"^\s*(?:always|never)\b", re.IGNORECASE)
 _TO_VERB = re.compile(r"^to\s+(?=[a-z])", re.IGNORECASE)  # "remember to run …": a step
-_QUESTION = re.compile(r"\?\s*$")
 _INSTEAD_OF = re.compile(r"^(?P<right>.+?)\s+instead of\s+(?P<wrong>.+?)[.!]*$", re.IGNORECASE)
+# "pytest, not unittest" and "use pnpm, not npm": the choice and what it replaces.
+_X_NOT_Y = re.compile(r"^\s*" + _FILLER + r"(?P<right>[^,;:?]{2,60}?),\s*(?:and\s+)?not\s+(?P<wrong>[^,;:?]{2,60}?)"
+                      r"(?P<scope>,\s*(?:for|in|on|with|when)\s[^,;:?]{2,60})?[.!]*$", re.IGNORECASE)
+_NOT_A_CHOICE = re.compile(r"^(?:it|it'?s|that|this|those|these|they|i|i'?m|you|we|he|she|there|here|the bug|"
+                           r"no|yes|ok|okay|not|now|but|and|or|so|just|only|our|my|your)\b|"
+                           r"\b(?:is|are|was|were|isn'?t|aren'?t)\b|'s\b|'re\b", re.IGNORECASE)
+_IMPERATIVE_OPENING = re.compile(rf"^(?:please\s+|just\s+|always\s+)?{_IMPERATIVE}\s", re.IGNORECASE)
 
 
-def _clean(text: str) -> str:
-    text = " ".join(text.split()).strip(" \t-–—*•")
-    return text[0].upper() + text[1:] if text else text
+_X_OVER_Y = re.compile(r"^\s*" + _FILLER + r"(?P<right>[^,;:?]{2,40}?)\s+over\s+(?P<wrong>[^,;:?]{2,40}?)"
+                       r"(?:,?\s*please)?[.!]*$", re.IGNORECASE)
 
 
-_FIRST_PERSON = re.compile(
-    r"^I(?:'d| would)?\s+(?P<adverb>(?:really|also|usually|generally|strongly)\s+)?"
-    r"(?P<verb>prefer|like|hate|want|dislike|rather|don'?t like|do not like|always like)\b",
-    re.IGNORECASE)
-_THIRD_PERSON = {"prefer": "prefers", "like": "likes", "hate": "hates", "want": "wants",
-                 "dislike": "dislikes", "rather": "would rather", "don't like": "doesn't like",
-                 "dont like": "doesn't like", "do not like": "does not like",
-                 "always like": "always likes"}
-
-
-def third_person(body: str) -> str:
-    """ "I prefer X" → "The user prefers X": an injected memory must not read as the agent's."""
-    match = _FIRST_PERSON.match(body)
+def _x_not_y(clause: str) -> Candidate | None:
+    match = _X_NOT_Y.match(clause) or _X_OVER_Y.match(clause)
     if not match:
+        return None
+    right, wrong = match.group("right").strip(), match.group("wrong").strip()
+    if _NOT_A_CHOICE.match(right) or _NOT_A_CHOICE.match(wrong) or _VAGUE_OBJECT.match(wrong):
+        return None
+    if match.re is _X_OVER_Y and re.search(r"\b(?:it|this|that|them|everything|to|there)\b", f"{right} {wrong}",
+                                           re.IGNORECASE):
+        return None  # "move it over to the left": no choice named
+    if _IMPERATIVE_OPENING.match(right) and match.re is _X_NOT_Y:
+        return learn_pair(wrong, right + (match.group("scope") or ""), "x_not_y")
+    if len(right.split()) > 3 or len(wrong.split()) > 4:
+        return None
+    if not re.match(r"^\S+[A-Z0-9]", right):  # "Tabs" opens the sentence; "PostgreSQL" is a name
+        right = right[0].lower() + right[1:]
+    scope = match.groupdict().get("scope") or ""
+    body = (f"The user prefers {right}, not {wrong}{scope}." if match.re is _X_NOT_Y
+            else f"The user prefers {right} over {wrong}.")
+    return Candidate("preference", body, summary=f"{_clean(right)} over {wrong}", confidence=STATED,
+                     rule="x_not_y")
+
+
+# Rules whose object must name something specific ("we're using Postgres 15", not "we're using
+# the wrong endpoint"); and rules whose object must not point back at the talk.
+_NEEDS_A_NAME = frozenset({"want_use", "we_will", "stack_we", "we_use", "project_is", "context", "decided",
+                           "lets_go_with", "going_with", "plan", "want_built", "will_be", "standing_we",
+                           "label_value", "present_fact"})
+_NEEDS_AN_OBJECT = frozenset({"prefer", "fan", "want_use", "we_will", "stack_we", "we_use", "lets_go_with",
+                              "always_never", "standing", "decided", "project_is", "want_type", "want_built",
+                              "will_be", "standing_we", "prefer_do", "style_every", "should_rule", "convention",
+                              "label_value", "present_fact", "imperative_standing"})
+_CUE = re.compile(
+    r"^(?:i|we|you|my|our|the|this|prod|production|staging|dev|ci)\b(?:'\w+)?(?:\s+(?:really|also|usually|"
+    r"strongly|much|generally|definitely|still|currently|now|team|\w+ing|should|must|would|'d|have|are|will|"
+    r"is|'re|'ll|'ve))*\s+\w+(?:\s+(?:to|on|with|for|of|in|from|using))?\s+", re.IGNORECASE)
+_ASKED_OF_THE_AGENT = re.compile(
+    r"^(?:i|we)(?:\s+|(?='))(?:want|'d like|would like|need)\s+(?:you\s+to\s+(?!always|never)|to\s+(?:know|understand|see|"
+    r"check|find out|learn|ask|make sure|try|figure|look))", re.IGNORECASE)
+# A whole sentence that only speaks of the code in front of us: "use a set here".
+_HERE_AND_NOW = re.compile(r"\b(?:here|in this (?:file|function|pr|diff|commit|change|method|class|test))\b",
+                           re.IGNORECASE)
+
+
+def _object_of(name: str, match: re.Match, body: str) -> str:
+    if "object" in match.groupdict() and match.group("object") is not None:
+        return match.group("object")
+    cue = _CUE.match(body)
+    return body[cue.end():] if cue else body
+
+
+def _summary(content: str) -> str | None:
+    """A short form of a long memory: its first clause, at most 80 characters."""
+    if len(content) <= 80:
+        return None
+    first = re.split(r"(?<=\w)[,;:—–]\s|\s(?:because|so that|since|which)\s", content, maxsplit=1)[0]
+    if len(first) > 80:
+        first = first[:80].rsplit(" ", 1)[0] + "…"
+    return first.rstrip(" .")
+
+
+def _classify_clause(clause: str, uncued: bool = False) -> Candidate | None:
+    """The memory one clause states explicitly by its rules, or None (`uncued`: also a plain
+    sentence of how things are, with no cue word)."""
+    if _ASKED_OF_THE_AGENT.match(re.sub(r"^\s*" + _FILLER, "", clause, flags=re.IGNORECASE)):
+        return None
+    for name, regex, memory_type, confidence in _RULES:
+        if name == "present_fact":
+            pair = _x_not_y(clause)  # "tabs, not spaces" is a choice, whatever it looks like
+            if pair is not None or not uncued:
+                return pair
+        match = regex.match(clause)
+        if not match:
+            continue
+        body = _clean(match.group("body"))
+        if len(body) < MIN_CHARS:
+            return None
+        if name in ("remember", "context"):
+            inner = _classify_clause(body, uncued)
+            if inner is not None and inner.type != "fact":  # "remember: we decided …" is a decision
+                inner.confidence = max(inner.confidence, confidence)
+                return inner
+            if name == "context" and (not _names_something(body) or re.match(r"^i\b|^i'", body, re.I)):
+                return None
+            # "remember that I prefer …" is a preference; "remember: we decided …" a decision.
+            if _PREFERENCE_WORDS.search(body):
+                memory_type = "preference"
+            elif _DECISION_WORDS.search(body):
+                memory_type = "decision"
+            elif _DIRECTIVE_WORDS.search(body):
+                memory_type = "procedure"
+            elif _TO_VERB.match(body):
+                memory_type, body = "procedure", _clean(_TO_VERB.sub("", body))
+        what = _object_of(name, match, body).strip()
+        if name in _NEEDS_AN_OBJECT and (not what or _VAGUE_OBJECT.match(what)):
+            return None
+        if name in ("present_fact", "project_is", "will_be", "should_rule") and _BUG_REPORT.search(body):
+            return None  # "the worker crashes on empty input": a bug report, not how things are
+        if name in _NEEDS_A_NAME and not (_names_something(body) if name in ("project_is", "context", "team_is")
+                                          else _names_something(what, mid_sentence=True)):
+            return None
+        if name == "when_then" and re.match(r"^if\b", body, re.IGNORECASE) and not _names_something(what):
+            return None  # "if it fails again, tell me": a one-off, not a rule
+        if name in ("present_fact", "project_is", "will_be", "should_rule") and categorize(body):
+            return None  # "the report runs one SELECT per user": a class of mistake, told
+        if name in ("want_use", "we_will", "lets_go_with", "always_never", "standing") \
+                and _HERE_AND_NOW.search(what):
+            return None  # "I want to use a set here": about this change, not the project
+        if name in ("correction_instead", "instead"):
+            pair = _INSTEAD_OF.match(body)
+            if pair:
+                return learn_pair(pair.group("wrong"), pair.group("right"), name, confidence)
+        if name.startswith("correction"):
+            if len(body.split()) < 3 or _ABOUT_THE_TALK.match(body):
+                return None  # "that's wrong, try again" says nothing to keep
+            body = f"Correction from the user: {body}"
+        if name == "scoped_habit":
+            body = _scoped_habit(match)
+        body = _third_person_after_scope(body)
+        return Candidate(memory_type, body, summary=_summary(body), confidence=confidence, rule=name)
+    return None
+
+
+def _third_person_after_scope(body: str) -> str:
+    """third_person, also past a leading scope: "For side projects I tend to use SQLite" →
+    "For side projects, the user tends to use SQLite"."""
+    if re.match(r"^I\b|^my preference", body, re.IGNORECASE):
+        return third_person(body)
+    scoped = re.match(r"^(?P<scope>(?:for|in|on|with)\s[^,]{2,40}?),?\s+(?P<rest>I\b.*)$", body, re.DOTALL)
+    if not scoped:
         return body
-    verb = _THIRD_PERSON.get(match.group("verb").lower(), match.group("verb"))
-    return f"The user {match.group('adverb') or ''}{verb}{body[match.end():]}"
+    rest = third_person(scoped.group("rest"))
+    return f"{scoped.group('scope')}, the user{rest[len('The user'):]}" if rest.startswith("The user") else body
+
+
+def _scoped_habit(match: re.Match) -> str:
+    """ "When I work on Python projects I always use uv" → "When working on Python projects, the
+    user always uses uv" (the scope kept: it says when the preference holds)."""
+    body = _clean(match.group("body"))
+    scope = match.group("scope").strip()
+    habit = re.search(r"\bi\s+(?P<rest>(?:always|usually|generally|typically|tend to|like to|prefer to)\s.+)$",
+                      body, re.IGNORECASE)
+    rest = third_person("I " + habit.group("rest"))[len("The user "):]
+    return f"When working on {scope}, the user {rest}"
+
+
+# Where one sentence holds several statements: "Fix the test, and btw I prefer f-strings".
+_CLAUSE_BREAK = re.compile(
+    r"\s*(?:;|\s[—–-]\s|:\s|,\s*(?:and|but|so|also|plus|btw|by the way|oh and)\s|,\s*(?=(?:i|we|always|never|"
+    r"let'?s)\s))\s*", re.IGNORECASE)
 
 
 def statement_sentences(text: str) -> list[str]:
-    """The sentences of a user message a rule may look at (code blocks and quotes left out)."""
+    """The sentences of a user message a rule may look at (code blocks, quotes, pasted logs and
+    list marks left out)."""
     text = _CODE_FENCE.sub("\n", text or "")
     out = []
+    in_trace = False
     for line in text.splitlines():
-        if _INLINE_NOISE.match(line):
+        if not line.strip():
+            in_trace = False
             continue
+        if "Traceback (most recent call last)" in line:
+            in_trace = True
+        if in_trace or _INLINE_NOISE.match(line) or _LOG_LINE.match(line):
+            continue
+        line = _QUOTED.sub(" … ", _LIST_MARK.sub("", line))
         for sentence in _SENTENCES.split(line):
             sentence = sentence.strip()
             if MIN_CHARS <= len(sentence) <= MAX_CHARS:
@@ -133,48 +554,111 @@ def learn_pair(wrong: str, right: str, rule: str, confidence: float = STATED) ->
                      confidence=confidence, rule=rule, metadata={"wrong": wrong, "right": right})
 
 
-def classify_statement(sentence: str) -> Candidate | None:
-    """The memory a single user sentence states explicitly, or None."""
-    if _QUESTION.search(sentence):
-        return None  # "should we always use X?" asks, it does not state
-    for name, regex, memory_type, confidence in _RULES:
-        match = regex.match(sentence)
-        if not match:
-            continue
-        body = _clean(match.group("body"))
-        if len(body) < MIN_CHARS:
-            return None
-        if name == "remember":
-            # "remember that I prefer …" is a preference; "remember: we decided …" a decision.
-            if _PREFERENCE_WORDS.search(body):
-                memory_type = "preference"
-            elif _DECISION_WORDS.search(body):
-                memory_type = "decision"
-            elif _DIRECTIVE_WORDS.search(body):
-                memory_type = "procedure"
-            elif _TO_VERB.match(body):
-                memory_type, body = "procedure", _clean(_TO_VERB.sub("", body))
-        if name in ("correction_instead", "instead"):
-            pair = _INSTEAD_OF.match(body)
-            if pair:
-                return learn_pair(pair.group("wrong"), pair.group("right"), name, confidence)
-        if name.startswith("correction"):
-            if len(body.split()) < 3 or _ABOUT_THE_TALK.match(body):
-                return None  # "that's wrong, try again" says nothing to keep
-            body = f"Correction from the user: {body}"
-        body = third_person(body)
-        return Candidate(memory_type, body, confidence=confidence, rule=name)
+def classify_statement(sentence: str, *, uncued: bool = False) -> Candidate | None:
+    """The memory a single user sentence states explicitly, or None: the sentence as a whole,
+    else the first of its clauses that does ("Fix the test, and btw I prefer f-strings").
+
+    `uncued`: also read a plain present-tense sentence of how things are ("the nightly job
+    exports orders to S3") as a fact. Chat (`statements`) does; a correction, where such a
+    sentence usually tells of the mistake, and the dream's dated notes do not.
+    """
+    if _not_a_statement(sentence):
+        return None  # "should we always use X?" asks, "maybe we use X" muses: neither states
+    found = _classify_clause(sentence, uncued)
+    if found is not None:
+        return found
+    clauses = _CLAUSE_BREAK.split(sentence)
+    for clause in clauses[1:]:
+        if len(clause) >= MIN_CHARS:
+            found = _classify_clause(clause, uncued)
+            if found is not None:
+                return found
     return None
 
 
+# Lines that announce a list of the user's ways, rules or facts: "A few things about how I work:".
+_LEAD_INS: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
+    (memory_type, re.compile(r"^\s*" + _FILLER + "(?:" + regex + r")[^:]{0,12}:\s*(?P<rest>.*)$", re.IGNORECASE), prefix)
+    for memory_type, regex, prefix in (
+        ("preference", r"(?:(?:a few|some|a couple of|few)\s+)?(?:things|notes|words)?\s*(?:about|on)?\s*"
+                       r"(?:here'?s\s+|this is\s+)?how i (?:like to |prefer to |usually )?(?:work|code|do things|"
+                       r"write code)|my (?:preferences|conventions|style|workflow|habits|ground rules)|"
+                       r"things i (?:like|prefer|care about)|(?:my )?preferences", "How the user likes to work"),
+        ("procedure", r"(?:(?:a few|some)\s+)?(?:ground |house |the )?(?:rules|conventions|guidelines)"
+                      r"(?:\s+(?:for|in|of)\s+(?:this|the|our)\s+(?:repo|project|codebase|team|code))?", None),
+        ("fact", r"(?:(?:a bit of|some|a little)\s+)?(?:context|background|facts?|info(?:rmation)?|notes?)\s+"
+                 r"(?:about|on)\s+(?:the|this|our)\s+(?:project|repo|codebase|app|setup|stack|system|service)|"
+                 r"(?:our|the) (?:stack|setup)", "About the project"),
+    ))
+_INLINE_ITEMS = re.compile(r"\s*(?:,\s*(?:and\s+)?|;\s*|\s+and\s+(?=[^,]*$))\s*", re.IGNORECASE)
+
+
+def _lead_in(line: str) -> tuple[str, str, str] | None:
+    """(memory type, prefix, the rest of the line) when a line announces a list."""
+    for memory_type, regex, prefix in _LEAD_INS:
+        match = regex.match(line)
+        if match:
+            head = _clean(line[:match.start("rest")]).rstrip(":")
+            return memory_type, prefix or head, match.group("rest")
+    return None
+
+
+def _list_item(item: str, memory_type: str, prefix: str) -> Candidate | None:
+    """One item of a list the user announced: what it states by itself, else the list's kind."""
+    item = _clean(_LIST_MARK.sub("", item)).rstrip(".")
+    if len(item.split()) < 2 or len(item) < 6 or _not_a_statement(item):
+        return None
+    found = classify_statement(item, uncued=True)
+    if found is not None:
+        return found
+    if memory_type == "preference" and (_IMPERATIVE_OPENING.match(item + " ") or _DIRECTIVE_WORDS.match(item)):
+        memory_type = "procedure"
+    if memory_type == "procedure" and not (_IMPERATIVE_OPENING.match(item + " ") or _DIRECTIVE_WORDS.match(item)
+                                            or re.match(r"^(?:no|don'?t|do not)\s", item, re.IGNORECASE)):
+        return None  # a rule is said as an instruction
+    lowered = item[0].lower() + item[1:] if not re.match(r"^[A-Z]{2}|^\w+[A-Z]", item) else item
+    return Candidate(memory_type, f"{prefix}: {lowered}.", summary=_clean(item), confidence=STATED,
+                     rule=f"list_{memory_type}")
+
+
 def statements(text: str, message_id: str | None = None) -> list[Candidate]:
-    """Every explicit statement in one user message's text."""
-    found = []
-    for sentence in statement_sentences(text):
-        candidate = classify_statement(sentence)
-        if candidate is not None:
-            candidate.message_id = message_id
-            found.append(candidate)
+    """Every explicit statement in one user message's text: its sentences and clauses, and the
+    items of a list it announces ("a few things about how I work: …")."""
+    found: list[Candidate] = []
+    body = _CODE_FENCE.sub("\n", (text or "")[:STATEMENT_CHARS])
+    listing: tuple[str, str] | None = None
+    pasted = False  # the lines after "here is what you suggested:" are not the user's words
+    for raw in body.splitlines():
+        line = raw.strip()
+        if not line:
+            listing, pasted = None, False
+            continue
+        if pasted:
+            continue
+        if listing is not None and _LIST_MARK.match(raw):
+            candidate = _list_item(line, *listing)
+            if candidate is not None:
+                found.append(candidate)
+            continue
+        listing = None
+        lead = _lead_in(line) if len(line) <= MAX_CHARS else None
+        if lead is not None:
+            memory_type, prefix, rest = lead
+            listing = (memory_type, prefix)
+            for item in (_INLINE_ITEMS.split(rest.strip().rstrip(".")) if rest.strip() else []):
+                candidate = _list_item(item, memory_type, prefix)
+                if candidate is not None:
+                    found.append(candidate)
+            continue
+        if line.endswith(":") and _ATTRIBUTED.search(line):
+            pasted = True
+            continue
+        for sentence in statement_sentences(raw):
+            candidate = classify_statement(sentence, uncued=True)
+            if candidate is not None:
+                found.append(candidate)
+    for candidate in found:
+        candidate.message_id = message_id
     return found
 
 
@@ -394,15 +878,6 @@ _CORRECTION_MARK = re.compile(
 _LEAD = re.compile(r"^(?:(?:ok(?:ay)?|so|also|and|but|btw|hey|hmm+|um+|fyi|note|oh|well|sorry|please|pls|just)"
                    r"\b[,:]?\s+)+", re.IGNORECASE)
 
-# Base-form verbs that open an instruction ("Run the tests with …").
-_IMPERATIVE = (r"(?:run|use|start|stop|call|add|put|keep|write|check|bump|set|install|commit|push|deploy|open|"
-               r"avoid|build|test|pin|import|name|prefix|wrap|pass|return|log|store|read|create|delete|remove|"
-               r"rename|drain|restart|update|upgrade|document|follow|ask|tag|format|lint|rebase|squash|merge|"
-               r"source|export|activate|load|launch|restore|generate|regenerate|clear|reset|configure|enable|"
-               r"disable|mock|seed|migrate|catch|raise|validate|escape|sanitize|guard|lock|await|close|free|"
-               r"cache|invalidate|refresh|rebuild|reindex|sort|limit|paginate|batch|split|move|go|switch|stick|"
-               r"pick|choose|prefer|try|make|be|let|put|target|point|send|reply|answer|explain|mention|include|"
-               r"leave|skip|ignore|drop|handle|do)")
 _IMPERATIVE_START = re.compile(rf"^(?:please\s+|just\s+|also\s+)?{_IMPERATIVE}\b", re.IGNORECASE)
 
 # Wrong → right pairs, in the order they are tried; each names its `wrong` and `right` parts.
@@ -440,8 +915,6 @@ _ABOUT_THE_TALK = re.compile(
     r"^(?:try|do it|redo|look|think|read|start over|fix it|undo|again|please|that'?s not what|this (?:doesn'?t|"
     r"isn'?t)|it (?:doesn'?t|isn'?t) (?:work|right)|not what|what i|i (?:meant|said|asked|wanted)|you misunderstood)",
     re.IGNORECASE)
-# Something specific: a name, a number, a path or an identifier (not only common words).
-_SPECIFIC = re.compile(r"\d|[_/`]|\w\.\w|\w-\w|\(\)|[a-z][A-Z]|(?<!^)(?<![.!?]\s)\b[A-Z][a-zA-Z]+")
 
 
 @dataclass
@@ -506,6 +979,12 @@ def _correction_statement(sentence: str) -> Candidate | None:
     return None
 
 
+# Statement rules that read a sentence's plain wording, with no cue of their own: in a
+# correction, a wrong → right pair read from the same sentence says more.
+_READINGS = frozenset({"project_is", "stack_we", "we_use", "decided", "we_will", "context", "lets_go_with",
+                       "going_with", "will_be", "standing_we", "label_value", "team_is", "x_not_y"})
+
+
 def classify_correction(text: str) -> Verdict:
     """Read a user's correction, or a statement of a mistake, as the memory it amounts to.
 
@@ -520,8 +999,12 @@ def classify_correction(text: str) -> Verdict:
         if candidate is not None and candidate.rule in ("correction_wrong", "correction_actually") \
                 and categorize(candidate.content):
             candidate = None  # "that's wrong, the parser crashes on empty input" tells of a mistake
-        if candidate is None:
-            candidate = _correction_statement(sentence)
+        if candidate is not None and candidate.rule == "present_fact":
+            candidate = None  # "the report runs a SELECT per user": in a correction, a mistake told
+        broad = _correction_statement(sentence)
+        if candidate is None or (broad is not None and broad.kind == "learn" and candidate.rule in _READINGS):
+            # "Stop using moment.js, we switched to date-fns": in a correction the pair is the point
+            candidate = broad
         if candidate is not None:
             found.append(candidate)
     if found:

@@ -443,8 +443,10 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
 # ---- learn and track-review ---------------------------------------------------------------------
 
 
-def learn(app, wrong: str, right: str, context: str | None = None) -> list[Memory]:
-    """Store a lesson from a wrong → right correction as a procedure memory."""
+def learn(app, wrong: str, right: str, context: str | None = None, *, project: str | None = None,
+          trust: str | None = None) -> list[Memory]:
+    """Store a lesson from a wrong → right correction as a procedure memory (global unless
+    `project`; `trust`: whose words, by default the user's, who ran `llmem learn`)."""
     if not (wrong or "").strip() or not (right or "").strip():
         raise UsageError("learn needs both --wrong and --right",
                          hint='e.g. --wrong "called wrong function" --right "call correctFunction() instead"')
@@ -456,7 +458,8 @@ def learn(app, wrong: str, right: str, context: str | None = None) -> list[Memor
     summary = " ".join(fields["right"].split())
     summary = summary if len(summary) <= 120 else summary[:119] + "…"
     result = app.store.add(content, "procedure", summary=summary, confidence=MANUAL_CONFIDENCE,
-                           source="learn", metadata={**fields, "origin": "learn"})
+                           source="learn", project=project, metadata={**fields, "origin": "learn"},
+                           trust=trust)
     if result.created:
         _embed(app, [result.memory])
     return [result.memory]

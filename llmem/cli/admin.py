@@ -368,10 +368,15 @@ def import_native(app, agent, project_dir, dry_run, as_json):
     homes = NativeHomes(claude=claude_home(config), codex=codex_home(config), copilot=copilot_home(config),
                         opencode=expand(config.values["session"]["opencode"]["config_dir"]))
     dirs = list(dict.fromkeys([Path(project), folder]))
-    files = native_files(agent, homes, dirs, project)
+    refused: list = []
+    files = native_files(agent, homes, dirs, project, refused)
+    for path in refused:
+        notice(f"not read: {path.entry!r} in {path.config} names a file outside the folder "
+               f"{path.folder}; only files inside it are imported")
     outcome = run_import(app.store, agent, files, project=project, dry_run=dry_run)
     if as_json:
-        print_json({**outcome.as_dict(), "agent": agent, "project": project, "dry_run": dry_run})
+        print_json({**outcome.as_dict(), "agent": agent, "project": project, "dry_run": dry_run,
+                    "refused": [path.as_dict() for path in refused]})
         return
     if not files and not outcome.retired:
         click.echo(f"No {agent} instruction or memory files found for {project}")

@@ -148,6 +148,23 @@ def _add_memory_version(db) -> None:
         db.execute_sql("ALTER TABLE memory ADD COLUMN version INTEGER NOT NULL DEFAULT 1")
 
 
+def _record_origin_trust(db) -> None:
+    # memory.trust: whose words a memory holds (llmem/trust.py). Rows written before it are
+    # given the trust their source and metadata say (trust_of_source), as an export without
+    # the field is on import. A fresh store's memory table already has the column (0001).
+    import json
+
+    from ..trust import trust_of_source
+
+    columns = {row[1] for row in db.execute_sql("PRAGMA table_info(memory)")}
+    if "trust" not in columns:
+        db.execute_sql("ALTER TABLE memory ADD COLUMN trust TEXT NOT NULL DEFAULT 'agent'")
+    rows = db.execute_sql("SELECT seq, source, metadata, project FROM memory").fetchall()
+    db.cursor().executemany("UPDATE memory SET trust = ? WHERE seq = ?", [
+        (trust_of_source(source, json.loads(metadata) if metadata else None, project), seq)
+        for seq, source, metadata, project in rows])
+
+
 def _bulk_indexes(db) -> None:
     # The FTS update trigger fired whenever an UPDATE named content, summary or hints, so a
     # dream's decay (which wrote hints unchanged) deleted and re-added each row in the FTS
@@ -180,6 +197,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0010_event_owner", _record_event_owner),
     ("0011_grounded_evidence", _stage_grounded_evidence),
     ("0014_memory_version", _add_memory_version),
+    ("0013_origin_trust", _record_origin_trust),
     ("0015_bulk_indexes", _bulk_indexes),
 ]
 

@@ -96,6 +96,8 @@ class Memory(BaseModel):
     # Bumped by every write of the row (store.py, db/queries.py write_memory_columns): the
     # optimistic-concurrency token of the viewer's forms (migration 0014).
     version = pw.IntegerField(default=1)
+    # Whose words the memory holds: user | agent | external (llmem/trust.py); set by every writer.
+    trust = pw.TextField(default="agent")
 
     class Meta:
         table_name = "memory"

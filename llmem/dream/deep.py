@@ -17,6 +17,7 @@ from typing import Any
 from ..db.models import Memory
 from ..db.queries import decay_rows
 from ..times import now
+from ..trust import AGENT, least_trusted
 from .journal import Action, Journal
 from .promote import Candidate, promotable, recheck
 from .text import distinct_terms
@@ -244,9 +245,12 @@ def _apply_merge(store, journal: Journal, action: Action, llm, at: float) -> dic
     method = "llm" if text else "concatenation"
     if text is None:
         text = concatenate(contents)
+    # As trusted as its least trusted original (a tool's output merged into the user's words
+    # stays a tool's output); the model's rewording is the agent's words at best.
+    trust = least_trusted(AGENT if method == "llm" else None, *(originals[m].trust for m in members))
     with store.db.atomic():
         added = store.add(text, action.detail["type"], confidence=action.detail["confidence"], source="dream",
-                          project=action.detail["project"],
+                          project=action.detail["project"], trust=trust,
                           metadata={"merged_from": members, "merge_method": method, "merge_note": why})
         merged = added.memory
         if added.created:

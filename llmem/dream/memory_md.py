@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from ..capture.markers import CHARS_PER_TOKEN, MARKER_RE
+from ..redact import redact
 from .text import assessment_fields, category_of
 
 HEAD = ("# MEMORY.md\n\nCore memories promoted by `llmem dream` / `llmem promote`, one a line: its text "
@@ -24,8 +25,9 @@ _SENTENCE_END = re.compile(r"[.!?…][\"')\]]*(?=\s|$)")
 
 def cut_snippet(text: str, max_tokens: int) -> str:
     """`text` on one line within `max_tokens` (chars / 4), cut after its last whole sentence
-    that fits; a first sentence longer than that is cut at a word, with an ellipsis."""
-    text = " ".join(MARKER_RE.sub("", text or "").split())
+    that fits; a first sentence longer than that is cut at a word, with an ellipsis. Redacted
+    first (see text.one_line)."""
+    text = " ".join(MARKER_RE.sub("", redact(text or "").text).split())
     budget = max_tokens * CHARS_PER_TOKEN
     if len(text) <= budget:
         return text

@@ -33,6 +33,7 @@ from ..capture.taxonomy import enough_evidence, is_heuristic
 from ..db.models import USER_ORIGINS
 from ..db.queries import metadata_value, recall_counts_outside, recall_rows
 from ..times import days_between, now
+from ..trust import EXTERNAL
 from .artefacts import artefact_reason
 from .text import distinct_terms
 from .verdicts import ORDER_SHIFT, latest_verdicts
@@ -48,6 +49,9 @@ DIVERSITY_SATURATION = 5  # distinct queries at which diversity reaches 1
 CONSOLIDATION_DAYS = 4  # distinct recall days at which consolidation reaches 1
 RICHNESS_SATURATION = 12  # distinct concept terms at which richness reaches 1
 RECENCY_HALF_LIFE_DAYS = 14.0
+
+# Types an agent reads as rules to follow: never promoted from an untrusted origin alone.
+INSTRUCTION_TYPES = ("procedure", "preference")
 
 
 @dataclass
@@ -74,6 +78,7 @@ class Candidate:
     shadow: dict[str, Any] | None = None  # the latest shadow-trial verdict
     # For a heuristic self_assessment: whether its category has evidence beyond it (else None).
     evidence: bool | None = None
+    trust: str = "agent"  # whose words (llmem/trust.py)
     signals: dict[str, float] = field(default_factory=dict)
     score: float = 0.0
     gates: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -191,6 +196,11 @@ def score_candidate(c: Candidate, at: float, cfg: dict[str, Any]) -> Candidate:
     if c.artefact:
         c.gates["grounded"] = {"value": c.artefact, "required": "a memory snippet, not diary or report text",
                                "passed": False}
+    if c.trust == EXTERNAL and c.memory_type in INSTRUCTION_TYPES:
+        # A procedure or preference that came from tool output, a web page or a project's file
+        # is never promoted on recalls alone: a hostile README must not become a core rule.
+        c.gates["trusted_origin"] = {"value": c.trust, "required": "the user's or the agent's words",
+                                     "passed": False}
     if c.evidence is not None:
         c.gates["evidence"] = {
             "value": "corroborated" if c.evidence else "heuristic guesses from one session",
@@ -236,7 +246,8 @@ def candidates(store, cfg: dict[str, Any], *, at: float | None = None, memory_id
                           mean_score=folded.mean_score, last_recall=folded.last, searches=folded.searches,
                           grounded=folded.grounded, excluded_recalls=int(others.get(memory.id, 0)),
                           phase_hits=hits.get(memory.id, 0.0),
-                          artefact=artefact_reason(memory.content, memory.metadata))
+                          artefact=artefact_reason(memory.content, memory.metadata),
+                          trust=memory.trust)
             if memory.type == "self_assessment" and is_heuristic(memory.metadata):
                 key = (str((memory.metadata or {}).get("category")), memory.project)
                 if key not in evidence:
@@ -288,6 +299,8 @@ def recheck(store, memory_id: str, ranked_hash: str) -> str | None:
         return "already promoted"
     if memory.content_hash != ranked_hash:
         return "its text changed since it was ranked (stale)"
+    if memory.trust == EXTERNAL and memory.type in INSTRUCTION_TYPES:
+        return "its origin is untrusted (tool output or file content)"
     reason = artefact_reason(memory.content, memory.metadata)
     return f"dream diary/report artefact ({reason})" if reason else None
 

@@ -27,6 +27,7 @@ from ..db.queries import (
 )
 from ..db.settings import get_setting
 from ..times import days_between, now
+from ..trust import EXTERNAL
 from .journal import Action
 from .text import (
     assessment_fields,
@@ -149,6 +150,16 @@ def _assessments(db, since: float) -> list[dict[str, Any]]:
                     "iterations": iteration_count(fields), "created_at": created_at,
                     "project": project, "session_id": session_id, "metadata": meta})
     return out
+
+
+def _untrusted_ids(store, memory_ids: list[str]) -> set[str]:
+    Memory = store.models.Memory
+    found: set[str] = set()
+    for start in range(0, len(memory_ids), 500):
+        chunk = memory_ids[start:start + 500]
+        found.update(row.id for row in Memory.select(Memory.id).where(
+            Memory.id.in_(chunk) & (Memory.trust == EXTERNAL)))
+    return found
 
 
 def _trend(before: float, after: float) -> str:
@@ -296,6 +307,10 @@ def plan_rem(store, cfg: dict[str, Any], *, pairs: list[dict[str, Any]], propose
     oldest_intro = min([p["introduced_at"] for p in procedures.values()] + [at])
     assessments = _assessments(db, min(at - lookback * 86400, oldest_intro - lookback * 86400))
     recent = [a for a in assessments if a["created_at"] >= at - lookback * 86400 and a["category"]]
+    # Self-assessments from tool output or file content (trust external) are no evidence of
+    # their own: no procedure or skill patch is proposed from untrusted origins alone.
+    untrusted = _untrusted_ids(store, [a["id"] for a in recent])
+    recent = [a for a in recent if a["id"] not in untrusted]
     by_category: dict[str, dict[str, Any]] = {}
     for item in recent:
         info = by_category.setdefault(item["category"], {"count": 0, "ids": [], "items": [], "projects": set()})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from ..db.fts import STOPWORDS
+from ..redact import redact
 
 _TERM = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*[A-Za-z0-9]|\d+(?:\.\d+)+|[^\W\d_]{3,}", re.UNICODE)
 _CATEGORY_LINE = re.compile(r"^[\s*_\-#>]*category[\s*_]*:[\s*_`]*([A-Za-z_]+)", re.IGNORECASE | re.MULTILINE)
@@ -27,8 +28,11 @@ def distinct_terms(text: str) -> set[str]:
 
 
 def one_line(text: str | None, width: int) -> str:
-    """The text on one line (whitespace collapsed), cut to `width` characters with an ellipsis."""
-    text = " ".join((text or "").split())
+    """The text on one line (whitespace collapsed), cut to `width` characters with an ellipsis.
+
+    Redacted first, on the text as stored: a store an older llmem wrote may hold a secret its
+    patterns missed, and a secret cut or joined onto one line no longer matches its pattern."""
+    text = " ".join(redact(text or "").text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

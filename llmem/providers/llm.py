@@ -251,13 +251,17 @@ class LLM(HttpProvider):
                     raise LLMReplyInvalid("the server's answer was not a chat reply")
                 return parse_reply(content, schema)
             except LLMReplyInvalid as exc:
-                last_error = str(exc)
+                # It may quote the reply; it is logged, raised, and kept in the event row.
+                last_error = self.redactor.text(str(exc)) or ""
+                # Redacted before it is cut (a cut secret no longer matches) and logged: the
+                # model may echo or invent one, and `llmem logs` and the viewer show the log.
+                shown = self.redactor.text(content if content is not None else raw) or ""
                 log.warning("%s %s gave an unusable reply for %s (attempt %d): %s; raw reply: %s",
-                            self.provider, self.model, task, attempt, last_error,
-                            _truncate(content if content is not None else raw))
+                            self.provider, self.model, task, attempt, last_error, _truncate(shown))
             if attempt == 1:
                 conversation = [*messages,
-                                {"role": "assistant", "content": _truncate(content or raw, 4000)},
+                                {"role": "assistant",
+                                 "content": _truncate(self.redactor.text(content or raw) or "", 4000)},
                                 {"role": "user", "content":
                                  f"That reply cannot be used: {last_error}. Answer again with only "
                                  f"a JSON object matching this schema:\n{json.dumps(schema)}"}]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import NamedTuple
@@ -75,19 +76,22 @@ def embed_memories(store, embedder: Embedder, memories: list[Memory] | list[Pend
 
 
 def embed_pending(store, embedder: Embedder, *, everything: bool = False,
-                  batch: int = 512, progress: Callable[[int], None] | None = None) -> int:
+                  batch: int = 2000, progress: Callable[[int], None] | None = None) -> int:
     """Embed every memory whose vector is missing or stale; return how many were embedded.
 
     Reads plain rows, not model instances (built per row, they cost as much as the writes);
-    the embedder splits a batch into its own request sizes (embedding.batch_size)."""
+    the embedder splits a batch into its own request sizes (embedding.batch_size). A batch
+    is one transaction: each commit of ~1 MB of vectors costs a WAL checkpoint's share."""
     done = 0
     last_seq = 0
     Memory = store.models.Memory
     while True:
-        chunk = [PendingMemory(*row) for row in
-                 pending_query(store, embedder.identity, everything)
+        query = (pending_query(store, embedder.identity, everything)
                  .select(Memory.seq, Memory.id, Memory.content, Memory.summary, Memory.metadata)
-                 .where(Memory.seq > last_seq).limit(batch).tuples()]
+                 .where(Memory.seq > last_seq).limit(batch))
+        # The driver's rows as they are (db.execute skips peewee's per-row conversion).
+        chunk = [PendingMemory(seq, memory_id, content, summary, json.loads(metadata) if metadata else None)
+                 for seq, memory_id, content, summary, metadata in store.db.execute(query)]
         if not chunk:
             return done
         done += embed_memories(store, embedder, chunk)

@@ -23,6 +23,7 @@ sessions or more (taxonomy.enough_evidence), so a misread correction never becom
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
@@ -30,6 +31,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..capture.taxonomy import enough_evidence, is_heuristic
+from ..db.bulk import memory_rows_by_id
 from ..db.models import USER_ORIGINS
 from ..db.queries import metadata_value, recall_counts_outside, recall_rows
 from ..times import days_between, now
@@ -289,31 +291,40 @@ def recheck(store, memory_id: str, ranked_hash: str) -> str | None:
     """Why a candidate ranked earlier must not be promoted now (None: promote it). Deep reads
     the memory again just before writing: one deleted, invalidated or edited since it was
     ranked is skipped rather than promoted on evidence about another text."""
-    Memory = store.models.Memory
-    memory = Memory.get_or_none(Memory.id == memory_id)
-    if memory is None:
-        return "deleted since it was ranked"
-    if memory.invalidated_at:
-        return "invalidated since it was ranked"
-    if memory.promoted_at:
-        return "already promoted"
-    if memory.content_hash != ranked_hash:
-        return "its text changed since it was ranked (stale)"
-    if memory.trust == EXTERNAL and memory.type in INSTRUCTION_TYPES:
-        return "its origin is untrusted (tool output or file content)"
-    reason = artefact_reason(memory.content, memory.metadata)
-    return f"dream diary/report artefact ({reason})" if reason else None
+    return recheck_many(store, [(memory_id, ranked_hash)]).get(memory_id)
+
+
+def recheck_many(store, ranked: list[tuple[str, str]]) -> dict[str, str]:
+    """memory_id → why not to promote it now, for the (memory_id, ranked content hash) pairs
+    that fail `recheck`; read with one query per few hundred memories (db/bulk.py)."""
+    names = ("invalidated_at", "promoted_at", "content_hash", "content", "metadata")
+    rows = memory_rows_by_id(store.db, names, [memory_id for memory_id, _ in ranked])
+    reasons = {}
+    for memory_id, ranked_hash in ranked:
+        row = rows.get(memory_id)
+        reason = None
+        if row is None:
+            reason = "deleted since it was ranked"
+        else:
+            invalidated_at, promoted_at, stored_hash, content, metadata = row
+            if invalidated_at:
+                reason = "invalidated since it was ranked"
+            elif promoted_at:
+                reason = "already promoted"
+            elif stored_hash != ranked_hash:
+                reason = "its text changed since it was ranked (stale)"
+            else:
+                artefact = artefact_reason(content, json.loads(metadata) if metadata else {})
+                reason = f"dream diary/report artefact ({artefact})" if artefact else None
+        if reason:
+            reasons[memory_id] = reason
+    return reasons
 
 
 def apply_promotions(store, journal, chosen: list[Candidate], at: float) -> tuple[list[Candidate], dict[str, str]]:
     """Promote each candidate that still holds (see `recheck`), through the journal; return
     (promoted, memory_id → why skipped). Call inside a transaction."""
-    promoted, skipped = [], {}
-    for candidate in chosen:
-        reason = recheck(store, candidate.memory_id, candidate.content_hash)
-        if reason:
-            skipped[candidate.memory_id] = reason
-            continue
-        journal.update("deep", "promote", candidate.memory_id, {"promoted_at": at})
-        promoted.append(candidate)
+    skipped = recheck_many(store, [(c.memory_id, c.content_hash) for c in chosen])
+    promoted = [c for c in chosen if c.memory_id not in skipped]
+    journal.update_many([("deep", "promote", c.memory_id, {"promoted_at": at}) for c in promoted])
     return promoted, skipped

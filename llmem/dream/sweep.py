@@ -21,7 +21,7 @@ from ..db.settings import get_setting, set_setting
 from ..paths import write_output_file
 from ..times import now
 from . import diary, dreams_md, memory_md
-from .deep import SPECIAL_KINDS, DeepResult, apply_action, plan_deep
+from .deep import SPECIAL_KINDS, DeepResult, apply_action, apply_promotes, plan_deep
 from .journal import (
     PHASES,
     Action,
@@ -241,17 +241,22 @@ def _apply_deep(store, journal: Journal, deep: DeepResult, llm, at: float, outco
     for action in merges:  # each in its own transaction, the LLM asked outside it
         result = apply_action(store, journal, action, llm=llm, at=at)
         outcome.merge_results.append({"ids": action.detail["ids"], **result})
-    # Plain updates (decay, boost, …: most of a big night) go through the journal's bulk
-    # path, BULK_BATCH per transaction; the rest one by one, BATCH per transaction.
-    plain = [a for a in others if a.kind not in SPECIAL_KINDS]
-    for start in range(0, len(plain), BULK_BATCH):
-        with store.db.atomic():
-            journal.update_many([(a.phase, a.kind, a.memory_id, a.changes) for a in plain[start:start + BULK_BATCH]])
-    special = [a for a in others if a.kind in SPECIAL_KINDS]
+    # In the plan's order by kind: dedupes and links one by one (BATCH per transaction), then
+    # the plain updates (decay, boost, invalidate, …: most of a big night) and the promotions
+    # through the journal's bulk path, BULK_BATCH per transaction.
+    special = [a for a in others if a.kind in SPECIAL_KINDS and a.kind != "promote"]
     for start in range(0, len(special), BATCH):
         with store.db.atomic():
             for action in special[start:start + BATCH]:
                 apply_action(store, journal, action, at=at)
+    plain = [a for a in others if a.kind not in SPECIAL_KINDS]
+    for start in range(0, len(plain), BULK_BATCH):
+        with store.db.atomic():
+            journal.update_many([(a.phase, a.kind, a.memory_id, a.changes) for a in plain[start:start + BULK_BATCH]])
+    promotes = [a for a in others if a.kind == "promote"]
+    for start in range(0, len(promotes), BULK_BATCH):
+        with store.db.atomic():
+            apply_promotes(store, journal, promotes[start:start + BULK_BATCH])
     skipped = {a.memory_id for a in others if a.kind == "skip_promote"}
     deep.promote = [c for c in deep.promote if c.memory_id not in skipped]
 

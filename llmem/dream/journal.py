@@ -334,7 +334,8 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
                 force: bool, file_actions: list) -> None:
     """Undo one chunk of a run's actions (newest first), as replaying them one by one would:
     the memory rows it restores are read with one query and written back with one prepared
-    statement per run of same-shaped rows, flushed before any other kind of action."""
+    statement per shape of rows (each memory once: its images folded, the oldest winning),
+    as no other kind of action reads or writes a memory's columns."""
     db = store.db
     Memory, Relation = store.models.Memory, store.models.Relation
     ids = [memory_id for op, memory_id, _, _ in chunk if op in ("update", "create") and memory_id]
@@ -352,6 +353,8 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
             writes.append((memory_id, values))
             result.restored += counts[memory_id]
             row.update(values)
+        # Each memory once: grouped by shape, the order among them does not matter.
+        writes.sort(key=lambda write: sorted(write[1]))
         _write_runs(db, writes)
         pending.clear()
         counts.clear()
@@ -375,8 +378,10 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
             pending[memory_id] = {**pending.get(memory_id, {}), **image}
             counts[memory_id] = counts.get(memory_id, 0) + 1
             continue
-        flush()
         if op == "create":
+            if memory_id in pending:  # restored, then deleted: as replaying them one by one
+                del pending[memory_id]
+                result.restored += counts.pop(memory_id)
             if Memory.select().where(Memory.id == memory_id).exists():
                 store.delete(memory_id)
                 result.deleted += 1

@@ -77,6 +77,18 @@ def recall_rows(db, origins: tuple[str, ...], memory_ids: list[str] | None) -> l
     return db.execute_sql(sql + " ORDER BY memory_id, created_at", params).fetchall()
 
 
+def recall_aggregates(db, origins: tuple[str, ...]) -> list[tuple]:
+    """(memory_id, recall rows, distinct queries, best score, last recall) of `origins`, for
+    each valid, unpromoted memory that has such a recall: the bounds that let promotion rank
+    the few candidates that can matter without scoring every recalled memory."""
+    marks = ",".join("?" * len(origins))
+    return db.execute_sql(
+        f"SELECT r.memory_id, COUNT(*), COUNT(DISTINCT r.query_hash), MAX(r.score), MAX(r.created_at) "
+        f"FROM recall_event r JOIN memory m ON m.id = r.memory_id "
+        f"WHERE r.origin IN ({marks}) AND m.invalidated_at IS NULL AND m.promoted_at IS NULL "
+        f"GROUP BY r.memory_id", list(origins)).fetchall()
+
+
 def recall_counts_outside(db, origins: tuple[str, ...], memory_ids: list[str]) -> dict[str, int]:
     """memory_id → its recalls of any origin but `origins`, for `memory_ids`."""
     marks = ",".join("?" * len(origins))

@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo
 from ..capture.taxonomy import enough_evidence, is_heuristic
 from ..db.bulk import memory_rows_by_id
 from ..db.models import USER_ORIGINS
-from ..db.queries import metadata_value, recall_aggregates, recall_counts_outside, recall_rows
+from ..db.queries import metadata_value, recall_bounds, recall_counts_outside, recall_rows
 from ..times import days_between, now
 from ..trust import EXTERNAL
 from .artefacts import artefact_reason
@@ -274,29 +274,36 @@ class RankedTop:
     ready: int  # of those, how many pass every gate
 
 
-def _score_bound(rows: int, queries: int, best: float, last: float, at: float) -> float:
-    """An upper bound of a candidate's order value from its recall aggregates: folding
-    recalls only lowers the counts (bursts and same-day repeats merge), relevance is at most
-    the best score, and richness, the phase boost and a helpful shadow verdict at most their caps."""
-    return (WEIGHTS["relevance"] * max(0.0, min(1.0, float(best or 0.0)))
-            + WEIGHTS["frequency"] * min(1.0, math.log1p(rows) / math.log1p(FREQUENCY_SATURATION))
-            + WEIGHTS["query_diversity"] * min(1.0, queries / DIVERSITY_SATURATION)
-            + WEIGHTS["recency"] * 0.5 ** (days_between(at, last) / RECENCY_HALF_LIFE_DAYS)
-            + WEIGHTS["consolidation"] * min(1.0, max(0, rows - 1) / (CONSOLIDATION_DAYS - 1))
-            + WEIGHTS["conceptual_richness"] + PHASE_BOOST_MAX + max(ORDER_SHIFT.values()))
+# The shortest a calendar day can be (a DST change): a span of time covers at most
+# span // SHORTEST_DAY + 2 distinct days.
+SHORTEST_DAY = 23 * 3600
+# At most this many candidates scored per place ranked_top fills, beyond those that can pass.
+SCORED_PER_PLACE = 3
 
 
 def ranked_top(store, cfg: dict[str, Any], *, top: int, at: float | None = None) -> RankedTop:
-    """What `candidates` would give for the first `top` places and the counts, scoring only
-    the memories that can matter: one SQL aggregate per recalled memory (filtered to the
-    valid, unpromoted ones in SQL) bounds each score from above; candidates are scored
-    best bound first until the `top`-th exact one beats every bound left, and a memory is
-    scored for the ready count only when its bound and raw counts can pass the gates.
-    Scoring all of them (the Dreams page, 63k recalled memories at 100k) took seconds."""
+    """The first `top` places of `candidates`, and its counts, scoring only the memories
+    that can matter (the Dreams page: scoring every one of 63k recalled memories at 100k took
+    seconds). SQL bounds each recalled memory's score from above from its recall aggregates
+    (db/queries.py recall_bounds) over the valid, unpromoted ones; folding only merges
+    recalls, and a burst starts BURST_WINDOW after the last one at the earliest, so the
+    span of a memory's recalls bounds its counted recalls and the days they fall on;
+    relevance is at most the best score; richness, the phase boost and a helpful shadow
+    verdict at most their caps. Candidates are scored best bound first until the `top`-th
+    exact value beats every bound left (the places are then exactly `candidates`'), or
+    SCORED_PER_PLACE × `top` were scored: held memories whose bounds cannot tell them apart
+    (they differ in conceptual richness alone) are listed as the best of those scored. The
+    counts are exact: every memory whose raw counts and bound can pass the gates is scored.
+    """
     at = at or now()
-    rows = recall_aggregates(store.db, COUNTED_ORIGINS)
-    bounds = sorted(((_score_bound(n, q, best, last, at), memory_id, n, q)
-                     for memory_id, n, q, best, last in rows), key=lambda b: (-b[0], b[1]))
+    budget = max(SCORED_PER_PLACE * top, 150)
+    frequency = [min(1.0, math.log1p(r) / math.log1p(FREQUENCY_SATURATION)) for r in range(FREQUENCY_SATURATION + 1)]
+    total, bounds = recall_bounds(
+        store.db, COUNTED_ORIGINS, at=at, weights=WEIGHTS, frequency=frequency, burst=float(BURST_WINDOW),
+        shortest_day=float(SHORTEST_DAY), diversity=DIVERSITY_SATURATION, consolidation=CONSOLIDATION_DAYS,
+        recency_half_life=RECENCY_HALF_LIFE_DAYS,
+        constant=WEIGHTS["conceptual_richness"] + PHASE_BOOST_MAX + max(ORDER_SHIFT.values()) + 1e-9,
+        top=budget, gates=(cfg["min_recall_count"], cfg["min_unique_queries"], cfg["min_score"]))
     hits = recent_phase_hits(store, at)
     scored: dict[str, Candidate] = {}
 
@@ -306,19 +313,19 @@ def ranked_top(store, cfg: dict[str, Any], *, top: int, at: float | None = None)
             for c in candidates(store, cfg, at=at, memory_ids=wanted[start:start + 500], phase_hits=hits):
                 scored[c.memory_id] = c
 
-    position = 0
-    while position < len(bounds):
-        score([b[1] for b in bounds[position:position + max(top, 50)]])
-        position += max(top, 50)
-        best = sorted(scored.values(), key=lambda c: c.order_key)[:top]
-        if len(best) >= top and position < len(bounds) and -best[-1].order_key[0] >= bounds[position][0]:
-            break
-    # Only a memory past the raw count gates with a bound past min_score can be ready.
-    score([memory_id for bound, memory_id, n, q in bounds
-           if n >= cfg["min_recall_count"] and q >= cfg["min_unique_queries"] and bound >= cfg["min_score"]])
-    live = [c for c in scored.values() if not c.invalidated_at and not c.promoted_at]
-    live.sort(key=lambda c: c.order_key)
-    return RankedTop(top=live[:top], total=len(bounds), ready=sum(1 for c in live if c.passes))
+    ordered = [memory_id for memory_id, _, _ in bounds]
+    position, step = 0, max(top, 50)
+    while position < min(len(bounds), budget):
+        score(ordered[position:position + step])
+        position += step
+        if len(scored) >= top and position < len(bounds):
+            kth = sorted(c.order_key for c in scored.values())[top - 1]
+            if -kth[0] > bounds[position][1]:
+                break
+    score([memory_id for memory_id, _, may_pass in bounds if may_pass])
+    live = sorted((c for c in scored.values() if not c.invalidated_at and not c.promoted_at),
+                  key=lambda c: c.order_key)
+    return RankedTop(top=live[:top], total=total, ready=sum(1 for c in live if c.passes))
 
 
 def category_evidence(store, category: str, project: str | None) -> bool:

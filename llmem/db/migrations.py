@@ -179,7 +179,13 @@ def _bulk_indexes(db) -> None:
                           INSERT INTO memory_fts(rowid, content, summary, hints)
                           VALUES (new.seq, new.content, new.summary, new.hints);
                       END""")
-    db.execute_sql("CREATE INDEX IF NOT EXISTS memory_created ON memory(created_at, seq)")
+    # The list's order (newest first) under each of its filters: all, not invalidated, a
+    # type, a project (IS NULL is an equality for the index, so a page is read in order).
+    for name, columns in (("memory_created", "created_at, seq"),
+                          ("memory_current_created", "invalidated_at, created_at, seq"),
+                          ("memory_type_created", "type, invalidated_at, created_at, seq"),
+                          ("memory_project_created", "project, invalidated_at, created_at, seq")):
+        db.execute_sql(f"CREATE INDEX IF NOT EXISTS {name} ON memory({columns})")
     db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_origin ON recall_event(origin, memory_id)")
 
 

@@ -11,8 +11,12 @@ come from the heuristics. Sessions mix one-shot
 sessions with a dead lock PID; midway `llmem run` is restarted, later it is killed with
 SIGKILL. Every turn plants explicit statements with a unique token. Prints: planted
 statements recovered, duplicates, events lost or stuck, detect-to-searchable p50/p95, and
-what each scenario lost. Example:
+what each scenario lost; and the episodes (capture/episodes.py): each planted token must be in
+exactly one valid episode (0 lost, 0 twice), their detect-to-searchable, the store's size
+beside the episode text it holds. `--episodes off` runs the same replay without them (the
+baseline of their cost). Example:
     python bench/ingest.py --sessions 200 --seed 1
+    python bench/ingest.py --sessions 40 --seed 1 --episodes off
 """
 
 from __future__ import annotations
@@ -96,9 +100,10 @@ class Soak:
 
     def __init__(self, home: Path, *, sessions: int, seed: int, span: float, long_idle: float,
                  down: float, idle_debounce: float, settle: float, workers: int, llm: str = "none",
-                 log=print):
+                 episodes: bool = True, log=print):
         self.home = home
         self.llm = llm
+        self.episodes = episodes
         self.model_server: FakeModelServer | None = None
         self.seed = seed
         self.rng = random.Random(seed)
@@ -146,7 +151,8 @@ class Soak:
             f"  copilot:\n    state_dir: {self.state_dir}\n"
             f"pipeline:\n  workers: {self.workers}\n  idle_debounce_seconds: {self.idle_debounce}\n"
             "  ending_inactivity_minutes: 1\n  running_timeout_minutes: 0.1\n"
-            "  reconcile_pending_seconds: 5\n" + pipeline)
+            "  reconcile_pending_seconds: 5\n" + pipeline
+            + ("" if self.episodes else "capture:\n  episodes: false\n"))
         self.db_path = llmem_home / "memory.db"
 
     def start_runner(self) -> None:
@@ -365,7 +371,7 @@ class Soak:
             return 0, 0
         with self._connect() as conn:
             contents = " ".join(r[0].lower() for r in conn.execute(
-                "SELECT content FROM memory WHERE invalidated_at IS NULL"))
+                "SELECT content FROM memory WHERE invalidated_at IS NULL AND source != 'episode'"))
             open_events = conn.execute("SELECT COUNT(*) FROM event WHERE status != 'done'").fetchone()[0]
         return sum(plant.token in contents for plant in self.plants), open_events
 
@@ -391,16 +397,28 @@ class Soak:
         """Figures from the store after `llmem run` stopped: CLI --json plus read-only SQL."""
         memories = self.cli_json("list", "--limit", "1000000")
         with self._connect() as conn:
-            valid = {row[0]: (row[1], row[2]) for row in conn.execute(
-                "SELECT seq, content, created_at FROM memory WHERE invalidated_at IS NULL "
-                "AND (valid_until IS NULL OR valid_until > ?)", (time.time(),))}
+            rows = conn.execute("SELECT seq, content, created_at, source FROM memory WHERE invalidated_at IS NULL "
+                                "AND (valid_until IS NULL OR valid_until > ?)", (time.time(),)).fetchall()
+            # The typed memories, and the episodes (the turns themselves), counted apart.
+            valid = {seq: (content, created) for seq, content, created, source in rows if source != "episode"}
+            episodes = {seq: (content.lower(), created) for seq, content, created, source in rows
+                        if source == "episode"}
             searchable: dict[str, set[int]] = {}
+            episode_hits: dict[str, set[int]] = {}
             for plant in self.plants:
-                rows = conn.execute("SELECT rowid FROM memory_fts WHERE memory_fts MATCH ?",
-                                    (f'"{plant.token}"',)).fetchall()
-                searchable[plant.token] = {r[0] for r in rows} & set(valid)
+                found = {r[0] for r in conn.execute("SELECT rowid FROM memory_fts WHERE memory_fts MATCH ?",
+                                                    (f'"{plant.token}"',))}
+                searchable[plant.token] = found & set(valid)
+                episode_hits[plant.token] = found & set(episodes)
+            episode_bytes = conn.execute("SELECT COALESCE(SUM(LENGTH(CAST(content AS BLOB))), 0), COUNT(*) "
+                                         "FROM memory WHERE source = 'episode'").fetchone()
+            per_session = [n for (n,) in conn.execute(
+                "SELECT COUNT(*) FROM memory WHERE source = 'episode' GROUP BY session_id")]
             events = conn.execute("SELECT id, adapter, session_id, kind, status, attempts, last_error "
                                   "FROM event").fetchall()
+        store_bytes, without_episodes = self._store_sizes()
+        transcript_bytes = sum(path.stat().st_size for path in self.state_dir.rglob("events.jsonl"))
+        transcript_bytes += sum(path.stat().st_size for path in self.opencode_dir.glob("opencode*.db*"))
         listed = " ".join(m["content"].lower() for m in memories)
         samples = self.rng.sample(self.plants, min(5, len(self.plants)))
         # The user's view: does `llmem search <token>` put it in its first page?
@@ -446,8 +464,29 @@ class Soak:
                     if not set(sessions_with_event[(adapter, sid)]) - {"created"}]
         created_twice = [sid for (adapter, sid), kinds in sessions_with_event.items() if kinds["created"] > 1]
 
+        episode_lost, episode_twice, episode_latency = [], [], []
+        for plant in self.plants:
+            holding = [seq for seq, (content, _) in episodes.items() if plant.token in content]
+            if not episode_hits[plant.token]:
+                episode_lost.append(plant.token)
+                continue
+            if len(holding) > 1:
+                episode_twice.append(plant.token)
+            if plant.written_at is not None:
+                episode_latency.append(min(episodes[seq][1] for seq in episode_hits[plant.token]) - plant.written_at)
+
         recovered = sum(c["recovered"] for c in by_kind.values())
         return {
+            "episodes_on": self.episodes,
+            "episodes": {"stored": episode_bytes[1], "text_bytes": episode_bytes[0],
+                         "lost": len(episode_lost), "lost_tokens": episode_lost[:20],
+                         "twice": len(episode_twice), "twice_tokens": episode_twice[:20],
+                         "latency_s": _percentiles(episode_latency),
+                         "per_session": _percentiles(per_session)},
+            # Vacuumed copies, so WAL and free pages do not count: the store, and the same store
+            # with its episodes deleted (what they cost, in the same run).
+            "store_bytes": store_bytes, "store_bytes_without_episodes": without_episodes,
+            "transcript_file_bytes": transcript_bytes,
             "sessions": len(self.session_kinds), "planted": len(self.plants), "recovered": recovered,
             "recovered_pct": round(100 * recovered / max(1, len(self.plants)), 1),
             "duplicates": len(duplicates), "duplicate_tokens": duplicates[:20],
@@ -464,6 +503,25 @@ class Soak:
             "cli_search_spot_checks": f"{cli_top}/{len(samples)} in the first page",
             "disruptions": self.disruptions, "home": str(self.home),
         }
+
+    def _store_sizes(self) -> tuple[int, int]:
+        """(bytes of the vacuumed store, bytes of it vacuumed again without its episodes)."""
+        with tempfile.TemporaryDirectory() as scratch:
+            copy = Path(scratch) / "copy.db"
+            with self._connect() as conn:
+                conn.execute("VACUUM INTO ?", (str(copy),))
+            full = copy.stat().st_size
+            conn = sqlite3.connect(copy)
+            try:
+                conn.execute("DELETE FROM memory WHERE source = 'episode'")
+                # FTS5 keeps deleted rows' postings until its segments merge: rebuild it as if
+                # the episodes had never been indexed.
+                conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('rebuild')")
+                conn.commit()
+                conn.execute("VACUUM")
+            finally:
+                conn.close()
+            return full, copy.stat().st_size
 
     def _search_hits(self, token: str) -> list[dict]:
         return self.cli_json("search", token, "--no-track")
@@ -535,6 +593,18 @@ def report(figures: dict) -> str:
                      f"{event['attempts']} tries) {event['error'] or ''}")
     for session in figures["sessions_without_event_list"][:10]:
         lines.append(f"  no event: {session['scenario']} {session['session']}")
+    if figures["episodes_on"]:
+        eps = figures["episodes"]
+        lines.append(f"episodes: {eps['stored']} stored ({eps['per_session']['p50']} per session p50, max "
+                     f"{eps['per_session'].get('max')}); planted tokens lost {eps['lost']}, in two episodes "
+                     f"{eps['twice']} (goal 0, 0); detect-to-searchable p50 {eps['latency_s']['p50']} s, "
+                     f"p95 {eps['latency_s']['p95']} s")
+        grown = figures["store_bytes"] - figures["store_bytes_without_episodes"]
+        lines.append(f"store: {figures['store_bytes']} bytes vacuumed, {grown} of them for the episodes, "
+                     f"{grown / max(1, eps['text_bytes']):.2f}x the {eps['text_bytes']} bytes of text they hold "
+                     f"(goal <= 3x); transcript files {figures['transcript_file_bytes']} bytes")
+    else:
+        lines.append(f"episodes off (capture.episodes: false); store: {figures['store_bytes']} bytes")
     lines.append(f"`llmem search <token>` spot checks: {figures['cli_search_spot_checks']}; disruptions: "
                  f"{', '.join(figures['disruptions'])}; settle {figures['settle_s']} s; LLM {figures['llm']}"
                  + (f" ({figures['llm_chats']} chats)" if "llm_chats" in figures else "")
@@ -544,11 +614,11 @@ def report(figures: dict) -> str:
 
 def soak(home: Path, *, sessions: int = 200, seed: int = 1, span: float | None = None,
          long_idle: float = 70.0, down: float = 4.0, idle_debounce: float = 2.0, settle: float = 120.0,
-         workers: int = 2, llm: str = "none", log=print) -> dict:
+         workers: int = 2, llm: str = "none", episodes: bool = True, log=print) -> dict:
     """Run the soak in `home` (a fresh folder) and return its figures."""
     return Soak(home, sessions=sessions, seed=seed, span=span or max(20.0, sessions * 0.5),
                 long_idle=long_idle, down=down, idle_debounce=idle_debounce, settle=settle,
-                workers=workers, llm=llm, log=log).run()
+                workers=workers, llm=llm, episodes=episodes, log=log).run()
 
 
 def main() -> None:
@@ -566,6 +636,8 @@ def main() -> None:
     parser.add_argument("--llm", choices=LLM_MODES, default="none",
                         help="none: heuristics only; fake-empty / fake-invalid: a fake LLM on 127.0.0.1 that "
                              "answers every chat with an empty list / with JSON that fails validation.")
+    parser.add_argument("--episodes", choices=("on", "off"), default="on",
+                        help="off: capture.episodes false, the baseline of what episodes cost.")
     parser.add_argument("--json", action="store_true", help="Print the figures as JSON.")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="llmem-bench-ingest-"))
@@ -573,7 +645,7 @@ def main() -> None:
     log(f"llmem ingestion soak: {args.sessions} sessions, seed {args.seed}, LLM {args.llm}, home {home}")
     figures = soak(home, sessions=args.sessions, seed=args.seed, span=args.span, long_idle=args.long_idle,
                    down=args.down, idle_debounce=args.idle_debounce, settle=args.settle,
-                   workers=args.workers, llm=args.llm, log=log)
+                   workers=args.workers, llm=args.llm, episodes=args.episodes == "on", log=log)
     if args.json:
         print(json.dumps(figures, indent=2))
     else:

@@ -51,7 +51,7 @@ class Setting:
         elif self.kind == "bool":
             text = "true or false"
         elif self.kind == "list":
-            text = "a list of strings"
+            text = "a list of strings" + (" from " + ", ".join(map(str, self.choices)) if self.choices else "")
         elif self.kind == "url":
             text = "an http:// or https:// URL"
         elif self.kind == "timezone":
@@ -93,6 +93,8 @@ class Setting:
         if self.kind == "list":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ValueError
+            if self.choices and any(v not in self.choices for v in value):
+                raise ValueError("only " + ", ".join(map(str, self.choices)))
             return list(value)
         if not isinstance(value, str):
             raise ValueError
@@ -200,6 +202,12 @@ SCHEMA: dict[str, Any] = {
         "reconcile_pending_seconds": _s(60.0, "float", "A pending event older than this has lost its task and is re-enqueued", minimum=0),
         "running_timeout_minutes": _s(30.0, "float", "A running event older than this has lost its worker and is re-enqueued (at once when that worker on this host has died)", minimum=0.001),
         "use_polling": _s(False, "bool", "Poll the agents' folders instead of using inotify (network filesystems, containers)"),
+    },
+    "capture": {
+        "episodes": _s(True, "bool", "Keep every turn of every user session as searchable episodes (memories of type conversation, source episode), beside the typed memories"),
+        "episode_roles": _s(["user", "assistant"], "list", "Whose turns become episodes: user (what the user wrote), assistant (the agent's answers; tool calls as one short line, outputs left out)", choices=("user", "assistant")),
+        "episode_max_age_days": _s(365, "int", "The dream's light phase invalidates episodes older than this (journaled: `llmem dream undo` restores them); 0 = no age limit", minimum=0),
+        "episode_max_total_mb": _s(256.0, "float", "The dream's light phase invalidates the oldest episodes while the text of the valid ones is larger than this (MB); 0 = no size limit", minimum=0),
     },
     "redaction": {
         "enabled": _s(True, "bool", "Redact secrets before anything reaches an LLM, an embedder or the store"),

@@ -24,7 +24,7 @@ from .capture.markers import (
     strip_context_blocks,
 )
 from .capture.taxonomy import POSITIVE_CATEGORIES, enough_evidence, is_heuristic
-from .db.models import Memory
+from .db.models import EPISODE_SOURCE, Memory
 from .times import now
 from .trust import EXTERNAL
 
@@ -148,14 +148,19 @@ def _meta(memory: Memory) -> dict:
 
 def core_memories(store, project: str | None, at: float, limit: int = 60) -> list[Memory]:
     """Promoted memories, preferences and procedures: promoted first, the project's before global."""
+    from .db.queries import metadata_value
+
     Memory = store.models.Memory
+    # Stale procedures (flagged by the dream) are left out in the query, before the LIMIT:
+    # filtered after it, they would take the places of the memories the block should carry.
+    stale = metadata_value(Memory.metadata, "stale_procedure")
     query = (Memory.select()
              .where(_valid(Memory, project, at)
-                    & (Memory.promoted_at.is_null(False) | Memory.type.in_(CORE_TYPES)))
+                    & (Memory.promoted_at.is_null(False) | Memory.type.in_(CORE_TYPES))
+                    & (stale.is_null() | (stale == 0)))
              .order_by(Memory.promoted_at.is_null(), Memory.project.is_null(),
-                       Memory.confidence.desc(), Memory.updated_at.desc())
-             .limit(limit))
-    return [m for m in query if not _meta(m).get("stale_procedure")]
+                       Memory.confidence.desc(), Memory.updated_at.desc()))
+    return list(query.limit(limit))
 
 
 def state_memories(store, project: str | None, at: float, *, session_id: str | None = None,
@@ -275,6 +280,12 @@ def memory_line(memory: Memory, *, show_type: bool = True, project: str | None =
     return f"- [{memory.id[:8]}] {label}{_clean(memory.content)}{scope}"
 
 
+def episode_line(memory: Memory) -> str:
+    """An episode as a context line: when, then what was said (each turn led by whose it is)."""
+    when = str((memory.metadata or {}).get("time") or "")[:10]
+    return f"- [{memory.id[:8]}] said{' on ' + when if when else ''}: {_clean(memory.content)}"
+
+
 def lesson_line(lesson: Lesson) -> str:
     times = f" ({lesson.count}×)" if lesson.count > 1 else ""
     if _untrusted(lesson.memory):
@@ -342,6 +353,21 @@ def _section(title: str, memories, seen: set[str], share: float, project: str | 
     return section
 
 
+# Relevant episodes (capture/episodes.py) come after the typed memories, in a section of
+# their own with a small share of the budget: what was said, where no memory states it.
+EPISODES_TITLE = "From past conversations"
+EPISODE_LINES = 5
+
+
+def _episode_section(episodes, seen: set[str], share: float) -> Section:
+    section = Section(EPISODES_TITLE, share=share)
+    for memory in episodes[:EPISODE_LINES]:
+        if memory.id not in seen:
+            seen.add(memory.id)
+            section.lines.append((memory.id, episode_line(memory)))
+    return section
+
+
 def assemble_context(app, session_id: str | None = None, *, compacting: bool = False,
                      max_tokens: int | None = None, project: str | None = None,
                      adapter_name: str | None = None) -> ContextBlock:
@@ -354,12 +380,18 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
     store = app.store
 
     relevant: list[Memory] = []
+    episodes: list[Memory] = []
     if view.query.strip():
         try:
-            relevant = [m for m in relevant_memories(app, view.query, project)
-                        if m.type != "self_assessment"]
+            found = [m for m in relevant_memories(app, view.query, project, limit=20)
+                     if m.type != "self_assessment"]
         except Exception as exc:  # a search problem must not cost the whole block
             log.warning("context search failed: %s", exc)
+            found = []
+        relevant = [m for m in found if m.source != EPISODE_SOURCE][:15]
+        # The session's own turns are in the agent's context already (or in its summary).
+        episodes = [m for m in found if m.source == EPISODE_SOURCE
+                    and not (session_id and m.session_id == session_id)]
 
     if compacting:
         sections = [
@@ -369,7 +401,8 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
                 limit=40) if session_id else [], seen, 0.35, project),
             _section("Project decisions and state", state_memories(store, project, at), seen, 0.25, project),
             _section("Core memories and preferences", core_memories(store, project, at), seen, 0.25, project),
-            _section("Related", relevant, seen, 0.15, project),
+            _section("Related", relevant, seen, 0.10, project),
+            _episode_section(episodes, seen, 0.05),
         ]
         header = COMPACTING_HEADER
     else:
@@ -384,7 +417,7 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
         learned = Section("Lessons from past sessions", share=0.2)
         for lesson in lessons(store, project, at):
             learned.lines.append((lesson.memory.id, lesson_line(lesson)))
-        sections = [core, related, learned]
+        sections = [core, related, learned, _episode_section(episodes, seen, 0.1)]
         header = HEADER
     if any(QUOTED_LABEL in line for section in sections for _, line in section.lines):
         header += QUOTED_NOTE

@@ -12,6 +12,7 @@ from .times import now
 
 EXTRACTION = "cursor"
 INTROSPECTION = "introspect_cursor"
+EPISODES = "episode_cursor"
 
 
 class CursorRun:
@@ -38,7 +39,9 @@ class CursorRun:
                 messages_read: int = 0) -> None:
         """In the same transaction, after `unmoved`: the cursor moves to `to`, the status
         becomes `status` (None keeps it) and `messages_read` is added to the session's count."""
-        row = self._row
+        # Two runs of one row (extraction and episodes) in one transaction: the second to
+        # advance finds the row the first created.
+        row = self._row or self._read()
         if row is None:
             self._model.create(adapter=self.adapter, session_id=self.session_id, project=project,
                                **{self.field: to}, status=status or "idle",

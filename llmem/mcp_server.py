@@ -20,6 +20,9 @@ import asyncio
 import json
 import logging
 import os
+import re
+import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,7 +37,7 @@ from .capture.markers import CHARS_PER_TOKEN
 from .context import assemble_context
 from .errors import EmbedderUnavailable, LlmemError, UsageError, store_failure
 from .paths import project_root_of
-from .search import Searcher
+from .search import Searcher, kind_label
 from .store import check_confidence, check_type, content_hash, memory_to_dict
 from .trust import AGENT
 
@@ -52,6 +55,9 @@ MAX_IDS = 20
 LINE_CHARS = 200  # one search result's text
 ERROR_CHARS = 2000  # an error's text (it may quote what the caller sent)
 ID_CHARS = 8  # ids as the context block shows them; every tool takes a prefix of 4 or more
+# The longest text any argument may carry (a memory's content, a query, a lesson): a memory
+# is one self-contained idea, and a 50 MB one was stored and sent whole to the embedder.
+MAX_TEXT_CHARS = 20_000
 
 INSTRUCTIONS = (
     "llmem is the user's long-term memory across sessions and agents. search it before "
@@ -105,6 +111,7 @@ class MemoryTools:
         self.app = app
         self.default_project = default_project
         self._searcher: Searcher | None = None
+        self._notice_said: str | None = None  # the search notice the agent was last told
 
     def open(self) -> None:
         """Open the store, the embedder and the Searcher, for the server's life."""
@@ -162,9 +169,12 @@ class MemoryTools:
                                        project=self._project(project), valid_only=True,
                                        origin="mcp", track=True)
         result = self._searcher.search(text, opts)
-        lines = [f"[{hit.memory.id[:ID_CHARS]}] {hit.memory.type} {hit.score:.3f} "
+        lines = [f"[{hit.memory.id[:ID_CHARS]}] {kind_label(hit.memory)} {hit.score:.3f} "
                  f"{_one_line(hit.memory.content, LINE_CHARS)}" for hit in result.hits]
-        notes = [f"note: {result.notice}"] if result.notice else []
+        # A notice (the embedder is down: keywords only) is said once, not in every reply of
+        # the session; again only after it changed or went away and came back.
+        notes = [f"note: {result.notice}"] if result.notice and result.notice != self._notice_said else []
+        self._notice_said = result.notice
         if not lines:
             return "\n".join(["No results.", *notes])
         return _fit_lines(lines, notes, _budget_chars(max_tokens))
@@ -217,8 +227,9 @@ class MemoryTools:
         report = ExtractionReport(session_id=None, project=project)
         # Extraction's own path: an exact duplicate is dropped, a near-duplicate (by the
         # embedder) updated in place with its previous text kept, the rest added and embedded.
+        # source "user": the user's agent asked for it, as `llmem add` does (not inferred).
         store_candidates(self.app, [candidate], report, project=project, session_id=None,
-                         metadata={"origin": "mcp"})
+                         source="user", metadata={"origin": "mcp"})
         if report.memory_ids:
             return f"Stored {memory_type} [{report.memory_ids[0][:ID_CHARS]}]"
         if report.updated_ids:
@@ -253,8 +264,9 @@ class MemoryTools:
         # its text kept. Exact duplicates only: a near-duplicate check would find the old
         # memory itself and rewrite it in place.
         with store.db.atomic():
-            added = store.add(content, old.type, confidence=old.confidence, source="extraction",
-                              project=old.project, metadata={"origin": "mcp", "corrects": old.id})
+            added = store.add(content, old.type, confidence=old.confidence, source="user",
+                              project=old.project, session_id=old.session_id,
+                              metadata={"origin": "mcp", "corrects": old.id})
             new = added.memory
             store.relate(new.id, old.id, "supersedes")
             if old.invalidated_at is None:
@@ -339,6 +351,69 @@ def error_text(exc: BaseException, db_path) -> str | None:
     return said.message + (f"\n  hint: {said.hint}" if said.hint else "")
 
 
+# What `_StdinFilter` puts in place of a lone surrogate escape (`\\ud800` alone): U+FFFF is a
+# noncharacter, never text, so a tool call holding it is refused by `_check_arguments`.
+_LONE_SURROGATE = "\uffff"
+_LONE_ESCAPE = re.compile(
+    rb"(?<!\\)((?:\\\\)*)\\u(?:[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2}\\u)[dD][c-fC-F][0-9a-fA-F]{2})")
+
+
+def _texts(value: Any):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _texts(item)
+
+
+def _check_arguments(args: tuple) -> None:
+    """UsageError for a text argument no tool takes: a lone surrogate, or past MAX_TEXT_CHARS."""
+    for text in _texts(args):
+        if _LONE_SURROGATE in text:
+            raise UsageError("an argument holds a lone surrogate (a \\ud800-\\udfff escape without its "
+                             "pair), which is not Unicode text; nothing was done",
+                             hint="send the text as valid UTF-8")
+        if len(text) > MAX_TEXT_CHARS:
+            raise UsageError(f"an argument is {len(text):,} characters; llmem takes at most "
+                             f"{MAX_TEXT_CHARS:,} per text; nothing was done",
+                             hint="keep one self-contained idea per memory, or shorten the query")
+
+
+class _StdinFilter:
+    """stdin for the SDK, through a pipe: each line as the client sent it, with every lone
+    surrogate escape replaced by one of U+FFFF. The SDK's JSON reader rejects a lone
+    surrogate before the request is known, so the client got no reply at all; this way the
+    call arrives and is refused with a tool error."""
+
+    def __init__(self, source):
+        read_fd, self._write_fd = os.pipe()
+        self.stream = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
+        self._source = source
+        threading.Thread(target=self._pump, name="llmem-mcp-stdin", daemon=True).start()
+
+    def _pump(self) -> None:
+        with os.fdopen(self._write_fd, "wb") as sink:
+            try:
+                for line in self._source:
+                    if b"\\u" in line:
+                        line = _LONE_ESCAPE.sub(rb"\1\\uffff", line)
+                    sink.write(line)
+                    sink.flush()
+            except (OSError, ValueError):  # the server is closing
+                pass
+
+
+def _client_gone(exc: BaseException) -> bool:
+    """Whether a failure of the stdio transport is only the client having gone away."""
+    import anyio
+
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_client_gone(inner) for inner in exc.exceptions)
+    return isinstance(exc, BrokenPipeError | ConnectionResetError | anyio.BrokenResourceError
+                      | anyio.ClosedResourceError)
+
+
 def build_server(tools: MemoryTools):
     """The MCPServer with the seven tools, and the one-thread executor they run on."""
     from mcp.server.mcpserver import MCPServer
@@ -353,6 +428,7 @@ def build_server(tools: MemoryTools):
 
     def guarded(name: str, work, *args):
         try:
+            _check_arguments(args)
             return work(*args)
         except Exception as exc:
             said = error_text(exc, tools.app.config.db_path)
@@ -434,8 +510,15 @@ def serve(app) -> None:
     # here (a damaged store) is reported by each call, which tries again.
     executor.submit(_open_quietly, tools)
     log.info("serving MCP over stdio (pid %d, project %s)", os.getpid(), tools.default_project)
+    sys.stdin = _StdinFilter(sys.stdin.buffer).stream
     try:
         server.run("stdio")
+    except BaseException as exc:
+        # A client that closes its end mid-call leaves the reply nowhere to go: that is the
+        # end of the session, not a failure of the server (it was exit 1 and an ExceptionGroup).
+        if not _client_gone(exc):
+            raise
+        log.info("the MCP client went away during a call")
     finally:
         executor.submit(tools.close).result()
         executor.shutdown()

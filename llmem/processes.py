@@ -2,13 +2,32 @@
 
 The Copilot adapter (is the CLI that holds a session's lock file still running?), the dream
 lock (did the run that took the lock die?) and the event pipeline (did the worker running
-this event die?) ask; none of them owns the question.
+this event die?) ask; none of them owns the question. Also how llmem starts Python for
+itself (`python_module_command`): the detached hook runs and the commands the installers write.
 """
 
 from __future__ import annotations
 
 import os
+import site
+import sys
 from pathlib import Path
+
+
+def interpreter_flags() -> list[str]:
+    """-I, unless llmem itself was installed in the user site, which -I would hide: then -E -P
+    (still neither the cwd nor PYTHONPATH on the import path)."""
+    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    if user_site and Path(__file__).resolve().is_relative_to(Path(user_site).resolve()):
+        return ["-E", "-P"]
+    return ["-I"]
+
+
+def python_module_command() -> list[str]:
+    """`python -I -m llmem` with this interpreter's absolute path. A plain `python -m` puts the
+    working folder first on sys.path, so a `llmem/` package in the folder an agent runs a hook
+    from (any checked-out repository) would run instead of llmem."""
+    return [os.path.abspath(sys.executable), *interpreter_flags(), "-m", "llmem"]
 
 
 def pid_is_alive(pid: int) -> bool:

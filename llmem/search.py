@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from .db import vec
 from .db.fts import match_count, match_expression, ranked_matches, semantic_text
-from .db.models import USER_ORIGINS, Memory
+from .db.models import EPISODE_SOURCE, USER_ORIGINS, Memory
 from .db.queries import memory_filter, rank_fields, seqs_passing
 from .errors import EmbedderUnavailable, UsageError
 from .providers.embedders import Embedder
@@ -34,6 +34,10 @@ COMMON_WORD_SHARE = 0.10
 FEEDBACK_WEIGHT = 0.3
 # A semantic candidate needs at least this share of the best candidate's cosine similarity.
 SEMANTIC_FLOOR = 0.5
+# An episode's final score is multiplied by this: a typed memory saying the same thing (the
+# decision, not the turn it was taken in) ranks above it, and episodes still rank among
+# themselves by relevance. Kept a plain factor until ranking is reworked.
+EPISODE_PRIOR = 0.85
 
 
 @dataclass
@@ -61,6 +65,21 @@ class RankFields(NamedTuple):
     accessed_at: float | None
     access_count: int
     created_at: float
+    source: str
+
+
+def is_episode(memory) -> bool:
+    """Whether a memory is an episode (a piece of the conversation, capture/episodes.py)."""
+    return getattr(memory, "source", None) == EPISODE_SOURCE
+
+
+def kind_label(memory) -> str:
+    """What a result is, as the CLI and the MCP tools print it: its type, or
+    `episode:<role>` for a piece of the conversation (whose words: the user's or the agent's)."""
+    if not is_episode(memory):
+        return memory.type
+    role = (memory.metadata or {}).get("role")
+    return f"episode:{role}" if role else "episode"
 
 
 @dataclass
@@ -272,6 +291,9 @@ class Searcher:
             rrf_norm = entry["rrf"] / best_possible
             signal, components = memory_signal(row, at)
             score = rrf_norm * (1 - opts.blend) + signal * opts.blend
+            if row.source == EPISODE_SOURCE:
+                score *= EPISODE_PRIOR
+                components = {**components, "episode_prior": EPISODE_PRIOR}
             hits.append(Hit(memory=None, seq=row.seq, score=score, fts_rank=entry.get("fts_rank"),
                             fts_bm25=entry.get("fts_bm25"), vec_rank=entry.get("vec_rank"),
                             vec_distance=entry.get("vec_distance"), rrf=entry["rrf"],

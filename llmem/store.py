@@ -17,21 +17,21 @@ from typing import Any
 
 import peewee as pw
 
-from .db import bulk, vec
+from .db import vec
 from .db.connection import open_database, open_read_only
 from .db.derived import text_hash, text_to_embed
 from .db.fts import index_hints, metadata_text
 from .db.models import (
+    EPISODE_SOURCE,
     MEMORY_TYPES,
     RELATION_TYPES,
     SOURCES,
-    JSONText,
     Memory,
     Models,
     Relation,
     bound_models,
 )
-from .db.queries import write_memory_columns
+from .db.queries import insert_memory_rows, write_memory_columns
 from .errors import AmbiguousId, NotFound, UsageError
 from .redact import Redactor
 from .times import now, to_iso
@@ -61,9 +61,8 @@ MEMORY_INSERT_FIELDS = tuple(f.name for f in Memory._meta.sorted_fields)
 
 
 def _default(field: pw.Field) -> Any:
-    """A field's declared default, in its stored form (None when it has none)."""
-    value = field.default() if callable(field.default) else field.default
-    return field.db_value(value) if value is not None else None
+    """A field's declared default (None when it has none)."""
+    return field.default() if callable(field.default) else field.default
 
 
 # Columns computed from others (never restored from a journal image; see derived_fields).
@@ -193,7 +192,10 @@ class Store:
         return Memory.get(Memory.id == self.resolve_id(id_or_prefix))
 
     def list(self, *, memory_type: str | None = None, project: str | None = None,
-             limit: int | None = 50, include_invalid: bool = False) -> list[Memory]:
+             limit: int | None = 50, include_invalid: bool = False,
+             unexpired_at: float | None = None) -> list[Memory]:
+        """Newest first; `unexpired_at` keeps only memories still valid then (in the query, so
+        `limit` counts only what is returned)."""
         Memory = self.models.Memory
         query = Memory.select()
         if memory_type:
@@ -202,17 +204,22 @@ class Store:
             query = query.where(Memory.project == project)
         if not include_invalid:
             query = query.where(Memory.invalidated_at.is_null())
+        if unexpired_at is not None:
+            query = query.where(Memory.valid_until.is_null() | (Memory.valid_until > unexpired_at))
         query = query.order_by(Memory.created_at.desc(), Memory.seq.desc())
         if limit:
             query = query.limit(limit)
         return list(query)
 
     def find_duplicate(self, text_hash: str, project: str | None) -> Memory | None:
-        """A valid memory with the same normalised content in the same scope."""
+        """A valid memory with the same normalised content in the same scope. An episode is no
+        duplicate of a memory: a statement typed or extracted is kept even when a turn said it
+        word for word (`add_many` skips an episode that repeats a memory instead)."""
         Memory = self.models.Memory
         scope = Memory.project.is_null() if project is None else (Memory.project == project)
         return (Memory.select().where((Memory.content_hash == text_hash) & scope
-                                      & Memory.invalidated_at.is_null()).first())
+                                      & Memory.invalidated_at.is_null()
+                                      & (Memory.source != EPISODE_SOURCE)).first())
 
     # ---- writing ---------------------------------------------------------------------
 
@@ -251,6 +258,45 @@ class Store:
                 created_at=created_at or stamp, updated_at=stamp,
                 valid_from=valid_from, valid_until=valid_until, trust=trust)
         return AddResult(memory, True)
+
+    def add_many(self, items: list[tuple[str, dict, str]], memory_type: str, *, confidence: float,
+                 source: str, project: str | None, session_id: str | None) -> list[str]:
+        """Add many memories of one kind and scope at once (a slice's episodes): each
+        (content, metadata, trust) redacted and deduplicated as `add` does it — an exact duplicate of a
+        valid memory of the scope, or of an earlier item, is skipped — in bulk inserts (`add`
+        one by one costs ~1 ms of query building per row). Returns the ids of the memories
+        created, in order. Call inside a transaction."""
+        check_type(memory_type)
+        if source not in SOURCES:
+            raise UsageError(f"unknown source {source!r}", hint="use one of: " + ", ".join(SOURCES))
+        confidence = check_confidence(confidence)
+        # One redaction pass over all the texts, and one over all the metadata.
+        contents = self.redactor.tree([(content or "").strip() for content, _, _ in items])
+        metadatas = self.redactor.tree([metadata or {} for _, metadata, _ in items])
+        trusts = [check_trust(trust) for _, _, trust in items]
+        Memory = self.models.Memory
+        scope = Memory.project.is_null() if project is None else (Memory.project == project)
+        hashes = [content_hash(content) for content in contents]
+        seen: set[str] = set()
+        unique = list(dict.fromkeys(hashes))
+        for start in range(0, len(unique), 500):
+            seen.update(h for (h,) in Memory.select(Memory.content_hash).where(
+                Memory.content_hash.in_(unique[start:start + 500]) & scope
+                & Memory.invalidated_at.is_null()).tuples())
+        stamp = now()
+        rows = []
+        for content, metadata, key, trust in zip(contents, metadatas, hashes, trusts, strict=True):
+            if not content or key in seen:
+                continue
+            seen.add(key)
+            rows.append({"id": str(uuid.uuid4()), "type": memory_type, "content": content, "summary": None,
+                         **derived_fields(content, None, metadata), "confidence": confidence,
+                         "source": source, "project": project, "session_id": session_id,
+                         "metadata": metadata, "content_hash": key, "created_at": stamp,
+                         "updated_at": stamp, "access_count": 0, "version": 1, "trust": trust})
+        with self.db.atomic():
+            insert_memory_rows(self.db, rows)
+        return [row["id"] for row in rows]
 
     def update(self, id_or_prefix: str, *, content: str | None = None, summary: str | None = None,
                confidence: float | None = None, metadata: dict | None = None,
@@ -371,22 +417,15 @@ class Store:
         """Insert whole memory rows (import: ids, times and counts as given), with the columns
         derived from their text. Call inside a transaction. `progress(n)`: n rows written.
 
-        One prepared INSERT per batch (db/bulk.py): a peewee insert_many builds its SQL row by
+        One prepared INSERT per batch (queries.insert_memory_rows): a peewee insert_many builds its SQL row by
         row, which cost ~3× the database's own time at 100k rows."""
         fields = self.models.Memory._meta.fields
-        names = [name for name in MEMORY_INSERT_FIELDS if name != "seq"]
-        defaults = {name: _default(fields[name]) for name in names}
-        # Only JSON columns need converting: the others are stored as the Python value is.
-        encode = {name: fields[name].db_value for name in names if isinstance(fields[name], JSONText)}
+        defaults = {name: _default(fields[name]) for name in MEMORY_INSERT_FIELDS if name != "seq"}
         for start in range(0, len(rows), 2000):
-            batch = []
-            for row in rows[start:start + 2000]:
-                full = {**defaults, **row, "content_hash": content_hash(row["content"]),
-                        **derived_fields(row["content"], row.get("summary"), row.get("metadata"))}
-                for name, convert in encode.items():
-                    full[name] = convert(full[name])
-                batch.append([full[name] for name in names])
-            bulk.insert_memory_rows(self.db, names, batch)
+            insert_memory_rows(self.db, [
+                {**defaults, **row, "content_hash": content_hash(row["content"]),
+                 **derived_fields(row["content"], row.get("summary"), row.get("metadata"))}
+                for row in rows[start:start + 2000]])
             if progress:
                 progress(min(start + 2000, len(rows)))
 

@@ -226,3 +226,21 @@ def test_metadata_with_nan_or_infinity_is_a_usage_error(cli, fts_config, tmp_pat
     code, _, err = cli("import", str(path))
     assert code == 2 and "memories[0]" in err and "not a number JSON can carry" in err
     assert json.loads(cli("list", "--all", "--json")[1]) == []
+
+
+def test_terminal_escapes_in_a_memory_are_shown_not_obeyed(cli, fts_config):
+    """Issue 20 item 14: `\\x1b]0;pwned\\x07` retitles the terminal, `\\x1b[2J` clears it, `\\r`
+    and U+202E hide what the line says. list, get and search show them as escapes; --json
+    keeps the text as it is (JSON escapes control characters itself)."""
+    content = "deploy \x1b]0;pwned\x07 via \x1b[2J make \r ship \u202e \x9b31m done"
+    code, out, err = cli("add", "-c", content)
+    assert code == 0, err
+    memory_id = out.split()[-1]
+    for args in (("list",), ("get", memory_id), ("search", "deploy")):
+        code, out, err = cli(*args)
+        assert code == 0, err
+        for raw in ("\x1b", "\x07", "\r", "\u202e", "\x9b"):
+            assert raw not in out, (args, raw)
+        assert "\\x1b]0;pwned\\x07" in out and "\\u202e" in out and "\\x9b" in out, (args, out)
+    code, out, _ = cli("get", memory_id, "--json")
+    assert json.loads(out)["content"] == content

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import free_port_url
 from dream_support import run_cli
 from fakes import StubLLM
-from session_writers import recorded_opencode_store
+from session_writers import copilot_events_file, copilot_turn_lines, recorded_opencode_store
 
 from llmem.app import App
 from llmem.dream.backfill import rollback_backfill, run_backfill
@@ -41,19 +44,22 @@ def test_backfill_resumes_and_rolls_back(app):
     first = run_backfill(app, llm=llm)
     assert first.sessions >= 1 and first.added >= 1 and not first.errors
     Memory, DreamRun, SessionCursor = app.store.models.Memory, app.store.models.DreamRun, app.store.models.SessionCursor
-    added = [m.id for m in Memory.select().where(Memory.source != "dream")]
+    added = [m.id for m in Memory.select().where(Memory.source.not_in(("dream", "episode")))]
     assert len(added) == first.added
+    episodes = Memory.select().where(Memory.source == "episode").count()
+    assert episodes == first.episodes >= 1
     assert SessionCursor.select().where(SessionCursor.session_id == SESSION).exists()
     # Resumable: a second run reads nothing new and adds nothing.
     again = run_backfill(app, llm=llm)
     assert again.added == 0
     result = rollback_backfill(app.store, first.run_id)
-    assert result.deleted == first.added
-    assert Memory.select().count() == 0
+    assert result.deleted == first.added + first.episodes
+    assert Memory.select().count() == 0  # the episodes go too, and their cursor is put back:
     assert not SessionCursor.select().where(SessionCursor.session_id == SESSION).exists()
     assert DreamRun.get_by_id(first.run_id).status == "undone"
     # With the cursors back, the sessions are read again.
-    assert run_backfill(app, llm=backfill_llm()).added == first.added
+    again = run_backfill(app, llm=backfill_llm())
+    assert (again.added, again.episodes) == (first.added, first.episodes)
 
 
 def test_rollback_refuses_other_runs(app):
@@ -75,3 +81,21 @@ def test_backfill_cli_with_limit_and_since(app):
     run_id = out.rsplit(" ", 1)[-1].strip()
     code, out, err = run_cli("backfill", "--rollback", run_id)
     assert code == 0 and "Rolled back" in out
+
+
+def test_an_unreachable_llm_is_said_once_not_per_session(tmp_path, configure):
+
+    state = tmp_path / "copilot-state"
+    state.mkdir()
+    for n in range(3):
+        copilot_events_file(state, *copilot_turn_lines(f"remember that service {n} listens on port 90{n}0"))
+    configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {free_port_url()}\n"
+              f"  timeout: 2\nsession:\n  adapter: copilot\n  copilot:\n    state_dir: {state}\n")
+    # A process of its own: its stderr is what a user sees (logging's handler included).
+    done = subprocess.run([sys.executable, "-m", "llmem", "backfill"], capture_output=True, text=True,
+                          timeout=120)
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, err
+    assert "3 sessions" in out and "3 memories added" in out
+    said = [line for line in err.splitlines() if "could not reach" in line or "LLM" in line]
+    assert len(said) == 1, (out, err)

@@ -24,6 +24,7 @@ from llmem.providers.llm import today
 FIXTURES = Path(__file__).parent / "fixtures"
 DONE = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"
 PROJECT = "/home/dev/shop"
+TYPED_ONLY = "capture:\n  episodes: false\n"
 
 
 # ---- building transcripts ---------------------------------------------------------------------
@@ -37,8 +38,9 @@ def session_config(configure, state_dir: Path, *, server=None, llm: bool = True,
         chat = f"llm:\n  provider: ollama\n  base_url: {server.url}\n  timeout: 5\n"
     else:
         chat = "llm:\n  provider: none\n"
+    # These tests are about the typed memories; tests/test_episodes.py covers the episodes.
     configure(embedding + chat + f"session:\n  adapter: copilot\n  copilot:\n"
-              f"    state_dir: {state_dir}\n    share_dir: {state_dir}\n" + extra)
+              f"    state_dir: {state_dir}\n    share_dir: {state_dir}\n" + TYPED_ONLY + extra)
 
 
 @pytest.fixture
@@ -275,7 +277,7 @@ def test_unreachable_llm_means_heuristics(configure, state_dir, app):
     session = copilot_session(state_dir, "ses-down", cwd=PROJECT)
     session.user("I prefer pytest over unittest.")
     configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {free_port_url()}\n"
-              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n")
+              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n" + TYPED_ONLY)
 
     report = extract_session(app, "ses-down")
 
@@ -289,7 +291,7 @@ def test_spent_budget_defers_but_heuristics_still_run(configure, state_dir, app,
     session_config(configure, state_dir, server=model_server, extra="")
     configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {model_server.url}\n"
               f"  daily_token_budget: 100\nsession:\n  adapter: copilot\n  copilot:\n"
-              f"    state_dir: {state_dir}\n")
+              f"    state_dir: {state_dir}\n" + TYPED_ONLY)
     with app.store.db.atomic():
         SessionCursor, LlmUsage = app.store.models.SessionCursor, app.store.models.LlmUsage
         LlmUsage.create(time=time.time(), day=today(), task="extract", provider="ollama",

@@ -203,7 +203,7 @@ def test_a_fact_stated_in_a_claude_session_is_searchable_after_stop(cli, claude_
     assert search_ids(cli, "raspberry") == []  # a subagent's report is not the user's statement
     assert search_ids(cli, "gooseberry") == []  # nor is a prompt the harness wrote
     code, out, _ = cli("list", "--json")
-    [memory] = [m for m in json.loads(out) if "staging" in m["content"]]
+    [memory] = [m for m in json.loads(out) if "staging" in m["content"] and m["source"] != "episode"]
     assert memory["project"] == PROJECT and memory["session_id"] == session.id
 
 
@@ -246,7 +246,7 @@ def test_a_fact_learnt_in_copilot_is_served_to_claude_code_in_the_same_project(c
     code, out, err = cli("hook", "--type", "idle", "--session-id", copilot.id, "--sync")
     assert code == 0, err
     code, out, _ = cli("list", "--json")
-    [memory] = [m for m in json.loads(out) if "orders.toml" in m["content"]]
+    [memory] = [m for m in json.loads(out) if "orders.toml" in m["content"] and m["source"] != "episode"]
     assert memory["project"] == PROJECT
     session = ClaudeSession(claude_dir, cwd=PROJECT)
     session.turn("Where does the orders service read its config?", "Let me check.")

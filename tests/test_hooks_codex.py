@@ -136,9 +136,14 @@ def test_a_fact_said_in_a_codex_session_becomes_searchable(cli, codex_home):
     assert "02:30 UTC" in json.loads(out)[0]["content"]
     app = App()
     try:
-        memories = {m.type: m for m in app.store.models.Memory.select()}
-        # What the user said, and nothing of AGENTS.md or llmem's own block.
+        everything = list(app.store.models.Memory.select())
+        memories = {m.type: m for m in everything if m.source != "episode"}
+        # What the user said, and nothing of AGENTS.md or llmem's own block, in the typed
+        # memories or in the turns kept as episodes.
         assert sorted(memories) == ["fact", "procedure"]
+        episodes = " ".join(m.content for m in everything if m.source == "episode")
+        assert "02:30 UTC" in episodes
+        assert "agents file" not in episodes and "injected text" not in episodes
         assert memories["fact"].content.startswith("The invoices job runs nightly")
         assert {m.project for m in memories.values()} == {PROJECT}
     finally:

@@ -58,7 +58,9 @@ def _snapshot(folder: Path, *, own_files: bool = False, store: bool = False) -> 
             continue
         if store and path.name.startswith("memory.db"):
             continue
-        if path.is_file() or path.is_symlink():
+        if path.is_symlink():  # a link is what it says, not what it points at (maybe a loop)
+            files[str(relative)] = "link:" + os.readlink(path)
+        elif path.is_file():
             files[str(relative)] = hashlib.sha256(path.read_bytes()).hexdigest()
         else:
             files[str(relative)] = "folder"
@@ -78,7 +80,7 @@ def test_hostile_input_is_refused_cleanly(case, pristine_home, tmp_path):
         source = CORPUS / case["input"]
         input_path = str(inputs / source.name)
         if source.is_dir():
-            shutil.copytree(source, input_path)
+            shutil.copytree(source, input_path, symlinks=True)  # links stay links (loops, dangling)
         else:
             shutil.copy(source, input_path)
 

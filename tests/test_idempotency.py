@@ -161,7 +161,11 @@ def test_memories_and_the_cursor_are_written_together_or_not_at_all(app, state_d
     monkeypatch.setattr(type(app.store), "add", real_add)
     report = extract_session(app, session_id)  # the whole slice again, once
     assert report.memories_added == 2 and report.cursor is not None
-    assert sorted(row[2] for row in snapshot(app)["memory"]) == ["Alpha is one", "Beta is two"]
+    rows = snapshot(app)["memory"]
+    assert sorted(row[2] for row in rows if row[5] != "episode") == ["Alpha is one", "Beta is two"]
+    # and each turn's episodes once: the failed run's were rolled back with its memories
+    assert [row[2] for row in rows if row[5] == "episode"] == [
+        "user: remember that alpha is one\n\nassistant: done\n\nuser: remember that beta is two\n\nassistant: done"]
 
 
 def test_a_run_that_lost_the_race_for_the_cursor_reads_on_from_the_winner(app, state_dir, monkeypatch):
@@ -188,5 +192,5 @@ def test_a_run_that_lost_the_race_for_the_cursor_reads_on_from_the_winner(app, s
     monkeypatch.setattr(extract, "_extract_chunks", racing)
     report = extract.extract_session(app, session_id)
     assert not report.concurrent and report.memories_added == 1
-    contents = sorted(row[2] for row in snapshot(app)["memory"])
+    contents = sorted(row[2] for row in snapshot(app)["memory"] if row[5] != "episode")
     assert contents == ["Alpha is one", "Beta is two"]  # the second turn is not lost, nothing twice

@@ -25,3 +25,5 @@ def test_twenty_sessions_every_statement_recovered_once_nothing_lost(tmp_path):
     assert figures["duplicates"] == 0, summary
     assert figures["events_not_done"] == 0, summary
     assert figures["sessions_without_event"] == 0, summary
+    # The turns themselves: every planted statement in exactly one episode.
+    assert figures["episodes"]["lost"] == 0 and figures["episodes"]["twice"] == 0, summary

@@ -306,13 +306,23 @@ def test_copilot_mcp_config(cli, homes):
     assert not (homes["copilot"] / "hooks" / "llmem.json").exists()
 
 
-def test_a_symlinked_config_file_stays_a_link(cli, homes, tmp_path):
+def test_a_symlink_leaving_the_agents_folder_is_refused_and_one_inside_stays_a_link(cli, homes, tmp_path):
+    """A link out of the agent's folder could point anywhere (/dev/null, /etc/passwd): refused
+    with nothing written. A link to a file beside it is followed and stays a link."""
     target = put(tmp_path / "dotfiles" / "settings.json", '{"model": "opus"}\n')
     link = homes["claude"] / "settings.json"
     link.parent.mkdir(parents=True)
     link.symlink_to(target)
+    code, out, err = cli("install", "claude", "--no-mcp")
+    assert code == 2 and str(link) in err and "outside" in err and "Traceback" not in err
+    assert target.read_text() == '{"model": "opus"}\n' and link.is_symlink()
+    assert sorted(p.name for p in (tmp_path / "dotfiles").iterdir()) == ["settings.json"]  # no backup there
+
+    link.unlink()
+    beside = put(homes["claude"] / "settings.mine.json", '{"model": "opus"}\n')
+    link.symlink_to(beside.name)
     assert cli("install", "claude", "--no-mcp")[0] == 0
-    assert link.is_symlink() and "--adapter claude" in target.read_text()
+    assert link.is_symlink() and "--adapter claude" in beside.read_text()
 
 
 # ---- doctor ---------------------------------------------------------------------------------

@@ -85,8 +85,12 @@ def test_copilot_subagent_turns_give_no_memories_and_no_self_assessments(tmp_pat
     assert code == 0, err
     assert not json.loads(out)["errors"]
     memories = stored(app)
-    assert [m.content for m in memories] == ["We deploy on Fridays."]
+    assert [m.content for m in memories if m.source != "episode"] == ["We deploy on Fridays."]
     assert not [m for m in memories if m.type == "self_assessment"]
+    # The parent's turns are episodes; the sub-agent's prompt and replies are none of them.
+    episodes = " ".join(m.content for m in memories if m.source == "episode")
+    assert "Remember that we deploy on Fridays." in episodes
+    assert SUBAGENT_CORRECTION not in episodes and SUBAGENT_ADMISSION not in episodes
     # What the sub-agent found is in the parent's transcript: the task tool's result.
     transcript = resolve_adapter(app.config, session_id).read_transcript(session_id)
     rendered = "\n".join(line.rendered for line in prepare_slice(app.config, transcript.messages).lines)
@@ -121,7 +125,8 @@ def test_opencode_child_session_gives_no_memories_and_no_self_assessments(tmp_pa
     assert app.store.models.SessionCursor.select().count() == 0  # nothing read, nothing to resume
     code, _, err = cli("hook", "--type", "idle", "--sync", "--session-id", parent, "--adapter", "opencode")
     assert code == 0, err
-    assert [m.session_id for m in stored(app)] == [parent]
+    assert {m.session_id for m in stored(app)} == {parent}  # its memory and episodes, none of the child's
+    assert [m.session_id for m in stored(app) if m.source != "episode"] == [parent]
 
 
 def test_backfill_reads_every_agent_but_skips_subagent_sessions(tmp_path, configure, cli, app):

@@ -28,7 +28,7 @@ def test_install_renders_for_this_python_enables_and_is_idempotent(cli, tmp_path
     worker = (units / "llmem-worker.service").read_text()
     exec_line = next(line for line in worker.splitlines() if line.startswith("ExecStart="))
     assert str(Path(sys.executable).parent) in exec_line and exec_line.endswith(" worker")
-    assert f"Environment=LLMEM_HOME={llmem_home}" in worker
+    assert f'Environment="LLMEM_HOME={llmem_home}"' in worker
     assert "KillSignal=SIGINT" in worker
     assert "OnCalendar=*-*-* 03:00:00" in (units / "llmem-dream.timer").read_text()
     calls = log.read_text().splitlines()
@@ -70,3 +70,36 @@ def test_uninstall_without_systemctl_on_path_still_removes_the_units(cli, tmp_pa
     code, out, err = cli("install", "systemd", "--unit-dir", str(units), "--uninstall")
     assert code == 0 and not list(units.iterdir())
     assert "removed" in out and "systemctl is not on PATH" in err
+
+
+def test_every_value_in_a_unit_is_quoted_and_its_percent_signs_escaped(tmp_path, monkeypatch):
+    """A home under `we ird%h` (issue 20 item 18): unquoted, systemd splits the value at the
+    space and expands %h to the user's home; written as one quoted word with `%%`, it reads back
+    as the path itself."""
+    from llmem.setup import systemd
+
+    home = tmp_path / "we ird%h" / "llmem"
+    monkeypatch.setenv("LLMEM_HOME", str(home))
+    monkeypatch.setenv("LLMEM_CONFIG", str(tmp_path / 'say "hi"\\x' / "config.yaml"))
+    python = tmp_path / "py $HOME %u" / "python"
+    monkeypatch.setattr(systemd.sys, "executable", str(python))  # no llmem script beside it
+    unit = systemd.render_unit("llmem-worker.service")
+    lines = unit.splitlines()
+    escaped_home = str(home).replace("%", "%%")
+    assert f'Environment="LLMEM_HOME={escaped_home}"' in lines
+    config = str(tmp_path / 'say \\"hi\\"\\\\x' / "config.yaml")
+    assert f'Environment="LLMEM_CONFIG={config}"' in lines
+    exec_line = next(line for line in lines if line.startswith("ExecStart="))
+    escaped_python = str(python).replace("$", "$$").replace("%", "%%")
+    assert exec_line == f'ExecStart="{escaped_python}" -I -m llmem worker'
+
+
+def test_a_line_break_in_a_value_is_refused(tmp_path, monkeypatch):
+    import pytest
+
+    from llmem.errors import LlmemError
+    from llmem.setup import systemd
+
+    monkeypatch.setenv("LLMEM_HOME", str(tmp_path / "a\nExecStartPre=/bin/evil"))
+    with pytest.raises(LlmemError, match="line break"):
+        systemd.render_unit("llmem-worker.service")

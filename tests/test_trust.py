@@ -97,7 +97,12 @@ def test_extraction_records_a_user_turn_as_the_users_words(configure, tmp_path):
     app = App()
     try:
         extract_session(app, "ses-trust")
-        stored = {m.content: m.trust for m in app.store.list()}
+        stored = {m.content: m.trust for m in app.store.list() if m.source != "episode"}
+        episodes = [m for m in app.store.list() if m.source == "episode"]
     finally:
         app.close()
     assert stored == {"The billing service deploys from the release branch only.": USER}, stored
+    # The turn kept as an episode holds the user's and the agent's words (so it is only as
+    # trusted as the agent's), and nothing of the tool's output.
+    assert [(m.metadata["role"], m.trust) for m in episodes] == [("mixed", "agent")]
+    assert "curl" not in episodes[0].content

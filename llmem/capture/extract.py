@@ -29,6 +29,7 @@ from ..providers.llm import step_llm
 from ..redact import redact
 from ..store import content_hash
 from ..trust import trust_of_role, trust_of_source
+from .episodes import build_episodes, episode_roles, messages_after, write_episodes
 from .heuristics import STATED, Candidate, statements
 from .markers import CHARS_PER_TOKEN, estimate_tokens, strip_context_blocks
 
@@ -72,9 +73,24 @@ class ExtractionReport:
     memory_ids: list[str] = field(default_factory=list)
     updated_ids: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # Episodes (capture/episodes.py): the slice's turns kept as conversation memories.
+    episodes_added: int = 0
+    episode_duplicates: int = 0
+    episode_ids: list[str] = field(default_factory=list)
+    episode_extended: str | None = None  # the session's last episode, when the slice went on in it
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        # A 10,000-turn session makes ~20,000 episodes: the event row keeps a sample of ids.
+        data["episode_ids"] = data["episode_ids"][:EPISODE_IDS_SHOWN]
+        return data
+
+
+EPISODE_IDS_SHOWN = 100
+# Episodes embedded right after the slice is stored; the rest wait for `llmem embed --pending`
+# (a backfilled 10,000-turn session must not hold its event for minutes of embedding: the
+# built-in MiniLM took ~0.27 s a chunk on the 2 loaded cores measured).
+EPISODES_EMBEDDED_INLINE = 64
 
 
 @dataclass
@@ -92,6 +108,8 @@ class PreparedSlice:
     lines: list[SliceLine]
     redactions: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
+    # The messages themselves, context-stripped and redacted (episodes are made from them).
+    messages: list = field(default_factory=list)
 
 
 def redactor(config):
@@ -235,7 +253,7 @@ def prepare_slice(config, messages) -> PreparedSlice:
         if message.kind == "compaction_summary":
             role = "summary"  # the agent's own summary: never read as user statements
         lines.append(SliceLine(message.id, role, text, "\n".join(parts)))
-    return PreparedSlice(lines, sum(tally.values()), tally)
+    return PreparedSlice(lines, sum(tally.values()), tally, redacted)
 
 
 def chunk_lines(lines: list[SliceLine], budget_tokens: int = CHUNK_TOKENS) -> list[list[SliceLine]]:
@@ -317,7 +335,7 @@ def _existing_memories(store, project: str | None, limit: int = EXISTING_IN_PROM
         .order_by(Memory.updated_at.desc()).limit(limit))
 
 
-def _llm_candidates(llm, chunk: list[SliceLine], project: str | None,
+def llm_candidates(llm, chunk: list[SliceLine], project: str | None,
                     existing: list[Memory]) -> list[Candidate]:
     listing = "\n".join(f"[{m.id[:8]}] ({m.type}) {_cut(' '.join(m.content.split()), 300)}"
                         for m in existing) or "(none)"
@@ -505,6 +523,25 @@ def _embed_touched(app, touched, report: ExtractionReport) -> None:
     report.pending_embedding = len(touched) - report.embedded
 
 
+def _embed_episodes(app, episode_ids: list[str]) -> None:
+    """Vectors for the first EPISODES_EMBEDDED_INLINE new episodes (outside any transaction);
+    the rest, or all of them when the embedder is down, wait for `llmem embed --pending`."""
+    if not episode_ids or not app.embedder.available:
+        return
+    from ..vectors import embed_memories
+
+    Memory = app.store.models.Memory
+    first = episode_ids[:EPISODES_EMBEDDED_INLINE]
+    memories = list(Memory.select().where(Memory.id.in_(first)).order_by(Memory.seq))
+    try:
+        embed_memories(app.store, app.embedder, memories)
+    except EmbedderUnavailable as exc:
+        log.info("episodes stored without embedding (%s); `llmem embed --pending` fills them in", exc.message)
+        return
+    if len(episode_ids) > len(first):
+        log.info("%d episodes wait for `llmem embed --pending`", len(episode_ids) - len(first))
+
+
 # ---- the entry points ---------------------------------------------------------------------
 
 
@@ -519,7 +556,7 @@ def _extract_chunks(store, llm, chunks, project, report: ExtractionReport, *,
     for chunk in chunks:
         if llm_usable:
             try:
-                from_llm = _llm_candidates(llm, chunk, project, existing)
+                from_llm = llm_candidates(llm, chunk, project, existing)
                 report.used_llm = True
                 candidates.extend(from_llm)
                 candidates.extend(stated for stated in _heuristic_candidates(chunk, all_roles=all_roles)
@@ -546,20 +583,23 @@ CURSOR_RACE_RETRIES = 3
 
 
 def extract_session(app, session_id: str, *, adapter_name: str | None = None, llm=None,
-                    use_llm: bool = True, hold_cursor: bool = False) -> ExtractionReport:
+                    use_llm: bool = True, hold_cursor: bool = False,
+                    extend_episodes: bool = True) -> ExtractionReport:
     """Extract memories from a session's transcript after its cursor, then advance the cursor.
 
     The memories and the cursor move in one transaction. When another run advanced the
     cursor meanwhile, nothing is written and the slice past its new position is read again.
     `hold_cursor`: store what is found but leave the cursor where it was, so a later run
     (with the LLM, once the session's extraction interval has passed) reads the slice again.
+    `extend_episodes`: False writes the slice's episodes as new rows only (a backfill, whose
+    rollback deletes what it created, must not have appended to an older row).
     """
     from ..adapters import resolve_adapter
 
     adapter = resolve_adapter(app.config, session_id, adapter_name)
     for _ in range(CURSOR_RACE_RETRIES):
         report = _extract_session_once(app, adapter, session_id, llm=llm, use_llm=use_llm,
-                                       hold_cursor=hold_cursor)
+                                       hold_cursor=hold_cursor, extend_episodes=extend_episodes)
         if not report.concurrent:
             break
         log.info("session %s: another run moved the cursor first; reading on from it", session_id)
@@ -567,11 +607,15 @@ def extract_session(app, session_id: str, *, adapter_name: str | None = None, ll
 
 
 def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
-                          hold_cursor: bool) -> ExtractionReport:
-    from ..cursors import EXTRACTION, CursorRun
+                          hold_cursor: bool, extend_episodes: bool = True) -> ExtractionReport:
+    from ..cursors import EPISODES, EXTRACTION, CursorRun
 
     started = time.perf_counter()
     cursor_run = CursorRun(app.store.models, adapter.name, session_id, EXTRACTION)
+    roles = episode_roles(app.config)
+    # Episodes keep their own cursor: it moves even when the extraction cursor is held for a
+    # later LLM pass (hold_cursor, a spent token budget), so no turn is written twice.
+    episode_run = CursorRun(app.store.models, adapter.name, session_id, EPISODES) if roles else None
     start_cursor = cursor_run.start
     transcript = adapter.read_transcript(session_id, after=start_cursor)
     if start_cursor and not transcript.cursor_found:
@@ -594,11 +638,13 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
         report.deferred = True
     new_cursor = transcript.cursor or start_cursor
     llm_contents = [c.content for c in candidates if c.rule == "llm"]
+    episodes = (build_episodes(messages_after(prepared.messages, episode_run.start), roles)
+                if episode_run is not None else [])
 
     def cursor_update(check: bool):
         if check:
-            # Another run (watcher and hook at once) advanced the cursor while we worked.
-            return cursor_run.unmoved()
+            # Another run (watcher and hook at once) advanced a cursor while we worked.
+            return cursor_run.unmoved() and (episode_run is None or episode_run.unmoved())
         if report.deferred:
             cursor_run.advance(start_cursor, project=project, status="deferred")
         else:
@@ -606,6 +652,14 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
                                messages_read=len(transcript.messages))
             _settle_provisional(app.store, session_id, project, llm_contents, report)
         report.cursor = start_cursor if report.deferred else new_cursor
+        if episode_run is not None and transcript.messages:
+            written = write_episodes(app.store, episodes, agent=adapter.name, project=project,
+                                     session_id=session_id, extend=extend_episodes)
+            report.episodes_added = len(written.added)
+            report.episode_duplicates = written.duplicates
+            report.episode_ids = written.added
+            report.episode_extended = written.extended
+            episode_run.advance(transcript.messages[-1].id, project=project)
         return True
 
     metadata = {"adapter": adapter.name}
@@ -613,10 +667,12 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
         metadata[PROVISIONAL] = True
     store_candidates(app, candidates, report, project=project, session_id=session_id,
                      metadata=metadata, cursor_update=cursor_update)
+    _embed_episodes(app, ([report.episode_extended] if report.episode_extended else []) + report.episode_ids)
     report.seconds = round(time.perf_counter() - started, 4)
-    log.info("extracted session %s: %d messages, %d added, %d updated, %d duplicates, %d redactions%s",
-             session_id, report.messages_read, report.memories_added, report.memories_updated,
-             report.duplicates, report.redactions, " (deferred)" if report.deferred else "")
+    log.info("extracted session %s: %d messages, %d added, %d updated, %d duplicates, %d episodes, "
+             "%d redactions%s", session_id, report.messages_read, report.memories_added,
+             report.memories_updated, report.duplicates, report.episodes_added, report.redactions,
+             " (deferred)" if report.deferred else "")
     return report
 
 

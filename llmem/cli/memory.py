@@ -12,6 +12,8 @@ from .output import (
     notice,
     parse_json_object,
     print_json,
+    progress_bar,
+    terminal_text,
 )
 
 TYPE_CHOICE = click.Choice(["fact", "decision", "preference", "event", "project_state", "procedure",
@@ -29,6 +31,23 @@ def _embed_now(app, memories) -> None:
         embed_memories(app.store, app.embedder, memories)
     except EmbedderUnavailable as exc:
         notice(f"stored without embedding ({exc.message}); `llmem embed --pending` embeds it later")
+
+
+def catch_up_embeddings(app, *, show: bool = True) -> None:
+    """After a bulk write (import, import-native, a dream): embed what is pending while the
+    embedder answers; when it does not, say how the vectors catch up later."""
+    from ..vectors import catch_up, pending_query
+
+    if not app.embedder.available:
+        return
+    pending = pending_query(app.store, app.embedder.identity).count()
+    if not pending:
+        return
+    with progress_bar("Embedding", pending, show=show) as progress:
+        _, stopped = catch_up(app.store, app.embedder, progress=progress.to)
+    if stopped:
+        notice(f"some memories are not embedded yet ({stopped}); the worker or "
+               "`llmem embed --pending` embeds them later")
 
 
 @click.command()
@@ -87,13 +106,13 @@ def get(app, memory_id, as_json):
         if key in ("metadata", "relations"):
             continue
         if value is not None:
-            click.echo(f"{key:>15}: {value}")
+            click.echo(terminal_text(f"{key:>15}: {value}"))
     if data["metadata"]:
         import json
 
-        click.echo(f"{'metadata':>15}: {json.dumps(data['metadata'], ensure_ascii=False)}")
+        click.echo(terminal_text(f"{'metadata':>15}: {json.dumps(data['metadata'], ensure_ascii=False)}"))
     for rel in data["relations"]:
-        click.echo(f"{'relation':>15}: {rel['source_id'][:8]} --{rel['type']}--> {rel['target_id'][:8]}")
+        click.echo(terminal_text(f"{'relation':>15}: {rel['source_id'][:8]} --{rel['type']}--> {rel['target_id'][:8]}"))
 
 
 @click.command("list")
@@ -110,10 +129,8 @@ def list_memories(app, memory_type, project, limit, include_all, as_json):
     from ..times import now
 
     memories = app.store.list(memory_type=memory_type, project=project, limit=limit,
-                              include_invalid=include_all)
-    if not include_all:
-        at = now()
-        memories = [m for m in memories if m.valid_until is None or m.valid_until > at]
+                              include_invalid=include_all,
+                              unexpired_at=None if include_all else now())
     if as_json:
         print_json([memory_to_dict(m) for m in memories])
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,8 +68,20 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
+# Control characters (C0 but tab and newline, DEL, C1) and the bidi overrides: a memory's text
+# comes from transcripts and tool output, and printed raw `\x1b]0;pwned\x07` retitles the
+# terminal, `\x1b[2J` clears it, `\r` or U+202E hide what the line really says.
+_TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: str) -> str:
+    """`text` safe to print for a human: each control character shown as an escape (`\\x1b`)."""
+    return _TERMINAL_UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                else f"\\u{ord(m.group()):04x}", text)
+
+
 def short(text: str, width: int = 80) -> str:
-    text = " ".join((text or "").split())
+    text = terminal_text(" ".join((text or "").split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -79,7 +92,9 @@ def memory_line(memory, score: float | None = None) -> str:
         flags = " [invalid]"
     elif memory.promoted_at:
         flags = " [core]"
-    lead = f"{memory.id[:8]}  {memory.type:<15} {memory.confidence:.2f}"
+    from ..search import kind_label  # an episode says so, and whose words it holds
+
+    lead = f"{memory.id[:8]}  {kind_label(memory):<15} {memory.confidence:.2f}"
     if score is not None:
         lead += f"  {score:.3f}"
     return f"{lead}  {short(memory.content, 90)}{flags}"

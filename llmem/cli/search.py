@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .memory import TYPE_CHOICE
-from .output import TEXT, json_option, limit_option, memory_line, notice, print_json
+from .output import TEXT, json_option, limit_option, memory_line, notice, print_json, terminal_text
 
 
 @click.command()
@@ -27,6 +27,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
     """Search memories (hybrid FTS5 + vectors, fused by RRF and reranked)."""
     app.reads_only()  # recalls are recorded when the store can be written
     from ..errors import UsageError
+    from ..search import is_episode
     from ..store import memory_to_dict
 
     text = " ".join(query).strip()
@@ -51,6 +52,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
         for hit in result.hits:
             row = memory_to_dict(hit.memory)
             row["score"] = round(hit.score, 6)
+            row["episode"] = is_episode(hit.memory)
             if hit.via:
                 row["via"] = hit.via
             if explain:
@@ -65,7 +67,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
         click.echo(line + (f"  (via {hit.via})" if hit.via else ""))
         if explain:
             parts = hit.explain()
-            click.echo("          " + "  ".join(f"{k}={_fmt(v)}" for k, v in parts.items()))
+            click.echo(terminal_text("          " + "  ".join(f"{k}={_fmt(v)}" for k, v in parts.items())))
 
 
 def _fts_searcher(app):

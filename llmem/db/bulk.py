@@ -21,12 +21,6 @@ def _column(name: str) -> str:
     return f'"{Memory._meta.fields[name].column_name}"'
 
 
-def insert_memory_rows(db, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """INSERT memory rows, each the values of field `names` (stored form) in that order."""
-    columns = ", ".join(_column(n) for n in names)
-    db.cursor().executemany(f"INSERT INTO memory({columns}) VALUES ({', '.join('?' * len(names))})", rows)
-
-
 def update_memory_rows(db, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
     """UPDATE memory rows by id: each row is the values of field `names` then the id.
 

@@ -165,6 +165,16 @@ def _record_origin_trust(db) -> None:
         for seq, source, metadata, project in rows])
 
 
+def _add_episodes(db) -> None:
+    # session_cursor.episode_cursor: how far each session was written as episodes
+    # (capture/episodes.py); a fresh store's table already has it (0006 creates it from the
+    # model). The index serves the retention and the session page's episode reads.
+    columns = {row[1] for row in db.execute_sql("PRAGMA table_info(session_cursor)")}
+    if "episode_cursor" not in columns:
+        db.execute_sql("ALTER TABLE session_cursor ADD COLUMN episode_cursor TEXT")
+    db.execute_sql("CREATE INDEX IF NOT EXISTS memory_source_created ON memory(source, created_at)")
+
+
 def _bulk_indexes(db) -> None:
     # The FTS update trigger fired whenever an UPDATE named content, summary or hints, so a
     # dream's decay (which wrote hints unchanged) deleted and re-added each row in the FTS
@@ -204,6 +214,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0011_grounded_evidence", _stage_grounded_evidence),
     ("0014_memory_version", _add_memory_version),
     ("0013_origin_trust", _record_origin_trust),
+    ("0012_episodes", _add_episodes),
     ("0015_bulk_indexes", _bulk_indexes),
 ]
 

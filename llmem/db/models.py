@@ -15,7 +15,12 @@ MEMORY_TYPES = (
     "fact", "decision", "preference", "event", "project_state", "procedure",
     "conversation", "self_assessment",
 )
-SOURCES = ("user", "extraction", "introspection", "learn", "review", "dream", "import", "backfill")
+SOURCES = ("user", "extraction", "introspection", "learn", "review", "dream", "import", "backfill",
+           "episode")
+# The source of an episode: a piece of the conversation itself (capture/episodes.py), stored
+# as a `conversation` memory. Search ranks it below typed memories; the dream never merges or
+# promotes it as a fact.
+EPISODE_SOURCE = "episode"
 RELATION_TYPES = ("supersedes", "contradicts", "depends_on", "related_to", "derived_from")
 # `grounded`: evidence staged by `llmem dream rem-backfill --stage-short-term` from a dated note.
 RECALL_ORIGINS = ("search", "context", "mcp", "dream", "grounded")
@@ -241,6 +246,9 @@ class SessionCursor(BaseModel):
     project = pw.TextField(null=True)
     cursor = pw.TextField(null=True)  # id of the last message extraction consumed
     introspect_cursor = pw.TextField(null=True)  # id of the last message introspection consumed
+    # Id of the last message written as episodes (capture/episodes.py): it moves even when the
+    # extraction cursor is held for a later LLM pass, so no turn becomes an episode twice.
+    episode_cursor = pw.TextField(null=True)
     messages_read = pw.IntegerField(default=0)
     status = pw.TextField(default="idle")  # idle | done | deferred
     updated_at = pw.FloatField()

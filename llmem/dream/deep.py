@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..db.models import Memory
+from ..db.models import EPISODE_SOURCE, Memory
 from ..db.queries import decay_rows
 from ..times import now
 from ..trust import AGENT, least_trusted
@@ -131,7 +131,8 @@ def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any
             info[memory.id] = memory
 
     for group in exact_duplicates:
-        members = [m for m in group if m in info and m not in busy]
+        members = [m for m in group if m in info and m not in busy
+                   and info[m].source != EPISODE_SOURCE]
         if len(members) < 2:
             continue
         keeper, rest = members[0], members[1:]
@@ -140,7 +141,8 @@ def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any
                                      f"exact duplicates: keep {keeper[:8]}, invalidate {', '.join(r[:8] for r in rest)}",
                                      detail={"keep": keeper, "drop": rest}))
 
-    for group in _groups(near_duplicates, set(info) - busy):
+    episodes = {m for m, memory in info.items() if memory.source == EPISODE_SOURCE}
+    for group in _groups(near_duplicates, set(info) - busy - episodes):
         members = sorted(group, key=lambda m: (info[m].created_at, info[m].seq))
         busy.update(members)
         contents = [info[m].content for m in members]
@@ -159,7 +161,9 @@ def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any
                                          detail={"target": pair["b"], "similarity": pair["similarity"]}))
 
     interval = float(cfg["decay_interval_days"]) * 86400
-    rows = decay_rows(db)
+    # Episodes are kept by their own retention (light.plan_episode_retention), not by
+    # confidence: what was said does not grow less true by not being recalled.
+    rows = decay_rows(db, except_source=EPISODE_SOURCE)
     invalidated: set[str] = set(busy)
     for memory_id, mtype, confidence, accessed_at, created_at, access_count, decayed_at, boosted_at, stale in rows:
         if memory_id in busy:

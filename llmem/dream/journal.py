@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 PHASES = ("light", "rem", "deep")
 # Tables other than memory whose rows `row` actions restore (names are never taken from input).
 RESTORABLE_TABLES = {"session_cursor": ("adapter", "session_id", "project", "cursor", "introspect_cursor",
-                                        "messages_read", "status", "updated_at"),
+                                        "messages_read", "status", "updated_at", "episode_cursor"),
                       "setting": ("key", "value")}
 
 

@@ -1,4 +1,5 @@
-"""Light phase: near-duplicate pairs, exact duplicates and auto-link candidates. Writes nothing.
+"""Light phase: near-duplicate pairs, exact duplicates and auto-link candidates (found, not
+written), and the episodes' retention (planned here, applied through the journal by the sweep).
 
 Incremental: only memories whose vector changed since the last applied light run (new or
 re-embedded: `embedding.created_at`) are compared, against every valid embedded memory.
@@ -14,17 +15,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import peewee as pw
 
 from ..db import vec
+from ..db.models import EPISODE_SOURCE
 from ..db.queries import shared_content_rows
 from ..times import to_iso
 from ..vectors import pending_query
+from .journal import Action
 
 log = logging.getLogger(__name__)
 
 CHUNK_ROWS = 8192  # store rows streamed per matrix product
 BLOCK_ROWS = 1024  # changed rows per matrix product
 MAX_PAIRS = 50_000  # a pathological store (everything identical) must not exhaust memory
+# Episodes invalidated by one run at most (each is journaled with its before-image); the next
+# night goes on where this one stopped.
+MAX_PRUNED = 20_000
+PRUNE = "prune_episode"
 
 @dataclass
 class LightResult:
@@ -153,6 +161,7 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
                 found[key] = {"a": a, "b": b, "similarity": round(sim, 4),
                               "same_type": bool(c_type[a_idx] == s_type[b_idx]),
                               "type": rows[b_idx][2], "project": rows[b_idx][3]}
+    _leave_episodes_out(store, result, found)
     exact_members = {m for group in result.exact_duplicates for m in group}
     for _key, pair in sorted(found.items(), key=lambda kv: (-kv[1]["similarity"], kv[0])):
         entry = {k: pair[k] for k in ("a", "b", "similarity", "type", "project")}
@@ -164,6 +173,64 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
             result.auto_links.append(entry)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _episode_ids(store, ids: set[str]) -> set[str]:
+    Memory = store.models.Memory
+    wanted, found = list(ids), set()
+    for start in range(0, len(wanted), 500):
+        found.update(m for (m,) in Memory.select(Memory.id).where(
+            Memory.id.in_(wanted[start:start + 500]) & (Memory.source == EPISODE_SOURCE)).tuples())
+    return found
+
+
+def _leave_episodes_out(store, result: LightResult, found: dict) -> None:
+    """Episodes are what was said, not facts: never merged or deduplicated into (or with) a
+    memory, and never linked to one another (turns of one session all look alike); a link
+    from an episode to a typed memory stays."""
+    involved = {m for group in result.exact_duplicates for m in group}
+    involved |= {pair[k] for pair in found.values() for k in ("a", "b")}
+    episodes = _episode_ids(store, involved) if involved else set()
+    if not episodes:
+        return
+    groups = [[m for m in group if m not in episodes] for group in result.exact_duplicates]
+    result.exact_duplicates = [group for group in groups if len(group) > 1]
+    for key in [k for k, pair in found.items() if pair["a"] in episodes or pair["b"] in episodes]:
+        pair = found[key]
+        if (pair["a"] in episodes and pair["b"] in episodes) or pair["same_type"]:
+            del found[key]  # a same-type pair would be a merge candidate; it can only be a link
+        # else: an episode beside a typed memory: an auto-link candidate, nothing more
+
+
+def plan_episode_retention(store, capture: dict, at: float) -> list[Action]:
+    """Invalidations that keep the episodes within capture.episode_max_age_days (by when they
+    were stored) and capture.episode_max_total_mb (of their text, the oldest go first)."""
+    Memory = store.models.Memory
+    valid = (Memory.source == EPISODE_SOURCE) & Memory.invalidated_at.is_null()
+    chosen: dict[str, str] = {}
+    max_days = int(capture["episode_max_age_days"])
+    if max_days > 0:
+        reason = f"dream: episode older than capture.episode_max_age_days ({max_days})"
+        rows = (Memory.select(Memory.id).where(valid & (Memory.created_at < at - max_days * 86400))
+                .order_by(Memory.created_at, Memory.seq).limit(MAX_PRUNED).tuples())
+        chosen.update((memory_id, reason) for (memory_id,) in rows)
+    max_mb = float(capture["episode_max_total_mb"])
+    if max_mb > 0 and len(chosen) < MAX_PRUNED:
+        budget, held = max_mb * 1_000_000, 0
+        reason = f"dream: episodes past capture.episode_max_total_mb ({max_mb:g}), the oldest go first"
+        rows = (Memory.select(Memory.id, pw.fn.LENGTH(Memory.content)).where(valid)
+                .order_by(Memory.created_at.desc(), Memory.seq.desc()).tuples())
+        for memory_id, size in rows.iterator():
+            if memory_id in chosen:
+                continue
+            held += int(size or 0)
+            if held > budget:
+                chosen[memory_id] = reason
+                if len(chosen) >= MAX_PRUNED:
+                    break
+    return [Action("light", PRUNE, memory_id, f"invalidate episode {memory_id[:8]}: {reason[7:]}",
+                   changes={"invalidated_at": at, "metadata": {"invalidation_reason": reason}})
+            for memory_id, reason in chosen.items()]
 
 
 def exact_duplicate_groups(db) -> list[list[str]]:

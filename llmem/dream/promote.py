@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo
 
 from ..capture.taxonomy import enough_evidence, is_heuristic
 from ..db.bulk import memory_rows_by_id
-from ..db.models import USER_ORIGINS
+from ..db.models import EPISODE_SOURCE, USER_ORIGINS
 from ..db.queries import metadata_value, recall_bounds, recall_counts_outside, recall_rows
 from ..times import days_between, now
 from ..trust import EXTERNAL
@@ -203,6 +203,11 @@ def score_candidate(c: Candidate, at: float, cfg: dict[str, Any]) -> Candidate:
         # is never promoted on recalls alone: a hostile README must not become a core rule.
         c.gates["trusted_origin"] = {"value": c.trust, "required": "the user's or the agent's words",
                                      "passed": False}
+    if c.source == EPISODE_SOURCE:
+        # An episode is a piece of the conversation: what was said, maybe later undone. Only
+        # a typed memory (one the extraction or the dream's condensation made of it) is core.
+        c.gates["typed"] = {"value": "an episode (conversation text)", "required": "a typed memory",
+                            "passed": False}
     if c.evidence is not None:
         c.gates["evidence"] = {
             "value": "corroborated" if c.evidence else "heuristic guesses from one session",

@@ -21,6 +21,7 @@ from ..db.settings import get_setting, set_setting
 from ..paths import write_output_file
 from ..times import now
 from . import diary, dreams_md, memory_md
+from .condense import condense_episodes
 from .deep import SPECIAL_KINDS, DeepResult, apply_action, apply_promotes, plan_deep
 from .journal import (
     PHASES,
@@ -32,7 +33,7 @@ from .journal import (
     new_run_id,
     start_run,
 )
-from .light import LightResult, find_candidates
+from .light import LightResult, find_candidates, plan_episode_retention
 from .lock import DreamLock, lock_is_live, read_lock
 from .narrate import Narrator, md, stories, template
 from .outcome import DreamOutcome
@@ -136,7 +137,9 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
         run = start_run(store, "dream", chosen, run_id)
         outcome.run_id = run.id
         journal = Journal(store, run)
-        made_llm = _make_llm(store, config) if use_llm and llm is None and "deep" in chosen else None
+        # The LLM merges in deep and condenses the episodes that light lets go.
+        made_llm = (_make_llm(store, config) if use_llm and llm is None
+                    and ("deep" in chosen or "light" in chosen) else None)
         llm = llm if llm is not None else made_llm
         try:
             _plan_all(store, config, cfg, outcome, at, promote_limit, journal=journal, llm=llm,
@@ -177,6 +180,16 @@ def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limi
                                 since=previous.started_at if previous else None,
                                 embedder_provider=config.values["embedding"]["provider"])
         outcome.light = light
+        pruned = plan_episode_retention(store, config.values["capture"], at)
+        if journal is not None:
+            pruned, condensed = condense_episodes(store, journal, llm, pruned)
+            outcome.actions += condensed
+        outcome.actions += pruned
+        if journal is not None:
+            for start in range(0, len(pruned), BATCH):
+                with store.db.atomic():
+                    for action in pruned[start:start + BATCH]:
+                        journal.update("light", action.kind, action.memory_id, action.changes)
         outcome.phase_seconds["light"] = round(time.perf_counter() - started, 3)
         done("light")
     if "rem" in outcome.phases:

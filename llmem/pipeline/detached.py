@@ -17,12 +17,11 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import site
 import subprocess
-import sys
 from pathlib import Path
 
 from ..paths import ensure_private_dir
+from ..processes import python_module_command
 from .kinds import EventKind
 
 log = logging.getLogger(__name__)
@@ -142,15 +141,6 @@ class SessionRun:
         return self.again_path.exists()
 
 
-def _interpreter_flags() -> list[str]:
-    """-I, unless llmem itself was installed in the user site, which -I would hide: then -E -P
-    (still neither the cwd nor PYTHONPATH on the import path)."""
-    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
-    if user_site and Path(__file__).resolve().is_relative_to(Path(user_site).resolve()):
-        return ["-E", "-P"]
-    return ["-I"]
-
-
 def start_detached(config, kind: str, session_id: str, hook_args: list[str],
                    config_path: str | None) -> tuple[str, int | None]:
     """Hand the hook's work to a background process, or to the one already running.
@@ -166,7 +156,7 @@ def start_detached(config, kind: str, session_id: str, hook_args: list[str],
         if not run.try_lock():
             return "coalesced", run.holder()
     try:
-        args = [sys.executable, *_interpreter_flags(), "-m", "llmem"]
+        args = python_module_command()
         if config_path:
             args += ["--config", os.path.abspath(config_path)]
         args += ["hook", "--type", kind, "--session-id", session_id, "--sync", *hook_args,

@@ -2,10 +2,12 @@
 `llmem mcp`, and what `llmem doctor` reports about them.
 
 Files llmem owns whole (the OpenCode plugin, the Copilot hooks file) are written by
-integrations.py. The agents' own config files are edited in place, one member at a time
-(jsonedit.py for JSON/JSONC, tomlkit for TOML), after a timestamped backup beside the file;
-every file of an install is read and checked before any is written, so a broken one stops
-the install with nothing changed. A second install changes nothing, and `--uninstall`
+integrations.py. The agents' own config files are checked by userfile.py (no link out of the
+agent's folder, no device or FIFO, no foreign or read-only file) and edited in place, one
+member at a time (jsonedit.py for JSON/JSONC, tomledit.py for TOML), after a backup beside the
+file (one per original); every file of an install is read and checked before any is written,
+so a bad one stops the install with nothing changed. Uninstall gives back the original bytes
+from that backup when the file is still exactly what the install made of them. A second install changes nothing, and `--uninstall`
 removes exactly the members llmem added: a member llmem did not write (a user's own `llmem`
 server entry, another notify program) is left as it is and said so.
 
@@ -17,15 +19,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import LlmemError, UsageError
 from ..paths import expand, write_atomically
-from . import integrations
+from . import integrations, userfile
 
 AGENTS = ("opencode", "copilot", "claude", "codex")
 LABELS = {"opencode": "OpenCode", "copilot": "Copilot CLI", "claude": "Claude Code", "codex": "Codex CLI"}
@@ -129,14 +130,16 @@ def mcp_entry(agent: str, command: list[str]) -> dict:
 
 
 def _llmem_prefix(argv: Any) -> int:
-    """How many leading words of `argv` run llmem (1: the llmem script, 3: python -m llmem), 0: none."""
+    """How many leading words of `argv` run llmem (1: the llmem script, 4: python -I -m llmem,
+    3: the python -m llmem of earlier installs), 0: none."""
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         return 0
     if Path(argv[0]).name == "llmem":
         return 1
-    if len(argv) >= 3 and argv[1:3] == ["-m", "llmem"]:
-        return 3
-    return 0
+    flags = 1
+    while flags < len(argv) and argv[flags] in ("-I", "-E", "-P"):
+        flags += 1
+    return flags + 2 if argv[flags:flags + 2] == ["-m", "llmem"] else 0
 
 
 def _entry_argv(agent: str, entry: dict) -> Any:
@@ -171,78 +174,182 @@ def is_llmem_hook(entry: Any, agent: str) -> bool:
 
 # ---- reading and writing the user's files ---------------------------------------------------
 
+# How many times a file that changed under llmem (the agent rewrote it meanwhile) is read and
+# edited again before the install gives up and says so.
+WRITE_ATTEMPTS = 5
+
+
 @dataclass
 class _File:
-    """One file of an install: its text now and the text to write."""
+    """One file of an install: its text now and the text to write.
+
+    `path` is the config path as named, `real` the file read and written (the target of a
+    symlink that stays in the agent's folder). `edit(text, uninstall)` gives the new text and
+    each part's action for any content, so the file can be edited again when it changed.
+    """
 
     path: Path
+    real: Path
     before: str | None
+    edit: Callable[[str | None, bool], tuple[str | None, dict[str, str], list[str]]]
     after: str | None = None
     backup: Path | None = None
+    remove: bool = False  # uninstall deletes the file: llmem created it and only llmem's was in it
+    restored: bool = False  # uninstall gives back the original bytes kept in a backup
+    actions: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
-        return self.after is not None and self.after != self.before
+        return self.remove or (self.after is not None and self.after != self.before)
 
 
-def _open(path: Path) -> _File:
-    # A dotfiles symlink is followed: its target is the user's file; replacing the link with
-    # a plain file would cut it off from their repository.
-    real = path.resolve() if path.is_symlink() else path
-    try:
-        return _File(real, real.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return _File(real, None)
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not UTF-8 text; nothing was changed",
-                         hint="fix or move the file away, then run the install again") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}; nothing was changed") from None
+def _open(path: Path, edit) -> _File:
+    real = userfile.real_path(path)
+    return _File(path, real, userfile.read_text(real), edit)
 
 
-def _json(file: _File, agent: str):
+def _json(text: str | None):
     from .jsonedit import JsonSyntaxError, load_document, new_document
 
-    if file.before is None or not file.before.strip():
+    if text is None or not text.strip():
         return new_document({})
     try:
-        return load_document(file.before)
-    except JsonSyntaxError as exc:
-        raise UsageError(f"{file.path} is not valid JSON ({exc}); nothing was changed",
-                         hint=f"fix the file (or move it away), then run `llmem install {agent}` again") from None
+        return load_document(text)
+    except RecursionError:
+        raise JsonSyntaxError("nested too deeply") from None
 
 
-def _toml(file: _File, agent: str):
-    import tomlkit
-    from tomlkit.exceptions import ParseError
+def _refusal(path: Path, agent: str, exc: Exception) -> UsageError:
+    """The UsageError for a file llmem cannot edit (broken, or not shaped as the agent reads it)."""
+    from tomllib import TOMLDecodeError
+
+    from .tomledit import TomlEditError
+
+    if isinstance(exc, RecursionError):
+        detail = "not valid JSON (nested too deeply)"
+    elif isinstance(exc, TOMLDecodeError):
+        detail = f"not valid TOML ({exc})"
+    elif isinstance(exc, TomlEditError):
+        detail = f"not edited: {exc}"
+    elif str(exc).startswith("'"):  # "'hooks' is not an object": the shape, not the syntax
+        detail = f"not shaped as {LABELS[agent]} reads it: {exc}"
+    else:
+        detail = f"not valid JSON ({exc})"
+    return UsageError(f"{path} is {detail}; nothing was changed",
+                      hint=f"fix the file (or move it away), then run `llmem install {agent}` again")
+
+
+def _changes(actions: dict[str, str]) -> bool:
+    return any(action in ("created", "updated", "removed") for action in actions.values())
+
+
+def _plan(file: _File, agent: str, uninstall: bool) -> None:
+    """Work out `file.after` (or its removal) from `file.before`; UsageError when it cannot be edited."""
+    from tomllib import TOMLDecodeError
+
+    from .jsonedit import JsonSyntaxError
+    from .tomledit import TomlEditError
 
     try:
-        return tomlkit.parse(file.before or "")
-    except ParseError as exc:
-        raise UsageError(f"{file.path} is not valid TOML ({exc}); nothing was changed",
-                         hint=f"fix the file (or move it away), then run `llmem install {agent}` again") from None
+        after, file.actions, notes = file.edit(file.before, uninstall)
+    except (JsonSyntaxError, TOMLDecodeError, TomlEditError, RecursionError) as exc:
+        raise _refusal(file.path, agent, exc) from None
+    file.notes = notes
+    file.after, file.remove, file.restored = after, False, False
+    if not uninstall or not _changes(file.actions) or file.before is None:
+        return
+    original = _original(file)
+    if original is not None:
+        file.after, file.restored = original, True
+    elif after.strip() in ("{}", ""):
+        # Only llmem's members were in it and no backup holds an earlier file: llmem
+        # created it, so it goes, as before the install.
+        file.remove = True
 
 
-def _backup_path(path: Path) -> Path:
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    candidate = path.with_name(f"{path.name}.llmem-backup-{stamp}")
-    n = 2
-    while candidate.exists():
-        candidate = path.with_name(f"{path.name}.llmem-backup-{stamp}-{n}")
-        n += 1
-    return candidate
+def _original(file: _File) -> str | None:
+    """The bytes the file had before llmem was installed into it, when the file is still exactly
+    what the install made of them: a backup without llmem's members whose install gives the
+    file as it is now. Uninstall then gives back those bytes (CRLF, comments, a user's empty
+    `"hooks": {}`), not an approximation."""
+    backups = [text for text in map(userfile.read_backup, userfile.backups_of(file.real)) if text is not None]
+    if file.after in backups:
+        return file.after  # removing llmem's members already gives back a backup's bytes
+    for text in backups:
+        try:
+            _, actions, _ = file.edit(text, True)
+            if _changes(actions):
+                continue  # llmem's members are in it: not an original
+            installed, _, _ = file.edit(text, False)
+        except Exception:  # a backup that no longer parses is simply not the one
+            continue
+        if installed == file.before:
+            return text
+    return None
 
 
-def _write(file: _File) -> None:
-    """Back the old file up beside it, then replace it atomically keeping its mode (new: 0600)."""
-    path = file.path
-    if file.before is not None:
-        file.backup = _backup_path(path)
-        shutil.copy2(path, file.backup)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    mode = path.stat().st_mode & 0o777 if file.before is not None else 0o600
-    write_atomically(path, file.after, mode)
+def _kept_containers(real: Path):
+    """For a member removal: the containers (object paths) a backup of the original had, which
+    stay even when removing llmem's member leaves them empty."""
+    for backup in userfile.backups_of(real):
+        text = userfile.read_backup(backup)
+        try:
+            data = json.loads(text) if text and text.strip() else None
+        except (ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict) and not _holds_llmem(data):
+            def keep(path, data=data) -> bool:
+                node: Any = data
+                for step in path:
+                    if not isinstance(step, str) or not isinstance(node, dict) or step not in node:
+                        return False
+                    node = node[step]
+                return True
+            return keep
+    return None
+
+
+def _holds_llmem(data: dict) -> bool:
+    """Whether a JSON config holds a member llmem installs (a backup made after an install)."""
+    if any(_our_hooks(data, agent) for agent in HOOK_EVENTS):
+        return True
+    return any(isinstance(data.get(key), dict) and SERVER_NAME in data[key] for key in ("mcpServers", "mcp"))
+
+
+def _before_replace(path: Path) -> None:
+    """Called between reading a file and replacing it (a seam for the concurrent-writer tests)."""
+
+
+def _commit(file: _File, agent: str, uninstall: bool) -> None:
+    """Write (or remove) one planned file; when the agent rewrote it meanwhile, read and edit
+    it again, and after writing read it back: a write lost to a concurrent writer is retried,
+    never reported as done."""
+    for _ in range(WRITE_ATTEMPTS):
+        if not file.changed:
+            return
+        userfile.check_writable(file.real)
+        if file.before is not None and not file.restored:
+            file.backup = userfile.back_up(file.real, file.before)
+        _before_replace(file.real)
+        now = userfile.read_text(userfile.real_path(file.path))
+        if now == file.before:
+            if file.remove:
+                file.real.unlink()
+                return
+            if file.before is None:
+                userfile.make_folder(file.real)
+            mode = userfile.file_mode(file.real) if file.before is not None else 0o600
+            write_atomically(file.real, file.after, mode)
+            now = userfile.read_text(file.real)
+            if now == file.after:
+                return
+        # Someone else wrote the file between our read and now: edit what is there.
+        file.before = now
+        _plan(file, agent, uninstall)
+    raise LlmemError(f"{file.path} kept changing while llmem wrote it (another program, likely "
+                     f"{LABELS[agent]} itself, rewrites it); llmem's change may be missing",
+                     hint=f"quit {LABELS[agent]}, then run the install again")
 
 
 # ---- outcome --------------------------------------------------------------------------------
@@ -294,19 +401,19 @@ def _our_hooks(data: Any, agent: str) -> list[tuple[str, int, int, dict]]:
     return found
 
 
-def _remove_hooks(doc, agent: str) -> int:
+def _remove_hooks(doc, agent: str, keep=None) -> int:
     removed = 0
     while found := _our_hooks(doc.data, agent):
         event, g, h, _ = found[-1]  # last first: the indices of the others stay right
-        doc.remove_member(("hooks", event, g, "hooks"), h)
+        doc.remove_member(("hooks", event, g, "hooks"), h, keep)
         removed += 1
     return removed
 
 
-def _edit_hooks(doc, agent: str, command: list[str], uninstall: bool) -> str:
+def _edit_hooks(doc, agent: str, command: list[str], uninstall: bool, keep=None) -> str:
     found = _our_hooks(doc.data, agent)
     if uninstall:
-        return "removed" if _remove_hooks(doc, agent) else "absent"
+        return "removed" if _remove_hooks(doc, agent, keep) else "absent"
     wanted = desired_hooks(command, agent)
     have = sorted((event, json.dumps(entry, sort_keys=True)) for event, _, _, entry in found)
     if have == sorted((event, json.dumps(entry, sort_keys=True)) for event, entry in wanted.items()):
@@ -318,7 +425,7 @@ def _edit_hooks(doc, agent: str, command: list[str], uninstall: bool) -> str:
 
 
 def _edit_json_server(doc, key_path: tuple, agent: str, command: list[str], uninstall: bool,
-                      file: Path, notes: list[str]) -> str:
+                      file: Path, notes: list[str], keep=None) -> str:
     servers = doc.get(key_path)
     entry = servers.get(SERVER_NAME) if isinstance(servers, dict) else None
     wanted = mcp_entry(agent, command)
@@ -335,7 +442,7 @@ def _edit_json_server(doc, key_path: tuple, agent: str, command: list[str], unin
                      "not write; it was left as it is (remove it by hand to let llmem manage it)")
         return "kept"
     if uninstall:
-        doc.remove_member(key_path, SERVER_NAME)
+        doc.remove_member(key_path, SERVER_NAME, keep)
         return "removed"
     if entry.get("enabled") is False:  # switched off in OpenCode by the user: it stays off
         wanted = {**wanted, "enabled": False}
@@ -346,18 +453,14 @@ def _edit_json_server(doc, key_path: tuple, agent: str, command: list[str], unin
 
 
 def _edit_codex_config(doc, command: list[str], uninstall: bool, file: Path, notes: list[str],
-                       with_mcp: bool) -> tuple[str, str | None]:
-    """(notify action, MCP action or None) on Codex's config.toml document."""
-    import tomlkit
-    from tomlkit.items import InlineTable
-
-    notify = doc.get("notify")
-    current = notify.unwrap() if hasattr(notify, "unwrap") else notify
+                       with_mcp: bool) -> dict[str, str]:
+    """The notify (and MCP) actions on Codex's config.toml (a tomledit.TomlDocument)."""
+    current = doc.data.get("notify")
     wanted = notify_argv(command)
     if current is None:
         notify_action = "absent" if uninstall else "created"
         if not uninstall:
-            doc["notify"] = wanted
+            doc.set_notify(wanted)
     elif not is_llmem_notify(current):
         notify_action = "kept"
         if not uninstall:
@@ -368,137 +471,125 @@ def _edit_codex_config(doc, command: list[str], uninstall: bool, file: Path, not
                 f"`{shlex.join(wanted)} \"$1\"` (with the same JSON argument), or rely on llmem's "
                 "Stop hook in hooks.json once you trust it")
     elif uninstall:
-        del doc["notify"]
+        doc.remove_notify()
         notify_action = "removed"
     elif current == wanted:
         notify_action = "unchanged"
     else:
-        doc["notify"] = wanted
+        doc.set_notify(wanted)
         notify_action = "updated"
     if not with_mcp:
-        return notify_action, None
+        return {"notify": notify_action}
 
-    servers = doc.get("mcp_servers")
-    if servers is not None and not isinstance(servers, dict):  # tomlkit's tables are dicts
+    servers = doc.data.get("mcp_servers")
+    if servers is not None and not isinstance(servers, dict):
         raise UsageError(f"{file}: 'mcp_servers' is not a table; nothing was changed",
                          hint="fix the file, then run `llmem install codex` again")
     entry = servers.get(SERVER_NAME) if servers is not None else None
-    entry = entry.unwrap() if hasattr(entry, "unwrap") else entry
     wanted_entry = mcp_entry("codex", command)
     if entry is None:
         if uninstall:
-            return notify_action, "absent"
-        if isinstance(servers, InlineTable):  # `mcp_servers = { … }` takes an inline entry
-            table = tomlkit.inline_table()
-            table.update(wanted_entry)
-        else:
-            table = tomlkit.table()
-            for key, value in wanted_entry.items():
-                table[key] = value
-            table.add(tomlkit.nl())  # a blank line before whatever table follows
-        if servers is None:
-            servers = tomlkit.table(is_super_table=True)
-            servers[SERVER_NAME] = table
-            doc["mcp_servers"] = servers
-        else:
-            servers[SERVER_NAME] = table
-        return notify_action, "created"
-    if not is_llmem_server("codex", entry, command):
+            return {"notify": notify_action, "mcp": "absent"}
+        doc.add_server(SERVER_NAME, wanted_entry)
+        mcp_action = "created"
+    elif not is_llmem_server("codex", entry, command):
         notes.append(f"{file} already has an `[mcp_servers.{SERVER_NAME}]` that `llmem install` did "
                      "not write; it was left as it is (remove it by hand to let llmem manage it)")
-        return notify_action, "kept"
-    if uninstall:
-        del servers[SERVER_NAME]
-        if not servers:
-            del doc["mcp_servers"]
-        return notify_action, "removed"
-    if entry == wanted_entry:
-        return notify_action, "unchanged"
-    for key, value in wanted_entry.items():
-        servers[SERVER_NAME][key] = value
-    return notify_action, "updated"
+        mcp_action = "kept"
+    elif uninstall:
+        doc.remove_server(SERVER_NAME)
+        mcp_action = "removed"
+    elif entry == wanted_entry:
+        mcp_action = "unchanged"
+    else:
+        doc.remove_server(SERVER_NAME)
+        doc.add_server(SERVER_NAME, wanted_entry)
+        mcp_action = "updated"
+    return {"notify": notify_action, "mcp": mcp_action}
 
 
 # ---- install --------------------------------------------------------------------------------
 
+def _json_file(path: Path, edit_parts, fresh: dict | None = None) -> _File:
+    """A JSON/JSONC file of an install; edit_parts(doc, uninstall, notes, keep) -> actions."""
+    from .jsonedit import new_document
+
+    def edit(text, uninstall):
+        notes: list[str] = []
+        doc = new_document(dict(fresh)) if text is None and fresh and not uninstall else _json(text)
+        keep = _kept_containers(file.real) if uninstall else None
+        actions = edit_parts(doc, uninstall, notes, keep)
+        return (doc.text() if _changes(actions) else text), actions, notes
+
+    file = _open(path, edit)
+    return file
+
+
+def _toml_file(path: Path, command: list[str], with_mcp: bool) -> _File:
+    from .tomledit import TomlDocument
+
+    def edit(text, uninstall):
+        notes: list[str] = []
+        doc = TomlDocument(text or "")
+        actions = _edit_codex_config(doc, command, uninstall, path, notes, with_mcp)
+        return (doc.text if _changes(actions) else text), actions, notes
+
+    return _open(path, edit)
+
+
 def install(config, agent: str, *, uninstall: bool = False, with_mcp: bool = True,
             command: list[str] | None = None) -> Outcome:
     """Install (or remove) llmem's hooks/plugin and MCP server for one agent."""
-    import tomlkit
-
     if agent not in AGENTS:
         raise UsageError(f"unknown agent {agent!r}", hint="use one of: " + ", ".join(AGENTS))
     command = command or integrations.llmem_command()
     outcome = Outcome(agent)
-    files: list[_File] = []
-    parts: list[Part] = []
+    plan: list[_File] = []
 
-    # Plan: read and edit every shared file in memory first; a broken one stops here.
+    # Plan: read, check and edit every shared file in memory first; a bad one stops here.
+    def hooks(doc, undo, notes, keep):
+        return {"hooks": _edit_hooks(doc, agent, command, undo, keep)}
+
+    def server(key_path: tuple, path: Path):
+        return lambda doc, undo, notes, keep: {
+            "mcp": _edit_json_server(doc, key_path, agent, command, undo, path, notes, keep)}
+
     if agent == "claude":
-        settings = _open(settings_path(config))
-        doc = _json(settings, agent)
-        parts.append(Part("hooks", settings.path, _edit_hooks(doc, agent, command, uninstall), settings))
-        settings.after = doc.text()
-        files.append(settings)
+        plan.append(_json_file(settings_path(config), hooks))
         if with_mcp:
-            user = _open(claude_json_path(config))
-            doc = _json(user, agent)
-            action = _edit_json_server(doc, ("mcpServers",), agent, command, uninstall, user.path, outcome.notes)
-            user.after = doc.text()
-            parts.append(Part("mcp", user.path, action, user))
-            files.append(user)
+            plan.append(_json_file(claude_json_path(config), server(("mcpServers",), claude_json_path(config))))
     elif agent == "codex":
-        hooks = _open(codex_hooks_path(config))
-        doc = _json(hooks, agent)
-        parts.append(Part("hooks", hooks.path, _edit_hooks(doc, agent, command, uninstall), hooks))
-        hooks.after = doc.text()
-        files.append(hooks)
-        toml_file = _open(codex_config_path(config))
-        toml_doc = _toml(toml_file, agent)
-        notify_action, mcp_action = _edit_codex_config(toml_doc, command, uninstall, toml_file.path,
-                                                       outcome.notes, with_mcp)
-        toml_file.after = tomlkit.dumps(toml_doc)
-        parts.append(Part("notify", toml_file.path, notify_action, toml_file))
-        if mcp_action is not None:
-            parts.append(Part("mcp", toml_file.path, mcp_action, toml_file))
-        files.append(toml_file)
-        if not uninstall and parts[0].action in ("created", "updated"):
-            outcome.notes.append(
-                f"Codex runs the hooks in {hooks.path} only after you trust them, which an installer "
-                "cannot do for you: start `codex`, open /hooks and approve llmem's hooks. Until then "
-                "Codex's notify program tells llmem when each turn ends")
+        plan.append(_json_file(codex_hooks_path(config), hooks))
+        plan.append(_toml_file(codex_config_path(config), command, with_mcp))
     elif with_mcp:
         path = opencode_config_file(config) if agent == "opencode" else copilot_mcp_path(config)
-        shared = _open(path)
-        if shared.before is None and not uninstall and agent == "opencode":
-            from .jsonedit import new_document
-
-            doc = new_document({"$schema": "https://opencode.ai/config.json"})
-        else:
-            doc = _json(shared, agent)
         key = ("mcp",) if agent == "opencode" else ("mcpServers",)
-        action = _edit_json_server(doc, key, agent, command, uninstall, shared.path, outcome.notes)
-        shared.after = doc.text()
-        parts.append(Part("mcp", shared.path, action, shared))
-        files.append(shared)
+        fresh = {"$schema": "https://opencode.ai/config.json"} if agent == "opencode" else None
+        plan.append(_json_file(path, server(key, path), fresh))
+    for file in plan:
+        _plan(file, agent, uninstall)
+    for file in plan:  # a read-only or foreign file stops the install before anything is written
+        if file.changed:
+            userfile.check_writable(file.real)
 
     # Files llmem owns whole: written (or refused) before the shared files are touched.
+    first: list[Part] = []
     if agent in ("opencode", "copilot"):
         write = integrations.install_opencode if agent == "opencode" else integrations.install_copilot
         result = write(config, uninstall=uninstall, command=command)
-        parts.insert(0, Part("plugin" if agent == "opencode" else "hooks", result.path, result.action))
+        first.append(Part("plugin" if agent == "opencode" else "hooks", result.path, result.action))
 
-    for file in files:
-        if uninstall and file.before is not None and file.changed and file.after.strip() in ("{}", ""):
-            # Nothing but llmem's members was in it: the file goes (after its backup), as
-            # it was before the install created it.
-            file.backup = _backup_path(file.path)
-            shutil.copy2(file.path, file.backup)
-            file.path.unlink()
-        elif file.changed and not (file.before is None and uninstall):
-            _write(file)
-    outcome.parts = parts
-    if not uninstall and any(p.action in ("created", "updated") for p in parts):
+    for file in plan:
+        _commit(file, agent, uninstall)
+    outcome.parts = first + [Part(name, file.real, action, file)
+                             for file in plan for name, action in file.actions.items()]
+    outcome.notes = [note for file in plan for note in file.notes]
+    if agent == "codex" and not uninstall and plan[0].actions["hooks"] in ("created", "updated"):
+        outcome.notes.append(
+            f"Codex runs the hooks in {plan[0].real} only after you trust them, which an installer "
+            "cannot do for you: start `codex`, open /hooks and approve llmem's hooks. Until then "
+            "Codex's notify program tells llmem when each turn ends")
+    if not uninstall and any(p.action in ("created", "updated") for p in outcome.parts):
         outcome.notes.append(f"Restart {LABELS[agent]} to load the changes")
     return outcome
 
@@ -529,17 +620,21 @@ def _detected(config, agent: str) -> tuple[bool, Path]:
     return has_codex_sessions(home), home / CODEX_SESSIONS_DIR
 
 
+def _peek_text(path: Path) -> str | None:
+    """An agent's file for a read-only check, as the installer would read it (a FIFO or a link
+    out of the folder is reported, never opened); None when missing."""
+    try:
+        return userfile.read_text(userfile.real_path(path))
+    except UsageError as exc:
+        raise ValueError(exc.message.removesuffix("; nothing was changed")) from None
+
+
 def _peek_json(path: Path) -> Any:
     """The data of an agent's JSON file for a read-only check (None when missing)."""
     from .jsonedit import JsonSyntaxError, load_document
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} cannot be read: {exc}") from None
-    if not text.strip():
+    text = _peek_text(path)
+    if text is None or not text.strip():
         return None
     try:
         return json.loads(text)  # strict JSON at stdlib speed; JSONC goes to the model below
@@ -558,26 +653,26 @@ def agent_status(config, agent: str) -> dict[str, Any]:
                               "hooks": False, "mcp": False, "error": None}
     try:
         if agent == "opencode":
-            plugin = integrations.opencode_plugin_path(config)
-            status["hooks"] = plugin.is_file() and integrations.is_llmem_plugin(plugin.read_text(errors="replace"))
+            plugin = _peek_text(integrations.opencode_plugin_path(config))
+            status["hooks"] = plugin is not None and integrations.is_llmem_plugin(plugin)
             servers = (_peek_json(opencode_config_file(config)) or {}).get("mcp")
         elif agent == "copilot":
-            hooks = integrations.copilot_hooks_path(config)
-            status["hooks"] = hooks.is_file() and integrations.is_llmem_hooks(hooks.read_text(errors="replace"))
+            hooks = _peek_text(integrations.copilot_hooks_path(config))
+            status["hooks"] = hooks is not None and integrations.is_llmem_hooks(hooks)
             servers = (_peek_json(copilot_mcp_path(config)) or {}).get("mcpServers")
         elif agent == "claude":
             found = {event for event, *_ in _our_hooks(_peek_json(settings_path(config)), agent)}
             status["hooks"] = found >= set(HOOK_EVENTS[agent])
             servers = (_peek_json(claude_json_path(config)) or {}).get("mcpServers")
         else:
-            import tomlkit
+            import tomllib
 
             found = {event for event, *_ in _our_hooks(_peek_json(codex_hooks_path(config)), agent)}
             status["hooks"] = found >= set(HOOK_EVENTS[agent])
             path = codex_config_path(config)
             try:
-                codex_config = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap() if path.exists() else {}
-            except Exception as exc:  # tomlkit's ParseError and unreadable files alike
+                codex_config = tomllib.loads(_peek_text(path) or "")
+            except tomllib.TOMLDecodeError as exc:
                 raise ValueError(f"{path} is not valid TOML ({exc})") from None
             status["notify"] = is_llmem_notify(codex_config.get("notify"))
             servers = codex_config.get("mcp_servers")

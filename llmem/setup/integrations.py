@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..paths import expand
+from ..paths import expand, write_atomically
+from ..processes import python_module_command
+from . import userfile
 
 PLUGIN_FILE = "llmem.js"
 HOOKS_FILE = "llmem.json"
@@ -34,20 +36,28 @@ COPILOT_START_TIMEOUT_SEC = 30
 COPILOT_DETACHED_TIMEOUT_SEC = 15
 
 
-def llmem_command() -> list[str]:
-    """The absolute command that runs this llmem: its console script, else `python -m llmem`."""
+def _console_script() -> str | None:
+    """The absolute path of this llmem's console script, when there is one."""
     argv0 = sys.argv[0] if sys.argv else ""
     if argv0 and Path(argv0).name == "llmem" and Path(argv0).is_file():
-        return [os.path.abspath(argv0)]
+        return os.path.abspath(argv0)
     # The script sits beside the interpreter of the environment llmem is installed in (do
     # not resolve symlinks: a venv's python is a link to the base interpreter).
     beside = Path(os.path.abspath(sys.executable)).parent / "llmem"
     if beside.is_file():
-        return [str(beside)]
+        return str(beside)
     found = shutil.which("llmem")
-    if found:
-        return [os.path.abspath(found)]
-    return [os.path.abspath(sys.executable), "-m", "llmem"]
+    return os.path.abspath(found) if found else None
+
+
+def llmem_command() -> list[str]:
+    """The absolute command that runs this llmem: its console script, else `python -I -m llmem`.
+
+    -I (isolated mode): an agent runs hooks in the project's folder, and a plain `python -m`
+    puts that folder first on sys.path, so a `llmem/` package in a checked-out repository
+    would run instead of llmem."""
+    script = _console_script()
+    return [script] if script else python_module_command()
 
 
 # ---- OpenCode --------------------------------------------------------------------------
@@ -218,36 +228,40 @@ class InstallResult:
 
 
 def _write(path: Path, text: str) -> None:
-    # New folders are private; an existing one (the agent's own) keeps its mode.
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    # New folders are private; an existing one (the agent's own) keeps its mode. The temp file
+    # is beside the real file (userfile.real_path keeps that inside the agent's folder).
+    userfile.check_writable(path)
+    userfile.make_folder(path)
+    write_atomically(path, text, 0o600)
 
 
 def _install(agent: str, path: Path, text: str, ours) -> InstallResult:
-    if path.exists():
-        current = path.read_text(encoding="utf-8", errors="replace")
+    real = userfile.real_path(path)
+    current = userfile.read_text(real)
+    if current is not None:
         if current == text:
             return InstallResult(agent, path, "unchanged")
         if not ours(current):
             raise UsageError(f"{path} exists and was not written by llmem; left as it is",
                              hint="move it away, then run the install again")
-        _write(path, text)
+        _write(real, text)
         return InstallResult(agent, path, "updated")
-    _write(path, text)
+    _write(real, text)
     return InstallResult(agent, path, "created")
 
 
 def _uninstall(agent: str, path: Path, ours) -> InstallResult:
-    if not path.exists():
+    real = userfile.real_path(path)
+    current = userfile.read_text(real)
+    if current is None:
         return InstallResult(agent, path, "absent")
-    if not ours(path.read_text(encoding="utf-8", errors="replace")):
+    if not ours(current):
         raise UsageError(f"{path} was not written by llmem; left as it is",
                          hint="remove it by hand if you are sure")
-    path.unlink()
+    userfile.check_writable(real)
+    real.unlink()
+    if real != path:
+        path.unlink()  # the link beside it would dangle
     return InstallResult(agent, path, "removed")
 
 

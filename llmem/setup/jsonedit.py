@@ -19,6 +19,7 @@ as plain data instead, in milliseconds, with the same result: `load_document` pi
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from json5 import model as m
@@ -29,6 +30,7 @@ from json5.loader import loads as _load_model
 from json5.utils import JSON5DecodeError
 
 KeyPath = tuple[str | int, ...]
+Keep = Callable[[KeyPath], bool]
 
 
 class JsonSyntaxError(ValueError):
@@ -99,15 +101,26 @@ def load_document(text: str) -> JsonDocument | PlainJsonDocument:
     return PlainJsonDocument.of(text) or JsonDocument(text)
 
 
+def _dumps(data: Any, indent: int | str | None) -> str:
+    """json.dumps as JSON.stringify writes it: with `indent`, or compact on one line."""
+    if indent is None:
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(data, indent=indent, ensure_ascii=False)
+
+
 def new_document(data: dict) -> PlainJsonDocument:
     return PlainJsonDocument(data, 2, "\n")
 
 
 class PlainJsonDocument:
-    """A JSON text that json.dumps(data, indent=…) writes back byte for byte, edited as data."""
+    """A JSON text that json.dumps(data, indent=…) writes back byte for byte, edited as data.
 
-    def __init__(self, data: dict, indent: int | str, end: str):
-        self._data, self._indent, self._end = data, indent, end
+    The shapes tried are the ones the agents write: JSON.stringify(…, null, 2) (and 4 or a
+    tab), and JSON.stringify(…) on one line (Claude Code's ~/.claude.json can be that, at
+    megabytes); CRLF line ends are kept as they were."""
+
+    def __init__(self, data: dict, indent: int | str | None, end: str, newline: str = "\n"):
+        self._data, self._indent, self._end, self._newline = data, indent, end, newline
 
     @classmethod
     def of(cls, text: str) -> PlainJsonDocument | None:
@@ -117,18 +130,29 @@ class PlainJsonDocument:
             return None
         if not isinstance(data, dict):
             return None
+        newline = "\n"
+        if "\r\n" in text and "\n" not in text.replace("\r\n", ""):
+            newline, text = "\r\n", text.replace("\r\n", "\n")
         body = text.rstrip("\n")
-        for indent in (2, 4, "\t"):
-            if json.dumps(data, indent=indent, ensure_ascii=False) == body:
-                return cls(data, indent, text[len(body):])
-        return None
+        end = text[len(body):]
+        # One candidate, read off the text: json.dumps with an indent runs in pure Python
+        # (about 0.25 s per MB), so trying every indent on a large file would cost seconds.
+        if "\n" not in body:
+            indent: int | str | None = None
+        else:
+            second = body.split("\n", 2)[1]
+            lead = second[: len(second) - len(second.lstrip(" \t"))]
+            indent = "\t" if lead == "\t" else len(lead) if lead in ("  ", "    ") else None
+            if indent is None:
+                return None
+        return cls(data, indent, end, newline) if _dumps(data, indent) == body else None
 
     @property
     def data(self) -> dict:
         return self._data
 
     def text(self) -> str:
-        return json.dumps(self._data, indent=self._indent, ensure_ascii=False) + self._end
+        return (_dumps(self._data, self._indent) + self._end).replace("\n", self._newline)
 
     def get(self, path: KeyPath) -> Any:
         node: Any = self._data
@@ -155,13 +179,13 @@ class PlainJsonDocument:
         else:
             array.append(value)
 
-    def remove_member(self, path: KeyPath, key: str | int) -> bool:
+    def remove_member(self, path: KeyPath, key: str | int, keep: Keep | None = None) -> bool:
         container = self.get(path)
         if not _holds(container, key):
             return False
         del container[key]
-        if not container and path:
-            self.remove_member(path[:-1], path[-1])
+        if not container and path and not (keep and keep(path)):
+            self.remove_member(path[:-1], path[-1], keep)
         return True
 
 
@@ -332,11 +356,12 @@ class JsonDocument:
         item = self._new_item(value, separator)
         self._append(array, item, item, len(path), separator)
 
-    def remove_member(self, path: KeyPath, key: str | int) -> bool:
+    def remove_member(self, path: KeyPath, key: str | int, keep: Keep | None = None) -> bool:
         """Remove a key of the object (or an index of the array) at `path`; False if absent.
 
         A container this leaves empty is removed from its own parent in turn (the top level
-        stays): what llmem created to hold its member goes with it.
+        stays): what llmem created to hold its member goes with it. `keep(path)` says which
+        containers were there before llmem (a user's `"hooks": {}`): those stay, empty.
         """
         container = self._node(path)
         if isinstance(container, m.JSONObject) and isinstance(key, str):
@@ -372,6 +397,6 @@ class JsonDocument:
         if isinstance(container, m.JSONObject):
             del container.keys[index]
         del container.values[index]
-        if not container.values and path:
-            self.remove_member(path[:-1], path[-1])
+        if not container.values and path and not (keep and keep(path)):
+            self.remove_member(path[:-1], path[-1], keep)
         return True

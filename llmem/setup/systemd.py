@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from ..errors import LlmemError
 from ..paths import write_private_text
+from ..processes import python_module_command
 
 UNITS = ("llmem-watch.service", "llmem-worker.service", "llmem-dream.service", "llmem-dream.timer")
 ENABLED = ("llmem-watch.service", "llmem-worker.service")
@@ -23,12 +23,27 @@ def unit_dir() -> Path:
     return Path(base) / "systemd" / "user"
 
 
+def _unit_word(value: str, *, exec_line: bool = False) -> str:
+    """`value` as one quoted word of a unit file: backslash and double quote escaped, `%` doubled
+    (systemd expands `%h`, `%u` … everywhere) and, on an Exec line, `$` doubled (systemd
+    substitutes `$VAR` there). A newline cannot be written into a unit at all."""
+    if "\n" in value or "\r" in value:
+        raise LlmemError(f"cannot write {value!r} into a systemd unit: it holds a line break",
+                         hint="use a path without line breaks")
+    quoted = value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    if exec_line:
+        quoted = quoted.replace("$", "$$")
+    return f'"{quoted}"'
+
+
 def llmem_command() -> str:
-    """The command that starts this llmem: its console script, else `python -m llmem`."""
+    """The command that starts this llmem: its console script, else `python -I -m llmem` (-I:
+    the unit's working folder is never put on sys.path, so no `llmem/` there can stand in)."""
     script = Path(sys.executable).parent / "llmem"
     if script.exists():
-        return shlex.quote(str(script))
-    return f"{shlex.quote(sys.executable)} -m llmem"
+        return _unit_word(str(script), exec_line=True)
+    python, *rest = python_module_command()
+    return " ".join([_unit_word(python, exec_line=True), *rest])
 
 
 def _template(name: str) -> str:
@@ -44,7 +59,7 @@ def _template(name: str) -> str:
 def render_unit(name: str) -> str:
     """A unit with ExecStart pointing at this llmem, and LLMEM_HOME / LLMEM_CONFIG kept."""
     text = _template(name).replace("@LLMEM@", llmem_command())
-    env = [f"Environment={key}={os.environ[key]}" for key in ("LLMEM_HOME", "LLMEM_CONFIG")
+    env = [f"Environment={_unit_word(f'{key}={os.environ[key]}')}" for key in ("LLMEM_HOME", "LLMEM_CONFIG")
            if os.environ.get(key)]
     if env and "[Service]\n" in text:
         text = text.replace("[Service]\n", "[Service]\n" + "\n".join(env) + "\n", 1)

@@ -51,6 +51,21 @@ def test_a_session_page_shows_its_events_errors_and_memories(viewer):
     assert f'action="/sessions/events/{failed.id}/retry"' in page
 
 
+def test_a_session_page_shows_its_episodes_in_the_order_they_were_said(viewer):
+    store = viewer.store
+    event(store, "ses_one", "idle")
+    store.add("the api listens on 8080", session_id="ses_one")
+    with store.db.atomic():
+        store.add_many([("Which web framework should we use?", {"role": "user", "turn": 1}, "user"),
+                        ("Let's use FastAPI with Postgres.", {"role": "assistant", "turn": 2}, "agent")],
+                       "conversation", confidence=0.5, source="episode", project=None, session_id="ses_one")
+    page = viewer.get("/sessions/ses_one").text
+    episodes = page.split('id="episodes"')[1]
+    assert "2 episodes" in page and "1 memory" in page  # the typed memory is counted apart
+    assert episodes.index("Which web framework") < episodes.index("FastAPI with Postgres")
+    assert ">user<" in episodes and ">assistant<" in episodes and "the api listens" not in episodes
+
+
 def test_an_unknown_session_is_a_404(viewer):
     assert viewer.get("/sessions/ses_nothing").status_code == 404
 
@@ -75,6 +90,10 @@ def test_retry_of_an_event_that_did_not_fail_changes_nothing(viewer):
         assert viewer.store.models.Event.get_by_id(target.id).status == target.status
     assert viewer.queue.enqueued == []
     assert viewer.post("/sessions/events/999999/retry").status_code == 404
+    # Past SQLite's 64-bit integers the id cannot name an event either: 404, not a 500.
+    for huge in ("99999999999999999999999999", str(2**63)):
+        response = viewer.post(f"/sessions/events/{huge}/retry")
+        assert response.status_code == 404 and "no event" in response.text
     assert viewer.client.get(f"/sessions/events/{done.id}/retry").status_code == 405
 
 
@@ -116,3 +135,32 @@ def test_a_session_page_lists_its_latest_memories_and_counts_them_all(viewer):
     assert f"{SESSION_MEMORIES + 3} memories, newest first; the latest {SESSION_MEMORIES} shown" in page
     assert page.count('class="card result"') == SESSION_MEMORIES
     assert f"note {SESSION_MEMORIES + 2} of" in page and "note 2 of" not in page
+
+
+def test_sessions_show_the_agents_title_and_wrap_nothing(configure, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from llmem.app import App
+
+    from .conftest import open_viewer
+
+    state = tmp_path / "copilot" / "session-state"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "copilot" / "session-state", state)
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\n"
+              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state}\n")
+    app = App()
+    try:
+        with open_viewer(app) as viewer:
+            titled = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"
+            event(viewer.store, titled, "idle")
+            event(viewer.store, "ses_gone", "idle")  # no store holds it any more
+            page = viewer.get("/sessions").text
+            row = page.split(f'href="/sessions/{titled}"')[0].rsplit("<tr>", 1)[1]
+            assert "Fix flaky pagination test" in row
+            gone = page.split('href="/sessions/ses_gone"')[0].rsplit("<tr>", 1)[1]
+            assert "untitled" in gone
+            assert '<table class="nowrap">' in page
+            assert "<h1>Fix flaky pagination test" in viewer.get(f"/sessions/{titled}").text
+    finally:
+        app.close()

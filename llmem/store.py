@@ -522,7 +522,8 @@ class Store:
         Memory = self.models.Memory
         total = Memory.select().count()
         valid = Memory.select().where(Memory.invalidated_at.is_null())
-        by_type = {t: c for t, c in valid.select(Memory.type, pw.fn.COUNT(Memory.id))
+        # COUNT(seq), the rowid every index holds: the count is read from an index alone.
+        by_type = {t: c for t, c in valid.select(Memory.type, pw.fn.COUNT(Memory.seq))
                    .group_by(Memory.type).tuples()}
         model, dim = vec.index_state(self.db)
         embedded = 0

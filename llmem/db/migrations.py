@@ -197,6 +197,10 @@ def _bulk_indexes(db) -> None:
                           ("memory_project_created", "project, invalidated_at, created_at, seq")):
         db.execute_sql(f"CREATE INDEX IF NOT EXISTS {name} ON memory({columns})")
     db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_origin ON recall_event(origin, memory_id)")
+    # The overview counts the valid memories by type (from this index alone) and the
+    # promoted ones (a few among many).
+    db.execute_sql("CREATE INDEX IF NOT EXISTS memory_current_type ON memory(invalidated_at, type)")
+    db.execute_sql("CREATE INDEX IF NOT EXISTS memory_promoted ON memory(promoted_at) WHERE promoted_at IS NOT NULL")
 
 
 # (name, step). Names are recorded in schema_migration; order is the list's order.

@@ -1,7 +1,8 @@
 """Bulk writes: one prepared statement per batch (`executemany`), for the paths that write
 thousands of rows at once (import, `embed --pending`, a dream's actions and their undo).
 
-Building one peewee query per row cost 3–10× the database's own time on these paths; here
+Building one peewee query per row cost 3–10× the database's own time on these paths (the import's
+memory rows go through queries.insert_memory_rows the same way); here
 the statement is prepared once and SQLite runs it for every row. Each function takes plain
 Python values (already in their stored form, JSON as text) and returns nothing or plain rows.
 """

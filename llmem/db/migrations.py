@@ -179,7 +179,7 @@ def _bulk_indexes(db) -> None:
     # The FTS update trigger fired whenever an UPDATE named content, summary or hints, so a
     # dream's decay (which wrote hints unchanged) deleted and re-added each row in the FTS
     # index; now it re-indexes only a row whose text really changed. The viewer's lists sort
-    # by created_at (newest first) and promotion reads recalls by origin: both were scans.
+    # by created_at (newest first) and promotion groups every recall by memory: both were scans.
     db.execute_sql("DROP TRIGGER IF EXISTS memory_fts_au")
     db.execute_sql("""CREATE TRIGGER memory_fts_au AFTER UPDATE OF content, summary, hints ON memory
                       WHEN old.content IS NOT new.content OR old.summary IS NOT new.summary
@@ -196,7 +196,10 @@ def _bulk_indexes(db) -> None:
                           ("memory_type_created", "type, invalidated_at, created_at, seq"),
                           ("memory_project_created", "project, invalidated_at, created_at, seq")):
         db.execute_sql(f"CREATE INDEX IF NOT EXISTS {name} ON memory({columns})")
-    db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_origin ON recall_event(origin, memory_id)")
+    # Promotion's bounds (queries.recall_bounds) group every recall by memory: read in the
+    # group's order from this index alone, not through a temp b-tree and a table lookup each.
+    db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_signals "
+                   "ON recall_event(memory_id, origin, query_hash, created_at, score)")
     # The overview counts the valid memories by type (from this index alone) and the
     # promoted ones (a few among many).
     db.execute_sql("CREATE INDEX IF NOT EXISTS memory_current_type ON memory(invalidated_at, type)")

@@ -51,14 +51,15 @@ def open_consumer_queue(app):
     return open_queue(app.config)
 
 
-def submit_event(app, adapter: str, session_id: str, kind: str) -> int:
+def submit_event(app, adapter: str, session_id: str, kind: str, *, since: float | None = None) -> int:
     """Record a session event in the store, then enqueue its task; return the event id.
 
     The row is written first: if enqueueing fails or the worker dies, reconcile finds it.
+    `since`: when the turn the event is about began (one recorded after it is reused).
     """
     from ..pipeline.events import record_event, waits_for_later
 
-    event, is_new = record_event(app.store, adapter, session_id, kind)
+    event, is_new = record_event(app.store, adapter, session_id, kind, since=since)
     # A moment that joins a deferred event still runs now: its heuristics cost no LLM call.
     if is_new or waits_for_later(event):
         _, tasks = open_queue(app.config)

@@ -23,8 +23,11 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 5
 
 
-def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event, bool]:
-    """Record a moment; an identical event still waiting is reused. Returns (event, is_new)."""
+def record_event(store, adapter: str, session_id: str, kind: str, *,
+                 since: float | None = None) -> tuple[Event, bool]:
+    """Record a moment; an identical event still waiting is reused, and so is one recorded at
+    or after `since` (epoch s, when the turn it is about began) that has not failed: the same
+    moment told twice (Codex's Stop hook and its notify program). Returns (event, is_new)."""
     Event = store.models.Event
     if kind not in tuple(EventKind):
         raise UsageError(f"unknown event kind {kind!r}", hint="use one of: " + ", ".join(EventKind))
@@ -32,6 +35,8 @@ def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event
         waiting = (Event.select().where((Event.adapter == adapter) & (Event.session_id == session_id)
                                         & (Event.kind == kind) & (Event.status == "pending"))
                    .order_by(Event.id).first())
+        if waiting is None and since is not None:
+            waiting = recorded_since(store, adapter, session_id, kind, since)
         if waiting is not None:
             return waiting, False
         return Event.create(adapter=adapter, session_id=session_id, kind=kind, detected_at=now()), True
@@ -42,6 +47,16 @@ def waits_for_later(event: Event) -> bool:
     interval, the token budget): a moment joining it must still be run now, for the
     heuristics that cost no LLM call (its LLM pass keeps its turn)."""
     return event.status == "pending" and event.not_before is not None and event.not_before > now()
+
+
+def recorded_since(store, adapter: str, session_id: str, kind: str, since: float) -> Event | None:
+    """The first `kind` event of the session recorded at or after `since` that has not failed
+    (a hook's, or the watcher's), if any."""
+    Event = store.models.Event
+    return (Event.select().where((Event.adapter == adapter) & (Event.session_id == session_id)
+                                 & (Event.kind == kind) & (Event.detected_at >= since)
+                                 & (Event.status != "failed"))
+            .order_by(Event.id).first())
 
 
 def claim_event(store, event_id: int, *, running_after: float | None = None) -> Event | None:

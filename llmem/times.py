@@ -37,6 +37,11 @@ def utc_date(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
 
 
+def file_stamp(ts: float | None = None) -> str:
+    """A local time as part of a file name (a backup, a damaged file moved aside): `20261201T173415`."""
+    return time.strftime("%Y%m%dT%H%M%S", time.localtime(ts))
+
+
 def from_iso(value: str | float | int | None) -> float | None:
     """Parse an ISO 8601 time (a bare date, or with a zone; naive means UTC) or epoch seconds.
 

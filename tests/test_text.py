@@ -6,7 +6,7 @@ import pytest
 from llmem.errors import ConfigError, LlmemError, UsageError
 from llmem.paths import decode_utf8
 from llmem.text import error_line, one_line
-from llmem.times import utc_date, utc_minute, utc_second
+from llmem.times import file_stamp, utc_date, utc_minute, utc_second
 
 
 def test_one_line_folds_whitespace_and_cuts_with_an_ellipsis():
@@ -31,6 +31,7 @@ def test_times_are_shown_in_utc():
     assert utc_minute(stamp) == "2025-12-01 17:34 UTC"
     assert utc_second(stamp) == "2025-12-01 17:34:15 UTC"
     assert utc_date(stamp) == "2025-12-01"
+    assert len(file_stamp(stamp)) == 15 and file_stamp(stamp)[8] == "T"
 
 
 def test_decode_utf8_names_the_bad_byte_and_its_offset():

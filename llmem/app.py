@@ -57,6 +57,14 @@ class App:
 
         return make_embedder(self.config)
 
+    @cached_property
+    def memories(self):
+        """The memory service (llmem/memories.py): every front-end's add, update, invalidate,
+        correct and delete."""
+        from .memories import MemoryService
+
+        return MemoryService(self.store, self.embedder)
+
     def searcher(self):
         from .search import Searcher
 

@@ -168,7 +168,7 @@ class MemoryTools:
                                        project=self._project(project), valid_only=True,
                                        origin="mcp", track=True)
         result = self._searcher.search(text, opts)
-        lines = [f"[{hit.memory.id[:ID_CHARS]}] {kind_label(hit.memory)} {hit.relevance:.2f} "
+        lines = [f"[{hit.memory.id[:ID_CHARS]}] {kind_label(hit.memory)} {hit.relevance:.3f} "
                  + (f"(superseded by [{hit.superseded_by[:ID_CHARS]}]) " if hit.superseded_by else "")
                  + _one_line(hit.memory.content, LINE_CHARS) for hit in result.hits]
         notes = [f"note: {result.notice}"] if result.notice else []

@@ -55,9 +55,13 @@ SEMANTIC_FLOOR = 0.5
 # decision, not the turn it was taken in) ranks above it, and episodes still rank among
 # themselves by relevance. Kept a plain factor until ranking is reworked.
 EPISODE_PRIOR = 0.85
-# The semantic channel: MiniLM's cosine similarity for an unrelated text and for a match.
-COSINE_UNRELATED = 0.20
-COSINE_MATCH = 0.70
+# The semantic channel: a logistic of MiniLM's cosine similarity, 0.5 at COSINE_MIDPOINT
+# (~0.04 for an unrelated text at 0.2, ~0.96 for a match at 0.7). Strictly increasing, so
+# the vectors' own order survives among strong matches (a clip at the top tied them).
+COSINE_MIDPOINT = 0.45
+COSINE_SCALE = 0.08
+# bm25's share of the lexical channel: it orders memories that hold the same share of the query.
+BM25_SHARE = 0.2
 # An identifier weighs this many times its rarest token's IDF; an identifier's parts this share.
 ATOM_WEIGHT = 2.0
 PART_WEIGHT = 0.3
@@ -344,17 +348,22 @@ class Searcher:
         if not fused:
             return []
         rows = ranking_rows(self.db, list(fused))
+        best_bm25 = min((bm25 for _, bm25 in fts_list), default=-1.0) or -1.0  # negative: lower is better
         lexical = self._lexical_scorer(query) if mode in ("hybrid", "fts") else None
         uses = chosen_recalls(self.db, [r[1] for r in rows], USER_ORIGINS)
         replaced = superseded_by(self.db, [r[1] for r in rows])
         hits = []
         for seq, memory_id, mtype, confidence, created_at, source, _project, content, summary, hints in rows:
             entry = fused[seq]
-            lex = lexical(index_tokens(content, summary, hints)) if lexical else 0.0
+            lex = 0.0
+            if lexical:
+                lex = lexical(index_tokens(content, summary, hints))
+                if entry.get("fts_bm25") is not None:
+                    lex *= (1 - BM25_SHARE) + BM25_SHARE * entry["fts_bm25"] / best_bm25
             sem = 0.0
             if entry.get("vec_distance") is not None:
                 cosine = 1.0 - entry["vec_distance"]
-                sem = min(max((cosine - COSINE_UNRELATED) / (COSINE_MATCH - COSINE_UNRELATED), 0.0), 1.0)
+                sem = 1.0 / (1.0 + math.exp(-(cosine - COSINE_MIDPOINT) / COSINE_SCALE))
             strong, weak = max(lex, sem), min(lex, sem)
             relevance = strong + opts.both_weight * weak * (1.0 - strong)
             prior, components = memory_prior(mtype, confidence, created_at, uses.get(memory_id, 0), at)

@@ -74,8 +74,11 @@ _ATOM_SHAPE = re.compile(r"^(?:[-:]{1,2}[^\W_]|.*[^\W_][_/.:][^\W_]|.*[A-Za-z]\d
 
 
 def _kept_word(word: str) -> bool:
-    """Single letters and bare numbers never match alone (`e` of "e.g.", `s` of "let's")."""
-    return len(word) > 1 and not word.isdigit() and word not in STOPWORDS
+    """Single letters and short bare numbers never match alone (`e` of "e.g.", `s` of "let's",
+    the `3` of `v2.14.3`); a number of three digits or more (a migration, a ticket) stays."""
+    if word.isdigit():
+        return len(word) >= 3
+    return len(word) > 1 and word not in STOPWORDS
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -354,6 +355,10 @@ def apply_import(store, plan: ImportPlan, *,
         added_relations = Relation.select().count() - relations_before
         if embedded:
             model, dim = vec.index_state(store.db)
-            if model:
-                vec.rebuild_index(store.db, model, dim)
+            if not model:
+                # A fresh store has no index yet: build it for the vectors the file brought
+                # (their most common model), or they would sit unsearchable, never pending.
+                model, dim = Counter((m["embedding"]["model"], m["embedding"]["dim"])
+                                     for m in plan.new if "embedding" in m).most_common(1)[0][0]
+            vec.rebuild_index(store.db, model, dim)
     return {**plan.summary(), "relations_added": added_relations}

@@ -111,6 +111,7 @@ class MemoryTools:
         self.app = app
         self.default_project = default_project
         self._searcher: Searcher | None = None
+        self._notice_said: str | None = None  # the search notice the agent was last told
 
     def open(self) -> None:
         """Open the store, the embedder and the Searcher, for the server's life."""
@@ -171,7 +172,10 @@ class MemoryTools:
         lines = [f"[{hit.memory.id[:ID_CHARS]}] {kind_label(hit.memory)} {hit.relevance:.3f} "
                  + (f"(superseded by [{hit.superseded_by[:ID_CHARS]}]) " if hit.superseded_by else "")
                  + _one_line(hit.memory.content, LINE_CHARS) for hit in result.hits]
-        notes = [f"note: {result.notice}"] if result.notice else []
+        # A notice (the embedder is down: keywords only) is said once, not in every reply of
+        # the session; again only after it changed or went away and came back.
+        notes = [f"note: {result.notice}"] if result.notice and result.notice != self._notice_said else []
+        self._notice_said = result.notice
         if not lines:
             return "\n".join(["No results: nothing relevant found.", *notes])
         return _fit_lines(lines, notes, _budget_chars(max_tokens))
@@ -224,8 +228,9 @@ class MemoryTools:
         report = ExtractionReport(session_id=None, project=project)
         # Extraction's own path: an exact duplicate is dropped, a near-duplicate (by the
         # embedder) updated in place with its previous text kept, the rest added and embedded.
+        # source "user": the user's agent asked for it, as `llmem add` does (not inferred).
         store_candidates(self.app, [candidate], report, project=project, session_id=None,
-                         metadata={"origin": "mcp"})
+                         source="user", metadata={"origin": "mcp"})
         if report.memory_ids:
             return f"Stored {memory_type} [{report.memory_ids[0][:ID_CHARS]}]"
         if report.updated_ids:
@@ -260,8 +265,9 @@ class MemoryTools:
         # its text kept. Exact duplicates only: a near-duplicate check would find the old
         # memory itself and rewrite it in place.
         with store.db.atomic():
-            added = store.add(content, old.type, confidence=old.confidence, source="extraction",
-                              project=old.project, metadata={"origin": "mcp", "corrects": old.id})
+            added = store.add(content, old.type, confidence=old.confidence, source="user",
+                              project=old.project, session_id=old.session_id,
+                              metadata={"origin": "mcp", "corrects": old.id})
             new = added.memory
             store.relate(new.id, old.id, "supersedes")
             if old.invalidated_at is None:

@@ -172,7 +172,10 @@ class Store:
         return Memory.get(Memory.id == self.resolve_id(id_or_prefix))
 
     def list(self, *, memory_type: str | None = None, project: str | None = None,
-             limit: int | None = 50, include_invalid: bool = False) -> list[Memory]:
+             limit: int | None = 50, include_invalid: bool = False,
+             unexpired_at: float | None = None) -> list[Memory]:
+        """Newest first; `unexpired_at` keeps only memories still valid then (in the query, so
+        `limit` counts only what is returned)."""
         Memory = self.models.Memory
         query = Memory.select()
         if memory_type:
@@ -181,6 +184,8 @@ class Store:
             query = query.where(Memory.project == project)
         if not include_invalid:
             query = query.where(Memory.invalidated_at.is_null())
+        if unexpired_at is not None:
+            query = query.where(Memory.valid_until.is_null() | (Memory.valid_until > unexpired_at))
         query = query.order_by(Memory.created_at.desc(), Memory.seq.desc())
         if limit:
             query = query.limit(limit)

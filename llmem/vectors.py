@@ -10,6 +10,7 @@ import peewee as pw
 from .db import vec
 from .db.derived import text_hash, text_to_embed
 from .db.models import Memory
+from .errors import EmbedderUnavailable
 from .providers.embedders import Embedder
 from .times import now
 
@@ -87,3 +88,24 @@ def embed_pending(store, embedder: Embedder, *, everything: bool = False,
         last_seq = chunk[-1].seq
         if progress:
             progress(done)
+
+
+def catch_up(store, embedder: Embedder, *,
+             progress: Callable[[int], None] | None = None) -> tuple[int, str | None]:
+    """Embed what is pending while the embedder answers: (how many were embedded, why it
+    stopped early or None). An embedder that is down is no error here: the memories stay
+    pending for the next catch-up (the worker's periodic one, or `llmem embed --pending`)."""
+    if not embedder.available:
+        return 0, None
+    done = [0]
+
+    def count(n: int) -> None:
+        done[0] = n
+        if progress:
+            progress(n)
+
+    try:
+        return embed_pending(store, embedder, progress=count), None
+    except EmbedderUnavailable as exc:
+        log.info("embedding paused after %d: %s", done[0], exc.message)
+        return done[0], exc.message

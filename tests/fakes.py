@@ -92,6 +92,7 @@ class FakeModelServer:
         self.delay = 2.0
         self.requests: list[tuple[str, dict]] = []
         self.chat_replies: list[str] = []  # scripted /api/chat contents, consumed in order
+        self.embeddings_reply: list | None = None  # when set, what /api/embed answers as 'embeddings'
         self.chat_status: dict[str, int] = {}  # chat model name -> HTTP error status it answers
         self.models = ["nomic-embed-text:latest", "llama3.1:8b"]
         server = self
@@ -132,6 +133,8 @@ class FakeModelServer:
                 if self.path == "/api/embed":
                     if body.get("model", "").split(":")[0] not in {m.split(":")[0] for m in server.models}:
                         return self._reply(404, {"error": f"model '{body.get('model')}' not found"})
+                    if server.embeddings_reply is not None:
+                        return self._reply(200, {"model": body["model"], "embeddings": server.embeddings_reply})
                     inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
                     return self._reply(200, {"model": body["model"],
                                              "embeddings": [fake_vector(t, server.dim) for t in inputs]})

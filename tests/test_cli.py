@@ -263,3 +263,64 @@ def test_an_existing_home_keeps_its_mode(cli, configure, llmem_home):
     assert code == 0, err
     assert stat.S_IMODE(llmem_home.stat().st_mode) == 0o750
     assert stat.S_IMODE((llmem_home / "memory.db").stat().st_mode) == 0o600
+
+
+def test_list_limit_counts_only_the_memories_it_shows(cli, fts_config):
+    from llmem.app import App
+    from llmem.times import now
+
+    app = App()
+    try:
+        valid = app.store.add("The deploy key lives in the vault", "fact").memory.id
+        for n in range(3):  # newer than the valid one, already expired
+            app.store.add(f"Staging is frozen until release {n}", "fact", valid_until=now() - 60)
+    finally:
+        app.close()
+    code, out, err = cli("list", "--limit", "2", "--json")
+    assert code == 0, err
+    assert [m["id"] for m in json.loads(out)] == [valid]
+    code, out, err = cli("list", "--limit", "2", "--all", "--json")
+    assert len(json.loads(out)) == 2
+
+
+def test_imported_embeddings_are_searchable_in_a_fresh_store(cli, ollama_config, llmem_home, tmp_path,
+                                                             monkeypatch):
+    memory = add(cli, "--content", "the billing service runs on postgres")
+    export = tmp_path / "with-vectors.json"
+    code, _, err = cli("export", "--embeddings", "--output", str(export))
+    assert code == 0, err
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "config.yaml").write_text((llmem_home / "config.yaml").read_text())
+    monkeypatch.setenv("LLMEM_HOME", str(fresh))
+    code, out, err = cli("import", str(export), "--json")
+    assert code == 0 and json.loads(out)["new"] == 1, err
+    code, out, _ = cli("embed", "--pending", "--json")
+    assert json.loads(out)["embedded"] == 0  # the file's vector is current: nothing to embed
+    code, out, err = cli("search", "billing postgres", "--semantic-only", "--json")
+    assert code == 0, err
+    assert [hit["id"] for hit in json.loads(out)] == [memory["id"]]
+
+
+def test_import_embeds_the_new_memories_while_the_embedder_answers(cli, ollama_config, llmem_home, tmp_path,
+                                                                  monkeypatch):
+    add(cli, "--content", "the billing service runs on postgres")
+    export = tmp_path / "plain.json"
+    assert cli("export", "--output", str(export))[0] == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "config.yaml").write_text((llmem_home / "config.yaml").read_text())
+    monkeypatch.setenv("LLMEM_HOME", str(fresh))
+    ollama_config.mode = "error"  # down: the import still succeeds, the memory stays pending
+    code, out, err = cli("import", str(export))
+    assert code == 0 and "embed --pending" in err
+    assert json.loads(cli("stats", "--json")[1])["pending_embedding"] == 1
+    ollama_config.mode = "ok"
+    other = tmp_path / "more.json"
+    document = json.loads(export.read_text())
+    document["memories"][0].update(id="00000000-0000-4000-8000-00000000abcd",
+                                   content="the invoices are generated nightly")
+    other.write_text(json.dumps(document))
+    code, out, err = cli("import", str(other), "--json")
+    assert code == 0 and json.loads(out)["new"] == 1, err
+    assert json.loads(cli("stats", "--json")[1])["pending_embedding"] == 0  # both caught up

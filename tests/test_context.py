@@ -187,6 +187,16 @@ def test_context_command(cli, copilot_config):
     assert code == 0 and "preserve across compaction" in out
 
 
+def test_core_memories_limit_counts_only_the_memories_it_keeps(copilot_config, app):
+    from llmem.context import core_memories
+
+    kept = add(app, "Always run the linter before pushing", "preference").id
+    for n in range(3):  # higher confidence (ranked first), flagged stale by the dream
+        add(app, f"Procedure {n}: rebuild the cache by hand", "procedure", confidence=0.99,
+            metadata={"stale_procedure": True})
+    assert [m.id for m in core_memories(app.store, PROJECT, time.time(), limit=2)] == [kept]
+
+
 def test_memories_of_untrusted_origin_are_quoted_data_not_instructions(copilot_config, app):
     """A procedure stored from tool output or a project's file (trust external) is shown as a
     quotation, never as a line the agent would read as an instruction (issue 20.5)."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import free_port_url
 from dream_support import run_cli
 from fakes import StubLLM
-from session_writers import recorded_opencode_store
+from session_writers import copilot_events_file, copilot_turn_lines, recorded_opencode_store
 
 from llmem.app import App
 from llmem.dream.backfill import rollback_backfill, run_backfill
@@ -78,3 +81,21 @@ def test_backfill_cli_with_limit_and_since(app):
     run_id = out.rsplit(" ", 1)[-1].strip()
     code, out, err = run_cli("backfill", "--rollback", run_id)
     assert code == 0 and "Rolled back" in out
+
+
+def test_an_unreachable_llm_is_said_once_not_per_session(tmp_path, configure):
+
+    state = tmp_path / "copilot-state"
+    state.mkdir()
+    for n in range(3):
+        copilot_events_file(state, *copilot_turn_lines(f"remember that service {n} listens on port 90{n}0"))
+    configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {free_port_url()}\n"
+              f"  timeout: 2\nsession:\n  adapter: copilot\n  copilot:\n    state_dir: {state}\n")
+    # A process of its own: its stderr is what a user sees (logging's handler included).
+    done = subprocess.run([sys.executable, "-m", "llmem", "backfill"], capture_output=True, text=True,
+                          timeout=120)
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, err
+    assert "3 sessions" in out and "3 memories added" in out
+    said = [line for line in err.splitlines() if "could not reach" in line or "LLM" in line]
+    assert len(said) == 1, (out, err)

@@ -142,3 +142,28 @@ def test_report_shows_calibration_chart(home, tmp_path):
     run_dream(store, config, report_path=report)
     assert "Calibration: error rate before and after" in report.read_text()
     store.close()
+
+
+def test_the_confidence_histogram_axis_labels_never_overlap():
+    import re
+
+    from llmem.dream.report import grouped_chart
+
+    bins = [f"{i / 10:.1f}–{(i + 1) / 10:.1f}" for i in range(10)]
+    svg = grouped_chart(bins, [("before", [1] * 10), ("after", [2] * 10)], "Confidence histogram")
+    width = int(re.search(r'width="(\d+)"', svg).group(1))
+    base = max(float(y) for y in re.findall(r'<line [^>]*y1="([\d.]+)"', svg))
+    char = 7.5  # pixels per character of the report's 12px chart text, generously
+    spans = []
+    for tag, text in re.findall(r"(<text [^>]*>)([^<]*)</text>", svg):
+        y = float(re.search(r'y="([\d.]+)"', tag).group(1))
+        if y != base + 14:
+            continue  # the title and the legend
+        x = float(re.search(r'x="([\d.]+)"', tag).group(1))
+        w = char * len(text)
+        start = x - w / 2 if 'text-anchor="middle"' in tag else x
+        spans.append((start, start + w))
+    assert len(spans) >= 5  # labelled enough to read
+    spans.sort()
+    assert spans[0][0] >= 0 and spans[-1][1] <= width
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))

@@ -192,6 +192,18 @@ def test_failed_run_is_recorded_and_lock_released(home, monkeypatch):
     store.close()
 
 
+def test_an_applied_dream_embeds_the_memories_it_made(cli, ollama_config):
+    for text in ("the deploy script lives in scripts/deploy.sh and needs AWS_PROFILE set before running it",
+                 "the deploy script lives in scripts/deploy.sh and it needs AWS_PROFILE set before running it"):
+        code, _, err = cli("add", "--content", text)
+        assert code == 0, err
+    code, out, err = cli("dream", "--apply", "--no-llm", "--json")
+    assert code == 0, err
+    assert json.loads(out)["counts"]["deep"].get("merge") == 1
+    code, out, _ = cli("stats", "--json")
+    assert json.loads(out)["pending_embedding"] == 0
+
+
 # ---- undo never loses an edit made after the run (issue 20 item 4) ---------------------------
 
 def test_undo_leaves_a_memory_edited_since_the_run_and_force_restores_it(home):

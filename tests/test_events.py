@@ -108,7 +108,9 @@ def test_a_clock_set_back_defers_the_llm_by_one_interval_at_most(app):
     claim_event(app.store, first.id)
     Event = app.store.models.Event
     at = 1_800_000_000.0
-    Event.update(status="done", finished_at=at + 3600).where(Event.id == first.id).execute()  # before the jump
+    llm_pass = {"steps": {"extract": {"result": {"used_llm": True}}}}  # the interval spaces LLM passes
+    Event.update(status="done", finished_at=at + 3600, result=llm_pass).where(  # before the jump
+        Event.id == first.id).execute()
     second, _ = record_event(app.store, "copilot", "s-jump", "idle")
     assert _next_llm_extraction(app, second, at=at) == at + 60
     Event.update(finished_at=at - 20).where(Event.id == first.id).execute()  # no jump: the rest of it
@@ -230,3 +232,55 @@ def test_an_event_whose_worker_died_is_run_at_once_when_delivered_again(app):
     # started moments ago, but its worker is gone: no need to wait out the timeout
     assert run_event(app, event.id).status == "done"
     assert Event.get_by_id(event.id).attempts == 1
+
+
+def test_with_no_llm_reachable_no_interval_holds_the_next_turn_back(app, configure, tmp_path):
+    from conftest import free_port_url
+
+    configure(f"embedding:\n  provider: none\nllm:\n  provider: ollama\n  base_url: {free_port_url()}\n"
+              f"  timeout: 2\nsession:\n  adapter: copilot\n  copilot:\n    state_dir: {app.state_dir}\n"
+              "pipeline:\n  min_extraction_interval_seconds: 60\n")
+    down = App()
+    try:
+        session_id, events_file = copilot_events_file(
+            app.state_dir, *copilot_turn_lines("remember that we use black for formatting"), cwd="/w")
+        first, _ = record_event(down.store, "copilot", session_id, "idle")
+        assert run_event(down, first.id).status == "done"  # heuristics only: no LLM pass was made
+        append_lines(events_file, *copilot_turn_lines("remember that releases happen on thursdays"))
+        second, _ = record_event(down.store, "copilot", session_id, "idle")
+        outcome = run_event(down, second.id)
+        assert outcome.status == "done" and outcome.retry_at is None
+        Memory = down.store.models.Memory
+        assert Memory.select().where(Memory.content.contains("thursdays")).exists()
+    finally:
+        down.close()
+
+
+def test_a_moment_joining_a_deferred_event_runs_the_heuristics_now(app, model_server, monkeypatch):
+    from llmem.cli import queueing
+    from workers import tasks
+    from workers.app import build_huey
+
+    huey = build_huey(app.config)
+    huey.immediate = True  # tasks run inline on enqueue; a scheduled retry waits in the schedule
+    monkeypatch.setitem(queueing._queues, str(app.config.queue_path), (huey, tasks.register(huey, app.config)))
+    tasks.use_app(app)
+    try:
+        session_id, events_file = copilot_events_file(
+            app.state_dir, *copilot_turn_lines("we use black for formatting"), cwd="/w")
+        model_server.chat_replies = [json.dumps({"memories": [
+            {"type": "decision", "content": "The team formats Python with black", "confidence": 0.7}]})]
+        first = queueing.submit_event(app, "copilot", session_id, "idle")  # an LLM pass: done
+        append_lines(events_file, *copilot_turn_lines("remember that releases happen on thursdays"))
+        second = queueing.submit_event(app, "copilot", session_id, "idle")  # within the interval
+        Event, Memory = app.store.models.Event, app.store.models.Memory
+        assert Event.get_by_id(second).not_before > now() + 50
+        append_lines(events_file, *copilot_turn_lines("remember that the cache ttl is ten minutes"))
+        third = queueing.submit_event(app, "copilot", session_id, "idle")
+        assert third == second  # one LLM pass still waits for the session...
+        assert Memory.select().where(Memory.content.contains("cache ttl")).exists()  # ...its turns don't
+        assert Event.select().where(Event.session_id == session_id).count() == 2
+        assert len(huey.scheduled()) == 1  # and the deferred pass is scheduled once
+        assert first != second
+    finally:
+        tasks.use_app(None)

@@ -344,3 +344,58 @@ def test_the_compaction_block_reads_the_session_with_the_hooks_adapter(cli, conf
                          "--session-id", SESSION, "--format", "json")
     assert code == 0, err
     assert f"[{decision[:8]}]" in json.loads(out)["context"]
+
+
+# ---- a bad command line fails open too (a stale hook after an upgrade) -------------------------
+
+@pytest.mark.parametrize("args", [
+    ["--type", "idle", "--adapter", "claude", "--format", "claude", "--no-such-flag"],
+    ["--type", "no-such-moment"],
+    ["--format", "claude"],  # --type missing
+    ["--type", "idle", "--max-tokens", "3"],
+])
+def test_a_bad_hook_command_line_fails_open(cli, copilot_config, llmem_home, args):
+    code, out, err = cli("hook", *args)
+    assert code == 0 and out == ""
+    one_line(err)
+    assert "bad command line" in (llmem_home / "logs" / "hooks.log").read_text()  # `llmem logs` shows it
+
+
+def test_a_bad_hook_command_line_fails_open_in_a_real_process(copilot_config):
+    done = subprocess.run(
+        [sys.executable, "-m", "llmem", "hook", "--type", "idle", "--adapter", "claude",
+         "--format", "claude", "--no-such-flag"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == ""
+    assert "--no-such-flag" in one_line(done.stderr)
+
+
+def test_a_bad_command_line_elsewhere_is_still_a_usage_error(cli, copilot_config):
+    code, out, err = cli("list", "--no-such-flag")
+    assert code == 2 and "--no-such-flag" in err
+
+
+def test_hooks_see_a_killed_worker_at_once(cli, copilot_config, llmem_home):
+    """After `kill -9` of the worker, the next hook runs the work itself (detached) at once,
+    not queued for nobody until the heartbeat goes stale."""
+    from llmem.store import Store
+
+    Store.open(llmem_home / "memory.db").close()
+    beater = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from llmem.store import Store; "
+         "from llmem.pipeline.events import worker_heartbeat; store = Store.open(sys.argv[1]); "
+         "worker_heartbeat(store); store.close(); print('beat', flush=True); time.sleep(60)",
+         str(llmem_home / "memory.db")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert beater.stdout.readline().strip() == "beat"
+        code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--format", "json")
+        assert code == 0 and "event_id" in json.loads(out), err  # alive: queued for it
+    finally:
+        beater.kill()
+        beater.wait()
+    code, out, err = cli("hook", "--type", "compacting", "--session-id", SESSION, "--format", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert "event_id" not in result
+    _, status = os.waitpid(result["detached"], 0)
+    assert status == 0

@@ -239,6 +239,29 @@ def test_claude_project_folder_names():
     assert encode_claude_project(long) == "-x" * 100 + "-" + digits
 
 
+def test_imported_notes_are_embedded_while_the_embedder_answers(cli, env, model_server, fts_config):
+    homes, project = env
+    fts_config.write_text(fts_config.read_text().replace(
+        "embedding:\n  provider: none\n",
+        f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"))
+    put(project / "CLAUDE.md", "# Notes\n\n- Always run `make test` before pushing a branch.\n")
+    code, out, err = cli("import-native", "claude", "--project", str(project))
+    assert code == 0, err
+    code, out, _ = cli("stats", "--json")
+    assert json.loads(out)["pending_embedding"] == 0 and json.loads(out)["memories"] >= 1
+
+
+def test_a_dry_run_shows_notes_as_the_store_would_keep_them_redacted(cli, env):
+    homes, project = env
+    put(project / "CLAUDE.md", f"# Deploy\n\nDeploy with the token {TOKEN} from the vault only.\n")
+    for extra in ([], ["--json"]):
+        code, out, err = cli("import-native", "claude", "--project", str(project), "--dry-run", *extra)
+        assert code == 0, err
+        assert "Deploy with the token" in out and TOKEN not in out and TOKEN not in err
+    code, out, err = cli("import-native", "claude", "--project", str(project))
+    assert code == 0 and "Deploy with the token" in out and TOKEN not in out
+
+
 def test_instruction_paths_that_leave_the_project_are_refused(cli, env, tmp_path):
     """A cloned repository's opencode.json must not make llmem store ~/.aws/credentials or any
     other file outside the project (issue 20.5): each such entry is refused, named, and nothing

@@ -329,3 +329,16 @@ def state_dir(tmp_path) -> Path:
     path = tmp_path / "session-state"
     path.mkdir()
     return path
+
+
+def test_cli_introspect_records_the_project_it_is_given(fts_config, cli):
+    code, out, err = cli("introspect", "--category", "NULL_SAFETY", "--what-happened", "missing null check",
+                         "--project", "/home/dev/acme-api", "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["project"] == "/home/dev/acme-api"
+    code, out, err = cli("introspect", "--auto", "--text", "Encountered a null pointer error",
+                         "--project", "/home/dev/acme-api", "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["project"] == "/home/dev/acme-api"
+    code, _, err = cli("introspect", "--auto", "--session", "ses_1", "--project", "/x")
+    assert code == 2 and "--project" in err

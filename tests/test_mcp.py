@@ -103,7 +103,8 @@ def test_remember_stores_in_the_working_repo_and_dedupes(served, app):
     assert first.startswith("Stored decision")
     memory = app.store.get(only_id(first))
     assert memory.type == "decision" and memory.project == str(served.repo)
-    assert memory.source == "extraction" and memory.metadata["origin"] == "mcp"
+    # Asked for by the user's agent, as `llmem add` is: not something extraction inferred.
+    assert memory.source == "user" and memory.metadata["origin"] == "mcp"
     assert memory.confidence == pytest.approx(0.7)
     assert app.store.stats()["pending_embedding"] == 0  # embedded on the way in
 
@@ -222,6 +223,7 @@ def test_correct_with_content_supersedes_and_never_overwrites(served, app):
     assert old.content == "CI runs on Jenkins." and old.invalidated_at is not None
     assert old.metadata["invalidation_reason"] == f"superseded by {new.id}"
     assert new.type == "fact" and new.project == old.project and new.metadata["corrects"] == old.id
+    assert new.source == "user" and new.session_id == old.session_id
     relations = [(r.source_id, r.target_id, r.type) for r in app.store.relations_of([old.id])]
     assert relations == [(new.id, old.id, "supersedes")]
     found = client.text("search", query="CI runs on")
@@ -350,6 +352,29 @@ def test_a_broken_config_stops_before_serving(configure, cli):
     code, out, err = cli("mcp")
     assert code == 2 and out == ""
     assert "config" in err and "limit" in err
+
+
+def test_the_embedder_unavailable_note_is_said_once_not_in_every_reply(configure, model_server):
+    from llmem.mcp_server import MemoryTools
+
+    configure(f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n  timeout: 2\n"
+              "llm:\n  provider: none\n")
+    tools = MemoryTools(App())
+    try:
+        tools.remember("The staging database listens on port 5433.")
+        model_server.mode = "error"
+        first = tools.search("staging database port")
+        assert "5433" in first and "note:" in first and "unavailable" in first
+        for _ in range(2):
+            again = tools.search("staging database port")
+            assert "5433" in again and "unavailable" not in again
+        model_server.mode = "ok"
+        assert "unavailable" not in tools.search("staging database port")
+        model_server.mode = "error"  # down again after it came back: said again, once
+        assert "unavailable" in tools.search("staging database port")
+        assert "unavailable" not in tools.search("staging database port")
+    finally:
+        tools.close()
 
 
 def test_repeated_near_duplicate_remembers_keep_every_text(served, app):

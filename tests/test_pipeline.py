@@ -249,3 +249,31 @@ def test_concurrent_workers_watcher_and_cli_never_lock(home):
     with sqlite3.connect(llmem_home / "memory.db") as db:  # every session's fact, once
         assert db.execute("SELECT COUNT(*), COUNT(DISTINCT content) FROM memory "
                           "WHERE content LIKE '%uses port%'").fetchone() == (i, i)
+
+
+def worker_alive(home) -> bool:
+    from llmem.pipeline.events import worker_seen_recently
+    from llmem.store import Store
+
+    db = home[0] / "memory.db"
+    if not db.exists():
+        return False
+    with Store.open(db) as store:
+        return worker_seen_recently(store)
+
+
+@pytest.mark.slow  # a real `llmem run`, killed
+def test_after_kill_9_of_run_a_hook_takes_the_worker_less_path_at_once(home):
+    _, state = home
+    runner = start("run", "-w", "1")
+    try:
+        wait_until(lambda: worker_alive(home), timeout=30)
+    finally:
+        runner.kill()
+        runner.wait()
+    session_id = new_session(state, "remember that the cache ttl is ten minutes")
+    code, out, err = run_cli("hook", "--type", "idle", "--session-id", session_id, "--format", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert "detached" in result and "event_id" not in result
+    wait_until(lambda: [m for m in memories(home) if "ten minutes" in m["content"]], timeout=30)

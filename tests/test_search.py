@@ -249,3 +249,26 @@ def test_memory_is_stored_when_the_embedder_is_down_and_embedded_later(tmp_path,
     assert embed_pending(store, embedder) == 1
     assert Searcher(store, embedder).search("rate limit").mode == "hybrid"
     store.close()
+
+
+@pytest.mark.parametrize("reply", [
+    [[0.1, 0.2, 0.3], [0.4, 0.5]],  # ragged
+    [["a", "b", "c"], ["d", "e", "f"]],  # not numbers
+    [[0.1, None, 0.3], [0.4, 0.5, 0.6]],
+    [[0.1, "nan", 0.3], [0.4, 0.5, 0.6]],  # converts, but is no vector
+    [{"x": 1}, {"y": 2}],
+])
+def test_a_malformed_embedder_reply_is_the_embedder_unavailable(model_server, reply):
+    model_server.embeddings_reply = reply
+    embedder = OllamaEmbedder("nomic-embed-text", model_server.url, 2.0, 8)
+    with pytest.raises(EmbedderUnavailable, match="malformed"):
+        embedder.embed_documents(["one", "two"])
+
+
+def test_with_a_malformed_reply_add_keeps_the_memory_pending_and_search_falls_back(cli, ollama_config):
+    ollama_config.embeddings_reply = [[0.1, 0.2], [0.3]]
+    code, out, err = cli("add", "--content", "the rate limit is 100 requests per minute")
+    assert code == 0 and "embed --pending" in err
+    ollama_config.embeddings_reply = [["x"] * 8]
+    code, out, err = cli("search", "rate limit")
+    assert code == 0 and "rate limit" in out and "unavailable" in err

@@ -187,3 +187,26 @@ def test_reconcile_enqueues_an_event_whose_task_was_lost(app, state_dir, registe
     registered.reconcile()
 
     assert event_row(app, event.id).status == "done"
+
+
+def test_vectors_catch_up_by_themselves_in_the_worker(configure, model_server):
+    configure(f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n  timeout: 2\n"
+              "llm:\n  provider: none\n")
+    application = App()
+    tasks.use_app(application)
+    try:
+        queue = build_huey(application.config)
+        queue.immediate = True
+        registered = tasks.register(queue, application.config)
+        assert "embed_catch_up" in {task.name for task in queue._registry.periodic_tasks}
+        model_server.mode = "error"
+        application.store.add("the staging database listens on port 5433")
+        registered.embed_catch_up()  # down: no failure, the memory stays pending
+        Embedding = application.store.models.Embedding
+        assert Embedding.select().count() == 0
+        model_server.mode = "ok"
+        registered.embed_catch_up()
+        assert Embedding.select().count() == 1
+    finally:
+        tasks.use_app(None)
+        application.close()

@@ -67,6 +67,20 @@ def embed_pending() -> dict:
     return {"embedded": count}
 
 
+def catch_up_embeddings() -> dict:
+    """The periodic catch-up: vectors for whatever is pending (written while the embedder was
+    down, by a dream, an import). A down embedder is no failure: the next period tries again."""
+    from llmem.vectors import catch_up
+
+    app = current_app()
+    started = time.perf_counter()
+    count, stopped = catch_up(app.store, app.embedder)
+    if count or stopped:
+        log.info("task=embed_catch_up embedded=%d duration=%.0fms%s", count,
+                 (time.perf_counter() - started) * 1000, f" paused={stopped}" if stopped else "")
+    return {"embedded": count, "paused": stopped}
+
+
 def dream(apply: bool = True) -> dict:
     """The consolidation (the same entry point as `llmem dream --apply`)."""
     from llmem.dream.lock import DreamLocked
@@ -80,6 +94,8 @@ def dream(apply: bool = True) -> dict:
         log.info("task=dream skipped: %s", exc.message)
         return {"skipped": exc.message}
     log.info("task=dream duration=%.0fms", (time.perf_counter() - started) * 1000)
+    if apply:  # merges and insights are new memories: searchable by meaning at once
+        catch_up_embeddings()
     return {"run_id": getattr(outcome, "run_id", None)}
 
 
@@ -138,6 +154,8 @@ def register(huey, config) -> SimpleNamespace:
     every = max(1, int(pipeline["reconcile_interval_minutes"]))
     tasks.reconcile_periodic = huey.periodic_task(crontab(minute=f"*/{every}"), name="reconcile_periodic")(
         lambda: reconcile(tasks.process_event))
+    tasks.embed_catch_up = huey.periodic_task(crontab(minute=f"*/{every}"), name="embed_catch_up")(
+        catch_up_embeddings)
     tasks.heartbeat = huey.periodic_task(crontab(minute="*"), name="heartbeat")(heartbeat)
 
     @huey.signal(SIGNAL_INTERRUPTED)

@@ -9,7 +9,7 @@ gone from its file is invalidated with the reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..adapters.native import NativeFile, NativeNote, read_notes
 from ..db.queries import metadata_value
@@ -68,7 +68,9 @@ def import_native(store, agent: str, files: list[NativeFile], *, project: str | 
         kept_hashes = set()
         fresh: list[tuple[NativeNote, str]] = []
         for note in read_notes(file):
-            digest = content_hash(store.redactor.text(note.content))
+            # What the store keeps, and so what the outcome shows (a dry run included): redacted.
+            note = replace(note, content=store.redactor.text(note.content))
+            digest = content_hash(note.content)
             key = (digest, note.project)
             if key in seen_this_run or store.find_duplicate(digest, note.project) is not None:
                 kept_hashes.add(digest)

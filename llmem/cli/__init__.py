@@ -128,6 +128,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Aborted.", err=True)
         sys.exit(1)
     except click.ClickException as exc:
+        # A hook's bad command line (a stale hook after an upgrade) fails open too: for Claude
+        # Code and Codex, exit 2 is a blocking error fed back to the model on every turn.
+        if _state["fail_open"] or _names_the_hook(exc):
+            _fail_open(exc)
         exc.show()
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
@@ -159,12 +163,37 @@ def _fail_open(exc: Exception) -> None:
             import traceback
 
             traceback.print_exc()
-        said = exc if isinstance(exc, LlmemError) else _store_failure(exc)
-        text = said.message if said is not None else f"{exc.__class__.__name__}: {exc}"
-        click.echo(f"llmem hook: failed, the agent goes on: {' '.join(text.split())[:300]}", err=True)
+        if isinstance(exc, click.ClickException):
+            text = (f"bad command line: {exc.format_message()} "
+                    "(a hook from another version? run `llmem install <agent>` again)")
+            _log_to_hooks_log(text)  # the agent may never show stderr: `llmem logs` will
+        else:
+            said = exc if isinstance(exc, LlmemError) else _store_failure(exc)
+            text = said.message if said is not None else f"{exc.__class__.__name__}: {exc}"
+        click.echo(f"llmem hook failed, the agent goes on: {' '.join(text.split())[:300]}", err=True)
     except Exception:  # stderr itself is gone: nothing more to say
         pass
     sys.exit(0)
+
+
+def _log_to_hooks_log(text: str) -> None:
+    """A line in hooks.log, as the hook itself logs its failures (best effort)."""
+    app = _state.get("app")
+    if app is None:
+        return
+    from .session import _hook_logging
+
+    undo, _ = _hook_logging(app)
+    try:
+        logging.getLogger("llmem.hooks").error("hook failed: %s", text)
+    finally:
+        undo()
+
+
+def _names_the_hook(exc: click.ClickException) -> bool:
+    """Whether a usage error was raised while parsing `llmem hook`'s own arguments."""
+    ctx = getattr(exc, "ctx", None)
+    return ctx is not None and ctx.info_name == "hook"
 
 
 def _fail(exc: LlmemError) -> None:

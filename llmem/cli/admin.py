@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from .memory import catch_up_embeddings
 from .output import bounded_int, http_url, json_option, notice, print_json, progress_bar
 
 
@@ -201,14 +202,14 @@ def import_memories(app, file, dry_run, as_json):
         with progress_bar("Importing", len(plan.new), show=not as_json) as progress:
             outcome = apply_import(app.store, plan, progress=progress.to)
     outcome["dry_run"] = dry_run
+    if not dry_run and outcome["new"]:
+        catch_up_embeddings(app, show=not as_json)
     if as_json:
         print_json(outcome)
         return
     verb = "Would import" if dry_run else "Imported"
     click.echo(f"{verb} {outcome['new']} memories and {outcome['relations']} relations "
                f"({outcome['already_present']} already present, {outcome['duplicates']} duplicates of existing memories)")
-    if not dry_run and outcome["new"]:
-        notice("run `llmem embed --pending` to embed the imported memories")
 
 
 @click.command()
@@ -374,6 +375,8 @@ def import_native(app, agent, project_dir, dry_run, as_json):
         notice(f"not read: {path.entry!r} in {path.config} names a file outside the folder "
                f"{path.folder}; only files inside it are imported")
     outcome = run_import(app.store, agent, files, project=project, dry_run=dry_run)
+    if not dry_run and outcome.added:
+        catch_up_embeddings(app, show=not as_json)
     if as_json:
         print_json({**outcome.as_dict(), "agent": agent, "project": project, "dry_run": dry_run,
                     "refused": [path.as_dict() for path in refused]})
@@ -391,5 +394,3 @@ def import_native(app, agent, project_dir, dry_run, as_json):
     click.echo(f"{verb} {len(outcome.added)} memories from {len(files)} file(s): "
                f"{outcome.unchanged} already present, {len(outcome.superseded)} superseding a changed note, "
                f"{len(outcome.retired)} {'would be ' if dry_run else ''}retired")
-    if not dry_run and outcome.added:
-        notice("run `llmem embed --pending` to embed the imported memories")

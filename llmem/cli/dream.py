@@ -8,6 +8,7 @@ import re
 import click
 
 from .dream_lane import print_deep_status, rem_backfill, rem_harness, shadow
+from .memory import catch_up_embeddings
 from .output import TEXT, json_option, limit_option, notice, print_json, progress_bar, short
 
 PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
@@ -53,6 +54,8 @@ def dream_group(ctx, apply_, phase, report_path, no_llm, scheduled, as_json):
         outcome = run_dream(app.store, app.config, apply=apply_, phases=phases,
                             report_path=Path(report_path) if report_path else None, use_llm=not no_llm,
                             progress=lambda _phase: progress.advance())
+    if apply_:  # merges and insights are new memories: searchable by meaning at once
+        catch_up_embeddings(app, show=not as_json)
     if as_json:
         data = outcome.summary()
         data["actions"] = [a.as_dict() for a in outcome.actions]
@@ -404,6 +407,8 @@ def backfill(app, adapter_name, since, limit, no_llm, rollback_id, as_json):
                f"{outcome.added} memories added, "
                f"{outcome.updated} updated, {outcome.duplicates} duplicates skipped"
                + (f", {outcome.deferred} deferred (token budget)" if outcome.deferred else ""))
+    if outcome.llm_unreachable:
+        click.echo("The LLM could not be reached: the sessions after it failed were read with the heuristics alone")
     for error in outcome.errors:
         notice(f"{error['adapter']} session {error['session_id']}: {error['error']}")
     click.echo(f"Roll back with: llmem backfill --rollback {outcome.run_id}")

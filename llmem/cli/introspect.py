@@ -51,12 +51,13 @@ def _report(memories, as_json: bool, empty: str) -> None:
 @click.option("--text", help="Text to introspect (with --auto).")
 @click.option("--adapter", type=ADAPTER_CHOICE,
               help="Session adapter (default: session.adapter in config.yaml).")
+@click.option("--project", help="Repo root the lesson belongs to (default: global; a session's own with --session).")
 @click.option("--model", help="LLM model for this run (overrides llm.model).")
 @click.option("--base-url", callback=http_url, help="LLM server URL for this run (overrides llm.base_url).")
 @json_option("Print the stored memories as JSON.")
 @click.pass_obj
 def introspect(app, category, what_happened, context, caught_by, proposed_fix, outcomes,
-               estimates_vs_actual, iteration_count, auto, session_id, text, adapter, model,
+               estimates_vs_actual, iteration_count, auto, session_id, text, adapter, project, model,
                base_url, as_json):
     """Analyse a mistake and store it as a self_assessment memory."""
     from ..capture.introspect import (
@@ -74,12 +75,15 @@ def introspect(app, category, what_happened, context, caught_by, proposed_fix, o
                              hint='e.g. llmem introspect --auto --session ses_123, or --auto --text "…"')
         if category or what_happened:
             raise UsageError("--category/--what-happened are for manual mode, not --auto")
+        if session_id and project:
+            raise UsageError("--project does not go with --session: a session's lessons take its own project",
+                             hint="drop --project, or use --text")
         llm = _llm_override(app, model, base_url)
         try:
             if session_id:
                 memories = introspect_session(app, session_id, adapter_name=adapter, llm=llm)
             else:
-                memories = introspect_text(app, text, llm=llm)
+                memories = introspect_text(app, text, llm=llm, project=project)
         finally:
             if llm is not None:
                 llm.close()
@@ -96,7 +100,7 @@ def introspect(app, category, what_happened, context, caught_by, proposed_fix, o
         memories = introspect_manual(app, category, what_happened, context=context,
                                      caught_by=caught_by, proposed_fix=proposed_fix,
                                      outcomes=outcomes, estimates_vs_actual=estimates_vs_actual,
-                                     iteration_count=iteration_count, llm=llm)
+                                     iteration_count=iteration_count, llm=llm, project=project)
     finally:
         if llm is not None:
             llm.close()

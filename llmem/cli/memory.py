@@ -12,6 +12,7 @@ from .output import (
     notice,
     parse_json_object,
     print_json,
+    progress_bar,
     terminal_text,
 )
 
@@ -30,6 +31,23 @@ def _embed_now(app, memories) -> None:
         embed_memories(app.store, app.embedder, memories)
     except EmbedderUnavailable as exc:
         notice(f"stored without embedding ({exc.message}); `llmem embed --pending` embeds it later")
+
+
+def catch_up_embeddings(app, *, show: bool = True) -> None:
+    """After a bulk write (import, import-native, a dream): embed what is pending while the
+    embedder answers; when it does not, say how the vectors catch up later."""
+    from ..vectors import catch_up, pending_query
+
+    if not app.embedder.available:
+        return
+    pending = pending_query(app.store, app.embedder.identity).count()
+    if not pending:
+        return
+    with progress_bar("Embedding", pending, show=show) as progress:
+        _, stopped = catch_up(app.store, app.embedder, progress=progress.to)
+    if stopped:
+        notice(f"some memories are not embedded yet ({stopped}); the worker or "
+               "`llmem embed --pending` embeds them later")
 
 
 @click.command()
@@ -111,10 +129,8 @@ def list_memories(app, memory_type, project, limit, include_all, as_json):
     from ..times import now
 
     memories = app.store.list(memory_type=memory_type, project=project, limit=limit,
-                              include_invalid=include_all)
-    if not include_all:
-        at = now()
-        memories = [m for m in memories if m.valid_until is None or m.valid_until > at]
+                              include_invalid=include_all,
+                              unexpired_at=None if include_all else now())
     if as_json:
         print_json([memory_to_dict(m) for m in memories])
         return

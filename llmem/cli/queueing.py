@@ -56,10 +56,11 @@ def submit_event(app, adapter: str, session_id: str, kind: str) -> int:
 
     The row is written first: if enqueueing fails or the worker dies, reconcile finds it.
     """
-    from ..pipeline.events import record_event
+    from ..pipeline.events import record_event, waits_for_later
 
     event, is_new = record_event(app.store, adapter, session_id, kind)
-    if is_new:
+    # A moment that joins a deferred event still runs now: its heuristics cost no LLM call.
+    if is_new or waits_for_later(event):
         _, tasks = open_queue(app.config)
         tasks.process_event(event.id)
     return event.id

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..db.queries import session_cursor_values
-from ..errors import LlmemError, UsageError
+from ..errors import LlmemError, LLMUnavailable, UsageError
 from ..paths import is_agent_call_dir
 from .journal import RESTORABLE_TABLES, Journal, find_run, finish_run, start_run, undo_run
 
@@ -39,6 +39,9 @@ class BackfillOutcome:
     updated: int = 0
     duplicates: int = 0
     deferred: int = 0
+    # Why the LLM was given up on (it could not be reached): the sessions after were read
+    # with the heuristics alone.
+    llm_unreachable: str | None = None
     errors: list[dict[str, str]] = field(default_factory=list)
     interrupted: bool = False
 
@@ -70,6 +73,26 @@ def pick_sessions(adapters, *, since: float | None, limit: int | None) -> list[t
     return sessions[:limit] if limit else sessions
 
 
+class _RunLLM:
+    """The backfill's one LLM, which remembers being unreachable: then the remaining sessions
+    are read with the heuristics alone (one warning for the run, and no wait on a dead server
+    per session)."""
+
+    def __init__(self, llm):
+        self._llm = llm
+        self.unreachable: str | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(self._llm, name)
+
+    def chat_json(self, *args, **kwargs):
+        try:
+            return self._llm.chat_json(*args, **kwargs)
+        except LLMUnavailable as exc:
+            self.unreachable = exc.message
+            raise
+
+
 def run_backfill(app, *, adapter_name: str | None = None, since: float | None = None,
                  limit: int | None = None, use_llm: bool = True, llm=None,
                  progress: Callable[[Any], None] | None = None, sessions: list | None = None) -> BackfillOutcome:
@@ -79,7 +102,21 @@ def run_backfill(app, *, adapter_name: str | None = None, since: float | None = 
     session since `since`, at most `limit`.
     """
     from ..capture.extract import extract_session
+    from ..providers.llm import make_llm
 
+    made = make_llm(app.config, store=app.store) if use_llm and llm is None else None
+    try:
+        chosen = llm if llm is not None else made
+        return _backfill(app, extract_session, adapter_name=adapter_name, since=since, limit=limit,
+                         llm=_RunLLM(chosen) if use_llm and chosen is not None else None,
+                         progress=progress, sessions=sessions)
+    finally:
+        if made is not None:
+            made.close()
+
+
+def _backfill(app, extract_session, *, adapter_name, since, limit, llm: _RunLLM | None, progress,
+              sessions) -> BackfillOutcome:
     adapters = backfill_adapters(app.config, adapter_name)
     if sessions is None:
         sessions = pick_sessions(adapters, since=since, limit=limit)
@@ -91,8 +128,10 @@ def run_backfill(app, *, adapter_name: str | None = None, since: float | None = 
         for adapter, info in sessions:
             before = _cursor_row(store.db, adapter, info.id)
             try:
+                use_llm = llm is not None and llm.unreachable is None
                 # New episode rows only: the rollback deletes what the backfill created.
-                report = extract_session(app, info.id, adapter_name=adapter, llm=llm, use_llm=use_llm,
+                report = extract_session(app, info.id, adapter_name=adapter,
+                                         llm=llm if use_llm else None, use_llm=use_llm,
                                          extend_episodes=False)
             except LlmemError as exc:
                 outcome.errors.append({"adapter": adapter, "session_id": info.id, "error": exc.message})
@@ -121,8 +160,10 @@ def run_backfill(app, *, adapter_name: str | None = None, since: float | None = 
                                        {"adapter": adapter, "session_id": info.id}, before)
     except KeyboardInterrupt:
         outcome.interrupted = True
+        outcome.llm_unreachable = llm.unreachable if llm is not None else None
         finish_run(store, run, outcome.as_dict(), error="interrupted (run backfill again to resume)")
         raise
+    outcome.llm_unreachable = llm.unreachable if llm is not None else None
     finish_run(store, run, outcome.as_dict())
     return outcome
 

@@ -7,6 +7,7 @@ the Content-Security-Policy forbids scripts, images and any fetch as a second li
 from __future__ import annotations
 
 import html
+import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,9 @@ def bar_chart(items: list[tuple[str, float]], title: str, width: int = 480) -> s
     return "".join(parts)
 
 
+AXIS_CHAR = 7.5  # pixels a character of the report's 12px chart text takes, generously
+
+
 def grouped_chart(labels: list[str], series: list[tuple[str, list[float]]], title: str,
                   width: int = 480, height: int = 220) -> str:
     """Vertical bars: for each label, one bar per series (e.g. before / after)."""
@@ -80,10 +84,14 @@ def grouped_chart(labels: list[str], series: list[tuple[str, list[float]]], titl
             x = left + li * slot + slot * 0.1 + si * bar_w
             parts.append(f'<rect x="{x:.1f}" y="{base_y - h:.1f}" width="{bar_w:.1f}" height="{h:.1f}" fill="{color}">'
                          f'<title>{esc(labels[li])} {esc(name)}: {esc(_num(value))}</title></rect>')
-    step = max(1, len(labels) // 10)
+    # Axis labels centred under their bars, and only every `step`-th when the widest would
+    # reach its neighbour (ten "0.0–0.1" bins of a 480-wide chart overlapped one another).
+    widest = max(len(label[:10]) for label in labels) * AXIS_CHAR
+    step = max(1, math.ceil(widest / slot))
     for li, label in enumerate(labels):
         if li % step == 0:
-            parts.append(f'<text x="{left + li * slot + 2:.1f}" y="{base_y + 14}">{esc(label[:10])}</text>')
+            parts.append(f'<text x="{left + li * slot + slot / 2:.1f}" y="{base_y + 14}" '
+                         f'text-anchor="middle">{esc(label[:10])}</text>')
     parts.append("</svg>")
     return "".join(parts)
 

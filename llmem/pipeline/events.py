@@ -37,6 +37,13 @@ def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event
         return Event.create(adapter=adapter, session_id=session_id, kind=kind, detected_at=now()), True
 
 
+def waits_for_later(event: Event) -> bool:
+    """Whether a pending event was deferred to a time still ahead (the session's extraction
+    interval, the token budget): a moment joining it must still be run now, for the
+    heuristics that cost no LLM call (its LLM pass keeps its turn)."""
+    return event.status == "pending" and event.not_before is not None and event.not_before > now()
+
+
 def claim_event(store, event_id: int, *, running_after: float | None = None) -> Event | None:
     """Mark an event running (attempts + 1) by this process; None when it is done or unknown.
 
@@ -167,22 +174,43 @@ def retry_events(store, event_ids: list[int] | None = None) -> list[Event]:
 
 
 WORKER_HEARTBEAT_KEY = "worker_seen_at"
+WORKER_OWNER_KEY = "worker_owner"  # {"pid", "started_at", "host"} of the consumer that beat last
 WORKER_STALE_SECONDS = 180  # a live consumer beats every minute
 
 
 def worker_heartbeat(store) -> None:
-    """Say a consumer is alive (hooks enqueue only when one is)."""
+    """Say a consumer is alive (hooks enqueue only when one is), and which process it is."""
+    import json
+
     from ..db.settings import set_setting
 
+    pid, started_at, host = this_process()
     with store.db.atomic():
         set_setting(store.db, WORKER_HEARTBEAT_KEY, repr(now()))
+        set_setting(store.db, WORKER_OWNER_KEY, json.dumps({"pid": pid, "started_at": started_at, "host": host}))
 
 
 def worker_seen_recently(store) -> bool:
+    """A consumer beat within the window and is not known to be dead: after a `kill -9` of
+    the worker on this host, hooks see it at once (pid + start time) and run the work without
+    it, rather than queueing for nobody until the heartbeat goes stale."""
     from ..db.settings import get_setting
 
     seen = get_setting(store.db, WORKER_HEARTBEAT_KEY)
-    return seen is not None and now() - float(seen) < WORKER_STALE_SECONDS
+    if seen is None or now() - float(seen) >= WORKER_STALE_SECONDS:
+        return False
+    return not _worker_died(get_setting(store.db, WORKER_OWNER_KEY))
+
+
+def _worker_died(owner_text: str | None) -> bool:
+    import json
+
+    try:
+        owner = json.loads(owner_text) if owner_text else None
+        pid, started_at, host = int(owner["pid"]), float(owner["started_at"]), owner["host"]
+    except (ValueError, TypeError, KeyError):  # written by an older llmem, or damaged: unknown
+        return False
+    return host == socket.gethostname() and not process_is_running(pid, started_at)
 
 
 @dataclass
@@ -210,9 +238,10 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
                         running_after=app.config.values["pipeline"]["running_timeout_minutes"] * 60)
     if event is None:
         return EventOutcome(event_id, "skipped")
+    scheduled_for = event.not_before  # a deferred event already has its retry scheduled then
     llm_allowed_at = _next_llm_extraction(app, event)
     if llm_allowed_at is not None:
-        return _extract_heuristics_now(app, event, llm_allowed_at, started)
+        return _extract_heuristics_now(app, event, llm_allowed_at, started, scheduled_for)
     try:
         result = handle_session_event(app, event.kind, event.session_id, adapter_name=event.adapter)
     except transient as exc:
@@ -228,7 +257,7 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
         defer_event(app.store, event_id, result.deferred_until, result.deferred_reason)
         return EventOutcome(event_id, "pending", result=result.as_json(),
                             seconds=time.perf_counter() - started, session_id=event.session_id,
-                            kind=event.kind, retry_at=result.deferred_until)
+                            kind=event.kind, retry_at=_unless_scheduled(result.deferred_until, scheduled_for))
     summary = result.as_json(with_context=False)  # the block is rebuilt at each session start
     finish_event(app.store, event_id, summary)
     return EventOutcome(event_id, "done", result=summary, seconds=time.perf_counter() - started,
@@ -242,22 +271,34 @@ def _next_llm_extraction(app, event: Event, at: float | None = None) -> float | 
     extraction's stamp lies in the future, and waiting for stamp + interval would defer the
     LLM by the size of the jump."""
     import peewee as pw
-    Event = app.store.models.Event
 
+    from ..db.queries import metadata_value
+
+    Event = app.store.models.Event
     interval = app.config.values["pipeline"]["min_extraction_interval_seconds"]
     if event.kind != "idle" or interval <= 0 or app.config.values["llm"]["provider"] == "none":
         return None
+    # The interval spaces LLM passes: it runs from the last extraction that reached the LLM.
+    # With no LLM reachable, each moment's heuristics-only pass runs at once.
+    used_llm = metadata_value(Event.result, "steps.extract.result.used_llm")
     last = (Event.select(pw.fn.MAX(Event.finished_at))
             .where((Event.adapter == event.adapter) & (Event.session_id == event.session_id)
                    & Event.kind.in_(("idle", "compacting")) & (Event.status == "done")
-                   & (Event.id != event.id)).scalar())
+                   & (used_llm == 1) & (Event.id != event.id)).scalar())
     at = now() if at is None else at
     if last is None or at - last >= interval:
         return None
     return min(last, at) + interval
 
 
-def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: float) -> EventOutcome:
+def _unless_scheduled(retry_at: float, scheduled_for: float | None) -> float | None:
+    """The retry to schedule, or None when the event's retry is already scheduled then (a
+    moment that joined a deferred event must not add a second run of its LLM pass)."""
+    return None if scheduled_for is not None and abs(retry_at - scheduled_for) < 1e-3 else retry_at
+
+
+def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: float,
+                            scheduled_for: float | None = None) -> EventOutcome:
     """Within the interval: what costs no LLM call runs now, the LLM pass waits its turn."""
     from ..capture.extract import extract_session
 
@@ -270,7 +311,8 @@ def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: f
         summary = {"deferred_until": llm_allowed_at}
     defer_event(app.store, event.id, llm_allowed_at, "waiting for the session's extraction interval")
     return EventOutcome(event.id, "pending", result=summary, seconds=time.perf_counter() - started,
-                        session_id=event.session_id, kind=event.kind, retry_at=llm_allowed_at)
+                        session_id=event.session_id, kind=event.kind,
+                        retry_at=_unless_scheduled(llm_allowed_at, scheduled_for))
 
 
 def _can_never_succeed(exc: Exception) -> bool:

@@ -59,9 +59,17 @@ class Embedder:
         if len(raw) != len(texts):
             raise EmbedderUnavailable(
                 f"{self.provider} returned {len(raw)} vectors for {len(texts)} texts")
-        matrix = np.asarray(raw, dtype=np.float32)
-        if matrix.ndim != 2 or matrix.shape[1] == 0:
-            raise EmbedderUnavailable(f"{self.provider} returned malformed vectors")
+        # A reply of ragged, non-numeric or non-finite vectors is the embedder failing, like
+        # no reply: callers keep the memory pending and search falls back to FTS, they do not
+        # crash on numpy's ValueError after the memory was committed.
+        try:
+            matrix = np.asarray(raw, dtype=np.float32)
+        except (TypeError, ValueError):
+            matrix = None
+        if matrix is None or matrix.ndim != 2 or matrix.shape[1] == 0 or not np.isfinite(matrix).all():
+            raise EmbedderUnavailable(f"{self.provider} returned malformed vectors "
+                                      "(ragged, not numbers, or not finite)",
+                                      hint="is embedding.model an embedding model?")
         self.dim = int(matrix.shape[1])
         return normalize(matrix)
 

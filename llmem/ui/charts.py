@@ -54,7 +54,14 @@ def bars_by_day(labels: list[str], series: list[Series], *, title: str, limit: f
                 limit_name: str = "limit", width: int = 720, height: int = 220) -> Markup:
     """Vertical bars, one per label (a day), the series stacked; `limit` draws a line across."""
     left, right, top_pad, bottom = 48, 10, 26, 44
-    plot_w, plot_h = width - left - right, height - top_pad - bottom
+    legend = [(one.name, PALETTE[i % len(PALETTE)]) for i, one in enumerate(series)]
+    if limit:
+        legend.append((f"{limit_name} {_number(limit)}", LIMIT_COLOUR))
+    # The legend wraps onto more rows rather than run past the right edge (eight memory types
+    # do not fit on one row of 720): the chart grows by a row each, the plot keeps its height.
+    legend_rows = _legend_rows(legend, left, width - right)
+    height += LEGEND_ROW * (len(legend_rows) - 1)
+    plot_w, plot_h = width - left - right, height - top_pad - bottom - LEGEND_ROW * (len(legend_rows) - 1)
     base_y = top_pad + plot_h
     totals = [sum(s.values[i] for s in series) for i in range(len(labels))]
     top = _nice_top(max([*totals, limit or 0, 0]))
@@ -93,18 +100,38 @@ def bars_by_day(labels: list[str], series: list[Series], *, title: str, limit: f
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" '
                    f'stroke="{LIMIT_COLOUR}" stroke-width="1.5" stroke-dasharray="6 4">'
                    f'<title>{escape(limit_name)}: {_number(limit)}</title></line>')
-    legend = [(one.name, PALETTE[i % len(PALETTE)]) for i, one in enumerate(series)]
-    if limit:
-        legend.append((f"{limit_name} {_number(limit)}", LIMIT_COLOUR))
-    x = left
-    for name, colour in legend:
-        out.append(f'<rect x="{x}" y="{height - 14}" width="10" height="10" fill="{colour}"/>'
-                   f'<text x="{x + 14}" y="{height - 5}" font-size="11" fill="#1d2530">'
-                   f'{escape(name)}</text>')
-        x += 24 + 7 * len(name)
+    first_row_y = height - 14 - LEGEND_ROW * (len(legend_rows) - 1)
+    for row_index, row in enumerate(legend_rows):
+        y = first_row_y + LEGEND_ROW * row_index
+        for x, name, colour in row:
+            out.append(f'<rect x="{x}" y="{y}" width="10" height="10" fill="{colour}"/>'
+                       f'<text x="{x + 14}" y="{y + 9}" font-size="11" fill="#1d2530">'
+                       f'{escape(name)}</text>')
     out.append(f'<text x="{left}" y="14" font-size="13" font-weight="600" fill="#1d2530">'
                f'{escape(title)}</text></svg>')
     return Markup("".join(out))
+
+
+LEGEND_ROW = 16  # pixels per legend row
+LEGEND_CHAR = 7  # pixels a legend character takes at font-size 11 (generous: never clipped)
+
+
+def legend_width(name: str) -> int:
+    """The width of one legend entry: its swatch, the gap, its text."""
+    return 14 + LEGEND_CHAR * len(name)
+
+
+def _legend_rows(legend: list[tuple[str, str]], left: int, right_edge: int) -> list[list[tuple[int, str, str]]]:
+    """(x, name, colour) of each legend entry, in rows that end before `right_edge`."""
+    rows: list[list[tuple[int, str, str]]] = [[]]
+    x = left
+    for name, colour in legend:
+        if rows[-1] and x + legend_width(name) > right_edge:
+            rows.append([])
+            x = left
+        rows[-1].append((x, name, colour))
+        x += legend_width(name) + 10
+    return rows
 
 
 def coverage_bar(part: int, whole: int, *, title: str, width: int = 720) -> Markup:

@@ -87,7 +87,7 @@ def test_accepting_a_skill_patch_records_the_decision_and_applies_nothing(viewer
     text_before = path.read_text()
     page = viewer.get("/dreams").text
     card = page.split('id="proposal-skill-patch:EDGE_CASE"')[1].split("</article>")[0]
-    assert "[SKILL PATCH] EDGE_CASE" in card and "### Checklist" in card and "waiting" in card
+    assert "[SKILL PATCH] EDGE_CASE" in card and "<h4>Checklist</h4>" in card and "waiting" in card
     response = viewer.post("/dreams/proposals/accept", proposal="skill-patch:EDGE_CASE", note="looks right")
     assert response.status_code == 303
     assert response.headers["location"].endswith("#proposal-skill-patch:EDGE_CASE")
@@ -117,8 +117,8 @@ def test_hostile_proposal_diary_and_dreams_md_text_is_escaped(viewer):
     (config.diary_path.parent / "DREAMS.md").write_text(f"# Dreams\n{hostile}\n")
     page = viewer.get("/dreams").text
     assert "<script>alert" not in page and "<img src=x" not in page
-    # The heading, the entry (its heading line and body), the diary, DREAMS.md.
-    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 5
+    # The heading, the entry's body (its heading line is the heading), the diary, DREAMS.md.
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 4
     assert 'id="dreams-md"' in page
 
 
@@ -242,3 +242,26 @@ def test_runs_count_changes_as_the_cli_does_and_say_when_dreaming_is_off(viewer)
     assert "merge 1" in row and "merge 7" not in row
     set_dream_enabled(store, config, False)
     assert "none: dreaming is off" in viewer.get("/dreams").text
+
+
+def test_proposals_are_rendered_not_shown_as_markdown_with_their_markers(viewer):
+    propose_changes(viewer.store, viewer.llmem.config)
+    page = viewer.get("/dreams").text
+    card = page.split('id="proposal-skill-patch:EDGE_CASE"')[1].split("</article>")[0]
+    assert "llmem:skill-patch" not in card and "&lt;!--" not in card and "<!--" not in card
+    assert "###" not in card and "- [ ]" not in card
+    assert "<h4>Detection Rule</h4>" in card and "<ul><li>☐ " in card
+    insight = page.split('id="proposal-insight:EDGE_CASE"')[1].split("</article>")[0]
+    assert "llmem:insight" not in insight and "<li>Seen: 3 self_assessments" in insight
+
+
+def test_the_markdown_renderer_escapes_everything_it_is_given():
+    from llmem.ui.markdown import render_markdown
+
+    html = str(render_markdown("# T <b>x</b>\n\n- **bold** and `<i>code</i>`\n1. one\n\n"
+                               "```\n<script>alert(1)</script>\n```\npara <img src=x> line\nnext"))
+    assert "<b>" not in html and "<i>" not in html and "<script>" not in html and "<img" not in html
+    assert "<h2>T &lt;b&gt;x&lt;/b&gt;</h2>" in html
+    assert "<ul><li><strong>bold</strong> and <code>&lt;i&gt;code&lt;/i&gt;</code></li></ul><ol><li>one</li></ol>" in html
+    assert "<pre><code>&lt;script&gt;alert(1)&lt;/script&gt;</code></pre>" in html
+    assert "<p>para &lt;img src=x&gt; line next</p>" in html

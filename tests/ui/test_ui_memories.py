@@ -346,3 +346,16 @@ def test_search_in_a_project_includes_the_global_memories_as_the_cli_does(viewer
     assert "in /work/api and the global memories" in page
     listed = viewer.get("/memories", params={"project": "/work/api"}).text
     assert ids_on(listed) == [mine.id]  # the list, as `llmem list --project`, is that project only
+
+
+def test_a_recall_shows_the_query_that_found_the_memory_not_its_hash(viewer):
+    from llmem.search import Searcher, SearchOptions
+
+    store = viewer.store
+    memory = store.add("the api listens on 8080", "fact").memory
+    Searcher(store, None).search("which port does the api listen on", SearchOptions(mode="fts", track=True))
+    recall = store.models.RecallEvent.get(store.models.RecallEvent.memory == memory.id)
+    page = viewer.get(f"/memories/{memory.id}").text
+    cell = page.split("<th>query</th>")[1].split("</tr>")[1]
+    assert "which port does the api listen on" in cell
+    assert f">{recall.query_hash}<" not in cell

@@ -98,3 +98,24 @@ def test_a_hostile_recall_origin_is_escaped_on_the_page(viewer):
                                            origin="<script>alert(1)</script>", created_at=now())
     page = viewer.get("/").text
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_a_long_legend_wraps_inside_the_chart_instead_of_being_clipped():
+    char = 7  # pixels per character of an 11px label, generously
+    names = ["fact", "decision", "preference", "event", "project_state", "procedure", "conversation",
+             "self_assessment"]
+    svg = str(bars_by_day(["2026-11-29", "2026-11-30"], [Series(name, [1, 2]) for name in names],
+                          title="Memories created per day, by type", limit=10, limit_name="daily budget"))
+    width = int(re.search(r'<svg[^>]* width="(\d+)"', svg).group(1))
+    height = int(re.search(r'<svg[^>]* height="(\d+)"', svg).group(1))
+    legend = re.findall(r'<text x="([\d.]+)" y="([\d.]+)" font-size="11" fill="#1d2530">([^<]+)</text>', svg)
+    assert {text for _, _, text in legend} >= set(names)
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for x, y, text in legend:
+        start, end = float(x), float(x) + char * len(text)
+        assert end <= width and float(y) <= height, (text, end, width)
+        spans.setdefault(y, []).append((start, end))
+    assert len(spans) >= 2  # wrapped onto a second row
+    for row in spans.values():
+        row.sort()
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(row, row[1:], strict=False))

@@ -135,3 +135,32 @@ def test_a_session_page_lists_its_latest_memories_and_counts_them_all(viewer):
     assert f"{SESSION_MEMORIES + 3} memories, newest first; the latest {SESSION_MEMORIES} shown" in page
     assert page.count('class="card result"') == SESSION_MEMORIES
     assert f"note {SESSION_MEMORIES + 2} of" in page and "note 2 of" not in page
+
+
+def test_sessions_show_the_agents_title_and_wrap_nothing(configure, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from llmem.app import App
+
+    from .conftest import open_viewer
+
+    state = tmp_path / "copilot" / "session-state"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "copilot" / "session-state", state)
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\n"
+              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state}\n")
+    app = App()
+    try:
+        with open_viewer(app) as viewer:
+            titled = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"
+            event(viewer.store, titled, "idle")
+            event(viewer.store, "ses_gone", "idle")  # no store holds it any more
+            page = viewer.get("/sessions").text
+            row = page.split(f'href="/sessions/{titled}"')[0].rsplit("<tr>", 1)[1]
+            assert "Fix flaky pagination test" in row
+            gone = page.split('href="/sessions/ses_gone"')[0].rsplit("<tr>", 1)[1]
+            assert "untitled" in gone
+            assert '<table class="nowrap">' in page
+            assert "<h1>Fix flaky pagination test" in viewer.get(f"/sessions/{titled}").text
+    finally:
+        app.close()

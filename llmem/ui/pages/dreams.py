@@ -18,6 +18,7 @@ from ...dream.review import DECISIONS, list_proposals, record_decision, reviewer
 from ...dream.status import change_counts, change_total
 from ...dream.sweep import configured_report
 from ...errors import UsageError
+from ..markdown import render_markdown
 from ..web import form, redirect, render, store, viewer
 
 log = logging.getLogger(__name__)
@@ -57,14 +58,21 @@ def dreams_page(request):
     dreams_md = dreams_path(config)
     dreams_text, dreams_cut = _tail(dreams_md)
     proposals_path = config.paths.proposed_changes_path
+    proposals = list_proposals(current_store.db, proposals_path)
     return render(request, "dreams.html", runs=runs, counts=counts, status=status,
                   diary=diary, diary_cut=diary_cut, diary_path=config.diary_path,
                   dreams_md=dreams_md, dreams_text=dreams_text, dreams_cut=dreams_cut,
-                  proposals=list_proposals(current_store.db, proposals_path),
+                  proposals=proposals, proposal_html={p.id: proposal_body(p.text) for p in proposals},
                   proposals_path=proposals_path,
                   candidates=[c.as_dict() for c in ranked[:CANDIDATES]], candidate_total=len(ranked),
                   ready=status["candidates"]["promotion_ready"],
                   report_file=configured_report(config.values["dream"]))
+
+
+def proposal_body(text: str):
+    """An entry rendered (its `## ` heading is the card's title already), markers left out."""
+    first, _, rest = text.partition("\n")
+    return render_markdown(rest if first.startswith("## ") else text)
 
 
 def undo(request):

@@ -177,9 +177,14 @@ def memory_page(request):
     relations, second_hop = _neighbours(current_store, memory)
     journal = _journal(current_store, memory)
     recalls = RecallEvent.select().where(RecallEvent.memory == memory.id)
+    shown = list(recalls.order_by(RecallEvent.created_at.desc()).limit(DETAIL_ROWS))
+    # The query's words (kept, redacted, for the user's own searches), not its hash.
+    RecallQuery = current_store.models.RecallQuery
+    hashes = list({recall.query_hash for recall in shown})
+    query_texts = dict(RecallQuery.select(RecallQuery.query_hash, RecallQuery.text)
+                       .where(RecallQuery.query_hash.in_(hashes)).tuples()) if hashes else {}
     return render(request, "memory.html", memory=memory, relations=relations, second_hop=second_hop,
-                  journal=journal, recall_count=recalls.count(),
-                  recalls=list(recalls.order_by(RecallEvent.created_at.desc()).limit(DETAIL_ROWS)),
+                  journal=journal, recall_count=recalls.count(), recalls=shown, query_texts=query_texts,
                   metadata=json.dumps(memory.metadata or {}, indent=2, ensure_ascii=False, sort_keys=True),
                   types=MEMORY_TYPES)
 

@@ -3,6 +3,9 @@ memories each session produced, and retry for a failed event."""
 
 from __future__ import annotations
 
+import logging
+import time
+
 import peewee as pw
 from starlette.routing import Route
 
@@ -10,6 +13,8 @@ from ...db.models import EPISODE_SOURCE
 from ...errors import NotFound, UsageError
 from ...pipeline.events import retry_events
 from ..web import page_number, redirect, render, store, viewer
+
+log = logging.getLogger(__name__)
 
 NAV = ("Sessions", "/sessions")
 
@@ -58,10 +63,45 @@ def sessions(request):
                          .where(Memory.session_id.in_(ids)).group_by(Memory.session_id).tuples()) if ids else {}
     for row in rows:
         row["memories"] = memory_counts.get(row["session_id"], 0)
+    _add_titles(request, rows)
     agents = {row[0] for row in Event.select(Event.adapter).distinct().tuples()}
     agents |= {row[0] for row in Cursor.select(Cursor.adapter).distinct().tuples()}
     return render(request, "sessions.html", rows=rows, total=len(ordered), agent=agent, page=page,
                   page_size=PAGE_SIZE, agents=sorted(agents | set(AGENTS)))
+
+
+# A title is read from the agent's own store (its adapter) once and kept for the viewer's
+# life; one not found is looked for again after this long (the list refreshes every 5 s).
+TITLE_RETRY_SECONDS = 60.0
+TITLES_KEPT = 5000
+
+
+def _add_titles(request, rows: list[dict]) -> None:
+    """row["title"]: the agent's title of each session (None when it has none or is gone)."""
+    state = request.app.state
+    if not hasattr(state, "session_titles"):
+        state.session_titles = {}
+    cache: dict[tuple[str, str], tuple[float, str | None]] = state.session_titles
+    if len(cache) > TITLES_KEPT:
+        cache.clear()
+    config = viewer(request).llmem.config
+    at = time.monotonic()
+    for row in rows:
+        key = (row["adapter"], row["session_id"])
+        known = cache.get(key)
+        if known is None or (known[1] is None and at - known[0] > TITLE_RETRY_SECONDS):
+            known = cache[key] = (at, _agent_title(config, *key))
+        row["title"] = known[1]
+
+
+def _agent_title(config, adapter: str, session_id: str) -> str | None:
+    from ...adapters import adapter_from_config
+
+    try:
+        return adapter_from_config(config, adapter).read_transcript(session_id).title or None
+    except Exception as exc:  # a session the agent deleted, a store it holds locked: no title
+        log.debug("no title for %s session %s: %s", adapter, session_id, exc)
+        return None
 
 
 def session_page(request):
@@ -81,8 +121,10 @@ def session_page(request):
     episodes = list(said.order_by(Memory.seq).limit(SESSION_EPISODES))
     if not (events or cursors or memory_count or episode_count):
         raise NotFound(f"llmem has no session {session_id!r}", hint="the Sessions page lists them")
-    return render(request, "session.html", session_id=session_id, events=events, cursors=cursors,
-                  memories=memories, memory_count=memory_count, episodes=episodes,
+    adapter = (events[0].adapter if events else cursors[0].adapter if cursors else None)
+    title = _agent_title(viewer(request).llmem.config, adapter, session_id) if adapter else None
+    return render(request, "session.html", session_id=session_id, title=title, events=events,
+                  cursors=cursors, memories=memories, memory_count=memory_count, episodes=episodes,
                   episode_count=episode_count, queue_attached=viewer(request).queue is not None)
 
 

@@ -306,7 +306,9 @@ def superseded_by(db, memory_ids: list[str]) -> dict[str, str]:
     if not memory_ids:
         return {}
     marks = ",".join("?" * len(memory_ids))
-    rows = db.execute_sql("SELECT r.target_id, r.source_id FROM relation r JOIN memory s ON s.id = r.source_id "
-                          f"WHERE r.type = 'supersedes' AND s.invalidated_at IS NULL AND r.target_id IN ({marks}) "
-                          "ORDER BY s.created_at", memory_ids)
+    # From the relation side (its target index), then each source by id: joined the other way
+    # round, SQLite scanned every memory (~290 ms at 100k).
+    rows = db.execute_sql("SELECT r.target_id, r.source_id FROM relation r WHERE r.type = 'supersedes' "
+                          f"AND r.target_id IN ({marks}) AND EXISTS (SELECT 1 FROM memory s "
+                          "WHERE s.id = r.source_id AND s.invalidated_at IS NULL) ORDER BY r.created_at", memory_ids)
     return {target: source for target, source in rows}

@@ -5,12 +5,12 @@ import pytest
 from conftest import free_port_url
 from fakes import FakeEmbedder
 
+from llmem import search as search_module
 from llmem.config import load_config
 from llmem.db import vec
 from llmem.errors import EmbedderUnavailable, UsageError
 from llmem.providers import make_embedder
 from llmem.providers.embedders import Embedder, NoEmbedder, OllamaEmbedder
-from llmem import search as search_module
 from llmem.search import Searcher, SearchOptions, memory_signal
 from llmem.store import Store
 from llmem.vectors import embed_memories, embed_pending

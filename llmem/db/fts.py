@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+
+from .backend import per_backend
+
 # A query is read up to this many characters (100 KB pasted by mistake costs nothing more).
 MAX_QUERY_CHARS = 2000
 # Tokens as FTS5's unicode61 sees them: runs of letters and digits.
@@ -143,6 +146,7 @@ def match_expression(text: str) -> str | None:
     return " OR ".join(alternatives) if alternatives else None
 
 
+@per_backend
 def document_frequencies(db, terms: list[str]) -> tuple[int, dict[str, int]]:
     """(memories in the index, {term: memories holding it}) from the FTS index's own vocabulary."""
     total = db.execute_sql("SELECT count(*) FROM memory").fetchone()[0]
@@ -176,12 +180,14 @@ def common_words(db, text: str, *, share: float, min_docs: int) -> set[str]:
     return {word for word in words if match_count(db, _quoted(word), threshold + 1) > threshold}
 
 
+@per_backend
 def match_count(db, expression: str, limit: int) -> int:
     """How many memories match `expression`, counted up to `limit`."""
     return db.execute_sql("SELECT count(*) FROM (SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
                           (expression, limit)).fetchone()[0]
 
 
+@per_backend
 def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
                    where: str, params: list) -> list[tuple[int, float]]:
     """(seq, bm25) of the `fetch` best matches that pass `where`, best first (bm25 is negative).

@@ -66,6 +66,8 @@ BM25_SHARE = 0.2
 # An identifier weighs this many times its rarest token's IDF; an identifier's parts this share.
 ATOM_WEIGHT = 2.0
 PART_WEIGHT = 0.3
+# An identifier's tokens found without its spelling (`release` for `--release`) keep this share.
+SPELLING_SHARE = 0.5
 # The share of the final score the priors (confidence, type, age, chosen use) hold: enough to
 # order memories of near-equal relevance, never enough to lift a weaker match over a clear one.
 PRIOR_WEIGHT = 0.06
@@ -347,7 +349,7 @@ class Searcher:
             entry = fused[seq]
             lex = 0.0
             if lexical:
-                lex = lexical(index_tokens(content, summary, hints))
+                lex = lexical(index_tokens(content, summary, hints), f"{content} {summary or ''}".lower())
                 if entry.get("fts_bm25") is not None:
                     lex *= (1 - BM25_SHARE) + BM25_SHARE * entry["fts_bm25"] / best_bm25
             sem = 0.0
@@ -383,20 +385,24 @@ class Searcher:
             return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
 
         wanted = [(atom, ATOM_WEIGHT * max(idf(t) for t in atom)) for atom in parsed.atoms]
+        spelled = dict(zip(parsed.atoms, parsed.spelled, strict=True))
         wanted += [((w,), idf(w)) for w in parsed.words]
         wanted += [((p,), PART_WEIGHT * idf(p)) for p in parsed.parts]
         whole = sum(weight for _, weight in wanted)
 
-        def score(tokens: list[str]) -> float:
+        def score(tokens: list[str], text: str) -> float:
             if not whole:
                 return 0.0
             present = set(tokens)
             held = 0.0
             for atom, weight in wanted:
                 if len(atom) == 1:
-                    held += weight if atom[0] in present else 0.0
-                elif all(t in present for t in atom) and _holds_run(tokens, atom):
-                    held += weight
+                    found = atom[0] in present
+                else:
+                    found = all(t in present for t in atom) and _holds_run(tokens, atom)
+                if found and atom in spelled and spelled[atom] not in text:
+                    weight *= SPELLING_SHARE  # `release` of "a release" is not `--release`
+                held += weight if found else 0.0
             return held / whole
 
         return score

@@ -156,3 +156,9 @@ def test_the_retrieval_set_is_big_enough_and_holds_out_a_third():
     for q in queries:
         assert set(q["relevant"]) <= ids and set(q.get("superseded", [])) <= ids
         assert bool(q["relevant"]) == (q["category"] != "unanswerable")
+
+
+def test_an_identifier_as_written_beats_its_bare_word(store):
+    store.add("Before a release, run the whole release checklist.", "procedure", confidence=1.0)
+    flag = store.add("Never build search-svc with --release on CI.", "preference", confidence=0.3).memory
+    assert _search(store, "--release", mode="fts")[0].memory.id == flag.id

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-
 from .backend import per_backend
 
 # A query is read up to this many characters (100 KB pasted by mistake costs nothing more).
@@ -92,6 +91,7 @@ class QueryTerms:
     atoms: tuple[tuple[str, ...], ...]
     words: tuple[str, ...]
     parts: tuple[str, ...]
+    spelled: tuple[str, ...] = ()  # each atom as written, lowercased (`--release`, `:8443`)
 
     def all_terms(self) -> list[str]:
         return list(dict.fromkeys([*self.words, *self.parts]))
@@ -101,6 +101,7 @@ def parse_query(text: str) -> QueryTerms:
     """The atoms, words and atom parts of a user query (MAX_QUERY_CHARS of it at most)."""
     text = text[:MAX_QUERY_CHARS]
     atoms: list[tuple[str, ...]] = []
+    spelled: dict[tuple[str, ...], str] = {}
     words: list[str] = []
     parts: list[str] = []
     for raw in text.split():
@@ -110,6 +111,7 @@ def parse_query(text: str) -> QueryTerms:
             continue
         if _ATOM_SHAPE.match(token) and any(len(w) > 1 or w.isdigit() for w in pieces):
             atoms.append(tuple(pieces))
+            spelled.setdefault(tuple(pieces), token.lower())
             camel = [c.lower() for w in _WORD.findall(token) for c in _CAMEL_SPLIT.split(w)]
             parts.extend(w for w in dict.fromkeys([*pieces, *camel]) if _kept_word(w))
             continue
@@ -120,7 +122,8 @@ def parse_query(text: str) -> QueryTerms:
                 parts.extend(c.lower() for c in camel if _kept_word(c.lower()))
     words = [w for w in dict.fromkeys(words) if _kept_word(w)]
     parts = [w for w in dict.fromkeys(parts) if w not in words]
-    return QueryTerms(tuple(dict.fromkeys(atoms)), tuple(words), tuple(parts))
+    unique = tuple(dict.fromkeys(atoms))
+    return QueryTerms(unique, tuple(words), tuple(parts), tuple(spelled[a] for a in unique))
 
 
 def query_terms(text: str) -> list[str]:

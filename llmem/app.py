@@ -79,7 +79,7 @@ class App:
         section = self.config.values["search"]
         configured = {"limit": section["limit"], "rrf_k": section["rrf_k"],
                       "candidate_multiplier": section["candidate_multiplier"],
-                      "blend": section["rerank_blend"]}
+                      "blend": section["rerank_blend"], "min_relevance": section["min_relevance"]}
         return SearchOptions(**configured | {k: v for k, v in chosen.items() if v is not None})
 
     def close(self) -> None:

@@ -170,14 +170,15 @@ class MemoryTools:
                                        project=self._project(project), valid_only=True,
                                        origin="mcp", track=True)
         result = self._searcher.search(text, opts)
-        lines = [f"[{hit.memory.id[:ID_CHARS]}] {kind_label(hit.memory)} {hit.score:.3f} "
-                 f"{_one_line(hit.memory.content, LINE_CHARS)}" for hit in result.hits]
+        lines = [f"[{hit.memory.id[:ID_CHARS]}] {kind_label(hit.memory)} {hit.relevance:.3f} "
+                 + (f"(superseded by [{hit.superseded_by[:ID_CHARS]}]) " if hit.superseded_by else "")
+                 + _one_line(hit.memory.content, LINE_CHARS) for hit in result.hits]
         # A notice (the embedder is down: keywords only) is said once, not in every reply of
         # the session; again only after it changed or went away and came back.
         notes = [f"note: {result.notice}"] if result.notice and result.notice != self._notice_said else []
         self._notice_said = result.notice
         if not lines:
-            return "\n".join(["No results.", *notes])
+            return "\n".join(["No results: nothing relevant found.", *notes])
         return _fit_lines(lines, notes, _budget_chars(max_tokens))
 
     def get(self, ids: list[str], max_tokens: int = GET_TOKENS) -> str:

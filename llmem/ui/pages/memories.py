@@ -83,22 +83,27 @@ def _search(request, chosen: dict):
     result = Searcher(llmem.store, embedder).search(chosen["q"], opts)
     if validity == "invalid":
         result.hits = [h for h in result.hits if h.memory.invalidated_at is not None]
-    return result, [_breakdown(hit, opts.blend, opts.rrf_k) for hit in result.hits]
+    return result, [_breakdown(hit) for hit in result.hits]
 
 
 # Width in pixels of a score of 1.0 in the breakdown bar.
 BAR_WIDTH = 240
 
 
-def _breakdown(hit, blend: float, rrf_k: int) -> dict:
-    """What the final score is made of, as the bar draws it: the lexical and semantic shares
-    of the fused rank (weighted 1 - blend) and the memory's own signal (weighted blend)."""
-    parts = {"fts": 1.0 / (rrf_k + hit.fts_rank) if hit.fts_rank else 0.0,
-             "vec": 1.0 / (rrf_k + hit.vec_rank) if hit.vec_rank else 0.0}
-    fused = sum(parts.values())
-    shares = {name: (hit.rrf_norm * part / fused if fused else 0.0) * (1 - blend)
-              for name, part in parts.items()}
-    shares["sig"] = hit.signal * blend
+def _breakdown(hit) -> dict:
+    """What the final score is made of, as the bar draws it: the relevance (its share weighted
+    1 - PRIOR_WEIGHT) split between the lexical and the semantic evidence, and the prior
+    (weighted PRIOR_WEIGHT), all times the episode and superseded factors the score carries."""
+    from ...search import PRIOR_WEIGHT
+
+    evidence = hit.lexical + hit.semantic
+    relevance_share = (1 - PRIOR_WEIGHT) * hit.relevance
+    shares = {"fts": relevance_share * hit.lexical / evidence if evidence else 0.0,
+              "vec": relevance_share * hit.semantic / evidence if evidence else 0.0,
+              "sig": PRIOR_WEIGHT * hit.signal}
+    made = sum(shares.values())
+    factor = hit.score / made if made else 0.0  # the episode and superseded factors, and reordering
+    shares = {name: share * factor for name, share in shares.items()}
     segments, left = [], 0.0
     for name in ("fts", "vec", "sig"):
         width = shares[name] * BAR_WIDTH

@@ -29,6 +29,8 @@ def identifier_hints(*texts: str | None) -> str:
         if not text:
             continue
         for word in _WORD.findall(text):
+            if word.isalpha() and word.islower():
+                continue  # no capital, no digit: no boundary to split at (and most words)
             pieces = _CAMEL_SPLIT.split(word)
             if len(pieces) < 2:
                 continue

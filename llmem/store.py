@@ -457,29 +457,6 @@ class Store:
             memory.save()
         return memory
 
-    def supersede(self, id_or_prefix: str, content: str, *, reason: str | None = None,
-                  expected_version: int | None = None) -> Memory:
-        """Correct a memory: a new one stating `content` (same type, project and session, the
-        user's confidence) supersedes it, and it is invalidated, in one transaction (as an
-        extraction does when the LLM restates a provisional memory). Returns the new memory."""
-        memory_id = self.resolve_id(id_or_prefix)
-        Memory = self.models.Memory
-        with self.db.atomic():
-            old = Memory.get(Memory.id == memory_id)
-            check_version(old, expected_version)
-            if old.invalidated_at is not None:
-                raise UsageError(f"memory {old.id} is already invalidated",
-                                 hint="correct the memory that replaced it instead")
-            result = self.add(content, old.type, confidence=0.9, source="user",
-                              project=old.project, session_id=old.session_id)
-            newer = result.memory
-            if newer.id == old.id:
-                raise UsageError("the correction says the same as the memory",
-                                 hint="change the text, or edit the memory instead")
-            self.relate(newer.id, old.id, "supersedes")
-            self.invalidate(old.id, (reason or "").strip() or f"corrected by {newer.id}")
-        return newer
-
     def delete(self, id_or_prefix: str) -> str:
         """Delete a memory for good, with its relations, embedding and recall events."""
         memory_id = self.resolve_id(id_or_prefix)

@@ -321,3 +321,37 @@ def readable_relation_rows(db) -> tuple[list[tuple[str, str, str, float]], int]:
         if row is not None:
             rows.append(row)
     return rows, lost
+
+
+# ---- what the search rerank reads (search.py) ---------------------------------------------
+
+def ranking_rows(db, seqs: list[int]) -> list[tuple]:
+    """(seq, id, type, confidence, created_at, source, project, content, summary, hints) of
+    each memory in `seqs`: what the rerank scores a candidate by, without loading the model."""
+    marks = ",".join("?" * len(seqs))
+    return db.execute_sql("SELECT seq, id, type, confidence, created_at, source, project, content, "
+                          f"summary, hints FROM memory WHERE seq IN ({marks})", seqs).fetchall()
+
+
+def chosen_recalls(db, memory_ids: list[str], origins: tuple[str, ...]) -> dict[str, int]:
+    """How often each memory was in the top three of a recall someone asked for (`origins`):
+    automatic context injections and the dream's re-surfacing do not count as use."""
+    if not memory_ids:
+        return {}
+    marks, omarks = ",".join("?" * len(memory_ids)), ",".join("?" * len(origins))
+    rows = db.execute_sql(f"SELECT memory_id, count(*) FROM recall_event WHERE memory_id IN ({marks}) "
+                          f"AND origin IN ({omarks}) AND rank <= 3 GROUP BY memory_id", [*memory_ids, *origins])
+    return {memory_id: int(count) for memory_id, count in rows}
+
+
+def superseded_by(db, memory_ids: list[str]) -> dict[str, str]:
+    """{memory id: id of the valid memory that supersedes it} for those of `memory_ids` replaced."""
+    if not memory_ids:
+        return {}
+    marks = ",".join("?" * len(memory_ids))
+    # From the relation side (its target index), then each source by id: joined the other way
+    # round, SQLite scanned every memory (~290 ms at 100k).
+    rows = db.execute_sql("SELECT r.target_id, r.source_id FROM relation r WHERE r.type = 'supersedes' "
+                          f"AND r.target_id IN ({marks}) AND EXISTS (SELECT 1 FROM memory s "
+                          "WHERE s.id = r.source_id AND s.invalidated_at IS NULL) ORDER BY r.created_at", memory_ids)
+    return {target: source for target, source in rows}

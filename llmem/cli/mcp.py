@@ -24,4 +24,11 @@ def mcp(app, action):
         for handler in logging.getLogger("llmem").handlers:
             if getattr(handler, "_llmem_stderr", False):
                 handler.setLevel(logging.WARNING)
-    serve(app)
+    from .resident import start_resident
+
+    resident = start_resident(app)  # hooks answered here too while the agent runs this server
+    try:
+        serve(app)
+    finally:
+        if resident is not None:
+            resident.stop()

@@ -26,9 +26,6 @@ def mcp(app, action):
                 handler.setLevel(logging.WARNING)
     from .resident import start_resident
 
-    resident = start_resident(app)  # hooks answered here too while the agent runs this server
-    try:
-        serve(app)
-    finally:
-        if resident is not None:
-            resident.stop()
+    # Hooks are answered here too while the agent runs this server, on the thread that holds
+    # the store.
+    serve(app, beside=lambda executor: start_resident(app, run_on=executor))

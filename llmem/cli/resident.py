@@ -42,13 +42,12 @@ class Declined(Exception):
 class Resident:
     """The socket server of one long-lived process; `start()` returns None when it cannot serve."""
 
-    def __init__(self, host_app, config_path: str | None = None, path=None):
-        from ..app import App
-
-        # An App of its own (its own store connection, used by the serving thread alone) that
-        # shares the host's embedder, so the model is loaded once per process.
-        self.app = App(config=host_app.config)
-        self.app.embedder = host_app.embedder
+    def __init__(self, host_app, config_path: str | None = None, path=None, run_on=None):
+        # The host's App: its store (a connection per thread, as the worker's threads have)
+        # and its embedder, so the model is loaded once per process. `run_on`: an executor
+        # that must run every use of the store (`llmem mcp` keeps one thread on it).
+        self.app = host_app
+        self.run_on = run_on
         self.config_path = config_path
         self.path = os.fspath(path or socket_path())
         self.environment = environment()
@@ -130,14 +129,12 @@ class Resident:
                 os.unlink(self.path)
         except OSError:
             pass
-        if "store" in self.app.__dict__:
-            self.app.store.close()  # the embedder is the host's: it closes it
         if self._hook_log is not None:
             logging.getLogger("llmem.hooks").removeHandler(self._hook_log)
             self._hook_log.close()
 
     def _serve(self) -> None:
-        self._warm()
+        self._on_host(self._warm)
         while not self._stop.is_set():
             try:
                 conn, _ = self._listener.accept()
@@ -188,13 +185,17 @@ class Resident:
             if size > REQUEST_LIMIT:
                 return
         try:
-            reply = {"ok": True, **self.run(json.loads(b"".join(chunks)))}
+            request = json.loads(b"".join(chunks))
+            reply = {"ok": True, **self._on_host(self.run, request)}
         except Declined as why:
             reply = {"ok": False, "why": str(why)}
         except Exception as exc:
             log.debug("resident: declined a hook after a failure: %s", exc, exc_info=True)
             reply = {"ok": False, "why": f"{exc.__class__.__name__}: {exc}"}
         conn.sendall(json.dumps(reply, ensure_ascii=False).encode("utf-8"))
+
+    def _on_host(self, work, *args):
+        return work(*args) if self.run_on is None else self.run_on.submit(work, *args).result()
 
     # ---- the hook ------------------------------------------------------------------------
 
@@ -255,13 +256,13 @@ def _same_user(conn: socket.socket) -> bool:
     return struct.unpack("3i", creds)[1] == os.getuid()
 
 
-def start_resident(app) -> Resident | None:
+def start_resident(app, run_on=None) -> Resident | None:
     """Serve hooks from this process for its life when `pipeline.resident_hooks` is on (None: not)."""
     try:
         if not app.config.values["pipeline"]["resident_hooks"]:
             return None
         config_path = click.get_current_context().find_root().params.get("config_path")
-        return Resident(app, config_path).start()
+        return Resident(app, config_path, run_on=run_on).start()
     except Exception as exc:  # the host process runs on without it; hooks run in-process
         log.warning("not serving hooks: %s", exc)
         return None

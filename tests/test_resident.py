@@ -346,3 +346,23 @@ def test_a_worker_serves_hooks_and_a_killed_one_leaves_the_in_process_path(agent
         worker.send_signal(signal.SIGINT)
         worker.wait(20)
     assert not os.path.exists(path)
+
+
+# ---- the lean in-process path -------------------------------------------------------------
+
+def test_an_http_embedder_builds_no_tls_context_for_a_plain_http_url(model_server, monkeypatch):
+    """Loading the CA bundle for a verified SSL context cost a fresh hook 40-250 ms, for a
+    loopback http:// server that never speaks TLS."""
+    import certifi
+
+    from llmem.providers.embedders import OllamaEmbedder
+
+    def no_ca_bundle():
+        raise AssertionError("a TLS context was built for an http:// URL")
+
+    monkeypatch.setattr(certifi, "where", no_ca_bundle)
+    embedder = OllamaEmbedder("nomic-embed-text", model_server.url, 5.0, 16)
+    assert len(embedder.embed_query("pagination")) > 0
+    secure = OllamaEmbedder("nomic-embed-text", "https://127.0.0.1:9", 5.0, 16)
+    with pytest.raises(AssertionError, match="TLS context"):
+        secure._http()  # https keeps its verified context

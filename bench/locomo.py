@@ -31,6 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -40,6 +41,7 @@ from fakes import FakeEmbedder  # noqa: E402
 
 from llmem.exchange import apply_import, plan_import  # noqa: E402
 from llmem.providers.embedders import Embedder  # noqa: E402
+from llmem.redact import masked_url  # noqa: E402
 from llmem.search import Searcher, SearchOptions  # noqa: E402
 from llmem.store import Store  # noqa: E402
 from llmem.vectors import embedding_text, store_vectors  # noqa: E402
@@ -234,13 +236,41 @@ def run(args) -> None:
     extra = parse_options(args.set)
     if extra:
         print("search options:", ", ".join(f"{k}={v}" for k, v in extra.items()))
+    for location in args.store or ["sqlite"]:
+        print(f"\n== store: {masked_url(location)}")
+        run_on_store(location, data, ks, limit, embedder, cached, modes, extra, args)
+
+
+def conversation_store(location: str, tmp: str, sample_id: str):
+    """A fresh store for one conversation: a SQLite file in `tmp`, or a new database on the
+    PostgreSQL server of `location` (a URL naming any database there; it is left as it was)."""
+    if location == "sqlite":
+        return Store.open(Path(tmp) / f"{sample_id}.db"), None
+    import psycopg
+
+    name = "llmem_locomo_" + re.sub(r"\W", "_", sample_id).lower()
+    with psycopg.connect(location, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(f"CREATE DATABASE {name}")
+    return Store.open(urlunsplit(urlsplit(location)._replace(path="/" + name))), name
+
+
+def drop_conversation_store(location: str, name: str | None) -> None:
+    if name is not None:
+        import psycopg
+
+        with psycopg.connect(location, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name}")
+
+
+def run_on_store(location, data, ks, limit, embedder, cached, modes, extra, args) -> None:
     scores = {mode: Scores(ks) for mode in modes}
     turns_total = import_s = embed_s = 0.0
     skipped = 0
     any_cached = False
     with tempfile.TemporaryDirectory(prefix="llmem-locomo-") as tmp:
         for sample in data:
-            store = Store.open(Path(tmp) / f"{sample['sample_id']}.db")
+            store, database = conversation_store(location, tmp, sample["sample_id"])
             document = import_document(sample)
             start = time.perf_counter()
             plan = plan_import(store, document)
@@ -259,7 +289,7 @@ def run(args) -> None:
                 any_cached = any_cached or was_cached
                 store_vectors(store, embedder, memories, vectors)
                 embed_s += time.perf_counter() - start
-            searcher = Searcher(store, cached, vectors_in_memory=args.vectors_in_memory)
+            searcher = Searcher(store, cached)
             known = set(dia_of.values())
             questions = []
             for qa in sample["qa"]:
@@ -284,6 +314,7 @@ def run(args) -> None:
                         ms -= cached.spent_ms - embedding_before
                     scores[mode].add(category, [dia_of[h.seq] for h in hits], evidence, ms)
             store.close()
+            drop_conversation_store(location, database)
 
     count = len(scores[modes[0]].rr)
     print(f"questions: {count} (category {ADVERSARIAL} left out; {skipped} without a known evidence turn skipped)")
@@ -321,10 +352,12 @@ def main() -> None:
                              "package), a model folder, fake or none.")
     parser.add_argument("--mode", default="hybrid", choices=MODES, help="Listed first; the others are the baselines.")
     parser.add_argument("--limit-conversations", type=int, default=0)
-    parser.add_argument("--vectors-in-memory", action="store_true",
-                        help="KNN over a numpy matrix instead of vec0 (long-lived processes).")
     parser.add_argument("--vector-cache", metavar="DIR",
                         help="Keep document vectors in DIR between runs (never inside the repo).")
+    parser.add_argument("--store", action="append", metavar="sqlite|URL",
+                        help="Where the stores live: sqlite (temp files, the default) or a "
+                             "postgresql:// URL (a database per conversation is made there); "
+                             "repeat it to measure several side by side in one run.")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="Override a SearchOptions field, e.g. --set rrf_k=30.")
     args = parser.parse_args()

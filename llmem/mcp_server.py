@@ -116,9 +116,9 @@ class MemoryTools:
     def open(self) -> None:
         """Open the store, the embedder and the Searcher, for the server's life."""
         if self._searcher is None:
-            # A long-lived process: the vectors are kept in one numpy matrix (a KNN in
-            # milliseconds), reloaded only when the store's vectors change.
-            self._searcher = Searcher(self.app.store, self.app.embedder, vectors_in_memory=True)
+            # The vectors are scanned from the store's memory-mapped vector file
+            # (db/vector_file.py), caught up when another process writes embeddings.
+            self._searcher = Searcher(self.app.store, self.app.embedder)
 
     def close(self) -> None:
         self.app.close()

@@ -525,3 +525,22 @@ def _gather(value, strings: list[str]) -> None:
             if isinstance(key, str):
                 strings.append(key)
             _gather(item, strings)
+
+
+def masked_url(url):
+    """`url` with the password of its user part shown as `***` (a store URL in `config show`,
+    an error, a log line); any other value is returned as it is."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if not isinstance(url, str) or "://" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # a malformed port or netloc: mask everything before the host
+        head, at, host = url.partition("://")[2].rpartition("@")
+        return url if not at else url.split("://")[0] + "://***@" + host
+    if password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))

@@ -138,17 +138,10 @@ def memory_signal(memory: Memory | RankFields, at: float) -> tuple[float, dict[s
 class Searcher:
     """Runs searches over one store with one embedder."""
 
-    def __init__(self, store, embedder: Embedder | None, *, vectors_in_memory: bool = False):
-        """`vectors_in_memory`: keep every vector in a numpy matrix (for long-lived processes).
-
-        Loading the matrix costs ~1.6 s per 100k 768-d vectors, but a KNN over it takes
-        ~10 ms against vec0's ~115 ms (the sqlite-vec wheel has no SIMD). A one-shot CLI
-        process is better served by vec0.
-        """
+    def __init__(self, store, embedder: Embedder | None):
         self.store = store
         self.db = store.db
         self.embedder = embedder
-        self.vectors_in_memory = vectors_in_memory
 
     # ---- candidate lists -------------------------------------------------------------
 
@@ -185,26 +178,13 @@ class Searcher:
         return [(s, d) for s, d in nearest if 1.0 - d >= floor]
 
     def _nearest(self, query_vector, depth: int, where: str, params: list) -> list[tuple[int, float]]:
-        """(seq, cosine distance) best first, filtered; over-fetches until `depth` pass the filters."""
+        """(seq, cosine distance) best first, filtered: one scan of the vector file."""
         model, dim = vec.index_state(self.db)
         if model != self.embedder.identity or dim != len(query_vector):
             return []  # nothing embedded with this model yet
-        use_vec0 = (self.db.vec_loaded and not self.vectors_in_memory
-                    and vec.get_setting(self.db, "vec_dirty") != "1")
-        k = depth
-        while True:
-            if use_vec0:
-                nearest = vec.knn_vec0(self.db, query_vector, k)
-            else:
-                nearest = vec.knn_numpy(self.db, query_vector, k, model, dim)
-            if where == "1" or not nearest:
-                return nearest[:depth]
-            allowed = seqs_passing(self.db, [s for s, _ in nearest], where, params)
-            kept = [(s, d) for s, d in nearest if s in allowed]
-            exhausted = len(nearest) < k or k >= vec.MAX_KNN
-            if len(kept) >= depth or exhausted:
-                return kept[:depth]
-            k = min(k * 4, vec.MAX_KNN)
+        from .db import vector_file  # numpy comes with it: FTS-only searches never load it
+
+        return vector_file.nearest(self.db, query_vector, depth, model, dim, where, params)
 
     # ---- the search ------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Any
 import peewee as pw
 
 from .db import vec
-from .db.connection import open_database, open_read_only
+from .db.connection import open_store_database
 from .db.derived import text_hash, text_to_embed
 from .db.fts import index_hints
 from .db.models import (
@@ -128,11 +128,11 @@ class Store:
         self.redactor = redactor or Redactor()
 
     @classmethod
-    def open(cls, path: Path, *, vec_enabled: bool = True, redactor: Redactor | None = None,
+    def open(cls, path: Path | str, *, vec_enabled: bool = True, redactor: Redactor | None = None,
              read_only: bool = False) -> Store:
-        """`read_only`: nothing is created, migrated or written (db/connection.py open_read_only)."""
-        opener = open_read_only if read_only else open_database
-        return cls(opener(Path(path), vec=vec_enabled), redactor)
+        """`path`: the SQLite file, or the store's URL (`sqlite:///…`, `postgresql://…`).
+        `read_only`: nothing is created, migrated or written (db/connection.py open_read_only)."""
+        return cls(open_store_database(path, vec=vec_enabled, read_only=read_only), redactor)
 
     def close(self) -> None:
         if not self.db.is_closed():
@@ -494,7 +494,7 @@ class Store:
             "embedding_model": model,
             "embedding_dim": dim,
             "recall_events": self.models.RecallEvent.select().count(),
-            "db_path": self.db.database,
-            "db_bytes": Path(self.db.database).stat().st_size if Path(self.db.database).exists() else 0,
+            "db_path": self.db.location,
+            "db_bytes": Path(self.db.location).stat().st_size if Path(self.db.location).is_file() else 0,
             "sqlite_vec": "loaded" if self.db.vec_loaded else "unavailable",
         }

@@ -83,6 +83,11 @@ def embed_pending(store, embedder: Embedder, *, everything: bool = False,
         chunk: Iterable[Memory] = list(
             pending_query(store, embedder.identity, everything).where(Memory.seq > last_seq).limit(batch))
         if not chunk:
+            if done:  # bring the vector file up to date now, not in the next search
+                from .db import vector_file
+
+                model, dim = vec.index_state(store.db)
+                vector_file.index_for(store.db, model, dim)
             return done
         done += embed_memories(store, embedder, chunk)
         last_seq = chunk[-1].seq

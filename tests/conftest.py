@@ -89,3 +89,31 @@ def ollama_config(configure, model_server):
     configure(f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"
               f"llm:\n  provider: ollama\n  base_url: {model_server.url}\n")
     return model_server
+
+
+# ---- real database servers (tests/servers.py): the backend tests -----------------------
+
+@pytest.fixture(scope="session")
+def servers():
+    """The session's PostgreSQL and Redis servers, started on first use, stopped at the end."""
+    from servers import ServerPool
+
+    pool = ServerPool()
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture
+def postgres_url(servers):
+    """A fresh database of its own on the session's PostgreSQL (pgvector enabled)."""
+    return servers.fresh_database()
+
+
+# A store test takes `store_url` to run on both backends: the Postgres run is marked
+# `backend` (`.ci/run` runs those with LLMEM_REQUIRE_SERVERS=1, so a server that cannot
+# start fails them there; elsewhere they skip, saying why).
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.backend)])
+def store_url(request, llmem_home):
+    if request.param == "sqlite":
+        return f"sqlite:///{llmem_home / 'memory.db'}"
+    return request.getfixturevalue("servers").fresh_database()

@@ -92,6 +92,9 @@ class FakeModelServer:
         self.delay = 2.0
         self.requests: list[tuple[str, dict]] = []
         self.chat_replies: list[str] = []  # scripted /api/chat contents, consumed in order
+        # Or a function of the request (path, body) giving the chat content: a reply that
+        # depends on what was asked, safe under concurrent requests (bench/recall.py).
+        self.chat_answer = None
         self.embeddings_reply: list | None = None  # when set, what /api/embed answers as 'embeddings'
         self.chat_status: dict[str, int] = {}  # chat model name -> HTTP error status it answers
         self.models = ["nomic-embed-text:latest", "llama3.1:8b"]
@@ -146,7 +149,10 @@ class FakeModelServer:
                 if refused and self.path in ("/api/chat", "/v1/chat/completions"):
                     return self._reply(refused, {"error": f"model '{body.get('model')}' answered {refused}"})
                 if self.path == "/api/chat":
-                    content = server.chat_replies.pop(0) if server.chat_replies else "{}"
+                    if server.chat_answer is not None:
+                        content = server.chat_answer(self.path, body)
+                    else:
+                        content = server.chat_replies.pop(0) if server.chat_replies else "{}"
                     return self._reply(200, {"message": {"role": "assistant", "content": content},
                                              "prompt_eval_count": 10, "eval_count": 5, "done": True})
                 if self.path == "/v1/chat/completions":

@@ -70,13 +70,14 @@ def copilot_events_file(state_dir: Path, *lines: str, cwd: str | None = "/work/a
     return session_id, events
 
 
-def copilot_turn_lines(text: str, reply: str = "done", turn_id: str = "0") -> list[str]:
-    """A finished turn without a parentId chain (for tests that build files line by line)."""
-    return [copilot_line("user.message", {"content": text}),
-            copilot_line("assistant.turn_start", {"turnId": turn_id}),
+def copilot_turn_lines(text: str, reply: str = "done", turn_id: str = "0", *, at: float | None = None) -> list[str]:
+    """A finished turn without a parentId chain (for tests that build files line by line),
+    stamped `at` (default: now)."""
+    return [copilot_line("user.message", {"content": text}, at=at),
+            copilot_line("assistant.turn_start", {"turnId": turn_id}, at=at),
             copilot_line("assistant.message", {"messageId": str(uuid.uuid4()), "content": reply,
-                                                "toolRequests": []}),
-            copilot_line("assistant.turn_end", {"turnId": turn_id})]
+                                                "toolRequests": []}, at=at),
+            copilot_line("assistant.turn_end", {"turnId": turn_id}, at=at)]
 
 
 class CopilotSession:

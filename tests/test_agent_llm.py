@@ -355,9 +355,9 @@ def test_the_watcher_and_backfill_skip_sessions_the_agent_kept_for_llmems_call(t
     state_dir = home / ".copilot" / "session-state"
     configure("embedding:\n  provider: none\nllm:\n  provider: agent\n  agent: copilot\n"
               "session:\n  adapter: auto\n")
-    clock = [time.time() - 60]
     emitted: list[tuple[str, str, str]] = []
-    watcher = SessionWatcher(load_config(), lambda *event: emitted.append(event), clock=lambda: clock[0])
+    watcher = SessionWatcher(load_config(), lambda *event: emitted.append(event))
+    watcher.begin(time.time() - 60)  # driven through poll(now): no observer, no sleeps
     # Copilot and OpenCode keep every session: the stand-ins do too, in llmem's folder.
     for agent in ("copilot", "opencode"):
         agents[agent].answer('{"items": []}')
@@ -369,10 +369,8 @@ def test_the_watcher_and_backfill_skip_sessions_the_agent_kept_for_llmems_call(t
     user.turn("Remember that invoices are numbered per year.", "Noted.")
     user.shutdown()
 
-    clock[0] = time.time() + 3600  # past the idle debounce and the inactivity timeout
-    watcher._process_key(f"copilot:{own_copilot}")
-    watcher._process_key("copilot:ses-user")
-    watcher._process_key(f"opencode:{home / '.local' / 'share' / 'opencode' / 'opencode.db'}")
+    watcher.poll(time.time() + 3600)  # the folders appeared: attached, and every session read
+    watcher.poll(time.time() + 7200)  # past the idle debounce and the inactivity timeout
 
     assert {session for _, session, _ in emitted} == {"ses-user"}
     assert ("copilot", "ses-user", "ending") in emitted
@@ -392,9 +390,9 @@ def test_the_watcher_skips_a_claude_or_codex_session_that_ran_in_llmems_folder(c
 
     home = Path(os.environ["HOME"])
     configure("embedding:\n  provider: none\nsession:\n  adapter: auto\n")
-    clock = [time.time() - 60]
     emitted: list[tuple[str, str, str]] = []
-    watcher = SessionWatcher(load_config(), lambda *event: emitted.append(event), clock=lambda: clock[0])
+    watcher = SessionWatcher(load_config(), lambda *event: emitted.append(event))
+    watcher.begin(time.time() - 60)  # driven through poll(now): no observer, no sleeps
     own_dir = str(prepare_workdir())
     sessions = {}
     for cwd in (own_dir, PROJECT):
@@ -404,9 +402,8 @@ def test_the_watcher_skips_a_claude_or_codex_session_that_ran_in_llmems_folder(c
         codex.turn("Remember that builds run on Fridays.", "Noted.")
         sessions[cwd] = {("claude", claude.id), ("codex", codex.id)}
 
-    clock[0] = time.time() + 3600  # past the idle debounce and the inactivity timeout
-    for adapter, session_id in sessions[own_dir] | sessions[PROJECT]:
-        watcher._process_key(f"{adapter}:{session_id}")
+    watcher.poll(time.time() + 3600)  # the folders appeared: attached, and every session read
+    watcher.poll(time.time() + 7200)  # past the idle debounce and the inactivity timeout
 
     assert {(adapter, session) for adapter, session, _ in emitted} == sessions[PROJECT]
 

@@ -10,6 +10,7 @@ wrong import of one kind; laid over the real tree, each must make its rule fail.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -51,11 +52,23 @@ def module_name(path: Path, root: Path = ROOT) -> str:
 
 def source_modules(root: Path = ROOT) -> dict[str, tuple[str, bool]]:
     """{module: (source, is_package)} of llmem and workers."""
-    found = {}
+    return dict(_read_source_modules(root))
+
+
+@functools.cache
+def _read_source_modules(root: Path) -> tuple[tuple[str, tuple[str, bool]], ...]:
+    """Read once per test process: a dozen tests check the same tree (each its own rule)."""
+    found = []
     for top in ("llmem", "workers"):
         for path in sorted((root / top).rglob("*.py")):
-            found[module_name(path, root)] = (path.read_text(), path.name == "__init__.py")
-    return found
+            found.append((module_name(path, root), (path.read_text(), path.name == "__init__.py")))
+    return tuple(found)
+
+
+@functools.cache
+def _import_nodes(source: str) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """The import statements of `source`, wherever they sit (parsed once per text)."""
+    return tuple(node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Import | ast.ImportFrom))
 
 
 def imports_of(module: str, source: str, is_package: bool, known: set[str]) -> list[tuple[str, int]]:
@@ -66,7 +79,7 @@ def imports_of(module: str, source: str, is_package: bool, known: set[str]) -> l
     """
     package = module if is_package else module.rpartition(".")[0]
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in _import_nodes(source):
         if isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

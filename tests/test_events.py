@@ -284,3 +284,19 @@ def test_a_moment_joining_a_deferred_event_runs_the_heuristics_now(app, model_se
         assert first != second
     finally:
         tasks.use_app(None)
+
+
+def test_the_worker_builds_no_context_block_nobody_reads(app):
+    # The worker drops a created event's block (the hook that printed one built its own), so
+    # building it cost a search and recorded context recalls for nobody: in a `llmem run`
+    # replay those recalls touched 41 of 91 memories and outweighed relevance afterwards.
+    session_id, _ = copilot_events_file(
+        app.state_dir, *copilot_turn_lines("the cache ttl is ten minutes"), cwd=None)
+    app.store.add("The cache ttl is ten minutes in every environment.", "fact")
+    RecallEvent = app.store.models.RecallEvent
+    for kind in ("created", "compacting"):
+        event, _ = record_event(app.store, "copilot", session_id, kind)
+        outcome = run_event(app, event.id)
+        assert outcome.status == "done"
+        assert "context" not in outcome.result["steps"]
+    assert RecallEvent.select().count() == 0

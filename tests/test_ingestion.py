@@ -1,21 +1,21 @@
 """Every completed turn is extracted exactly once, however the session ends (issue 9.1, 9.3).
 
-A real watcher (watchdog) over real agent files, with the store as the source of truth: each
-emitted moment is recorded as an event row, and the test then runs the recorded events the way
-the worker does (events.run_event) and searches the store.
+A real watcher over real agent files, driven through poll(now) (no sleeps), with the store as
+the source of truth: each emitted moment is recorded as an event row, and the test then runs
+the recorded events the way the worker does (events.run_event) and searches the store.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 from session_writers import append_lines, copilot_events_file, copilot_line, copilot_turn_lines
+from watch_driver import DrivenWatcher
 
 import llmem.db.connection as connection
 import llmem.pipeline.watcher as watcher_module
@@ -28,9 +28,7 @@ FIXTURE_SQL = Path(__file__).parent / "fixtures" / "opencode" / "opencode_fixtur
 
 
 @pytest.fixture
-def dirs(tmp_path, configure, monkeypatch):
-    monkeypatch.setattr(watcher_module, "DIR_CHECK_SECONDS", 0.3)
-    monkeypatch.setattr(watcher_module, "RETRY_SECONDS", 0.3)
+def dirs(tmp_path, configure):
     opencode = tmp_path / "opencode"
     copilot = tmp_path / "copilot" / "session-state"
     copilot.mkdir(parents=True)
@@ -42,43 +40,52 @@ def dirs(tmp_path, configure, monkeypatch):
 
 
 class Pipeline:
-    """Watcher → event rows → run_event, all in this process, on one store."""
+    """Watcher → event rows → run_event, all in this process, on one store; the watcher is
+    driven: `run(seconds)` moves its time on."""
 
     def __init__(self):
         self.app = App()
         self.recorded: list[tuple[str, str, str, int]] = []
-        self.changed = threading.Condition()
-        self.watcher: SessionWatcher | None = None
+        self.drive: DrivenWatcher | None = None
 
     def emit(self, adapter: str, session_id: str, kind: str) -> None:
         event, _ = record_event(self.app.store, adapter, session_id, kind)
-        with self.changed:
-            self.recorded.append((adapter, session_id, kind, event.id))
-            self.changed.notify_all()
+        self.recorded.append((adapter, session_id, kind, event.id))
 
     def start(self, *, idle_debounce_seconds: float | None = None,
-              inactivity_seconds: float | None = None) -> Pipeline:
+              inactivity_seconds: float | None = None, now: float | None = None) -> Pipeline:
         """`inactivity_seconds`: below the config's one-minute floor, so set on the watcher."""
-        self.watcher = SessionWatcher(self.app.config, self.emit, store=self.app.store)
+        watcher = SessionWatcher(self.app.config, self.emit, store=self.app.store)
         if idle_debounce_seconds is not None:
-            self.watcher.idle_debounce_ms = int(idle_debounce_seconds * 1000)
+            watcher.idle_debounce_ms = int(idle_debounce_seconds * 1000)
         if inactivity_seconds is not None:
-            self.watcher.inactivity_ms = int(inactivity_seconds * 1000)
+            watcher.inactivity_ms = int(inactivity_seconds * 1000)
         self.looks: list[tuple[float, str, object]] = []  # (when, session, Lifecycle) of each look
-        apply = self.watcher._apply
+        apply = watcher._apply
 
-        def looked(adapter, session_id, lifecycle):
-            self.looks.append((time.time(), session_id, lifecycle))
-            apply(adapter, session_id, lifecycle)
+        def looked(adapter, session_id, lifecycle, now):
+            self.looks.append((now, session_id, lifecycle))
+            apply(adapter, session_id, lifecycle, now)
 
-        self.watcher._apply = looked
-        self.watcher.start()
+        watcher._apply = looked
+        self.drive = DrivenWatcher(watcher, now)
         return self
 
+    @property
+    def watcher(self) -> SessionWatcher:
+        return self.drive.watcher
+
+    @property
+    def now(self) -> float:
+        return self.drive.now
+
+    def run(self, seconds: float = 1.0) -> float:
+        return self.drive.run(seconds)
+
     def stop(self) -> None:
-        if self.watcher is not None:
-            self.watcher.stop()
-            self.watcher = None
+        if self.drive is not None:
+            self.drive.close()
+            self.drive = None
 
     def close(self) -> None:
         self.stop()
@@ -86,16 +93,6 @@ class Pipeline:
 
     def kinds(self, session_id: str) -> list[str]:
         return [kind for _, sid, kind, _ in self.recorded if sid == session_id]
-
-    def wait_for(self, session_id: str, *kinds: str, timeout: float = 10.0) -> None:
-        """Until the session's recorded kinds end with `kinds` (in order)."""
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while self.kinds(session_id)[-len(kinds):] != list(kinds):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"{kinds} not emitted for {session_id}; got {self.kinds(session_id)}")
-                self.changed.wait(left)
 
     def run_recorded(self) -> None:
         """Run every recorded event, as a worker would."""
@@ -123,9 +120,9 @@ def test_quick_shutdown_after_the_decision_turn_is_searchable(dirs, pipeline):
     _, copilot = dirs
     pipeline.start(idle_debounce_seconds=5.0)  # the default: the session ends before it is idle
     session_id, events = copilot_events_file(copilot, *copilot_turn_lines("We decided to keep the theme in localStorage"))
-    time.sleep(1.0)
+    pipeline.run(1.0)
     append_lines(events, copilot_line("session.shutdown", {"shutdownType": "routine"}))
-    pipeline.wait_for(session_id, "ending")
+    pipeline.run(10.0)
     assert pipeline.kinds(session_id) == ["created", "ending"]
     pipeline.run_recorded()
     assert pipeline.found("theme localStorage") == ["We decided to keep the theme in localStorage"]
@@ -137,7 +134,7 @@ def test_one_shot_session_is_extracted_from_its_ending(dirs, pipeline):
     # `copilot -p`: start, one turn and shutdown, written as one burst.
     session_id, _ = copilot_events_file(copilot, *copilot_turn_lines("remember that the build cache lives in /var/cache/acme"),
                                         copilot_line("session.shutdown", {"shutdownType": "routine"}))
-    pipeline.wait_for(session_id, "ending")
+    pipeline.run(10.0)
     assert pipeline.kinds(session_id) == ["created", "ending"]
     pipeline.run_recorded()
     assert pipeline.found("build cache") == ["The build cache lives in /var/cache/acme"]
@@ -146,19 +143,18 @@ def test_one_shot_session_is_extracted_from_its_ending(dirs, pipeline):
 
 
 def test_a_dead_lock_pid_ends_the_session_and_extracts_its_turn(dirs, pipeline):
-    import subprocess
-    import sys
+    from session_writers import dead_pid
 
     _, copilot = dirs
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()  # a pid that no longer runs: Copilot crashed
+    pid = dead_pid()  # a pid that no longer runs: Copilot crashed
     pipeline.start()
     session_id = str(uuid.uuid4())
     (copilot / session_id).mkdir()
-    (copilot / session_id / f"inuse.{child.pid}.lock").write_text(str(child.pid))
+    (copilot / session_id / f"inuse.{pid}.lock").write_text(str(pid))
     append_lines(copilot / session_id / "events.jsonl", copilot_line("session.start", {"sessionId": session_id}),
                  *copilot_turn_lines("remember that the queue is drained nightly"))
-    pipeline.wait_for(session_id, "ending")
+    pipeline.run(1.0)
+    assert pipeline.kinds(session_id)[-1] == "ending"
     pipeline.run_recorded()
     assert pipeline.found("queue drained") == ["The queue is drained nightly"]
 
@@ -172,9 +168,10 @@ def opencode_db(folder: Path) -> sqlite3.Connection:
 
 
 def opencode_turn(conn: sqlite3.Connection, session: str, number: int, text: str, *,
-                  new_session: bool = False) -> None:
-    """One user message and its finished reply, in ONE transaction (as OpenCode may commit them)."""
-    now = int(time.time() * 1000)
+                  new_session: bool = False, at: float | None = None) -> None:
+    """One user message and its finished reply, in ONE transaction (as OpenCode may commit them),
+    stamped `at` (default: now)."""
+    now = int((time.time() if at is None else at) * 1000)
     conn.execute("BEGIN IMMEDIATE")
     if new_session:
         project = conn.execute("SELECT id, worktree FROM project LIMIT 1").fetchone()
@@ -212,9 +209,10 @@ def test_opencode_whole_turn_transactions_are_each_an_idle(dirs, pipeline):
         pipeline.start()
         session = "ses_0wholeturn0000000000000001"
         opencode_turn(conn, session, 1, "remember that the api listens on port 8080", new_session=True)
-        pipeline.wait_for(session, "created", "idle")
+        pipeline.run(2.0)
+        assert pipeline.kinds(session) == ["created", "idle"]
         opencode_turn(conn, session, 2, "remember that the worker pool has eight threads")
-        pipeline.wait_for(session, "idle", "idle")
+        pipeline.run(2.0)
         assert pipeline.kinds(session) == ["created", "idle", "idle"]
         pipeline.run_recorded()
         assert pipeline.found("port 8080") and pipeline.found("eight threads")
@@ -227,7 +225,9 @@ def test_a_restarted_watcher_announces_nothing_twice_and_catches_up(dirs):
     first = Pipeline().start()
     try:
         known, events = copilot_events_file(copilot, *copilot_turn_lines("remember that fact number 0 is zero"))
-        first.wait_for(known, "created", "idle")
+        first.run(1.0)
+        assert first.kinds(known) == ["created", "idle"]
+        stopped_at = first.now
         first.stop()  # the watcher goes down; the sessions go on
         facts = [f"remember that fact number {n} is {n * 7}" for n in range(1, 4)]
         append_lines(events, *[line for fact in facts for line in copilot_turn_lines(fact)])
@@ -236,17 +236,45 @@ def test_a_restarted_watcher_announces_nothing_twice_and_catches_up(dirs):
     finally:
         first.close()
 
-    second = Pipeline().start()
+    second = Pipeline().start(now=stopped_at + 1)
     try:
-        second.wait_for(known, "idle")
-        second.wait_for(meanwhile, "created", "idle")
-        time.sleep(0.5)
+        second.run(5.0)
         assert second.kinds(known) == ["idle"]  # known: no second created
+        assert second.kinds(meanwhile) == ["created", "idle"]
         second.run_recorded()
         contents = {m for n in range(10) for m in second.found(f"fact number {n}")}
         assert len(contents) == 5 and second.memory_count() == 5
     finally:
         second.close()
+
+
+def test_a_restarted_watcher_announces_no_idle_for_a_session_archived_inside_its_debounce(dirs):
+    """Archived right after its last reply, the session ends before its idle debounce passes:
+    the ending extracts that reply. A restarted watcher re-read it (no new writes) and used
+    to announce the idle it never saw."""
+    from session_writers import OpenCodeStore
+
+    opencode, _ = dirs
+    agent = OpenCodeStore(opencode)
+    first = Pipeline().start(idle_debounce_seconds=5.0)
+    try:
+        session = agent.session()
+        session.turn("remember that the archive test passed", "Noted.", whole=True)
+        session.archive()
+        first.run(1.0)
+        assert first.kinds(session.id) == ["created", "ending"]
+        first.run(60.0)
+        assert first.kinds(session.id) == ["created", "ending"]
+        stopped_at = first.now
+    finally:
+        first.close()
+    second = Pipeline().start(idle_debounce_seconds=5.0, now=stopped_at + 60)
+    try:
+        second.run(60.0)
+        assert second.kinds(session.id) == []
+    finally:
+        second.close()
+        agent.close()
 
 
 # Another process (a CLI write, a worker) holding the store's write lock until told to let go.
@@ -275,12 +303,11 @@ def test_an_event_written_while_the_store_is_locked_arrives_after(dirs, monkeypa
     try:
         assert holder.stdout.readline().strip() == "locked"
         session_id, _ = copilot_events_file(copilot, *copilot_turn_lines("remember that the lock test passed"))
-        deadline = time.monotonic() + 10
-        while pipeline.watcher.errors < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        pipeline.run(watcher_module.RETRY_SECONDS * 1.5)  # one look and one retry
         assert pipeline.watcher.errors >= 2 and pipeline.kinds(session_id) == []
         holder.communicate("\n", timeout=10)  # the lock goes
-        pipeline.wait_for(session_id, "created", "idle")
+        pipeline.run(watcher_module.RETRY_SECONDS * 2)
+        assert pipeline.kinds(session_id) == ["created", "idle"]
         rows = pipeline.app.store.db.execute_sql(
             "SELECT kind FROM event WHERE session_id = ? ORDER BY id", (session_id,)).fetchall()
         assert [r[0] for r in rows] == ["created", "idle"]
@@ -296,45 +323,28 @@ def test_an_event_written_while_the_store_is_locked_arrives_after(dirs, monkeypa
 DEBOUNCE_S, INACTIVITY_S = 1.0, 2.0
 
 
-def first_look_after(pipeline: Pipeline, session_id: str, written: float, timeout: float = 5.0):
-    """The Lifecycle of the watcher's first look at the session after `written` (epoch s)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        looks = [(at, lifecycle) for at, sid, lifecycle in list(pipeline.looks) if sid == session_id and at > written]
-        if looks:
-            return looks[0]
-        time.sleep(0.02)
-    raise AssertionError(f"no look at {session_id} after the write")
-
-
 def assert_looked_inside_the_debounce(pipeline: Pipeline, session_id: str, written: float) -> None:
     """The case under test: the first look after the new turn sees its finished reply, but the
     session is neither busy nor idle yet (the idle debounce has not passed)."""
     from llmem.adapters.lifecycle import Moment
 
-    at, lifecycle = first_look_after(pipeline, session_id, written)
+    at, lifecycle = next((at, lifecycle) for at, sid, lifecycle in pipeline.looks if sid == session_id and at > written)
     assert at - written < DEBOUNCE_S, "the first look came too late to test this case"
     assert Moment.BUSY not in lifecycle and Moment.IDLE not in lifecycle and Moment.ENDING not in lifecycle
 
 
-def wait_for_count(pipeline: Pipeline, session_id: str, kind: str, count: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while pipeline.kinds(session_id).count(kind) < count and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert pipeline.kinds(session_id).count(kind) >= count, pipeline.kinds(session_id)
-
-
-@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_copilot_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipeline):
     _, copilot = dirs
     pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S)
     session_id, events = copilot_events_file(copilot, *copilot_turn_lines("remember that the api listens on port 8080"))
-    pipeline.wait_for(session_id, "created", "idle", "ending")  # ended by inactivity
-    written = time.time()
-    append_lines(events, *copilot_turn_lines("remember that the deploy runs at midnight"))  # user + finished reply, one write
+    pipeline.run(INACTIVITY_S + 1)
+    assert pipeline.kinds(session_id) == ["created", "idle", "ending"]  # ended by inactivity
+    written = pipeline.now
+    # user + finished reply, one write (stamped at the driven time: the watcher's clock is ahead of the wall's)
+    append_lines(events, *copilot_turn_lines("remember that the deploy runs at midnight", at=written))
+    pipeline.run(DEBOUNCE_S / 2)
     assert_looked_inside_the_debounce(pipeline, session_id, written)
-    wait_for_count(pipeline, session_id, "ending", 2)
-    time.sleep(0.3)
+    pipeline.run(INACTIVITY_S + 1)
     assert pipeline.kinds(session_id) == ["created", "idle", "ending", "idle", "ending"]
     pipeline.run_recorded()
     assert pipeline.found("deploy midnight") == ["The deploy runs at midnight"]
@@ -343,7 +353,6 @@ def test_copilot_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipelin
     assert pipeline.memory_count() == 2
 
 
-@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_opencode_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipeline):
     opencode, _ = dirs
     conn = opencode_db(opencode)
@@ -351,12 +360,13 @@ def test_opencode_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipeli
         pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S)
         session = "ses_0afterlongidle00000000001"
         opencode_turn(conn, session, 1, "remember that the api listens on port 8080", new_session=True)
-        pipeline.wait_for(session, "created", "idle", "ending")  # ended by inactivity
-        written = time.time()
-        opencode_turn(conn, session, 2, "remember that the deploy runs at midnight")  # one transaction
+        pipeline.run(INACTIVITY_S + 1)
+        assert pipeline.kinds(session) == ["created", "idle", "ending"]  # ended by inactivity
+        written = pipeline.now
+        opencode_turn(conn, session, 2, "remember that the deploy runs at midnight", at=written)  # one transaction
+        pipeline.run(DEBOUNCE_S / 2)
         assert_looked_inside_the_debounce(pipeline, session, written)
-        wait_for_count(pipeline, session, "ending", 2)
-        time.sleep(0.3)
+        pipeline.run(INACTIVITY_S + 1)
         assert pipeline.kinds(session) == ["created", "idle", "ending", "idle", "ending"]
         pipeline.run_recorded()
         assert pipeline.found("deploy midnight") == ["The deploy runs at midnight"]
@@ -366,24 +376,25 @@ def test_opencode_turn_after_an_inactivity_ending_is_extracted_once(dirs, pipeli
         conn.close()
 
 
-@pytest.mark.slow  # a whole run of real processes: 2-5 s
 def test_a_turn_after_an_inactivity_ending_survives_a_restart_inside_the_debounce(dirs, pipeline):
     """The look that saw the session move on is kept in watch_session: a watcher restarted
     before the idle debounce passed still emits the idle."""
     _, copilot = dirs
     pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S)
     session_id, events = copilot_events_file(copilot, *copilot_turn_lines("remember that the api listens on port 8080"))
-    pipeline.wait_for(session_id, "created", "idle", "ending")
-    written = time.time()
-    append_lines(events, *copilot_turn_lines("remember that the deploy runs at midnight"))
+    pipeline.run(INACTIVITY_S + 1)
+    assert pipeline.kinds(session_id) == ["created", "idle", "ending"]
+    written = pipeline.now
+    append_lines(events, *copilot_turn_lines("remember that the deploy runs at midnight", at=written))
+    pipeline.run(DEBOUNCE_S / 2)
     assert_looked_inside_the_debounce(pipeline, session_id, written)
+    stopped_at = pipeline.now
     pipeline.stop()
     ended = pipeline.app.store.db.execute_sql(
         "SELECT ended FROM watch_session WHERE session_id = ?", (session_id,)).fetchone()[0]
     assert ended == 0  # live again, as saved
-    pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S)
-    wait_for_count(pipeline, session_id, "ending", 2)
-    time.sleep(0.3)
+    pipeline.start(idle_debounce_seconds=DEBOUNCE_S, inactivity_seconds=INACTIVITY_S, now=stopped_at + 0.1)
+    pipeline.run(INACTIVITY_S + 1)
     assert pipeline.kinds(session_id) == ["created", "idle", "ending", "idle", "ending"]
     pipeline.run_recorded()
     assert pipeline.found("deploy midnight") == ["The deploy runs at midnight"]

@@ -340,7 +340,7 @@ def test_doctor_says_detected_hooks_and_mcp_for_each_agent(cli, homes):
     code, out, _ = cli("doctor")
     lines = {line.split("]", 1)[1].split(":", 1)[0].strip(): line for line in out.splitlines()}
     assert lines["claude"].startswith("[ok  ]") and "hooks installed; MCP registered" in lines["claude"]
-    assert "hooks installed; notify set; MCP registered" in lines["codex"]
+    assert "hooks installed, not yet approved — run /hooks in Codex; notify set; MCP registered" in lines["codex"]
     assert lines["copilot"].startswith("[ok  ] copilot: not detected; no hooks; MCP not registered")
 
     put(homes["claude"] / "settings.json", "{oops")

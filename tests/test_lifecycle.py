@@ -370,3 +370,17 @@ def test_copilot_reply_id_is_the_turn_end_of_each_finished_reply():
     sub_agent = Events().add("session.start").prompt().final_turn("1")
     sub_agent.add("assistant.turn_end", agent_id="sub", turnId="9")
     assert copilot_lifecycle(sub_agent.events, sub_agent.last_ms + SECOND).last_turn_id == "e5"
+
+
+def test_turn_started_ms_is_the_newest_prompt():
+    """The watcher takes an idle or ending a hook recorded after this time as the turn's."""
+    two = session(user("u1", T0), assistant("a1", "u1", T0 + 1), user("u2", T0 + 2), assistant("a2", "u2", T0 + 3))
+    assert opencode_lifecycle(two, T0 + MINUTE).turn_started_ms == T0 + 2
+    assert opencode_lifecycle(session(), T0).turn_started_ms is None
+    log = started().prompt().final_turn("1")
+    first = copilot_lifecycle(log.events, log.last_ms + SECOND).turn_started_ms
+    log.prompt().final_turn("2")
+    second = copilot_lifecycle(log.events, log.last_ms + SECOND).turn_started_ms
+    prompts = [event for event in log.events if event["type"] == "user.message"]
+    assert first is not None and second is not None and first < second
+    assert second == copilot_lifecycle(prompts[-1:], 0).last_activity_ms  # the second prompt's stamp

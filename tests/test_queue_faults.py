@@ -173,8 +173,7 @@ def test_queue_db_keeps_no_task_results(cli, home):
     worker = subprocess.Popen([*LLMEM, "worker", "-w", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:  # one worker thread: the dream, queued last, runs last
         wait_until(lambda: [r for r in dream_runs(home) if r[1] == "done"], timeout=60)
-        time.sleep(0.5)
-    finally:
+    finally:  # a graceful stop waits for the task to return, and so for huey to store its result (if it did)
         assert stop(worker) == 0
     with sqlite3.connect(home / "queue.db") as queue:
         assert queue.execute("SELECT count(*) FROM task").fetchone()[0] == 0

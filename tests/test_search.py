@@ -6,7 +6,7 @@ from conftest import free_port_url
 from fakes import FakeEmbedder
 
 from llmem.config import load_config
-from llmem.db import vec
+from llmem.db import vec, vector_file
 from llmem.errors import EmbedderUnavailable, UsageError
 from llmem.providers import make_embedder
 from llmem.providers.embedders import Embedder, NoEmbedder, OllamaEmbedder
@@ -26,8 +26,9 @@ CORPUS = [
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store.open(tmp_path / "memory.db")
+def store(store_url):
+    """A store on each backend (conftest.py `store_url`: SQLite, and Postgres marked backend)."""
+    s = Store.open(store_url)
     for mtype, text in CORPUS:
         s.add(text, mtype)
     yield s
@@ -78,7 +79,7 @@ def test_signal_follows_the_seed_formula(store):
     assert parts["frequency"] == pytest.approx(math.log(1 + 4 / 2))
 
 
-def test_numpy_fallback_returns_the_same_top_k_as_vec0(tmp_path):
+def test_vector_file_returns_the_same_top_k_as_vec0(tmp_path):
     rng = np.random.default_rng(7)
     path = tmp_path / "m.db"
     store = Store.open(path)
@@ -95,7 +96,7 @@ def test_numpy_fallback_returns_the_same_top_k_as_vec0(tmp_path):
     store.close()
     plain = Store.open(path, vec_enabled=False)
     assert not plain.db.vec_loaded
-    via_numpy = vec.knn_numpy(plain.db, query, 20, embedder.identity, 32)
+    via_numpy = vector_file.nearest(plain.db, query, 20, embedder.identity, 32, "1", [])
     assert [s for s, _ in via_vec0] == [s for s, _ in via_numpy]
     assert np.allclose([d for _, d in via_vec0], [d for _, d in via_numpy], atol=1e-5)
     # and a whole search agrees too

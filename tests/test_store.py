@@ -14,8 +14,9 @@ from llmem.vectors import embed_pending, embedding_text, pending_query, store_ve
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store.open(tmp_path / "memory.db")
+def store(store_url):
+    """A store on each backend (conftest.py `store_url`: SQLite, and Postgres marked backend)."""
+    s = Store.open(store_url)
     yield s
     s.close()
 

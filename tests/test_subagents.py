@@ -5,12 +5,11 @@ get no watcher events, and what they found reaches memory through the parent."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
 from session_writers import CodexRollout, OpenCodeStore, append_lines, copilot_line
-from test_watcher import Recorder
+from watch_driver import DrivenWatcher, Recorder
 
 import llmem.pipeline.watcher as watcher_module
 from llmem.adapters import resolve_adapter
@@ -146,25 +145,24 @@ def test_backfill_reads_every_agent_but_skips_subagent_sessions(tmp_path, config
     assert {m.session_id for m in stored(app)} == {parent, main_thread.id}
 
 
-def test_the_watcher_gives_subagent_sessions_no_events(tmp_path, configure, monkeypatch):
-    monkeypatch.setattr(watcher_module, "DIR_CHECK_SECONDS", 0.3)
+def test_the_watcher_gives_subagent_sessions_no_events(tmp_path, configure):
     data_dir, codex_home = tmp_path / "opencode", tmp_path / "codex"
     (codex_home / "sessions").mkdir(parents=True)
     configure(f"session:\n  adapter: auto\n  opencode:\n    data_dir: {data_dir}\n"
               f"  copilot:\n    state_dir: {tmp_path / 'none'}\n  codex:\n    home: {codex_home}\n"
               "pipeline:\n  idle_debounce_seconds: 0.2\n")
     recorder = Recorder()
-    watcher = SessionWatcher(load_config(), recorder)
-    watcher.start()
+    driven = DrivenWatcher(SessionWatcher(load_config(), recorder))
     try:
         parent, child = opencode_parent_and_child(data_dir)
         main_thread = CodexRollout(codex_home)
         main_thread.turn("look into the cache")
         spawned = CodexRollout(codex_home, parent=main_thread.id)
         spawned.turn(SUBAGENT_PROMPT, FINDING)
-        recorder.wait_for(("opencode", parent, "idle"))
-        recorder.wait_for(("codex", main_thread.id, "idle"))
-        time.sleep(1.0)
+        driven.run(watcher_module.DIR_CHECK_SECONDS + 1)  # the OpenCode folder appeared after the start
+        assert "idle" in recorder.kinds(parent) and "idle" in recorder.kinds(main_thread.id)
+        driven.run(3600.0)  # past the inactivity timeout: the parents end, the subagents still get nothing
+        assert recorder.kinds(parent)[-1] == "ending" and recorder.kinds(main_thread.id)[-1] == "ending"
         assert recorder.kinds(child) == [] and recorder.kinds(spawned.id) == []
     finally:
-        watcher.stop()
+        driven.close()

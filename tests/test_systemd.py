@@ -2,9 +2,12 @@
 
 import json
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
+
+import pytest
 
 
 def fake_systemctl(tmp_path, monkeypatch, exit_code=0):
@@ -95,11 +98,84 @@ def test_every_value_in_a_unit_is_quoted_and_its_percent_signs_escaped(tmp_path,
 
 
 def test_a_line_break_in_a_value_is_refused(tmp_path, monkeypatch):
-    import pytest
-
     from llmem.errors import LlmemError
     from llmem.setup import systemd
 
     monkeypatch.setenv("LLMEM_HOME", str(tmp_path / "a\nExecStartPre=/bin/evil"))
     with pytest.raises(LlmemError, match="line break"):
         systemd.render_unit("llmem-worker.service")
+
+
+# ---- issue 21 item 11 -----------------------------------------------------------------------
+
+def test_the_units_carry_the_agents_folder_variables(tmp_path, monkeypatch, llmem_home):
+    """The user manager's environment is not the shell's: a watcher started by systemd looked
+    for Claude Code, Codex and Copilot in their default folders, and llmem's XDG folders moved."""
+    from llmem.setup import systemd
+
+    values = {"CLAUDE_CONFIG_DIR": tmp_path / "claude", "CODEX_HOME": tmp_path / "codex",
+              "COPILOT_HOME": tmp_path / "copilot", "XDG_CONFIG_HOME": tmp_path / "xdg-config",
+              "XDG_DATA_HOME": tmp_path / "xdg-data", "XDG_STATE_HOME": tmp_path / "xdg-state"}
+    for name, value in values.items():
+        monkeypatch.setenv(name, str(value))
+    for unit in ("llmem-watch.service", "llmem-worker.service", "llmem-dream.service"):
+        lines = systemd.render_unit(unit).splitlines()
+        assert f'Environment="LLMEM_HOME={llmem_home}"' in lines
+        for name, value in values.items():
+            assert f'Environment="{name}={value}"' in lines, (unit, name)
+
+
+def test_install_without_a_user_bus_says_the_units_are_written_but_not_enabled(cli, tmp_path, monkeypatch):
+    units = tmp_path / "units"
+    fake_systemctl(tmp_path, monkeypatch)
+    (tmp_path / "bin" / "systemctl").write_text(
+        "#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\nexit 1\n")
+    code, out, err = cli("install", "systemd", "--unit-dir", str(units))
+    assert code == 1 and "Traceback" not in err
+    assert len(list(units.iterdir())) == 4
+    assert "Failed to connect to bus" in err
+    assert f"written in {units}" in err and "not enabled" in err
+    assert "llmem install systemd --uninstall" in err  # how to take them away again
+
+
+def _timer_lines(units: Path) -> list[str]:
+    return [line.removeprefix("OnCalendar=") for line in (units / "llmem-dream.timer").read_text().splitlines()
+            if line.startswith("OnCalendar=")]
+
+
+def test_the_timer_follows_dream_schedule_and_timezone(cli, configure, tmp_path, monkeypatch):
+    fake_systemctl(tmp_path, monkeypatch)
+    configure('dream:\n  schedule: "30 */6 * * mon-fri"\n  timezone: America/Los_Angeles\n')
+    units = tmp_path / "units"
+    assert cli("install", "systemd", "--unit-dir", str(units))[0] == 0
+    assert _timer_lines(units) == ["Mon..Fri *-*-* 00,06,12,18:30:00 America/Los_Angeles"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+@pytest.mark.parametrize("schedule", ["0 3 * * *", "*/20 9-17 * * 1-5", "15 4 1,15 * *",
+                                      "0 12 1 * mon", "5 0 * 2,8 sun", "0 0 29 2 *"])
+def test_the_timer_fires_when_the_worker_would(cli, configure, tmp_path, monkeypatch, schedule):
+    """systemd's own reading of the written OnCalendar lines gives the same next 12 runs as the
+    worker's cron reader (cron's rule: a restricted day-of-month OR day-of-week)."""
+    import re
+    import subprocess
+    from datetime import UTC, datetime
+
+    from llmem.dream.schedule import CronSchedule
+
+    fake_systemctl(tmp_path, monkeypatch)
+    configure(f'dream:\n  schedule: "{schedule}"\n  timezone: UTC\n')
+    units = tmp_path / "units"
+    assert cli("install", "systemd", "--unit-dir", str(units))[0] == 0
+    base = datetime(2026, 12, 1, 16, 0, tzinfo=UTC)
+    done = subprocess.run(["systemd-analyze", "calendar", "--iterations=12",
+                           f"--base-time=@{int(base.timestamp())}", *_timer_lines(units)],
+                          capture_output=True, text=True, timeout=30, env={**os.environ, "TZ": "UTC"})
+    assert done.returncode == 0, done.stderr
+    fired = {datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+             for stamp in re.findall(r"(?:Next elapse|Iter\. #\d+): \w+ (\S+ \S+) UTC", done.stdout)}
+    cron, moment, expected = CronSchedule(schedule), base, []
+    for _ in range(12):
+        moment = cron.next_after(moment)
+        expected.append(moment)
+    assert sorted(fired)[:12] == expected

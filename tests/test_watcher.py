@@ -1,62 +1,27 @@
-"""The watcher on real watchdog events: a Copilot session folder appended to, and an
-OpenCode database written by another process (WAL), appearing after the watcher started."""
+"""The watcher on Copilot session folders appended to and an OpenCode database written by
+another process (WAL), appearing after the watcher started. Driven through poll(now) (no
+sleeps); the tests marked slow run the same on a real watchdog observer and the wall clock."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 from session_writers import append_lines, copilot_line, copilot_turn_lines, recorded_opencode_store
+from watch_driver import DrivenWatcher, Recorder
 
 import llmem.pipeline.watcher as watcher_module
 from llmem.config import load_config
 from llmem.pipeline.watcher import SessionWatcher
 
 
-class Recorder:
-    def __init__(self):
-        self.events: list[tuple[str, str, str]] = []
-        self.changed = threading.Condition()
-
-    def __call__(self, adapter, session_id, kind):
-        with self.changed:
-            self.events.append((adapter, session_id, kind))
-            self.changed.notify_all()
-
-    def wait_for(self, wanted: tuple, timeout: float = 8.0) -> None:
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while wanted not in self.events:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"{wanted} not emitted; got {self.events}")
-                self.changed.wait(left)
-
-    def kinds(self, session_id):
-        return [k for _, s, k in self.events if s == session_id]
-
-    def wait_count(self, session_id: str, kind: str, count: int, timeout: float = 8.0) -> int:
-        """Wait until `kind` was emitted `count` times for the session (or the time is up);
-        how many times it was emitted."""
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while self.kinds(session_id).count(kind) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.changed.wait(left)
-            return self.kinds(session_id).count(kind)
-
-
 @pytest.fixture
-def agent_dirs(tmp_path, configure, monkeypatch):
-    monkeypatch.setattr(watcher_module, "DIR_CHECK_SECONDS", 0.3)
+def agent_dirs(tmp_path, configure):
     opencode = tmp_path / "opencode"
     copilot = tmp_path / "copilot" / "session-state"
     copilot.mkdir(parents=True)
@@ -66,8 +31,14 @@ def agent_dirs(tmp_path, configure, monkeypatch):
     return opencode, copilot
 
 
-@pytest.mark.slow  # a whole run of real processes: 2-5 s
-def test_copilot_session_appended_gives_created_idle_and_ending(agent_dirs):
+@pytest.fixture
+def quick_attach(monkeypatch):
+    """A real observer looks for a late folder every 0.3 s, not 5 s."""
+    monkeypatch.setattr(watcher_module, "DIR_CHECK_SECONDS", 0.3)
+
+
+@pytest.mark.slow  # real inotify and the wall clock: 2-5 s
+def test_copilot_session_appended_gives_created_idle_and_ending(agent_dirs, quick_attach):
     _, copilot = agent_dirs
     recorder = Recorder()
     watcher = SessionWatcher(load_config(), recorder)
@@ -99,47 +70,90 @@ def test_copilot_session_appended_gives_created_idle_and_ending(agent_dirs):
         watcher.stop()
 
 
-def test_a_turn_never_seen_busy_is_a_new_idle(agent_dirs):
-    _, copilot = agent_dirs
+@pytest.fixture
+def driven(agent_dirs):
+    """A watcher on the test's folders, driven through poll(now); its Recorder is .emitted."""
     recorder = Recorder()
-    watcher = SessionWatcher(load_config(), recorder)
-    watcher.start()
-    try:
-        session_id = str(uuid.uuid4())
-        (copilot / session_id).mkdir()
-        events = copilot / session_id / "events.jsonl"
-        append_lines(events, copilot_line("session.start", {"sessionId": session_id}), *copilot_turn_lines("first"))
-        recorder.wait_for(("copilot", session_id, "idle"))
-        append_lines(events, *copilot_turn_lines("second"))  # prompt to reply in one write: never busy to a look
-        deadline = time.monotonic() + 8
-        while recorder.kinds(session_id).count("idle") < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert recorder.kinds(session_id) == ["created", "idle", "idle"]
-    finally:
-        watcher.stop()
+    drive = DrivenWatcher(SessionWatcher(load_config(), recorder))
+    drive.emitted = recorder
+    yield drive
+    drive.close()
 
 
-def test_a_session_reopened_and_ended_again_between_two_looks_ends_again(agent_dirs):
+def test_a_copilot_session_gives_created_idle_and_ending_each_once(agent_dirs, driven):
     _, copilot = agent_dirs
-    recorder = Recorder()
-    watcher = SessionWatcher(load_config(), recorder)
-    watcher.start()
-    try:
-        session_id = str(uuid.uuid4())
-        (copilot / session_id).mkdir()
-        events = copilot / session_id / "events.jsonl"
-        append_lines(events, copilot_line("session.start", {"sessionId": session_id}), *copilot_turn_lines("first"),
-                     copilot_line("session.shutdown", {"shutdownType": "routine"}))
-        recorder.wait_for(("copilot", session_id, "ending"))
-        # `copilot --resume`, one more turn and quit, all before the watcher looks again.
-        append_lines(events, copilot_line("session.resume", {}), *copilot_turn_lines("second"),
-                     copilot_line("session.shutdown", {"shutdownType": "routine"}))
-        deadline = time.monotonic() + 8
-        while recorder.kinds(session_id).count("ending") < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert recorder.kinds(session_id) == ["created", "ending", "ending"]
-    finally:
-        watcher.stop()
+    emitted = driven.emitted
+    session_id = str(uuid.uuid4())
+    folder = copilot / session_id
+    folder.mkdir()
+    events = folder / "events.jsonl"
+    append_lines(events, copilot_line("session.start", {"sessionId": session_id, "context": {"cwd": "/w"}}))
+    driven.run(1.0)
+    assert emitted.kinds(session_id) == ["created"]
+    append_lines(events, *copilot_turn_lines("remember that we use tabs"))
+    driven.run(1.0)
+    assert emitted.kinds(session_id) == ["created", "idle"]
+    append_lines(events, copilot_line("user.message", {"content": "next"}),
+                 copilot_line("assistant.turn_start", {"turnId": "1"}))
+    driven.run(60.0)
+    assert emitted.kinds(session_id) == ["created", "idle"]  # busy: no new idle, however long
+    append_lines(events, copilot_line("assistant.message", {"messageId": "m2", "content": "ok", "toolRequests": []}),
+                 copilot_line("assistant.turn_end", {"turnId": "1"}))
+    driven.run(1.0)
+    assert emitted.kinds(session_id) == ["created", "idle", "idle"]
+    append_lines(events, copilot_line("session.shutdown", {"shutdownType": "routine"}))
+    driven.run(60.0)
+    assert emitted.kinds(session_id) == ["created", "idle", "idle", "ending"]
+
+
+def test_an_idle_waits_for_the_debounce_and_a_quiet_session_ends_after_the_inactivity(agent_dirs, driven):
+    _, copilot = agent_dirs
+    emitted = driven.emitted
+    driven.watcher.idle_debounce_ms = 5_000
+    session_id = str(uuid.uuid4())
+    (copilot / session_id).mkdir()
+    append_lines(copilot / session_id / "events.jsonl", copilot_line("session.start", {"sessionId": session_id}),
+                 *copilot_turn_lines("first"))
+    written = time.time()
+    driven.run(4.0)
+    assert emitted.kinds(session_id) == ["created"]  # the reply is done, the debounce is not
+    driven.run(written + 5.5 - driven.now)
+    assert emitted.kinds(session_id) == ["created", "idle"]
+    inactivity = driven.watcher.inactivity_ms / 1000  # the default: 30 minutes
+    driven.run(written + inactivity - 10 - driven.now)
+    assert emitted.kinds(session_id) == ["created", "idle"]
+    driven.run(20.0)
+    assert emitted.kinds(session_id) == ["created", "idle", "ending"]
+    assert driven.steps < 1000  # from one due moment to the next, not tick by tick
+
+
+def test_a_turn_never_seen_busy_is_a_new_idle(agent_dirs, driven):
+    _, copilot = agent_dirs
+    session_id = str(uuid.uuid4())
+    (copilot / session_id).mkdir()
+    events = copilot / session_id / "events.jsonl"
+    append_lines(events, copilot_line("session.start", {"sessionId": session_id}), *copilot_turn_lines("first"))
+    driven.run(1.0)
+    assert driven.emitted.kinds(session_id) == ["created", "idle"]
+    append_lines(events, *copilot_turn_lines("second"))  # prompt to reply in one write: never busy to a look
+    driven.run(1.0)
+    assert driven.emitted.kinds(session_id) == ["created", "idle", "idle"]
+
+
+def test_a_session_reopened_and_ended_again_between_two_looks_ends_again(agent_dirs, driven):
+    _, copilot = agent_dirs
+    session_id = str(uuid.uuid4())
+    (copilot / session_id).mkdir()
+    events = copilot / session_id / "events.jsonl"
+    append_lines(events, copilot_line("session.start", {"sessionId": session_id}), *copilot_turn_lines("first"),
+                 copilot_line("session.shutdown", {"shutdownType": "routine"}))
+    driven.run(1.0)
+    assert driven.emitted.kinds(session_id) == ["created", "ending"]
+    # `copilot --resume`, one more turn and quit, all before the watcher looks again.
+    append_lines(events, copilot_line("session.resume", {}), *copilot_turn_lines("second"),
+                 copilot_line("session.shutdown", {"shutdownType": "routine"}))
+    driven.run(1.0)
+    assert driven.emitted.kinds(session_id) == ["created", "ending", "ending"]
 
 
 class FlakyEmit(Recorder):
@@ -157,22 +171,21 @@ class FlakyEmit(Recorder):
         super().__call__(adapter, session_id, kind)
 
 
-def test_a_failed_emit_keeps_the_state_and_is_retried(agent_dirs, monkeypatch):
-    monkeypatch.setattr(watcher_module, "RETRY_SECONDS", 0.2)
+def test_a_failed_emit_keeps_the_state_and_is_retried(agent_dirs):
     _, copilot = agent_dirs
     flaky = FlakyEmit(failures=3)
     watcher = SessionWatcher(load_config(), flaky)
-    watcher.start()
-    try:
-        session_id = str(uuid.uuid4())
-        (copilot / session_id).mkdir()
-        append_lines(copilot / session_id / "events.jsonl",
-                     copilot_line("session.start", {"sessionId": session_id}), *copilot_turn_lines("hello"))
-        flaky.wait_for(("copilot", session_id, "idle"))
-        assert watcher.errors == 3
-        assert flaky.kinds(session_id) == ["created", "idle"]  # each once, in order
-    finally:
-        watcher.stop()
+    driven = DrivenWatcher(watcher)
+    session_id = str(uuid.uuid4())
+    (copilot / session_id).mkdir()
+    append_lines(copilot / session_id / "events.jsonl",
+                 copilot_line("session.start", {"sessionId": session_id}), *copilot_turn_lines("hello"))
+    driven.run(watcher_module.RETRY_SECONDS * 2)
+    assert watcher.errors == 2 and flaky.kinds(session_id) == []  # one look and one retry so far
+    driven.run(watcher_module.RETRY_SECONDS * 3)
+    assert watcher.errors == 3
+    assert flaky.kinds(session_id) == ["created", "idle"]  # each once, in order
+    driven.close()
 
 
 def test_existing_sessions_are_a_baseline_not_new_events(agent_dirs):
@@ -181,10 +194,9 @@ def test_existing_sessions_are_a_baseline_not_new_events(agent_dirs):
     for child in source.iterdir():
         shutil.copytree(child, copilot / child.name)
     recorder = Recorder()
-    watcher = SessionWatcher(load_config(), recorder)
-    watcher.start()
-    time.sleep(1.0)
-    watcher.stop()
+    again = DrivenWatcher(SessionWatcher(load_config(), recorder))
+    again.run(3600.0)  # an hour: the fixture sessions are old, nothing comes due
+    again.close()
     assert recorder.events == []
 
 
@@ -201,21 +213,38 @@ store.close()
 """
 
 
-def test_opencode_db_appearing_later_and_written_by_another_process(agent_dirs, tmp_path):
+def write_opencode_turn_in_another_process(opencode: Path) -> str:
+    written = subprocess.run([sys.executable, "-c", OPENCODE_WRITER, str(opencode), str(Path(__file__).parent)],
+                             check=True, timeout=30, capture_output=True, text=True)
+    return written.stdout.strip()
+
+
+def test_opencode_db_appearing_later_and_written_by_another_process(agent_dirs, driven):
+    opencode, _ = agent_dirs
+    assert "not there yet" in driven.watcher.describe()  # the OpenCode folder does not exist yet
+    recorded_opencode_store(opencode, journal_mode="WAL")
+    driven.run(watcher_module.DIR_CHECK_SECONDS + 1)
+    assert f"opencode {opencode} (watching)" in driven.watcher.describe()
+    assert driven.emitted.events == []  # picked up as a baseline: the fixture sessions are old
+    session = write_opencode_turn_in_another_process(opencode)
+    driven.run(3.0)
+    assert driven.emitted.kinds(session) == ["created", "idle"]
+    assert (opencode / "opencode.db").exists()
+
+
+@pytest.mark.slow  # real inotify, the wall clock and another process: 2-5 s
+def test_on_a_real_observer_a_late_opencode_db_written_by_another_process_is_seen(agent_dirs, quick_attach):
     opencode, _ = agent_dirs
     recorder = Recorder()
     watcher = SessionWatcher(load_config(), recorder)
     watcher.start()  # the OpenCode folder does not exist yet
     try:
         recorded_opencode_store(opencode, journal_mode="WAL")
-        time.sleep(1.0)  # picked up as a baseline: the fixture sessions are old
-        assert recorder.events == []
-        written = subprocess.run([sys.executable, "-c", OPENCODE_WRITER, str(opencode), str(Path(__file__).parent)],
-                                 check=True, timeout=30, capture_output=True, text=True)
-        session = written.stdout.strip()
+        recorder.wait_until(lambda: opencode in watcher._watched, 8.0, "the OpenCode folder not attached")
+        session = write_opencode_turn_in_another_process(opencode)
         recorder.wait_for(("opencode", session, "created"))
         recorder.wait_for(("opencode", session, "idle"))
-        assert (opencode / "opencode.db").exists()
+        assert [event for event in recorder.events if event[1] != session] == []  # the fixture's: a baseline
     finally:
         watcher.stop()
 
@@ -232,22 +261,21 @@ def test_unknown_schema_and_locked_db_are_logged_and_the_watcher_goes_on(agent_d
     recorder = Recorder()
     watcher = SessionWatcher(load_config(), recorder)
     caplog.set_level("WARNING", logger="llmem.pipeline.watcher")
-    watcher.start()
+    driven = DrivenWatcher(watcher)
     try:
         odd.execute("INSERT INTO something_else VALUES (1)")  # a commit the watcher must read
         odd.commit()
         odd.execute("BEGIN EXCLUSIVE")  # and now nobody may read it at all
-        deadline = time.monotonic() + 8
-        while not watcher.errors and time.monotonic() < deadline:
-            time.sleep(0.1)
+        driven.run(1.0)
         assert watcher.errors >= 1
         assert any("could not read" in r.getMessage() for r in caplog.records)
         session_id = str(uuid.uuid4())  # the other agent is still watched
         (copilot / session_id).mkdir()
         append_lines(copilot / session_id / "events.jsonl",
                      copilot_line("session.start", {"sessionId": session_id}), *copilot_turn_lines("hello"))
-        recorder.wait_for(("copilot", session_id, "idle"))
+        driven.run(1.0)
+        assert recorder.kinds(session_id) == ["created", "idle"]
     finally:
         odd.rollback()
         odd.close()
-        watcher.stop()
+        driven.close()

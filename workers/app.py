@@ -1,14 +1,23 @@
-"""The SqliteHuey instance, built from config (its own queue.db, never memory.db)."""
+"""The huey instance, built from config: SqliteHuey on its own queue.db (never memory.db), or
+RedisHuey when `queue.url` names a Redis server (machines sharing one store and one queue)."""
 
 from __future__ import annotations
 
-from huey import SqliteHuey
+from huey import Huey, SqliteHuey
 
 from llmem.paths import ensure_private_dir, private_file
 
 
-def build_huey(config) -> SqliteHuey:
-    """A huey on the configured queue file; tasks are attached by workers.tasks.register."""
+def build_huey(config) -> Huey:
+    """A huey on the configured queue (file, or Redis); tasks are attached by workers.tasks.register."""
+    url = config.values["queue"]["url"]
+    if url:
+        from huey import RedisHuey
+
+        # The same settings as the file's queue; huey's Redis storage keeps no results either.
+        # The connection pool connects on first use: a Redis that is down fails the enqueue,
+        # which leaves the event row pending for reconcile (cli/queueing.py submit_event).
+        return RedisHuey("llmem", url=url, results=False, utc=False)
     path = config.queue_path
     ensure_private_dir(path.parent)
     # results=False: nothing reads a task's return value (the store records each event's

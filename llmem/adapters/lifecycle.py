@@ -56,6 +56,9 @@ class Lifecycle:
     # The newest message (OpenCode) or main-agent turn event (Copilot): a session that ends
     # again after it moved on (reopened, one more turn) is a new ending.
     last_turn_id: str | None = None
+    # When the newest turn began (its prompt; Codex: its task_started): an idle or ending a
+    # hook recorded after it is this turn's, and the watcher does not record it again.
+    turn_started_ms: int | None = None
 
     def __contains__(self, moment: object) -> bool:
         return moment in self.moments
@@ -166,9 +169,11 @@ def opencode_lifecycle(
         ending_reason = "inactive"
     if ending_reason is not None:
         moments.add(Moment.ENDING)
+    prompt = _latest(messages, "user")
     return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id,
                      reply_id=_latest(messages, "assistant").id if idle else None,
-                     last_turn_id=messages[-1].id if messages else None)
+                     last_turn_id=messages[-1].id if messages else None,
+                     turn_started_ms=prompt.time_ms if prompt else None)
 
 
 # ---------------------------------------------------------------- Copilot CLI (FORMATS.md §3)
@@ -390,9 +395,11 @@ def copilot_lifecycle(
     if compaction_id is not None and compaction_id != seen_compaction_id:
         moments.add(Moment.JUST_COMPACTED)
     last_turn_id = copilot_last_turn_id(events)
+    prompt = next((event for event in reversed(_main_agent(events)) if event.get("type") == "user.message"), None)
     # When idle, the newest turn event is the turn_end (or abort) that finished the reply.
     return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id,
-                     reply_id=last_turn_id if idle else None, last_turn_id=last_turn_id)
+                     reply_id=last_turn_id if idle else None, last_turn_id=last_turn_id,
+                     turn_started_ms=iso_to_ms(prompt.get("timestamp")) if prompt else None)
 
 
 # ---------------------------------------------------------------- Claude Code (CLAUDE-CODE.md §6)
@@ -475,6 +482,16 @@ def claude_last_turn_id(lines: Sequence[dict[str, Any]]) -> str | None:
     return None
 
 
+def claude_turn_started_ms(lines: Sequence[dict[str, Any]]) -> int | None:
+    """When the newest turn began: its prompt (or the task notification that woke the model)."""
+    from llmem.adapters.claude import user_line_kind  # see _claude_main
+
+    for line in reversed(_claude_main(lines)):
+        if line.get("type") == "user" and user_line_kind(line) in ("prompt", "notification"):
+            return iso_to_ms(line.get("timestamp"))
+    return None
+
+
 def claude_exited(lines: Sequence[dict[str, Any]]) -> bool:
     """A cost-state row (written at every clean exit) follows the last conversation line."""
     for line in reversed(_claude_main(lines)):
@@ -536,7 +553,8 @@ def claude_lifecycle(
     if compaction_id is not None and compaction_id != seen_compaction_id:
         moments.add(Moment.JUST_COMPACTED)
     return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id,
-                     reply_id=reply if idle else None, last_turn_id=claude_last_turn_id(lines))
+                     reply_id=reply if idle else None, last_turn_id=claude_last_turn_id(lines),
+                     turn_started_ms=claude_turn_started_ms(lines))
 
 
 # ---------------------------------------------------------------- Codex CLI (CODEX.md §5)
@@ -607,4 +625,5 @@ def codex_lifecycle(
         moments.add(Moment.ENDING)
     last_turn = next((mark.id for mark in reversed(marks) if mark.kind in _CODEX_TURN_MARKS), None)
     return Lifecycle(frozenset(moments), ending_reason, last_activity, compaction_id,
-                     reply_id=closer.id if idle else None, last_turn_id=last_turn)
+                     reply_id=closer.id if idle else None, last_turn_id=last_turn,
+                     turn_started_ms=started.at_ms if started else None)

@@ -21,9 +21,12 @@ from .output import bounded_int, http_url, json_option, notice, print_json, prog
               help="Embedding provider to write. auto, on a first init: ollama when Ollama answers "
                    "with an embedding model, else builtin (in-process, offline); an existing "
                    "config keeps its own.")
+@click.option("--store", "store_url", metavar="URL",
+              help="Where the memory store lives: sqlite:///PATH (the default: db_path), or "
+                   "postgresql://USER@HOST:PORT/DATABASE for a PostgreSQL server with pgvector.")
 @json_option("Print the outcome as JSON.")
 @click.pass_obj
-def init(app, ollama_url, adapter, embedder, as_json):
+def init(app, ollama_url, adapter, embedder, store_url, as_json):
     """Create the config and the store, detect the session adapter and the embedder."""
     from ..config import render_example, validate_mapping
     from ..paths import write_private_text
@@ -38,6 +41,8 @@ def init(app, ollama_url, adapter, embedder, as_json):
         overrides[("llm", "base_url")] = ollama_url.rstrip("/")
     if adapter:
         overrides[("session", "adapter")] = adapter
+    if store_url:
+        overrides[("store", "url")] = store_url
     if embedder == "auto" and config.source is None:
         embedder, _ = pick_embedder(config, ollama_url)
     if embedder != "auto":
@@ -50,20 +55,24 @@ def init(app, ollama_url, adapter, embedder, as_json):
         new_values = json.loads(json.dumps(values))
         for (section, key), value in overrides.items():
             new_values[section][key] = value
-        validate_mapping(new_values, str(file))  # never write a config we would reject
+        new_values, _ = validate_mapping(new_values, str(file))  # never write a config we would reject
         write_private_text(file, render_example(values=new_values))
         config_written = True
         app.__dict__.pop("config", None)
         app._config_path = str(file)
     config = app.config
-    store_existed = config.db_path.exists()
+    from ..redact import masked_url
+
+    shown_store = masked_url(str(config.store_location))
+    on_server = shown_store != str(config.db_path)
+    store_existed = on_server or config.db_path.exists()
     stats = app.store.stats()
     detected = detect_adapter_name(config)
     embedder_status = app.embedder.status()
     llm = llm_status(config)
     outcome = {
         "config": str(file), "config_written": config_written,
-        "store": str(config.db_path), "store_created": not store_existed,
+        "store": shown_store, "store_created": not store_existed,
         "adapter": config.values["session"]["adapter"], "detected_adapter": detected,
         "embedder": embedder_status, "llm": llm, "sqlite_vec": stats["sqlite_vec"],
     }
@@ -71,8 +80,11 @@ def init(app, ollama_url, adapter, embedder, as_json):
         print_json(outcome)
         return
     click.echo(f"config:   {file} ({'written' if config_written else 'unchanged'})")
-    click.echo(f"store:    {config.db_path} ({'created' if not store_existed else 'exists'}, "
-               f"{stats['memories']} memories, sqlite-vec {stats['sqlite_vec']})")
+    if on_server:
+        click.echo(f"store:    {shown_store} ({stats['memories']} memories, pgvector)")
+    else:
+        click.echo(f"store:    {config.db_path} ({'created' if not store_existed else 'exists'}, "
+                   f"{stats['memories']} memories, sqlite-vec {stats['sqlite_vec']})")
     click.echo(f"adapter:  {outcome['adapter']} (detected: {detected})")
     if embedder_status["status"] == "ok":
         verb = "loads" if embedder_status["provider"] in ("builtin", "local") else "answers"
@@ -302,15 +314,21 @@ def config_show(app, as_json):
     """Print the effective configuration (file values over defaults) and resolved paths."""
     import yaml
 
+    from ..redact import masked_url
+
     config = app.config
     resolved = {"config_file": str(config.source or config.paths.config_file),
+                "store": masked_url(str(config.store_location)),
                 "db_path": str(config.db_path), "queue_path": str(config.queue_path),
                 "log_dir": str(config.log_dir), "diary_path": str(config.diary_path)}
+    # A password in store.url or queue.url is never printed.
+    values = {**config.values, **{section: {**config.values[section], "url": masked_url(config.values[section]["url"])}
+                                  for section in ("store", "queue")}}
     if as_json:
-        print_json({"values": config.values, "paths": resolved})
+        print_json({"values": values, "paths": resolved})
         return
     click.echo(f"# source: {config.source or 'defaults (no config file)'}")
-    click.echo(yaml.safe_dump(config.values, sort_keys=False, allow_unicode=True).rstrip())
+    click.echo(yaml.safe_dump(values, sort_keys=False, allow_unicode=True).rstrip())
     click.echo("# resolved paths")
     for key, value in resolved.items():
         click.echo(f"#   {key}: {value}")

@@ -305,8 +305,10 @@ def logs(app, follow, lines, level, as_json):
 @click.option("--no-enable", is_flag=True, help="Only write the unit files.")
 @click.option("--dream-timer", is_flag=True, help="Also enable the nightly dream timer (for setups without a worker).")
 @json_option("Print the outcome as JSON.")
-def install_systemd(uninstall, unit_dir, no_enable, dream_timer, as_json):
-    """Install the systemd user units (watch, worker, dream) for this Python and enable them."""
+@click.pass_obj
+def install_systemd(app, uninstall, unit_dir, no_enable, dream_timer, as_json):
+    """Install the systemd user units (watch, worker, dream) for this Python and enable them.
+    The dream timer fires on dream.schedule, read in dream.timezone."""
     from pathlib import Path
 
     from ..setup import systemd
@@ -315,7 +317,9 @@ def install_systemd(uninstall, unit_dir, no_enable, dream_timer, as_json):
     if uninstall:
         outcome = systemd.uninstall(target=target, disable=not no_enable)
     else:
-        outcome = systemd.install(target=target, enable=not no_enable, dream_timer=dream_timer)
+        dream = app.config.values["dream"]
+        outcome = systemd.install(target=target, enable=not no_enable, dream_timer=dream_timer,
+                                  schedule=dream["schedule"], timezone=dream.get("timezone"))
     if as_json:
         print_json(vars(outcome))
         return

@@ -6,8 +6,8 @@ _queues: dict[str, tuple] = {}
 
 
 def open_queue(config):
-    """(huey, tasks) for this config's queue file, built once per process."""
-    key = str(config.queue_path)
+    """(huey, tasks) for this config's queue (its file, or its Redis URL), built once per process."""
+    key = config.values["queue"]["url"] or str(config.queue_path)
     if key not in _queues:
         from workers.app import build_huey
         from workers.tasks import register
@@ -26,9 +26,15 @@ def reset_queue(app) -> tuple[str | None, list[int]]:
     from ..pipeline.events import events_to_reconcile
 
     path = app.config.queue_path
-    _queues.pop(str(path), None)
+    url = app.config.values["queue"]["url"]
+    _queues.pop(url or str(path), None)
     moved = None
-    if path.exists():
+    if url:
+        # A Redis queue has no file to move aside: its waiting tasks are dropped instead
+        # (every one of them is an event row that is enqueued again below).
+        huey, _ = open_queue(app.config)
+        huey.storage.flush_queue()
+    elif path.exists():
         stamp = time.strftime("%Y%m%dT%H%M%S")
         moved = path.with_name(f"{path.name}.damaged-{stamp}")
         for suffix in ("", "-wal", "-shm"):  # the main file and its WAL side files, together
@@ -51,14 +57,15 @@ def open_consumer_queue(app):
     return open_queue(app.config)
 
 
-def submit_event(app, adapter: str, session_id: str, kind: str) -> int:
+def submit_event(app, adapter: str, session_id: str, kind: str, *, since: float | None = None) -> int:
     """Record a session event in the store, then enqueue its task; return the event id.
 
     The row is written first: if enqueueing fails or the worker dies, reconcile finds it.
+    `since`: when the turn the event is about began (one recorded after it is reused).
     """
     from ..pipeline.events import record_event, waits_for_later
 
-    event, is_new = record_event(app.store, adapter, session_id, kind)
+    event, is_new = record_event(app.store, adapter, session_id, kind, since=since)
     # A moment that joins a deferred event still runs now: its heuristics cost no LLM call.
     if is_new or waits_for_later(event):
         _, tasks = open_queue(app.config)

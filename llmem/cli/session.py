@@ -150,6 +150,20 @@ def _read_hook_input(argument: str | None = None) -> dict:
     return data
 
 
+def _turn_began(payload: dict) -> float | None:
+    """Just after the hook's turn began (epoch s), from the turn id Codex gives its Stop hook
+    (`turn_id`) and notify (`turn-id`): a UUID v7, whose first 48 bits are its epoch ms."""
+    import uuid
+
+    turn_id = payload.get("turn_id") or payload.get("turn-id")
+    try:
+        turn = uuid.UUID(turn_id) if isinstance(turn_id, str) else None
+    except ValueError:
+        return None
+    # After the millisecond it names: an event of that same millisecond may be the turn before's.
+    return ((turn.int >> 80) + 1) / 1000 if turn is not None and turn.version == 7 else None
+
+
 def _unknown_codex_thread(app, payload: dict, session_id: str) -> bool:
     """A Codex `notify` for a thread with no rollout (the TUI's title-generation thread)."""
     if payload.get("type") != "agent-turn-complete":
@@ -161,7 +175,7 @@ def _unknown_codex_thread(app, payload: dict, session_id: str) -> bool:
 
 def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=None, adapter=None,
                   model=None, base_url=None, config_path=None, run_lock_fd=None,
-                  compaction_block=True) -> dict:
+                  compaction_block=True, turn_began=None) -> dict:
     """Decide how a hook's work runs: inline (--sync, and `created`), queued, or detached.
 
     By default the event is recorded in the store and enqueued for the worker, so the agent
@@ -170,6 +184,9 @@ def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=No
     (which a queued event does not carry), the work runs in a detached process instead: one
     per session at a time, later hooks coalesce into it (llmem.pipeline.detached).
     `compaction_block=False` skips that block when nobody reads it (see _prints_block).
+    `turn_began` (epoch s): when the turn the hook is about began; the same moment already
+    recorded since then (Codex tells a turn's end to its Stop hook and to notify) is not
+    queued again.
     """
 
     def run_inline(run_kind):
@@ -202,7 +219,7 @@ def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=No
 
         # Recorded under the agent that owns the session, so the worker reads the right store.
         owner = resolve_adapter(app.config, session_id, adapter).name
-        result["event_id"] = submit_event(app, owner, session_id, kind)
+        result["event_id"] = submit_event(app, owner, session_id, kind, since=turn_began)
         log.info("%s %s: %s", kind, session_id, _status_line(result))
     if kind == "compacting" and compaction_block:
         from ..context import build_context
@@ -279,6 +296,7 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
     if kind == "created":
         app.reads_only()  # SessionStart injects the context even on a full disk
     undo, log_path = _hook_logging(app)
+    turn_began = None
     try:
         try:
             if not session_id:
@@ -297,6 +315,7 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
                 if isinstance(session_id, str) and _unknown_codex_thread(app, hook_input, session_id):
                     log.debug("hook %s: Codex thread %s has no rollout: nothing to do", kind, session_id)
                     return
+                turn_began = _turn_began(hook_input)
                 if not project and isinstance(hook_input.get("cwd"), str) and hook_input["cwd"]:
                     from ..paths import project_root_of
 
@@ -312,7 +331,7 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
             result = dispatch_hook(app, kind, session_id, sync=sync, detach=detach, project=project,
                                    adapter=adapter, model=model, base_url=base_url,
                                    config_path=config_path, run_lock_fd=run_lock_fd,
-                                   compaction_block=_prints_block(kind, fmt))
+                                   compaction_block=_prints_block(kind, fmt), turn_began=turn_began)
         except Exception as exc:
             log.error("hook %s %s failed: %s", kind, session_id or "-", exc,
                       exc_info=not _is_expected(exc))

@@ -80,6 +80,11 @@ class MemoryDatabase(peewee.SqliteDatabase):
         self.vec_enabled = True  # tests and benchmarks may force the numpy path
         super().__init__(*args, **kwargs)
 
+    @property
+    def location(self) -> str:
+        """Where the store is, as outputs show it (a Postgres store's URL without its password)."""
+        return str(self.database)
+
     def _connect(self):
         module = driver()
         conn = module.connect(self.database, timeout=self._timeout,
@@ -218,3 +223,17 @@ def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:
             f"cannot migrate the memory store {path}: {exc}",
             hint="is it an llmem database? `llmem doctor` checks it") from None
     return db
+
+
+def open_store_database(location, *, vec: bool = True, read_only: bool = False):
+    """Open the store that `location` names, on the backend it names: a path or a
+    `sqlite:///…` URL is a SQLite file (read-only when asked), a `postgresql://…` URL a
+    server (db/postgres/connection.py). The one place a backend is chosen."""
+    from .backend import is_server_url, sqlite_path
+
+    if is_server_url(location):
+        from .postgres.connection import open_postgres
+
+        return open_postgres(location, vec=vec)
+    path = sqlite_path(location)
+    return open_read_only(path, vec=vec) if read_only else open_database(path, vec=vec)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from .backend import per_backend
+
 # Tokens as FTS5's unicode61 sees them: runs of letters and digits.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Boundaries inside an identifier: aB, ABc, a1, 1a.
@@ -110,12 +112,14 @@ def common_words(db, text: str, *, share: float, min_docs: int) -> set[str]:
     return {word for word in words if match_count(db, _quoted(word), threshold + 1) > threshold}
 
 
+@per_backend
 def match_count(db, expression: str, limit: int) -> int:
     """How many memories match `expression`, counted up to `limit`."""
     return db.execute_sql("SELECT count(*) FROM (SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
                           (expression, limit)).fetchone()[0]
 
 
+@per_backend
 def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
                    where: str, params: list) -> list[tuple[int, float]]:
     """(seq, bm25) of the `fetch` best matches that pass `where`, best first (bm25 is negative).

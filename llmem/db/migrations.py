@@ -175,6 +175,29 @@ def _add_episodes(db) -> None:
     db.execute_sql("CREATE INDEX IF NOT EXISTS memory_source_created ON memory(source, created_at)")
 
 
+def _log_vector_changes(db) -> None:
+    # vector_change: which memories' vectors changed, in commit order, whoever wrote them
+    # (triggers, so a bulk executemany is logged too). The memory-mapped vector file
+    # (db/vector_file.py) records the last id it holds and catches up from the ids above it.
+    for sql in (
+        "CREATE TABLE IF NOT EXISTS vector_change ("
+        "id INTEGER PRIMARY KEY AUTOINCREMENT, memory_id TEXT NOT NULL)",
+        """CREATE TRIGGER IF NOT EXISTS embedding_change_ai AFTER INSERT ON embedding BEGIN
+               INSERT INTO vector_change(memory_id) VALUES (new.memory_id);
+           END""",
+        """CREATE TRIGGER IF NOT EXISTS embedding_change_au AFTER UPDATE OF vector, model, dim
+           ON embedding BEGIN
+               INSERT INTO vector_change(memory_id) VALUES (new.memory_id);
+           END""",
+        """CREATE TRIGGER IF NOT EXISTS embedding_change_ad AFTER DELETE ON embedding BEGIN
+               INSERT INTO vector_change(memory_id) VALUES (old.memory_id);
+           END""",
+        # Which store a vector file belongs to: a store recreated in its place gets another.
+        "INSERT OR IGNORE INTO setting(key, value) VALUES ('vector_store_token', lower(hex(randomblob(16))))",
+    ):
+        db.execute_sql(sql)
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -191,6 +214,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0014_memory_version", _add_memory_version),
     ("0013_origin_trust", _record_origin_trust),
     ("0012_episodes", _add_episodes),
+    ("0016_vector_file", _log_vector_changes),
 ]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import peewee as pw
 
+from .backend import per_backend
 from .models import Memory
 
 
@@ -41,6 +42,7 @@ def memory_filter(*, memory_type: str | None, project: str | None, include_inval
     return (" AND ".join(clauses) or "1"), params
 
 
+@per_backend
 def seqs_passing(db, seqs: list[int], where: str, params: list) -> set[int]:
     """The memory seqs among `seqs` that pass a `memory_filter` condition."""
     marks = ",".join("?" * len(seqs))
@@ -200,6 +202,7 @@ def recall_counts_by_origin(db) -> list[tuple[str, int, int]]:
         "SELECT origin, COUNT(*), COUNT(DISTINCT query_hash) FROM recall_event GROUP BY origin").fetchall()
 
 
+@per_backend
 def probe_write(db) -> None:
     """Take the write lock and write a temporary table: raises when the store is not writable."""
     with db.atomic():

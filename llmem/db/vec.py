@@ -1,17 +1,17 @@
-"""Vector index: a sqlite-vec vec0 table mirroring the stored embeddings, or numpy.
+"""Vector index: a sqlite-vec vec0 table mirroring the stored embeddings; the embedding reads.
 
 The `embedding` table is canonical; `memory_vec` is derived state keyed by memory.seq and
 rebuilt whenever the embedding model or dimension changes. It is maintained from Python,
 not by triggers, because a connection without vec0 loaded fails on any statement that
-touches a vec0 table.
+touches a vec0 table. Searches scan the memory-mapped vector file instead (`vector_file.py`).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import TYPE_CHECKING
 
+from .backend import per_backend
 from .settings import get_setting, set_setting
 
 if TYPE_CHECKING:  # numpy is imported lazily: FTS-only commands never pay for it
@@ -35,6 +35,7 @@ def from_blob(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
 
 
+@per_backend
 def _vec_table_exists(db) -> bool:
     return db.execute_sql("SELECT 1 FROM sqlite_master WHERE name = ?", (VEC_TABLE,)).fetchone() is not None
 
@@ -64,6 +65,7 @@ def ensure_index(db, model: str, dim: int) -> bool:
     return True
 
 
+@per_backend
 def rebuild_index(db, model: str, dim: int) -> int:
     """Recreate memory_vec for (model, dim) from the embedding table; return rows indexed."""
     set_setting(db, "vec_model", model)
@@ -83,6 +85,7 @@ def rebuild_index(db, model: str, dim: int) -> int:
     return cursor.rowcount
 
 
+@per_backend
 def put_vectors(db, rows: list[tuple[int, np.ndarray]]) -> None:
     """Mirror (seq, vector) pairs into memory_vec. Call inside a write transaction."""
     _bump_generation(db)
@@ -99,6 +102,7 @@ def put_vectors(db, rows: list[tuple[int, np.ndarray]]) -> None:
     db.execute_sql("RELEASE vec_put")
 
 
+@per_backend
 def drop_vectors(db, seqs: list[int]) -> None:
     """Remove memories from memory_vec (their embedding rows go by cascade)."""
     _bump_generation(db)
@@ -111,6 +115,7 @@ def drop_vectors(db, seqs: list[int]) -> None:
         db.cursor().executemany(f"DELETE FROM {VEC_TABLE} WHERE seq = ?", [(s,) for s in seqs])
 
 
+@per_backend
 def knn_vec0(db, query: np.ndarray, k: int) -> list[tuple[int, float]]:
     """(seq, cosine distance) of the k nearest vectors, through vec0."""
     k = min(k, MAX_KNN)
@@ -158,55 +163,6 @@ def current_embeddings(db, model: str, dim: int, *, since: float | None = None):
         sql += " AND e.created_at > ?"
         params.append(since)
     return db.execute_sql(sql + " ORDER BY m.seq", params)
-
-
-class _MatrixCache:
-    """Stored vectors as one numpy matrix, kept per database until the index generation moves.
-
-    Loading 100k×768 vectors costs ~1.6 s, so a long-lived process (worker, benchmark)
-    keeps them; a one-shot CLI process pays it once.
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
-
-    def get(self, db, model: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
-        import numpy as np
-
-        generation = get_setting(db, "vec_generation", "0")
-        key = f"{db.database}|{model}|{dim}"
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry and entry[0] == generation:
-                return entry[1], entry[2]
-        rows = db.execute_sql(
-            "SELECT m.seq, e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
-            "WHERE e.model = ? AND e.dim = ?", (model, dim)).fetchall()
-        seqs = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        matrix = np.empty((len(rows), dim), dtype=np.float32)
-        for i, (_, blob) in enumerate(rows):
-            matrix[i] = np.frombuffer(blob, dtype=np.float32)
-        with self._lock:
-            self._entries[key] = (generation, seqs, matrix)
-        return seqs, matrix
-
-
-matrix_cache = _MatrixCache()
-
-
-def knn_numpy(db, query: np.ndarray, k: int, model: str, dim: int) -> list[tuple[int, float]]:
-    """(seq, cosine distance) of the k nearest vectors by brute force (vectors are unit length)."""
-    import numpy as np
-
-    seqs, matrix = matrix_cache.get(db, model, dim)
-    if len(seqs) == 0:
-        return []
-    sims = matrix @ np.asarray(query, dtype=np.float32)
-    k = min(k, len(seqs))
-    top = np.argpartition(-sims, k - 1)[:k]
-    top = top[np.argsort(-sims[top], kind="stable")]
-    return [(int(seqs[i]), float(1.0 - sims[i])) for i in top]
 
 
 def normalize(vectors: np.ndarray) -> np.ndarray:

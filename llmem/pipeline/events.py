@@ -23,8 +23,11 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 5
 
 
-def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event, bool]:
-    """Record a moment; an identical event still waiting is reused. Returns (event, is_new)."""
+def record_event(store, adapter: str, session_id: str, kind: str, *,
+                 since: float | None = None) -> tuple[Event, bool]:
+    """Record a moment; an identical event still waiting is reused, and so is one recorded at
+    or after `since` (epoch s, when the turn it is about began) that has not failed: the same
+    moment told twice (Codex's Stop hook and its notify program). Returns (event, is_new)."""
     Event = store.models.Event
     if kind not in tuple(EventKind):
         raise UsageError(f"unknown event kind {kind!r}", hint="use one of: " + ", ".join(EventKind))
@@ -32,6 +35,8 @@ def record_event(store, adapter: str, session_id: str, kind: str) -> tuple[Event
         waiting = (Event.select().where((Event.adapter == adapter) & (Event.session_id == session_id)
                                         & (Event.kind == kind) & (Event.status == "pending"))
                    .order_by(Event.id).first())
+        if waiting is None and since is not None:
+            waiting = recorded_since(store, adapter, session_id, kind, since)
         if waiting is not None:
             return waiting, False
         return Event.create(adapter=adapter, session_id=session_id, kind=kind, detected_at=now()), True
@@ -42,6 +47,16 @@ def waits_for_later(event: Event) -> bool:
     interval, the token budget): a moment joining it must still be run now, for the
     heuristics that cost no LLM call (its LLM pass keeps its turn)."""
     return event.status == "pending" and event.not_before is not None and event.not_before > now()
+
+
+def recorded_since(store, adapter: str, session_id: str, kind: str, since: float) -> Event | None:
+    """The first `kind` event of the session recorded at or after `since` that has not failed
+    (a hook's, or the watcher's), if any."""
+    Event = store.models.Event
+    return (Event.select().where((Event.adapter == adapter) & (Event.session_id == session_id)
+                                 & (Event.kind == kind) & (Event.detected_at >= since)
+                                 & (Event.status != "failed"))
+            .order_by(Event.id).first())
 
 
 def claim_event(store, event_id: int, *, running_after: float | None = None) -> Event | None:
@@ -243,7 +258,9 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
     if llm_allowed_at is not None:
         return _extract_heuristics_now(app, event, llm_allowed_at, started, scheduled_for)
     try:
-        result = handle_session_event(app, event.kind, event.session_id, adapter_name=event.adapter)
+        # The block would be dropped below (each session start builds its own): not built.
+        result = handle_session_event(app, event.kind, event.session_id, adapter_name=event.adapter,
+                                      with_context=False)
     except transient as exc:
         fail_event(app.store, event_id, _describe(exc), final=False)
         raise
@@ -258,7 +275,7 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
         return EventOutcome(event_id, "pending", result=result.as_json(),
                             seconds=time.perf_counter() - started, session_id=event.session_id,
                             kind=event.kind, retry_at=_unless_scheduled(result.deferred_until, scheduled_for))
-    summary = result.as_json(with_context=False)  # the block is rebuilt at each session start
+    summary = result.as_json(with_context=False)
     finish_event(app.store, event_id, summary)
     return EventOutcome(event_id, "done", result=summary, seconds=time.perf_counter() - started,
                         session_id=event.session_id, kind=event.kind)

@@ -129,7 +129,8 @@ class _EventLLM:
 
 def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str | None = None,
                          model: str | None = None, base_url: str | None = None,
-                         project: str | None = None, fail_open: bool = False) -> EventResult:
+                         project: str | None = None, fail_open: bool = False,
+                         with_context: bool = True) -> EventResult:
     """Do what a session event asks; return what happened (the context block for created and
     compacting).
 
@@ -137,7 +138,8 @@ def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str |
     introspection raises too (the worker retries the event; every step is idempotent),
     unless `fail_open` (hooks): then the failure is logged and listed under "errors", and
     the remaining steps still run, so a compaction keeps its context block. The context
-    step never fails the event. When extraction was deferred by the daily token budget,
+    step never fails the event; without `with_context` it is skipped (the worker: nobody reads
+    its block, and building one would record recalls for nobody). When extraction was deferred by the daily token budget,
     `deferred_until` says when to try again.
     """
     if kind not in tuple(EventKind):
@@ -147,6 +149,8 @@ def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str |
     llm = _EventLLM(app, model, base_url)
     try:
         for step in STEPS[kind]:
+            if step == "context" and not with_context:
+                continue
             started = time.perf_counter()
             try:
                 if step == "context":

@@ -5,6 +5,12 @@ reads the affected sessions read-only, applies the lifecycle rules (adapters/lif
 and calls the injected `emit(adapter, session_id, kind)` on each new moment. It knows
 nothing of the queue. While nothing changes it sleeps: no polling of the agents' files.
 
+All of that is one step, `SessionWatcher.poll(now)`, run at an explicit time: the loop
+thread runs it with the wall clock whenever something is due. A watcher that was only
+`begin(now)`-ed has no observer and no thread: each `poll(now)` compares the watched folders
+with their previous snapshot instead, and the caller says what time it is, as huey's
+`execute_next(timestamp=)` does (the tests drive the watcher this way, without sleeping).
+
 A session's state changes only after `emit` returned (the event row is committed); when it
 raises, the state stays and the session is looked at again shortly, so the moment is emitted
 then. Given the store, the per-session state is kept there (table watch_session): a restart
@@ -27,13 +33,16 @@ log = logging.getLogger(__name__)
 
 QUIET_SECONDS = 0.3  # a burst of writes settles this long before we read
 MAX_WAIT_SECONDS = 2.0  # … but a constant stream is still read this often
-TICK_SECONDS = 0.25
+MIN_STEP_SECONDS = 0.05  # the loop never spins faster than this
 DIR_CHECK_SECONDS = 5.0  # how often a missing agent folder is looked for again
 RETRY_SECONDS = 1.0  # an event or a state that could not be written is tried again after this
 ALIVE_SECONDS = 60.0  # how often a running watcher notes in the store that it is alive
 # Sessions active this long before the previous watcher was last known alive are caught up
 # too: it may have died with their changes still in its debounce.
 CATCH_UP_MARGIN_SECONDS = 60.0
+# … and this long before the watch began: a file's mtime comes from the kernel's coarse clock
+# (a tick behind time.time()), so a session written as the watch began can look older.
+START_SLACK_SECONDS = 1.0
 
 
 @dataclass
@@ -65,6 +74,7 @@ class SavedStates:
     ALIVE_KEY = "watcher_alive_at"
 
     def __init__(self, store):
+        self.store = store
         self.db = store.db
 
     def load(self) -> dict[tuple[str, str], SessionState]:
@@ -95,9 +105,66 @@ class SavedStates:
         with self.db.atomic():
             set_setting(self.db, self.ALIVE_KEY, repr(at))
 
+    def recorded_since(self, adapter: str, session_id: str, kind: str, since: float) -> bool:
+        """Whether the store holds a `kind` event of the session recorded at or after `since`."""
+        from .events import recorded_since
+
+        return recorded_since(self.store, adapter, session_id, kind, since) is not None
+
     def close_thread_connection(self) -> None:
         """Close the calling thread's connection (peewee keeps one per thread)."""
         self.db.close()
+
+
+class _ChangedPaths:
+    """A watchdog event handler that reports each path an event names (a move names two)."""
+
+    def __init__(self, changed: Callable[[Path], None]):
+        self.changed = changed
+
+    def dispatch(self, event) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        for raw in (event.src_path, getattr(event, "dest_path", "")):
+            if raw:
+                self.changed(Path(raw if isinstance(raw, str) else raw.decode()))
+
+
+class FolderSnapshots:
+    """What a watcher with no observer sees change: each look compares the watched folders
+    with their previous snapshot (watchdog's DirectorySnapshot, as its PollingObserver does:
+    created, deleted, moved, or a new size or mtime)."""
+
+    def __init__(self):
+        self._folders: dict[Path, tuple[bool, object]] = {}
+
+    def watch(self, folder: Path, recursive: bool) -> None:
+        self._folders[folder] = (recursive, self._snapshot(folder, recursive))
+
+    @staticmethod
+    def _snapshot(folder: Path, recursive: bool):
+        from watchdog.utils.dirsnapshot import DirectorySnapshot, EmptyDirectorySnapshot
+
+        try:
+            return DirectorySnapshot(str(folder), recursive=recursive)
+        except OSError:  # the folder went away: everything in it is deleted
+            return EmptyDirectorySnapshot()
+
+    def changes(self) -> list[Path]:
+        """The paths changed since the last look, in a stable order."""
+        from watchdog.utils.dirsnapshot import DirectorySnapshotDiff
+
+        changed: set[str] = set()
+        for folder, (recursive, before) in list(self._folders.items()):
+            after = self._snapshot(folder, recursive)
+            diff = DirectorySnapshotDiff(before, after)
+            self._folders[folder] = (recursive, after)
+            for paths in (diff.files_created, diff.files_deleted, diff.files_modified, diff.dirs_created,
+                          diff.dirs_deleted, diff.dirs_modified):
+                changed.update(str(path) for path in paths)
+            for moved in (diff.files_moved, diff.dirs_moved):
+                changed.update(str(path) for pair in moved for path in pair)
+        return [Path(path) for path in sorted(changed)]
 
 
 class SessionWatcher:
@@ -139,7 +206,9 @@ class SessionWatcher:
         self._stop = threading.Event()
         self._observer = None
         self._poller = None  # a polling observer for folders inotify could not take
+        self._snapshots: FolderSnapshots | None = None  # begin() without start(): no observer
         self._watched: set[Path] = set()
+        self._scan_again: dict[Path, bool] = {}  # polled folder → announce, at the next folder check
         self._opencode_changes: dict = {}  # db path → ChangedSessions
         self._thread: threading.Thread | None = None
         self._opencode = None
@@ -157,7 +226,7 @@ class SessionWatcher:
         # not announced (backfill's job). A restarted watcher moves it back to when the last
         # one was alive, so what was written meanwhile is caught up.
         self.catch_up_from = self.started_at
-        self._alive_noted_at = self.started_at
+        self._alive_noted_at = self._dirs_checked_at = self.started_at
 
     # ---- lifecycle of the watcher itself -------------------------------------------------
 
@@ -165,11 +234,11 @@ class SessionWatcher:
         return self.adapter_setting in ("auto", adapter)
 
     def start(self) -> None:
+        """Watch on the wall clock: a watchdog observer marks paths dirty as they change and a
+        loop thread runs poll(clock()) whenever something is due."""
         from watchdog.observers import Observer
         from watchdog.observers.polling import PollingObserver
 
-        self.started_at = self.catch_up_from = self._alive_noted_at = self.clock()
-        self._load_saved_states()
         try:
             self._observer = PollingObserver(timeout=1.0) if self.use_polling else Observer()
             self._observer.start()
@@ -177,12 +246,23 @@ class SessionWatcher:
             log.warning("inotify unavailable (%s): polling instead", exc)
             self._observer = PollingObserver(timeout=1.0)
             self._observer.start()
-        self._attach_dirs(initial=True)
-        self._recheck_known_sessions()
+        self.begin(self.clock())
         self._thread = threading.Thread(target=self._loop, name="llmem-watch", daemon=True)
         self._thread.start()
 
-    def _load_saved_states(self) -> None:
+    def begin(self, now: float) -> None:
+        """Start watching at `now`: load the saved states, attach the agent folders there are
+        and look again at the known sessions not ended yet. Without start() (no observer),
+        each poll(now) finds the changes by comparing the folders with their last snapshot."""
+        self.started_at = self._alive_noted_at = self._dirs_checked_at = now
+        self.catch_up_from = now - START_SLACK_SECONDS
+        if self._observer is None:
+            self._snapshots = FolderSnapshots()
+        self._load_saved_states(now)
+        self._attach_dirs(now, initial=True)
+        self._recheck_known_sessions(now)
+
+    def _load_saved_states(self, now: float) -> None:
         if self.saved is None:
             return
         try:
@@ -193,19 +273,19 @@ class SessionWatcher:
             log.warning("watch: could not read the saved session states: %s", exc)
             return
         if alive is not None:
-            self.catch_up_from = min(self.started_at, alive - CATCH_UP_MARGIN_SECONDS)
+            self.catch_up_from = min(self.catch_up_from, alive - CATCH_UP_MARGIN_SECONDS)
             log.info("watch: %d known sessions; catching up on changes since %s", len(self.states),
                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.catch_up_from)))
-        self._note_alive()
+        self._note_alive(now)
 
-    def _note_alive(self) -> None:
-        self._alive_noted_at = self.clock()
+    def _note_alive(self, now: float) -> None:
+        self._alive_noted_at = now
         try:
             self.saved.mark_alive(self._alive_noted_at)
         except Exception as exc:  # a busy store: the next note will do
             log.warning("watch: could not note the watcher alive: %s", exc)
 
-    def _recheck_known_sessions(self) -> None:
+    def _recheck_known_sessions(self, now: float) -> None:
         """Look again at known sessions not ended yet: a turn may have finished (or the
         session gone quiet for good) while no watcher ran."""
         folders = {"opencode": self.opencode_dir, "copilot": self.copilot_dir, "claude": self.claude_dir,
@@ -213,7 +293,7 @@ class SessionWatcher:
         for (adapter, session_id), state in list(self.states.items()):
             folder = folders.get(adapter)
             if not state.ended and self._wants(adapter) and folder in self._watched:
-                self._process_key(_process_key_for(adapter, session_id))
+                self._process_key(_process_key_for(adapter, session_id), now)
 
     def stop(self) -> None:
         self._stop.set()
@@ -239,20 +319,14 @@ class SessionWatcher:
             parts.append(f"{adapter} {folder} ({state})")
         return "; ".join(parts) or f"nothing (session.adapter is {self.adapter_setting})"
 
-    def _attach_dirs(self, initial: bool = False) -> None:
+    def _attach_dirs(self, now: float, initial: bool = False) -> None:
         """Start watching agent folders that exist now (they may appear after start)."""
-        from watchdog.events import FileSystemEventHandler
-
-        watcher = self
-
-        class Handler(FileSystemEventHandler):
-            def on_any_event(self, event):
-                if event.event_type in ("opened", "closed_no_write"):
-                    return
-                for raw in (event.src_path, getattr(event, "dest_path", "")):
-                    if raw:
-                        watcher._on_path(Path(raw if isinstance(raw, str) else raw.decode()))
-
+        # A polling observer takes its first snapshot in its own thread, some time after
+        # schedule(): a session written between our scan and that snapshot would go unseen
+        # until its next write. Its folders are scanned once more, a folder check later.
+        for folder, announce in self._scan_again.items():
+            self._scan(folder, now, announce=announce)
+        self._scan_again.clear()
         targets = []
         if self._wants("opencode"):
             targets.append((self.opencode_dir, False))
@@ -267,18 +341,32 @@ class SessionWatcher:
         for folder, recursive in targets:
             if folder in self._watched or not folder.is_dir():
                 continue
-            try:
-                self._observer.schedule(Handler(), str(folder), recursive=recursive)
-            except OSError as exc:
-                # Each watch takes an inotify instance, and their number is capped per user
-                # (fs.inotify.max_user_instances, 128 by default): raised here, in the loop, it
-                # would end the loop and every session would go unwatched.
-                log.warning("inotify unavailable for %s (%s): polling it instead", folder, exc)
-                self._polling_observer().schedule(Handler(), str(folder), recursive=recursive)
+            polled = self._watch_folder(folder, recursive)
             self._watched.add(folder)
             log.info("watching %s", folder)
             if folder != self.claude_registry:
-                self._scan(folder, announce=not initial)
+                self._scan(folder, now, announce=not initial)
+                if polled:
+                    self._scan_again[folder] = not initial
+
+    def _watch_folder(self, folder: Path, recursive: bool) -> bool:
+        """Watch `folder`; True when a watchdog polling observer watches it."""
+        from watchdog.observers.polling import PollingObserver
+
+        if self._snapshots is not None:
+            self._snapshots.watch(folder, recursive)
+            return False
+        handler = _ChangedPaths(lambda path: self._on_path(path, self.clock()))
+        try:
+            self._observer.schedule(handler, str(folder), recursive=recursive)
+            return isinstance(self._observer, PollingObserver)
+        except OSError as exc:
+            # Each watch takes an inotify instance, and their number is capped per user
+            # (fs.inotify.max_user_instances, 128 by default): raised here, in the loop, it
+            # would end the loop and every session would go unwatched.
+            log.warning("inotify unavailable for %s (%s): polling it instead", folder, exc)
+            self._polling_observer().schedule(handler, str(folder), recursive=recursive)
+            return True
 
     def _polling_observer(self):
         if self._poller is None:
@@ -290,11 +378,11 @@ class SessionWatcher:
 
     # ---- change intake -------------------------------------------------------------------
 
-    def _on_path(self, path: Path) -> None:
+    def _on_path(self, path: Path, at: float) -> None:
+        """`path` changed at `at`: its session is read once the writes settle."""
         key = self._key_for(path)
         if key is None:
             return
-        at = self.clock()
         with self._lock:
             first, _ = self._dirty.get(key, (at, at))
             self._dirty[key] = (first, at)
@@ -331,34 +419,34 @@ class SessionWatcher:
             return "copilot:" + parts[0]
         return None
 
-    def _scan(self, folder: Path, announce: bool) -> None:
+    def _scan(self, folder: Path, now: float, announce: bool) -> None:
         """Look at the sessions already there. Those whose activity predates the watch are
         remembered silently; the rest (written while no watcher ran) are caught up."""
         if folder == self.opencode_dir:
             for db in sorted(folder.glob("opencode*.db")):
-                self._safely(str(db), self._process_opencode, db)
+                self._safely(str(db), self._process_opencode, db, now)
         elif folder == self.claude_dir:
             from ..adapters.detect import claude_session_id
 
-            horizon = min(self.clock() - self.inactivity_ms / 1000, self.catch_up_from)
+            horizon = min(now - self.inactivity_ms / 1000, self.catch_up_from)
             for path in sorted(folder.glob("*/*.jsonl")):
                 session_id = claude_session_id(path, folder)
                 if session_id and (announce or _modified_after(path, horizon)):
-                    self._safely(session_id, self._process_claude, session_id)
+                    self._safely(session_id, self._process_claude, session_id, now)
         elif folder == self.codex_dir:
             from ..adapters.codex import rollout_thread_id
 
-            horizon = min(self.clock() - self.inactivity_ms / 1000, self.catch_up_from)
+            horizon = min(now - self.inactivity_ms / 1000, self.catch_up_from)
             for path in sorted(folder.glob("*/*/*/rollout-*.jsonl")):
                 thread_id = rollout_thread_id(path.name)
                 if thread_id and (announce or _modified_after(path, horizon)):
                     self._codex_paths[thread_id] = path
-                    self._safely(thread_id, self._process_codex, thread_id)
+                    self._safely(thread_id, self._process_codex, thread_id, now)
         else:
-            horizon = min(self.clock() - self.inactivity_ms / 1000, self.catch_up_from)
+            horizon = min(now - self.inactivity_ms / 1000, self.catch_up_from)
             for child in sorted(folder.iterdir()):
                 if child.is_dir() and (announce or _modified_after(child, horizon)):
-                    self._safely(child.name, self._process_copilot, child.name)
+                    self._safely(child.name, self._process_copilot, child.name, now)
 
     # ---- the loop ------------------------------------------------------------------------
 
@@ -370,62 +458,74 @@ class SessionWatcher:
                 self.saved.close_thread_connection()
 
     def _run_loop(self) -> None:
-        last_dir_check = self.clock()
-        while not self._stop.is_set():
-            timeout = self._next_timeout()
-            self._wake.wait(timeout)
+        while True:
+            due = self.poll(self.clock())
+            # A path marked dirty meanwhile sets _wake: the wait ends at once.
+            self._wake.wait(max(0.0, due - self.clock()))
             self._wake.clear()
             if self._stop.is_set():
                 return
-            at = self.clock()
-            ready = []
-            with self._lock:
-                for key, (first, last) in list(self._dirty.items()):
-                    if at - last >= QUIET_SECONDS or at - first >= MAX_WAIT_SECONDS:
-                        ready.append(key)
-                        del self._dirty[key]
-            for key in ready:
-                self._process_key(key)
-            for session, due in list(self._recheck_at.items()):
-                if due <= at and self._recheck_at.get(session) == due:
-                    del self._recheck_at[session]
-                    self._process_key(_process_key_for(*session))
-            for session in list(self._unsaved):
-                self._save(session)
-            if self.saved is not None and at - self._alive_noted_at >= ALIVE_SECONDS:
-                self._note_alive()
-            if at - last_dir_check >= DIR_CHECK_SECONDS:
-                last_dir_check = at
-                self._attach_dirs()
 
-    def _next_timeout(self) -> float:
-        at = self.clock()
-        waits = [DIR_CHECK_SECONDS]
+    def poll(self, now: float) -> float:
+        """One step of the watcher at `now` (epoch s): read the sessions whose writes settled,
+        look again at those whose idle debounce, inactivity timeout or retry is due, save
+        what could not be saved, note the watcher alive, and look for agent folders that
+        appeared. Every rule reads `now`, never the clock. Returns when the next step is due.
+
+        Without an observer (begin() alone), the watched folders are first compared with
+        their snapshot of the previous step: what changed counts as changed at `now`."""
+        if self._snapshots is not None:
+            for path in self._snapshots.changes():
+                self._on_path(path, now)
+        ready = []
         with self._lock:
-            if self._dirty:
-                waits.append(TICK_SECONDS)
-        if self._unsaved:
-            waits.append(RETRY_SECONDS)
-        if self._recheck_at:
-            waits.append(max(0.05, min(self._recheck_at.values()) - at))
-        return min(waits)
+            for key, (first, last) in list(self._dirty.items()):
+                if now - last >= QUIET_SECONDS or now - first >= MAX_WAIT_SECONDS:
+                    ready.append(key)
+                    del self._dirty[key]
+        for key in ready:
+            self._process_key(key, now)
+        for session, due in list(self._recheck_at.items()):
+            if due <= now and self._recheck_at.get(session) == due:
+                del self._recheck_at[session]
+                self._process_key(_process_key_for(*session), now)
+        for session in list(self._unsaved):
+            self._save(session, now)
+        if self.saved is not None and now - self._alive_noted_at >= ALIVE_SECONDS:
+            self._note_alive(now)
+        if now - self._dirs_checked_at >= DIR_CHECK_SECONDS:
+            self._dirs_checked_at = now
+            self._attach_dirs(now)
+        return self._next_due(now)
 
-    def _process_key(self, key: str) -> None:
+    def _next_due(self, now: float) -> float:
+        due = [self._dirs_checked_at + DIR_CHECK_SECONDS]
+        with self._lock:
+            due += [min(last + QUIET_SECONDS, first + MAX_WAIT_SECONDS) for first, last in self._dirty.values()]
+        if self._unsaved:
+            due.append(now + RETRY_SECONDS)
+        if self._recheck_at:
+            due.append(min(self._recheck_at.values()))
+        if self.saved is not None:
+            due.append(self._alive_noted_at + ALIVE_SECONDS)
+        return max(min(due), now + MIN_STEP_SECONDS)
+
+    def _process_key(self, key: str, now: float) -> None:
         kind, _, rest = key.partition(":")
         if kind == "opencode":
-            self._safely(rest, self._process_opencode, Path(rest))
+            self._safely(rest, self._process_opencode, Path(rest), now)
         elif kind == "opencode-session":
-            self._safely(rest, self._evaluate_opencode, rest)
+            self._safely(rest, self._evaluate_opencode, rest, now)
         elif kind == "copilot":
-            self._safely(rest, self._process_copilot, rest)
+            self._safely(rest, self._process_copilot, rest, now)
         elif kind == "claude":
-            self._safely(rest, self._process_claude, rest)
+            self._safely(rest, self._process_claude, rest, now)
         elif kind == "claude-registry":
             # A Claude Code process started or exited: its session may have just ended.
             for session_id in sorted(self._claude_live):
-                self._safely(session_id, self._process_claude, session_id)
+                self._safely(session_id, self._process_claude, session_id, now)
         elif kind == "codex":
-            self._safely(rest, self._process_codex, rest)
+            self._safely(rest, self._process_codex, rest, now)
 
     def _safely(self, what: str, step, *args, **kwargs) -> None:
         """Run one read; a locked DB or an unknown schema is logged and the watcher goes on."""
@@ -444,7 +544,7 @@ class SessionWatcher:
             self._opencode = OpenCodeAdapter(self.opencode_dir)
         return self._opencode
 
-    def _process_opencode(self, db_path: Path) -> None:
+    def _process_opencode(self, db_path: Path, now: float) -> None:
         """Sessions changed since the last look at this DB."""
         if not db_path.exists():
             return
@@ -454,13 +554,13 @@ class SessionWatcher:
 
             # Sessions quiet for longer than the inactivity timeout have ended already
             # (unless the watcher was down then): reading every old transcript costs time.
-            since_s = min(self.clock() - self.inactivity_ms / 1000, self.catch_up_from)
+            since_s = min(now - self.inactivity_ms / 1000, self.catch_up_from)
             changes = ChangedSessions(db_path, int(since_s * 1000))
             self._opencode_changes[db_path] = changes  # kept even if this read fails: one connection per DB
         for session_id in changes.poll():
-            self._evaluate_opencode(session_id)
+            self._evaluate_opencode(session_id, now)
 
-    def _evaluate_opencode(self, session_id: str) -> None:
+    def _evaluate_opencode(self, session_id: str, now: float) -> None:
         from ..adapters import SessionNotFound
         from ..adapters.lifecycle import opencode_lifecycle
 
@@ -475,14 +575,14 @@ class SessionWatcher:
             self._own_calls.setdefault(("opencode", session_id), is_agent_call_dir(transcript.directory))
         state = self.states.get(("opencode", session_id))
         lifecycle = opencode_lifecycle(
-            transcript, int(self.clock() * 1000),
+            transcript, int(now * 1000),
             seen_compaction_id=state.seen_compaction_id if state else None,
             idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
-        self._apply("opencode", session_id, lifecycle)
+        self._apply("opencode", session_id, lifecycle, now)
 
     # ---- Copilot ---------------------------------------------------------------------------
 
-    def _process_copilot(self, session_id: str) -> None:
+    def _process_copilot(self, session_id: str, now: float) -> None:
         from ..adapters import CopilotAdapter
         from ..adapters.base import is_valid_session_id
         from ..adapters.lifecycle import copilot_lifecycle
@@ -496,19 +596,19 @@ class SessionWatcher:
             # Copilot writes no events before the first prompt: a new folder is a new session.
             if key not in self.states and _modified_after(self.copilot_dir / session_id, self.catch_up_from) \
                     and not self._llmems_own_call(*key):
-                self._created(*key)
+                self._created(*key, now)
             return
         log_ = self._copilot.read_events(session_id)
         state = self.states.get(key)
         lifecycle = copilot_lifecycle(
-            log_.event_objects, int(self.clock() * 1000), lock_alive=self._copilot.lock_alive(session_id),
+            log_.event_objects, int(now * 1000), lock_alive=self._copilot.lock_alive(session_id),
             seen_compaction_id=state.seen_compaction_id if state else None,
             idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
-        self._apply("copilot", session_id, lifecycle)
+        self._apply("copilot", session_id, lifecycle, now)
 
     # ---- Claude Code -----------------------------------------------------------------------
 
-    def _process_claude(self, session_id: str) -> None:
+    def _process_claude(self, session_id: str, now: float) -> None:
         from ..adapters.claude import ClaudeAdapter, ClaudeTail
         from ..adapters.lifecycle import claude_lifecycle
 
@@ -531,14 +631,14 @@ class SessionWatcher:
             self._claude_live.discard(session_id)
         state = self.states.get(("claude", session_id))
         lifecycle = claude_lifecycle(
-            lines.line_objects, int(self.clock() * 1000), process_alive=alive, mtime_ms=lines.mtime_ms,
+            lines.line_objects, int(now * 1000), process_alive=alive, mtime_ms=lines.mtime_ms,
             seen_compaction_id=state.seen_compaction_id if state else None,
             idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
-        self._apply("claude", session_id, lifecycle)
+        self._apply("claude", session_id, lifecycle, now)
 
     # ---- Codex CLI -------------------------------------------------------------------------
 
-    def _process_codex(self, thread_id: str) -> None:
+    def _process_codex(self, thread_id: str, now: float) -> None:
         from ..adapters.codex import CodexAdapter, CodexTail
         from ..adapters.lifecycle import codex_lifecycle
 
@@ -556,10 +656,10 @@ class SessionWatcher:
             return  # a thread Codex spawned: its result reaches the parent's rollout
         state = self.states.get(("codex", thread_id))
         lifecycle = codex_lifecycle(
-            marks, int(self.clock() * 1000), mtime_ms=tail.mtime_ms,
+            marks, int(now * 1000), mtime_ms=tail.mtime_ms,
             seen_compaction_id=state.seen_compaction_id if state else None,
             idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
-        self._apply("codex", thread_id, lifecycle)
+        self._apply("codex", thread_id, lifecycle, now)
 
 
     # ---- llmem's own agent calls -------------------------------------------------------------
@@ -602,38 +702,38 @@ class SessionWatcher:
 
     # ---- turning moments into events -------------------------------------------------------
 
-    def _created(self, adapter: str, session_id: str) -> SessionState | None:
+    def _created(self, adapter: str, session_id: str, now: float) -> SessionState | None:
         """The session's state, announcing it first if it is new; None if that failed."""
         key = (adapter, session_id)
         state = self.states.get(key)
         if state is None:
             if not self._emit(adapter, session_id, "created"):
-                self._retry(key)
+                self._retry(key, now)
                 return None
             state = self.states[key] = SessionState()
-            self._save(key)
+            self._save(key, now)
         return state
 
-    def _apply(self, adapter: str, session_id: str, lifecycle) -> None:
+    def _apply(self, adapter: str, session_id: str, lifecycle, now: float) -> None:
         key = (adapter, session_id)
         if key not in self.states and (lifecycle.last_activity_ms is None
                                        or lifecycle.last_activity_ms < self.catch_up_from * 1000):
             # Activity from before the watch (backfill's job): remember where it is, emit nothing.
             self.states[key] = SessionState.seen(lifecycle)
-            self._save(key)
-            self._schedule_recheck(key, lifecycle)
+            self._save(key, now)
+            self._schedule_recheck(key, lifecycle, now)
             return
         if self._llmems_own_call(adapter, session_id):
             return
-        state = self._created(adapter, session_id)
+        state = self._created(adapter, session_id, now)
         if state is None:
             return
         before = replace(state)
         if not self._emit_moments(adapter, session_id, state, lifecycle):
-            self._retry(key)
+            self._retry(key, now)
         if state != before:
-            self._save(key)
-        self._schedule_recheck(key, lifecycle)
+            self._save(key, now)
+        self._schedule_recheck(key, lifecycle, now)
 
     def _emit_moments(self, adapter: str, session_id: str, state: SessionState, lifecycle) -> bool:
         """Emit what is new since `state`, updating it after each emit that went through.
@@ -655,29 +755,32 @@ class SessionWatcher:
         if Moment.JUST_COMPACTED in lifecycle:
             state.seen_compaction_id = lifecycle.compaction_id
 
-        if Moment.IDLE in lifecycle and lifecycle.reply_id != state.idle_reply:
+        if Moment.IDLE in lifecycle and lifecycle.reply_id != state.idle_reply and not state.ended:
             # One idle per finished reply, whether or not the session was ever seen busy (a
             # whole turn in one transaction, a short turn between two looks). Every idle is
             # emitted at once: the worker holds the LLM pass to the extraction interval.
-            if not self._emit(adapter, session_id, "idle"):
+            # An ended session has none: its ending covered the reply (an OpenCode session
+            # archived inside the idle debounce, looked at again after a restart).
+            if not self._emit_unless_hooked(adapter, session_id, "idle", lifecycle):
                 return False
             state.idle_reply = lifecycle.reply_id
 
         if Moment.ENDING in lifecycle and not state.ended:
             # Ending extracts what is past the cursor too: the last turn needs no idle of its own.
-            if not self._emit(adapter, session_id, "ending"):
+            if not self._emit_unless_hooked(adapter, session_id, "ending", lifecycle):
                 return False
             state.ended, state.ended_turn = True, lifecycle.last_turn_id
+            state.idle_reply = lifecycle.reply_id or state.idle_reply
         return True
 
-    def _schedule_recheck(self, key: tuple[str, str], lifecycle) -> None:
+    def _schedule_recheck(self, key: tuple[str, str], lifecycle, now: float) -> None:
         """Look again when the idle debounce or the inactivity timeout will have passed."""
         state = self.states.get(key)
         if lifecycle.last_activity_ms is None or state is None or state.ended:
             return
         last = lifecycle.last_activity_ms / 1000
         candidates = [t for t in (last + self.idle_debounce_ms / 1000 + 0.05,
-                                  last + self.inactivity_ms / 1000 + 0.05) if t > self.clock()]
+                                  last + self.inactivity_ms / 1000 + 0.05) if t > now]
         if candidates:
             self._look_again(key, min(candidates))
 
@@ -686,8 +789,26 @@ class SessionWatcher:
         if current is None or at < current:
             self._recheck_at[key] = at
 
-    def _retry(self, key: tuple[str, str]) -> None:
-        self._look_again(key, self.clock() + RETRY_SECONDS)
+    def _retry(self, key: tuple[str, str], now: float) -> None:
+        self._look_again(key, now + RETRY_SECONDS)
+
+    def _emit_unless_hooked(self, adapter: str, session_id: str, kind: str, lifecycle) -> bool:
+        """Emit an idle or ending, unless the agent's hook (Stop, SessionEnd, agentStop,
+        sessionEnd) recorded it already for this turn: an event of that kind recorded after the
+        turn began. Either way the moment counts as emitted."""
+        if self.saved is not None and lifecycle.turn_started_ms is not None:
+            # The agents stamp to the millisecond: an event from that same millisecond may be
+            # the previous turn's, so only a later one is the hook's for this turn.
+            since = (lifecycle.turn_started_ms + 1) / 1000
+            try:
+                hooked = self.saved.recorded_since(adapter, session_id, kind, since)
+            except Exception as exc:  # a busy store: emit, a duplicate costs less than a miss
+                log.warning("watch: could not look for the hook's %s of %s: %s", kind, session_id, exc)
+                hooked = False
+            if hooked:
+                log.info("session=%s adapter=%s event=%s already recorded by its hook", session_id, adapter, kind)
+                return True
+        return self._emit(adapter, session_id, kind)
 
     def _emit(self, adapter: str, session_id: str, kind: str) -> bool:
         """Record one moment; False (logged) when the callback failed, so the caller keeps
@@ -702,12 +823,12 @@ class SessionWatcher:
         log.info("session=%s adapter=%s event=%s detected", session_id, adapter, kind)
         return True
 
-    def _save(self, key: tuple[str, str]) -> None:
-        """Keep the session's state in the store; a busy store is retried on the next tick."""
+    def _save(self, key: tuple[str, str], now: float) -> None:
+        """Keep the session's state in the store; a busy store is retried on the next step."""
         if self.saved is None:
             return
         try:
-            self.saved.save(key, self.states[key], self.clock())
+            self.saved.save(key, self.states[key], now)
         except Exception as exc:
             self.errors += 1
             if key not in self._unsaved:

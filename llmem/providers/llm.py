@@ -361,13 +361,13 @@ def _count(value: Any) -> int:
 def make_llm(config, *, model: str | None = None, base_url: str | None = None,
              store=None) -> LLM | None:
     """The chat LLM of the `llm:` config section (None when llm.provider is none); its token
-    use is recorded in `store`, or in the store at config.db_path opened on first use."""
+    use is recorded in `store`, or in the store at config.store_location opened on first use."""
     section = config.values["llm"]
     provider = section["provider"]
     if provider == "none":
         return None
     common = dict(timeout=section["timeout"], daily_token_budget=section["daily_token_budget"],
-                  db_path=config.db_path, store=store,
+                  db_path=config.store_location, store=store,
                   redactor=Redactor.from_section(config.values.get("redaction")))
     if provider == "ollama":
         return OllamaLLM(model or section["model"], base_url or section["base_url"], **common)

@@ -27,10 +27,14 @@ from typing import Any
 from ..errors import LlmemError, UsageError
 from ..paths import expand, write_atomically
 from . import integrations, userfile
+from .environment import FOLDER_VARIABLES, folder_environment
 
 AGENTS = ("opencode", "copilot", "claude", "codex")
 LABELS = {"opencode": "OpenCode", "copilot": "Copilot CLI", "claude": "Claude Code", "codex": "Codex CLI"}
 SERVER_NAME = "llmem"
+# The agents that start an MCP server without passing their environment through (CODEX.md
+# §4.1; FORMATS.md "Spawn" for Copilot): their entry carries the folder variables in `env`.
+FILTERED_ENV_AGENTS = ("codex", "copilot")
 
 # Claude Code and Codex share the hooks schema; each lifecycle event → (llmem moment, timeout s).
 # SessionStart answers with the context block; the others queue their work and return.
@@ -119,14 +123,26 @@ def notify_argv(command: list[str]) -> list[str]:
 def mcp_entry(agent: str, command: list[str]) -> dict:
     """The `llmem` server entry in the agent's own shape (FORMATS.md M.1/M.2, CLAUDE-CODE.md §4.1,
     CODEX.md §4.1): always the llmem executable itself, never `python` (Copilot rewrites a bare
-    `python -m` into `pipx run`)."""
+    `python -m` into `pipx run`); for an agent that filters the environment, with the folder
+    variables set now in `env`."""
     if agent == "opencode":
         return {"type": "local", "command": [*command, "mcp"], "enabled": True}
-    if agent == "copilot":
-        return {"type": "local", "command": command[0], "args": [*command[1:], "mcp"], "tools": ["*"]}
     if agent == "claude":
         return {"type": "stdio", "command": command[0], "args": [*command[1:], "mcp"]}
-    return {"command": command[0], "args": [*command[1:], "mcp"]}
+    if agent == "copilot":
+        entry = {"type": "local", "command": command[0], "args": [*command[1:], "mcp"], "tools": ["*"]}
+    else:
+        entry = {"command": command[0], "args": [*command[1:], "mcp"]}
+    env = folder_environment()
+    if agent == "copilot":  # Copilot expands `$VAR` in env values: such a path would change
+        env = {name: value for name, value in env.items() if "$" not in value}
+    return {**entry, "env": env} if env else entry
+
+
+def _is_llmem_env(env: Any) -> bool:
+    """An `env` llmem writes: folder variables only, as strings (any values: set at install)."""
+    return isinstance(env, dict) and set(env) <= set(FOLDER_VARIABLES) \
+        and all(isinstance(value, str) for value in env.values())
 
 
 def _llmem_prefix(argv: Any) -> int:
@@ -152,7 +168,8 @@ def _entry_argv(agent: str, entry: dict) -> Any:
 def is_llmem_server(agent: str, entry: Any, command: list[str]) -> bool:
     """An `llmem` server entry shaped as llmem install writes it (any llmem path): safe to
     update or remove. One with other keys or other arguments is the user's own."""
-    if not isinstance(entry, dict) or not set(entry) <= set(mcp_entry(agent, command)):
+    ours = set(mcp_entry(agent, command)) | ({"env"} if agent in FILTERED_ENV_AGENTS else set())
+    if not isinstance(entry, dict) or not set(entry) <= ours or not _is_llmem_env(entry.get("env", {})):
         return False
     argv = _entry_argv(agent, entry)
     prefix = _llmem_prefix(argv)
@@ -196,6 +213,7 @@ class _File:
     backup: Path | None = None
     remove: bool = False  # uninstall deletes the file: llmem created it and only llmem's was in it
     restored: bool = False  # uninstall gives back the original bytes kept in a backup
+    fresh: dict | None = None  # what a file llmem creates starts with (OpenCode's `$schema`)
     actions: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -262,9 +280,9 @@ def _plan(file: _File, agent: str, uninstall: bool) -> None:
     original = _original(file)
     if original is not None:
         file.after, file.restored = original, True
-    elif after.strip() in ("{}", ""):
-        # Only llmem's members were in it and no backup holds an earlier file: llmem
-        # created it, so it goes, as before the install.
+    elif after.strip() in ("{}", "") or (file.fresh is not None and _json(after).data == file.fresh):
+        # Only llmem's members (and what llmem starts a new file with) were in it and no
+        # backup holds an earlier file: llmem created it, so it goes, as before the install.
         file.remove = True
 
 
@@ -317,6 +335,20 @@ def _holds_llmem(data: dict) -> bool:
     return any(isinstance(data.get(key), dict) and SERVER_NAME in data[key] for key in ("mcpServers", "mcp"))
 
 
+def _worth_a_backup(file: _File) -> bool:
+    """Whether the file as it is now is backed up before llmem writes it: an original (none of
+    llmem's members in it: the user's file before llmem went in), or any file when no backup
+    of it exists yet. A file llmem already edited is not backed up again at each run: the
+    backup of its original stays the one (userfile.back_up keeps one per file)."""
+    if not userfile.backups_of(file.real):
+        return True
+    try:
+        _, actions, _ = file.edit(file.before, True)
+    except Exception:  # it parsed when planned; unreadable now means: keep a copy
+        return True
+    return not _changes(actions)
+
+
 def _before_replace(path: Path) -> None:
     """Called between reading a file and replacing it (a seam for the concurrent-writer tests)."""
 
@@ -329,7 +361,7 @@ def _commit(file: _File, agent: str, uninstall: bool) -> None:
         if not file.changed:
             return
         userfile.check_writable(file.real)
-        if file.before is not None and not file.restored:
+        if file.before is not None and not file.restored and not file.remove and _worth_a_backup(file):
             file.backup = userfile.back_up(file.real, file.before)
         _before_replace(file.real)
         now = userfile.read_text(userfile.real_path(file.path))
@@ -522,6 +554,7 @@ def _json_file(path: Path, edit_parts, fresh: dict | None = None) -> _File:
         return (doc.text() if _changes(actions) else text), actions, notes
 
     file = _open(path, edit)
+    file.fresh = fresh
     return file
 
 
@@ -646,6 +679,43 @@ def _peek_json(path: Path) -> Any:
         raise ValueError(f"{path} is not valid JSON ({exc})") from None
 
 
+def _env_missing(agent: str, entry: dict) -> list[str]:
+    """The folder variables set here that llmem's server entry does not pass as they are: the
+    server the agent starts opens another store (an entry from an earlier install)."""
+    command = integrations.llmem_command()
+    if not is_llmem_server(agent, entry, command):
+        return []  # the user's own entry: theirs to set
+    have = entry.get("env") or {}
+    return [name for name, value in (mcp_entry(agent, command).get("env") or {}).items() if have.get(name) != value]
+
+
+def _snake(event: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(event))
+
+
+def codex_hook_trust(ours: list, codex_config: dict, hooks_path: Path) -> dict[str, list[str]]:
+    """Which of llmem's hooks in hooks.json Codex runs: it runs one only after the user approves
+    it in /hooks, which writes `[hooks.state."<hooks.json path>:<event_snake>:<group>:<handler>"]`
+    with a `trusted_hash` (`enabled = false`: switched off) into config.toml (CODEX.md §3.2).
+    The hash input is undocumented, so a hook llmem changed since may be trusted no more; what
+    this reads is whether the user approved a hook in that place. {"approved"|"disabled"|
+    "pending": [event, …]}."""
+    state = codex_config.get("hooks", {}).get("state") if isinstance(codex_config.get("hooks"), dict) else None
+    state = state if isinstance(state, dict) else {}
+    places = {str(hooks_path), str(hooks_path.resolve())}
+    trust: dict[str, list[str]] = {"approved": [], "disabled": [], "pending": []}
+    for event, g, h, _ in ours:
+        entry = next((state[key] for place in places
+                      if isinstance(state.get(key := f"{place}:{_snake(event)}:{g}:{h}"), dict)), None)
+        if entry is None or not entry.get("trusted_hash"):
+            trust["pending"].append(event)
+        elif entry.get("enabled") is False:
+            trust["disabled"].append(event)
+        else:
+            trust["approved"].append(event)
+    return trust
+
+
 def agent_status(config, agent: str) -> dict[str, Any]:
     """Detected (its store is on disk), hooks installed, MCP registered — read only, never raises."""
     detected, store = _detected(config, agent)
@@ -667,16 +737,21 @@ def agent_status(config, agent: str) -> dict[str, Any]:
         else:
             import tomllib
 
-            found = {event for event, *_ in _our_hooks(_peek_json(codex_hooks_path(config)), agent)}
-            status["hooks"] = found >= set(HOOK_EVENTS[agent])
+            hooks_path = codex_hooks_path(config)
+            ours = _our_hooks(_peek_json(hooks_path), agent)
+            status["hooks"] = {event for event, *_ in ours} >= set(HOOK_EVENTS[agent])
             path = codex_config_path(config)
             try:
                 codex_config = tomllib.loads(_peek_text(path) or "")
             except tomllib.TOMLDecodeError as exc:
                 raise ValueError(f"{path} is not valid TOML ({exc})") from None
             status["notify"] = is_llmem_notify(codex_config.get("notify"))
+            if status["hooks"]:
+                status["hook_trust"] = codex_hook_trust(ours, codex_config, hooks_path)
             servers = codex_config.get("mcp_servers")
         status["mcp"] = isinstance(servers, dict) and isinstance(servers.get(SERVER_NAME), dict)
+        if status["mcp"] and agent in FILTERED_ENV_AGENTS:
+            status["mcp_env_missing"] = _env_missing(agent, servers[SERVER_NAME])
     except ValueError as exc:
         status["error"] = str(exc)
     return status

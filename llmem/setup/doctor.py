@@ -201,19 +201,40 @@ def _agent_check(status: dict[str, Any]) -> dict[str, Any]:
     agent is here and llmem is not wired into it."""
     agent = status["agent"]
     said = [f"detected ({status['store']})" if status["detected"] else "not detected"]
+    trust = status.get("hook_trust")
     if status["error"]:
         said.append(status["error"])
     else:
         hooks = "plugin" if agent == "opencode" else "hooks"
-        said.append(f"{hooks} installed" if status["hooks"] else f"no {hooks}")
+        said.append(_trust_said(trust) if trust else f"{hooks} installed" if status["hooks"] else f"no {hooks}")
         if agent == "codex":
             said.append("notify set" if status.get("notify") else "no notify")
         said.append("MCP registered" if status["mcp"] else "MCP not registered")
-    missing = status["error"] or not (status["hooks"] and status["mcp"])
+        if status.get("mcp_env_missing"):
+            said[-1] += f" without {', '.join(status['mcp_env_missing'])} as set here"
+    missing = status["error"] or not (status["hooks"] and status["mcp"]) or bool(status.get("mcp_env_missing"))
     warn = status["detected"] and missing
     detail = "; ".join(said) + (f" — `llmem install {agent}`" if warn and not status["error"] else "")
     extra = {k: status[k] for k in ("detected", "hooks", "mcp")}
+    if trust:  # Codex: installed hooks that Codex does not run yet are a warning of their own
+        extra["hooks_approved"] = not (trust["pending"] or trust["disabled"])
+        warn = warn or not extra["hooks_approved"]
     return _check(agent, "warn" if warn or status["error"] else "ok", detail, **extra)
+
+
+def _trust_said(trust: dict[str, list[str]]) -> str:
+    """Codex's hooks: installed, and whether Codex runs them (agents.codex_hook_trust)."""
+    total = sum(len(events) for events in trust.values())
+    said = "hooks installed"
+    if not trust["pending"] and not trust["disabled"]:
+        return said + " and approved in Codex"
+    if len(trust["pending"]) == total:
+        return said + ", not yet approved — run /hooks in Codex"
+    if trust["pending"]:
+        said += f", {total - len(trust['pending'])} of {total} approved — run /hooks in Codex"
+    if trust["disabled"]:
+        said += f", {', '.join(trust['disabled'])} switched off in /hooks"
+    return said
 
 
 def _service_states() -> dict[str, str]:

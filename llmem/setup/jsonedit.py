@@ -19,6 +19,7 @@ as plain data instead, in milliseconds, with the same result: `load_document` pi
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -96,9 +97,38 @@ def _holds(container: Any, key: str | int) -> bool:
     return False
 
 
+# No agent writes a config nested this deep; past it, both parsers would recurse for tens of
+# seconds before giving up (a 100k-deep file took over a minute under load).
+MAX_DEPTH = 256
+_NESTING_TOKENS = re.compile(r'"(?:\\.|[^"\\])*"|//[^\n]*|/\*.*?\*/|[\[\]{}]', re.S)
+
+
+def _nesting_depth(text: str) -> int:
+    """How deep the containers of `text` nest (strings and comments skipped), counted
+    only as far as MAX_DEPTH + 1."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return 0
+    depth = deepest = 0
+    for token in _NESTING_TOKENS.finditer(text):
+        char = token.group()
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                break
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def load_document(text: str) -> JsonDocument | PlainJsonDocument:
     """The document for `text`: plain data when json.dumps gives the text back, else the model."""
-    return PlainJsonDocument.of(text) or JsonDocument(text)
+    plain = PlainJsonDocument.of(text)  # the stdlib parser gives up on deep nesting at once
+    if plain is not None:
+        return plain
+    if _nesting_depth(text) > MAX_DEPTH:
+        raise JsonSyntaxError("nested too deeply")
+    return JsonDocument(text)
 
 
 def _dumps(data: Any, indent: int | str | None) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..errors import LlmemError
 from ..paths import write_private_text
 from ..processes import python_module_command
+from .environment import folder_environment
 
 UNITS = ("llmem-watch.service", "llmem-worker.service", "llmem-dream.service", "llmem-dream.timer")
 ENABLED = ("llmem-watch.service", "llmem-worker.service")
@@ -56,13 +57,60 @@ def _template(name: str) -> str:
     return source.read_text(encoding="utf-8")
 
 
-def render_unit(name: str) -> str:
-    """A unit with ExecStart pointing at this llmem, and LLMEM_HOME / LLMEM_CONFIG kept."""
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # systemd's week starts on Monday
+
+
+def _calendar_field(values: set[int], low: int, high: int) -> str:
+    if values == set(range(low, high + 1)):
+        return "*"
+    return ",".join(f"{value:02d}" for value in sorted(values))
+
+
+def _weekdays(days: set[int]) -> str:
+    """Cron weekdays (0 = Sunday) the way systemd writes them: runs as `Mon..Fri`, others listed."""
+    runs: list[list[int]] = []
+    for position in sorted((day - 1) % 7 for day in days):
+        if runs and runs[-1][-1] + 1 == position:
+            runs[-1].append(position)
+        else:
+            runs.append([position])
+    return ",".join(_WEEKDAYS[run[0]] + (f"..{_WEEKDAYS[run[-1]]}" if len(run) > 1 else "") for run in runs)
+
+
+def on_calendar(schedule: str, timezone: str | None = None) -> list[str]:
+    """The timer's OnCalendar= values for the cron `schedule` (dream.schedule), read in
+    `timezone` (dream.timezone; None: the machine's zone), firing when the worker's periodic
+    dream would. systemd ANDs a weekday with a date where cron ORs a restricted day-of-month
+    and day-of-week, so that case takes two lines (a timer fires on the union)."""
+    from ..dream.schedule import CronSchedule
+
+    cron = CronSchedule(schedule)  # UsageError naming dream.schedule when it is not cron
+    clock = f"{_calendar_field(cron.hours, 0, 23)}:{_calendar_field(cron.minutes, 0, 59)}:00"
+    months = _calendar_field(cron.months, 1, 12)
+    zone = f" {timezone}" if timezone else ""
+    by_date = f"*-{months}-{_calendar_field(cron.days, 1, 31)} {clock}{zone}"
+    by_weekday = f"{_weekdays(cron.weekdays)} *-{months}-* {clock}{zone}"
+    if cron.dom_any and cron.dow_any:
+        return [f"*-{months}-* {clock}{zone}"]
+    if cron.dom_any:
+        return [by_weekday]
+    if cron.dow_any:
+        return [by_date]
+    return [by_date, by_weekday]
+
+
+def render_unit(name: str, calendar: list[str] | None = None) -> str:
+    """A unit with ExecStart pointing at this llmem and the folder variables set now kept (the
+    user manager does not have the shell's environment); the timer with `calendar` as its
+    OnCalendar= lines when given."""
     text = _template(name).replace("@LLMEM@", llmem_command())
-    env = [f"Environment={_unit_word(f'{key}={os.environ[key]}')}" for key in ("LLMEM_HOME", "LLMEM_CONFIG")
-           if os.environ.get(key)]
+    env = [f"Environment={_unit_word(f'{key}={value}')}" for key, value in folder_environment().items()]
     if env and "[Service]\n" in text:
         text = text.replace("[Service]\n", "[Service]\n" + "\n".join(env) + "\n", 1)
+    if calendar:
+        lines = [line for line in text.split("\n") if not line.startswith("OnCalendar=")]
+        at = lines.index("[Timer]") + 1
+        text = "\n".join([*lines[:at], *(f"OnCalendar={value}" for value in calendar), *lines[at:]])
     return text
 
 
@@ -87,12 +135,15 @@ def _systemctl(outcome: SystemdOutcome, *args: str) -> None:
                          hint="is a user systemd instance running? (loginctl enable-linger $USER)")
 
 
-def install(*, target: Path | None = None, enable: bool = True, dream_timer: bool = False) -> SystemdOutcome:
-    """Write the four units (idempotent) and enable watch + worker (+ the dream timer)."""
+def install(*, target: Path | None = None, enable: bool = True, dream_timer: bool = False,
+            schedule: str | None = None, timezone: str | None = None) -> SystemdOutcome:
+    """Write the four units (idempotent) and enable watch + worker (+ the dream timer, firing
+    on `schedule` read in `timezone`: dream.schedule and dream.timezone)."""
     folder = target or unit_dir()
     outcome = SystemdOutcome()
+    calendar = on_calendar(schedule, timezone) if schedule else None
     for name in UNITS:
-        text = render_unit(name)
+        text = render_unit(name, calendar if name.endswith(".timer") else None)
         path = folder / name
         if path.exists() and path.read_text(encoding="utf-8") == text:
             outcome.unchanged.append(str(path))
@@ -101,8 +152,17 @@ def install(*, target: Path | None = None, enable: bool = True, dream_timer: boo
         path.chmod(0o644)  # systemd reads units; nothing secret in them
         outcome.written.append(str(path))
     if enable:
-        _systemctl(outcome, "daemon-reload")
-        _systemctl(outcome, "enable", "--now", *ENABLED, *(("llmem-dream.timer",) if dream_timer else ()))
+        units = [*ENABLED, *(("llmem-dream.timer",) if dream_timer else ())]
+        try:
+            _systemctl(outcome, "daemon-reload")
+            _systemctl(outcome, "enable", "--now", *units)
+        except LlmemError as exc:  # no user bus (ssh, a container): the files stay, and it is said
+            raise LlmemError(
+                f"the units are written in {folder} but not enabled: {exc.message}",
+                hint=f"once a user systemd instance runs (loginctl enable-linger $USER), run "
+                     f"`systemctl --user daemon-reload && systemctl --user enable --now {' '.join(units)}`; "
+                     f"or remove them with `llmem install systemd --uninstall --no-enable"
+                     f"{'' if target is None else ' --unit-dir ' + str(folder)}`") from None
     return outcome
 
 

@@ -33,6 +33,12 @@ def _value(value: Any) -> str:
     return tomlkit.item(value).as_string()
 
 
+def _key(key: str) -> str:
+    import tomlkit
+
+    return tomlkit.key(key).as_string()
+
+
 def _without_empty_servers(data: dict) -> dict:
     if data.get(SERVERS) == {}:
         data = dict(data)
@@ -109,8 +115,18 @@ class TomlDocument:
     # ---- the MCP server -----------------------------------------------------------------
 
     def _block(self, name: str, entry: dict) -> str:
+        """The entry as a table; a table value (`env`) as its own `[mcp_servers.<name>.env]`
+        after it, the shape `codex mcp add --env` writes (CODEX.md §4.1)."""
         nl = self.newline
-        return f"[{SERVERS}.{name}]{nl}" + "".join(f"{key} = {_value(value)}{nl}" for key, value in entry.items())
+
+        def table(header: str, values: dict) -> str:
+            keys = "".join(f"{_key(key)} = {_value(value)}{nl}" for key, value in values.items()
+                           if not isinstance(value, dict))
+            subtables = "".join(nl + table(f"{header}.{_key(key)}", value) for key, value in values.items()
+                                if isinstance(value, dict))
+            return f"[{header}]{nl}{keys}{subtables}"
+
+        return table(f"{SERVERS}.{name}", entry)
 
     def add_server(self, name: str, entry: dict) -> None:
         servers = self.data.get(SERVERS)

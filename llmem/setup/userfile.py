@@ -145,16 +145,34 @@ def read_backup(backup: Path) -> str | None:
 
 
 def back_up(path: Path, text: str) -> Path:
-    """A backup of `text` (the file's current content) beside `path`: an existing backup with
-    the same bytes is reused, so repeated installs keep one backup per original. Created
-    exclusively and without following links, mode 0600."""
+    """A backup of `text` (the file's current content) beside `path`, and the only one: an
+    existing backup with the same bytes is reused and the older ones go, so however many
+    times llmem runs there is one backup per original. Created exclusively and without
+    following links, mode 0600."""
     data = text.encode("utf-8")
     for existing in backups_of(path):
         try:
             if existing.read_bytes() == data:
+                _drop_backups_but(path, existing)
                 return existing
         except OSError:
             continue
+    made = _new_backup(path, data)
+    _drop_backups_but(path, made)
+    return made
+
+
+def _drop_backups_but(path: Path, kept: Path) -> None:
+    """Remove llmem's other backups of `path` (regular files named as llmem names them)."""
+    for backup in backups_of(path):
+        if backup != kept:
+            try:
+                backup.unlink()
+            except OSError:
+                pass  # one left over is litter, not a failure of the install
+
+
+def _new_backup(path: Path, data: bytes) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for n in range(1, 1000):
         candidate = path.with_name(f"{path.name}{BACKUP_MARK}{stamp}" + (f"-{n}" if n > 1 else ""))

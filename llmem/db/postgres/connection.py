@@ -1,0 +1,186 @@
+"""Open a PostgreSQL + pgvector store: peewee's PostgresqlDatabase over psycopg 3.
+
+db/'s raw SQL is written once, in SQLite's `?` placeholders, in the SQL both dialects speak;
+the cursor of this database turns `?` into psycopg's `%s` (outside quoted text), so that SQL
+runs here unchanged, and only what truly differs (DDL, full-text search, vectors) has a
+sibling module in this package. peewee's own queries already use `%s` and pass through.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import peewee
+
+from ...errors import StoreError
+from ..backend import masked_url
+
+log = logging.getLogger(__name__)
+
+# PostgreSQL 15 is the oldest release still supported upstream (14 ended in November 2026), and
+# the schema's word count needs its regexp_count; pgvector's HNSW index came in 0.5.0.
+MIN_SERVER_VERSION = 150000
+MIN_PGVECTOR = (0, 5, 0)
+CONNECT_TIMEOUT_SECONDS = 5
+STATEMENT_TIMEOUT_MS = 60_000
+
+
+def qmark_to_format(sql: str) -> str:
+    """`sql` with each `?` placeholder as `%s` and each literal `%` doubled, leaving quoted
+    strings and identifiers alone; SQL without a `?` placeholder is returned unchanged."""
+    out: list[str] = []
+    quote: str | None = None
+    found = False
+    for char in sql:
+        if quote:
+            out.append("%%" if char == "%" else char)
+            if char == quote:
+                quote = None
+        elif char in ("'", '"'):
+            quote = char
+            out.append(char)
+        elif char == "?":
+            out.append("%s")
+            found = True
+        elif char == "%":
+            out.append("%%")
+        else:
+            out.append(char)
+    return "".join(out) if found else sql
+
+
+class QmarkCursor:
+    """A psycopg cursor that takes db/'s `?` placeholders."""
+
+    def __init__(self, cursor):
+        self._cursor = cursor
+
+    def execute(self, sql, params=None):
+        self._cursor.execute(qmark_to_format(sql), params if params else None)
+        return self
+
+    def executemany(self, sql, rows):
+        self._cursor.executemany(qmark_to_format(sql), list(rows))
+        return self
+
+    def __iter__(self):
+        return iter(self._cursor)
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+
+class PostgresStoreDatabase(peewee.PostgresqlDatabase):
+    """A Postgres store: the same attributes db/'s callers read of a SQLite one."""
+
+    backend = "postgres"
+
+    def __init__(self, url: str, **kwargs):
+        self.url = url
+        self.read_only = False
+        self.vec_loaded = True  # pgvector is checked at open: the KNN always runs in the server
+        self.vec_error: str | None = None
+        self.vec_enabled = True
+        self.vec_version: str | None = None
+        super().__init__(url, **kwargs)
+
+    @property
+    def location(self) -> str:
+        """The store's URL as every output may show it (no password)."""
+        return masked_url(self.url)
+
+    def cursor(self, named_cursor=None):
+        return QmarkCursor(super().cursor(named_cursor))
+
+
+def _connect_error(exc: Exception, url: str) -> StoreError:
+    """A connection failure said in the user's terms, with the fix; no password in it."""
+    shown = masked_url(url)
+    text = str(exc).strip().replace(url, shown)
+    low = text.lower()
+    if "password authentication failed" in low or "no password supplied" in low:
+        return StoreError(f"the PostgreSQL server at {shown} refused the password",
+                          hint="check the user and password in store.url (or ~/.pgpass / PGPASSWORD)")
+    if "does not exist" in low and "database" in low:
+        return StoreError(f"the database named in {shown} does not exist",
+                          hint="create it: `createdb -h HOST -U USER NAME` (or `CREATE DATABASE name`)")
+    if "role" in low and "does not exist" in low:
+        return StoreError(f"the PostgreSQL user named in {shown} does not exist",
+                          hint="create it: `CREATE ROLE name LOGIN PASSWORD '…'`, or fix store.url")
+    if "timeout" in low or "timed out" in low:
+        return StoreError(f"the PostgreSQL server at {shown} did not answer within {CONNECT_TIMEOUT_SECONDS} s",
+                          hint="is the host reachable? check store.url and the network")
+    if "refused" in low or "no such file" in low or "could not connect" in low or "connection failed" in low:
+        return StoreError(f"no PostgreSQL server answers at {shown}",
+                          hint="start the server, or fix the host and port in store.url")
+    if "no pg_hba.conf entry" in low or "permission denied" in low:
+        return StoreError(f"the PostgreSQL server at {shown} does not let this user in: {text.splitlines()[0]}",
+                          hint="allow this host and user in the server's pg_hba.conf, or grant CONNECT")
+    return StoreError(f"cannot connect to the PostgreSQL server at {shown}: {text.splitlines()[0]}",
+                      hint="check store.url (`llmem config show`) and that the server runs")
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:3] if part.isdigit())
+
+
+def ensure_pgvector(db: PostgresStoreDatabase) -> str:
+    """Create the `vector` extension when missing (when the user may); its version.
+
+    Raises StoreError naming the command that fixes it when the server has no pgvector, or
+    the user may not create the extension, or its version has no HNSW index.
+    """
+    row = db.execute_sql("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    if row is None:
+        available = db.execute_sql("SELECT default_version FROM pg_available_extensions "
+                                   "WHERE name = 'vector'").fetchone()
+        if available is None:
+            raise StoreError(f"the PostgreSQL server at {db.location} has no pgvector extension",
+                             hint="install pgvector on the server (Debian/Ubuntu: `apt install "
+                                  "postgresql-NN-pgvector`; or run the `pgvector/pgvector` image), "
+                                  "then `psql -d DB -c 'CREATE EXTENSION vector'`")
+        try:
+            with db.atomic():
+                db.execute_sql("CREATE EXTENSION IF NOT EXISTS vector")
+        except peewee.DatabaseError as exc:
+            raise StoreError(f"the pgvector extension is not enabled in {db.location}, and this user "
+                             f"may not enable it ({str(exc).splitlines()[0]})",
+                             hint="as a superuser: `psql -d DB -c 'CREATE EXTENSION vector'`") from None
+        row = db.execute_sql("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    version = row[0]
+    if _version_tuple(version) < MIN_PGVECTOR:
+        raise StoreError(f"pgvector {version} in {db.location} has no HNSW index (0.5.0 or later is needed)",
+                         hint="upgrade pgvector on the server, then `psql -d DB -c 'ALTER EXTENSION vector UPDATE'`")
+    return version
+
+
+def open_postgres(url: str, *, vec: bool = True) -> PostgresStoreDatabase:
+    """Connect to the Postgres store at `url`, check the server and pgvector, bring the
+    schema up to date. Every failure is a StoreError with the fix and no password in it."""
+    from .migrations import migrate
+
+    db = PostgresStoreDatabase(url, connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                               options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+                               application_name="llmem", prefer_psycopg3=True)
+    try:
+        db.connect()
+    except peewee.DatabaseError as exc:
+        raise _connect_error(exc, url) from None
+    except Exception as exc:  # psycopg's own error family (an unparsable URL: ProgrammingError)
+        raise _connect_error(exc, url) from None
+    try:
+        version = db.connection().info.server_version
+        if version < MIN_SERVER_VERSION:
+            shown = f"{version // 10000}.{version % 10000}"
+            raise StoreError(f"the server at {db.location} runs PostgreSQL {shown}; llmem needs {MIN_SERVER_VERSION // 10000} or later",
+                             hint="upgrade the server, or point store.url at a newer one")
+        db.vec_version = ensure_pgvector(db)
+        migrate(db)
+    except StoreError:
+        db.close()
+        raise
+    except peewee.DatabaseError as exc:
+        db.close()
+        raise StoreError(f"cannot prepare the store at {db.location}: {str(exc).splitlines()[0]}",
+                         hint="does this user own the database (or have CREATE on its schema)?") from None
+    return db

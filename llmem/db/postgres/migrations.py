@@ -1,0 +1,218 @@
+"""The Postgres store's schema: frozen DDL, applied in order and recorded.
+
+The SQLite store's early steps build tables from the peewee models of their day; these are
+written out once, as they stand, so a later change of a model can never change what an
+applied step meant. Append new steps; never edit an applied one. The vector table itself
+(`memory_vec`, `vector(dim)` with its HNSW index) is made by db/postgres/vec.py when the
+embedder's dimension is known, as vec0's table is on SQLite.
+"""
+
+from __future__ import annotations
+
+import time
+
+# Lexical search: one tsvector per memory, generated from its text columns and weighted as
+# SQLite's bm25 weights them (content A, summary B, identifier hints C), under a GIN index,
+# and the memory's length in words, for db/postgres/fts.py's BM25 (FTS5's formula).
+# Words are runs of letters and digits, as FTS5's unicode61 splits them (Postgres's own parser
+# keeps `handler.py` or `a-b` whole, so every other character becomes a space first), stemmed
+# by the snowball English stemmer with no stopword list: FTS5's porter tokenizer drops no
+# word either, and its length counts them all.
+TEXT_CONFIG = "llmem_words"
+_TEXT_SEARCH = (
+    "CREATE TEXT SEARCH DICTIONARY llmem_stem (TEMPLATE = snowball, LANGUAGE = english)",
+    f"CREATE TEXT SEARCH CONFIGURATION {TEXT_CONFIG} (COPY = english)",
+    f"ALTER TEXT SEARCH CONFIGURATION {TEXT_CONFIG} ALTER MAPPING FOR asciiword, asciihword, "
+    "hword_asciipart, word, hword, hword_part, numword, numhword, hword_numpart WITH llmem_stem",
+)
+_COLUMNS = (("content", "A"), ("coalesce(summary, '')", "B"), ("hints", "C"))
+_TSVECTOR = " || ".join(
+    f"setweight(to_tsvector('{TEXT_CONFIG}'::regconfig, regexp_replace({column}, '[^[:alnum:]]+', ' ', 'g')), '{weight}')"
+    for column, weight in _COLUMNS)
+_WORD_COUNT = " + ".join(f"regexp_count({column}, '[[:alnum:]]+')" for column, _ in _COLUMNS)
+
+SCHEMA_0001 = _TEXT_SEARCH + (
+    f"""CREATE TABLE memory (
+        seq SERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        type TEXT NOT NULL,
+        content TEXT NOT NULL,
+        summary TEXT,
+        hints TEXT NOT NULL DEFAULT '',
+        confidence DOUBLE PRECISION NOT NULL DEFAULT 0.7,
+        source TEXT NOT NULL DEFAULT 'user',
+        project TEXT,
+        session_id TEXT,
+        metadata TEXT NOT NULL DEFAULT '{{}}',
+        content_hash TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        accessed_at DOUBLE PRECISION,
+        access_count INTEGER NOT NULL DEFAULT 0,
+        valid_from DOUBLE PRECISION,
+        valid_until DOUBLE PRECISION,
+        invalidated_at DOUBLE PRECISION,
+        promoted_at DOUBLE PRECISION,
+        embed_hash TEXT,
+        version INTEGER NOT NULL DEFAULT 1,
+        trust TEXT NOT NULL DEFAULT 'agent',
+        search_text tsvector GENERATED ALWAYS AS ({_TSVECTOR}) STORED,
+        search_words INTEGER GENERATED ALWAYS AS ({_WORD_COUNT}) STORED)""",
+    "CREATE INDEX memory_type ON memory(type)",
+    "CREATE INDEX memory_project ON memory(project)",
+    "CREATE INDEX memory_session_id ON memory(session_id)",
+    "CREATE INDEX memory_content_hash ON memory(content_hash)",
+    "CREATE INDEX memory_invalidated_at ON memory(invalidated_at)",
+    "CREATE INDEX memory_search_text ON memory USING GIN (search_text)",
+    """CREATE TABLE relation (
+        id SERIAL PRIMARY KEY,
+        source_id TEXT NOT NULL REFERENCES memory(id) ON DELETE CASCADE,
+        target_id TEXT NOT NULL REFERENCES memory(id) ON DELETE CASCADE,
+        type TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE UNIQUE INDEX relation_source_id_target_id_type ON relation(source_id, target_id, type)",
+    "CREATE INDEX relation_target_id ON relation(target_id)",
+    """CREATE TABLE embedding (
+        memory_id TEXT PRIMARY KEY REFERENCES memory(id) ON DELETE CASCADE,
+        model TEXT NOT NULL,
+        dim INTEGER NOT NULL,
+        vector BYTEA NOT NULL,
+        content_hash TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE recall_event (
+        id SERIAL PRIMARY KEY,
+        memory_id TEXT NOT NULL REFERENCES memory(id) ON DELETE CASCADE,
+        query_hash TEXT NOT NULL,
+        rank INTEGER NOT NULL,
+        score DOUBLE PRECISION NOT NULL,
+        origin TEXT NOT NULL DEFAULT 'search',
+        created_at DOUBLE PRECISION NOT NULL,
+        staged_by TEXT)""",
+    "CREATE INDEX recall_event_memory_id ON recall_event(memory_id)",
+    "CREATE INDEX recall_event_created_at ON recall_event(created_at)",
+    "CREATE INDEX recall_event_query ON recall_event(memory_id, query_hash)",
+    "CREATE INDEX recall_event_staged ON recall_event(staged_by) WHERE staged_by IS NOT NULL",
+    """CREATE TABLE recall_query (
+        query_hash TEXT PRIMARY KEY,
+        text TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE TABLE setting (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE dream_run (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL DEFAULT 'dream',
+        phases TEXT NOT NULL DEFAULT '',
+        status TEXT NOT NULL DEFAULT 'running',
+        started_at DOUBLE PRECISION NOT NULL,
+        finished_at DOUBLE PRECISION,
+        undone_at DOUBLE PRECISION,
+        summary TEXT NOT NULL DEFAULT '{}',
+        error TEXT)""",
+    "CREATE INDEX dream_run_started_at ON dream_run(started_at)",
+    """CREATE TABLE dream_action (
+        id SERIAL PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES dream_run(id) ON DELETE CASCADE,
+        phase TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        op TEXT NOT NULL,
+        memory_id TEXT,
+        before TEXT,
+        after TEXT,
+        created_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE INDEX dream_action_run_id ON dream_action(run_id)",
+    "CREATE INDEX dream_action_memory_id ON dream_action(memory_id)",
+    """CREATE TABLE event (
+        id SERIAL PRIMARY KEY,
+        adapter TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending',
+        attempts INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        detected_at DOUBLE PRECISION NOT NULL,
+        started_at DOUBLE PRECISION,
+        finished_at DOUBLE PRECISION,
+        not_before DOUBLE PRECISION,
+        result TEXT,
+        owner_pid INTEGER,
+        owner_started_at DOUBLE PRECISION,
+        owner_host TEXT)""",
+    "CREATE INDEX event_session_id ON event(session_id)",
+    "CREATE INDEX event_status ON event(status)",
+    """CREATE TABLE session_cursor (
+        id SERIAL PRIMARY KEY,
+        adapter TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        project TEXT,
+        cursor TEXT,
+        introspect_cursor TEXT,
+        messages_read INTEGER NOT NULL DEFAULT 0,
+        status TEXT NOT NULL DEFAULT 'idle',
+        updated_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE UNIQUE INDEX session_cursor_adapter_session_id ON session_cursor(adapter, session_id)",
+    """CREATE TABLE llm_usage (
+        id SERIAL PRIMARY KEY,
+        time DOUBLE PRECISION NOT NULL,
+        day TEXT NOT NULL,
+        task TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0)""",
+    "CREATE INDEX llm_usage_day ON llm_usage(day)",
+    """CREATE TABLE watch_session (
+        adapter TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        idle_reply TEXT,
+        compacting INTEGER NOT NULL DEFAULT 0,
+        ended INTEGER NOT NULL DEFAULT 0,
+        ended_turn TEXT,
+        seen_compaction_id TEXT,
+        updated_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (adapter, session_id))""",
+)
+
+
+def _run(statements):
+    def step(db) -> None:
+        for sql in statements:
+            db.execute_sql(sql)
+    return step
+
+
+# (name, step), in order; recorded in schema_migration. The SQLite store's 0001–0014 are
+# one step here: a Postgres store starts at the schema they arrive at.
+MIGRATIONS = [
+    ("pg0001_schema", _run(SCHEMA_0001)),
+    # The SQLite store's 0012_episodes: how far each session was written as episodes.
+    ("pg0002_episodes", _run((
+        "ALTER TABLE session_cursor ADD COLUMN episode_cursor TEXT",
+        "CREATE INDEX memory_source_created ON memory(source, created_at)",
+    ))),
+]
+
+# Held for the whole migration, so two machines opening a new store at once do not both
+# create it (any 64-bit key unique to llmem's migrations).
+_MIGRATION_LOCK = 0x6C6C6D656D0001
+
+
+def applied_migrations(db) -> list[str]:
+    db.execute_sql("CREATE TABLE IF NOT EXISTS schema_migration ("
+                   "name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
+    return [row[0] for row in db.execute_sql("SELECT name FROM schema_migration ORDER BY applied_at, name")]
+
+
+def migrate(db) -> list[str]:
+    """Apply every step not yet recorded, each in its own transaction, under an advisory
+    lock that serialises migrating processes across machines; return the names applied."""
+    ran: list[str] = []
+    if {name for name, _ in MIGRATIONS} <= set(applied_migrations(db)):
+        return ran
+    for name, step in MIGRATIONS:
+        with db.atomic():
+            db.execute_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+            if db.execute_sql("SELECT 1 FROM schema_migration WHERE name = ?", (name,)).fetchone():
+                continue  # another process applied it while this one waited for the lock
+            step(db)
+            db.execute_sql("INSERT INTO schema_migration(name, applied_at) VALUES (?, ?)", (name, time.time()))
+        ran.append(name)
+    return ran

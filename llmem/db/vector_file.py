@@ -1,0 +1,370 @@
+"""The stored vectors of one model as a contiguous, memory-mapped file beside the store.
+
+Every process that searches (CLI, hooks, the MCP server, the worker) scans the same file:
+mapped read-only, it lives once in the page cache, a first search costs the scan and not a
+load (reading 100k BLOBs into numpy took 0.7 s and two copies), and numpy's scan is ~9x
+faster than vec0's on the same vectors.
+
+Layout (little-endian): a header (magic, version, dim, count, change id, model) padded to
+HEADER_BYTES, the float32 matrix (count x dim, unit rows), then the int64 seqs, ascending.
+
+Freshness: the embedding table stays the truth. Triggers log every memory whose vector
+changed in `vector_change` (migration 0016), and the file records the last change id it
+holds. A search reads the current id (one lookup); when it moved, the process reads the
+changed rows from the table into a small overlay that hides and replaces the file's rows.
+An overlay past REBUILD_SHARE of the file has the file rebuilt (temp file, fsync, rename).
+Every candidate is checked against the table before it is returned, so a deleted memory
+or a vector of another model never is.
+
+Quantisation was measured and not taken: sign bits with exact rescoring of the best 2% kept
+recall@10 at 0.89 on the benchmark's vectors (the bar is 0.99); int8 and float16 products
+run 5-30x slower than float32 in numpy, which has no integer BLAS.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import stat
+import struct
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .settings import get_setting, set_setting
+
+if TYPE_CHECKING:
+    import numpy as np
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"LLMEMVEC"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQQ32sI")  # magic, version, dim, count, change id, store token, model length
+HEADER_BYTES = 4096  # the matrix starts page-aligned
+SUFFIX = ".vectors"
+# The overlay is folded into a rebuilt file when it holds this share of the file's rows.
+REBUILD_SHARE = 0.05
+MIN_REBUILD_ROWS = 2048
+STREAM_ROWS = 4096
+PRUNED_KEY = "vector_change_pruned"  # change ids at or below it are gone from the log
+TOKEN_KEY = "vector_store_token"  # set by migration 0016: which store a file belongs to
+
+
+# ---- SQL (all of it: db/ is the only layer that speaks it) --------------------------------
+
+def change_id(db) -> int:
+    """The id of the last logged vector change (0 before any)."""
+    row = db.execute_sql("SELECT seq FROM sqlite_sequence WHERE name = 'vector_change'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _changed_rows(db, after: int, upto: int) -> list[tuple]:
+    """(seq, model, dim, vector) now held for each memory whose vector changed in (after, upto];
+    model and vector are None when its embedding is gone; deleted memories are left out."""
+    return db.execute_sql(
+        "SELECT m.seq, e.model, e.dim, e.vector FROM "
+        "(SELECT DISTINCT memory_id FROM vector_change WHERE id > ? AND id <= ?) c "
+        "JOIN memory m ON m.id = c.memory_id LEFT JOIN embedding e ON e.memory_id = c.memory_id",
+        (after, upto)).fetchall()
+
+
+def _all_rows(db, model: str, dim: int):
+    # CROSS JOIN keeps memory as the outer loop: rows come in seq order without a sort.
+    return db.execute_sql(
+        "SELECT m.seq, e.vector FROM memory m CROSS JOIN embedding e ON e.memory_id = m.id "
+        "WHERE e.model = ? AND e.dim = ? ORDER BY m.seq", (model, dim))
+
+
+def _row_count(db, model: str, dim: int) -> int:
+    return db.execute_sql("SELECT COUNT(*) FROM embedding WHERE model = ? AND dim = ?",
+                          (model, dim)).fetchone()[0]
+
+
+def _passing(db, seqs: list[int] | None, model: str, dim: int, where: str, params: list) -> set[int]:
+    """The seqs (among `seqs`, or all) that hold a vector of (model, dim) and pass `where`."""
+    # NOT INDEXED: the candidates are found by rowid, not through an index on a filter column.
+    sql = ("SELECT m.seq FROM memory m NOT INDEXED JOIN embedding e ON e.memory_id = m.id "
+           f"WHERE e.model = ? AND e.dim = ? AND {where}")
+    head: list = [model, dim]
+    if seqs is None:
+        return {r[0] for r in db.execute_sql(sql, [*head, *params])}
+    found: set[int] = set()
+    for start in range(0, len(seqs), 10_000):  # below SQLite's variable limit
+        chunk = seqs[start:start + 10_000]
+        found.update(r[0] for r in db.execute_sql(
+            sql + f" AND m.seq IN ({','.join('?' * len(chunk))})", [*head, *params, *chunk]))
+    return found
+
+
+def _prune_log(db, upto: int) -> None:
+    """Forget logged changes a file on disk now holds (best effort: a read-only or busy
+    store keeps its log, which costs only space)."""
+    try:
+        with db.atomic():
+            db.execute_sql("DELETE FROM vector_change WHERE id <= ?", (upto,))
+            if upto > int(get_setting(db, PRUNED_KEY, "0")):
+                set_setting(db, PRUNED_KEY, str(upto))
+    except Exception as exc:  # the driver's error family: locked, read-only, full disk
+        log.debug("vector change log not pruned: %s", exc)
+
+
+def _pruned(db) -> int:
+    return int(get_setting(db, PRUNED_KEY, "0"))
+
+
+# ---- the file ---------------------------------------------------------------------------
+
+def file_path(db) -> Path | None:
+    """Where the vector file of this store lies (None for an in-memory store)."""
+    if not db.database or db.database == ":memory:" or str(db.database).startswith("file:"):
+        return None
+    return Path(db.database).with_suffix(SUFFIX)
+
+
+def _own_folder(folder: Path) -> bool:
+    try:
+        info = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+
+
+def write_file(db, path: Path, model: str, dim: int) -> int:
+    """Write the vectors of (model, dim) to `path` atomically; return the change id it holds.
+
+    The id is read before the rows: a change committed meanwhile has a higher id, so the
+    overlay re-reads it even when the file already holds it.
+    """
+    import numpy as np
+
+    holds = change_id(db)
+    token = get_setting(db, TOKEN_KEY, "").encode("ascii")
+    model_bytes = model.encode("utf-8")
+    if HEADER.size + len(model_bytes) > HEADER_BYTES:
+        raise ValueError(f"embedding model name too long for the vector file: {model[:40]}…")
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(b"\0" * HEADER_BYTES)
+            seqs: list[int] = []
+            cursor = _all_rows(db, model, dim)
+            while rows := cursor.fetchmany(STREAM_ROWS):
+                seqs.extend(r[0] for r in rows)
+                out.write(b"".join(r[1] for r in rows))
+            out.write(np.asarray(seqs, dtype="<i8").tobytes())
+            out.seek(0)
+            out.write(HEADER.pack(MAGIC, VERSION, dim, len(seqs), holds, token, len(model_bytes)) + model_bytes)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)  # replaces a planted symlink itself, never writes through it
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return holds
+
+
+def _map_file(db, path: Path, model: str, dim: int):
+    """(mmap, seqs, matrix, change id) of a valid file of this store for (model, dim), else None.
+
+    Valid: whole, of this store (its token), and not ahead of the store's change log (a
+    store restored from a backup)."""
+    import numpy as np
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # missing, or a symlink planted in its place
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_size < HEADER_BYTES:
+            return None
+        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    magic, version, file_dim, count, holds, token, model_len = HEADER.unpack_from(mapped, 0)
+    file_model = bytes(mapped[HEADER.size:HEADER.size + model_len]).decode("utf-8", "replace")
+    expected = HEADER_BYTES + count * dim * 4 + count * 8
+    mine = token.rstrip(b"\0").decode("ascii", "replace") == get_setting(db, TOKEN_KEY, "")
+    if ((magic, version, file_dim, file_model) != (MAGIC, VERSION, dim, model) or len(mapped) != expected
+            or not mine or holds > change_id(db)):
+        mapped.close()
+        return None
+    matrix = np.frombuffer(mapped, dtype="<f4", count=count * dim, offset=HEADER_BYTES).reshape(count, dim)
+    seqs = np.frombuffer(mapped, dtype="<i8", count=count, offset=HEADER_BYTES + count * dim * 4)
+    return mapped, seqs, matrix, holds
+
+
+def _read_rows(db, model: str, dim: int):
+    """(seqs, matrix) read straight from the table, for a store whose folder is not ours:
+    one copy, filled as the rows stream in."""
+    import numpy as np
+
+    count = _row_count(db, model, dim)
+    seqs = np.empty(count, dtype=np.int64)
+    matrix = np.empty((count, dim), dtype=np.float32)
+    filled = 0
+    cursor = _all_rows(db, model, dim)
+    while (rows := cursor.fetchmany(STREAM_ROWS)) and filled < count:
+        rows = rows[:count - filled]  # a writer may have added rows since the count
+        seqs[filled:filled + len(rows)] = [r[0] for r in rows]
+        matrix[filled:filled + len(rows)] = np.frombuffer(b"".join(r[1] for r in rows),
+                                                          dtype="<f4").reshape(-1, dim)
+        filled += len(rows)
+    return seqs[:filled], matrix[:filled]
+
+
+class VectorIndex:
+    """The vectors of one (store, model, dim) in this process: the mapped file plus an overlay
+    of the rows changed since it was written."""
+
+    def __init__(self, db, model: str, dim: int):
+        self.model, self.dim = model, dim
+        self.path = file_path(db)
+        self.lock = threading.Lock()
+        self._load(db)
+
+    def _load(self, db, *, rebuild: bool = False) -> None:
+
+        self._mapped = None
+        loaded = None if (rebuild or self.path is None) else _map_file(db, self.path, self.model, self.dim)
+        if loaded is not None and loaded[3] < _pruned(db):
+            loaded = None  # older than the log remembers: it cannot catch up
+        if loaded is None and self.path is not None and _own_folder(self.path.parent) \
+                and not self.path.is_symlink():
+            try:
+                holds = write_file(db, self.path, self.model, self.dim)
+                loaded = _map_file(db, self.path, self.model, self.dim)
+                if loaded is not None:
+                    _prune_log(db, holds)
+            except OSError as exc:  # a full disk or a read-only folder: scan from memory
+                log.warning("vector file %s not written (%s): searching from memory", self.path, exc)
+        if loaded is None:
+            holds = change_id(db)
+            seqs, matrix = _read_rows(db, self.model, self.dim)
+        else:
+            self._mapped, seqs, matrix, holds = loaded
+        self.seqs, self.matrix, self.holds, self.seen = seqs, matrix, holds, holds
+        self.overlay: dict[int, np.ndarray | None] = {}
+        self._overlay_arrays()
+
+    def _overlay_arrays(self) -> None:
+        import numpy as np
+
+        live = [(s, v) for s, v in self.overlay.items() if v is not None]
+        self.extra_seqs = np.asarray([s for s, _ in live], dtype=np.int64)
+        self.extra = (np.stack([v for _, v in live]) if live
+                      else np.empty((0, self.dim), dtype=np.float32))
+        self.hidden = None
+        if self.overlay:
+            changed = np.asarray(list(self.overlay), dtype=np.int64)
+            at = np.searchsorted(self.seqs, changed)
+            inside = at < len(self.seqs)
+            at, changed = at[inside], changed[inside]
+            self.hidden = np.zeros(len(self.seqs), dtype=bool)
+            self.hidden[at[self.seqs[at] == changed]] = True
+
+    def refresh(self, db) -> None:
+        """Catch up with the vectors written since this process last looked."""
+        import numpy as np
+
+        current = change_id(db)
+        if current == self.seen:
+            return
+        if current < self.seen:  # the store was replaced or restored: start again
+            self._load(db)
+            return
+        rows = _changed_rows(db, self.seen, current)
+        if _pruned(db) > self.seen:  # another process rebuilt and pruned past us
+            self._load(db)
+            return
+        for seq, model, dim, blob in rows:
+            same = model == self.model and dim == self.dim and blob is not None
+            self.overlay[seq] = np.frombuffer(blob, dtype="<f4").copy() if same else None
+        self.seen = current
+        if len(self.overlay) >= max(MIN_REBUILD_ROWS, REBUILD_SHARE * len(self.seqs)):
+            self._load(db, rebuild=True)
+        else:
+            self._overlay_arrays()
+
+    def nearest(self, db, query, depth: int, where: str, params: list) -> list[tuple[int, float]]:
+        """(seq, cosine distance) of the `depth` nearest vectors passing `where`, best first.
+
+        One scan: the best candidates are checked against the table (then four times as
+        many); when a selective filter leaves too few, the rows that pass it become a mask
+        over the same scores.
+        """
+        import numpy as np
+
+        query = np.asarray(query, dtype=np.float32)
+        sims = self.matrix @ query
+        if self.hidden is not None:
+            sims[self.hidden] = -np.inf
+        extra = self.extra @ query
+        total = len(sims) + len(extra)
+        if total == 0:
+            return []
+        first = min(total, depth + 16)  # a few spare for rows the filter or a deletion drops
+        while True:
+            candidates = _best(sims, self.seqs, extra, self.extra_seqs, first)
+            passing = _passing(db, [s for s, _ in candidates], self.model, self.dim, where, params)
+            kept = [(s, sim) for s, sim in candidates if s in passing]
+            if len(kept) >= depth or first >= total or first >= depth * 4:
+                break
+            first = min(total, depth * 4)  # deeper into the same scores, not a new scan
+        if len(kept) < depth and first < total:
+            allowed = np.fromiter(_passing(db, None, self.model, self.dim, where, params), dtype=np.int64)
+            sims[~np.isin(self.seqs, allowed)] = -np.inf
+            extra[~np.isin(self.extra_seqs, allowed)] = -np.inf
+            kept = _best(sims, self.seqs, extra, self.extra_seqs, depth)
+        return [(s, 1.0 - sim) for s, sim in kept[:depth]]
+
+
+def _best(sims, seqs, extra, extra_seqs, k: int) -> list[tuple[int, float]]:
+    """The k best (seq, similarity) over the file's and the overlay's scores, hidden ones out."""
+    import numpy as np
+
+    picked = [(int(seqs[i]), float(sims[i])) for i in _top_index(sims, k)]
+    picked += [(int(extra_seqs[i]), float(extra[i])) for i in _top_index(extra, k)]
+    picked = [p for p in picked if p[1] != -np.inf]
+    picked.sort(key=lambda p: (-p[1], p[0]))
+    return picked[:k]
+
+
+def _top_index(scores, k: int):
+    import numpy as np
+
+    if len(scores) == 0:
+        return np.empty(0, dtype=np.int64)
+    k = min(k, len(scores))
+    return np.argpartition(-scores, k - 1)[:k]
+
+
+_indexes: dict[tuple[str, str, int], VectorIndex] = {}
+_indexes_lock = threading.Lock()
+
+
+def index_for(db, model: str, dim: int) -> VectorIndex:
+    """This process's index of (store, model, dim), caught up with the table."""
+    key = (str(db.database), model, dim)
+    with _indexes_lock:
+        index = _indexes.get(key)
+        if index is None:
+            index = _indexes[key] = VectorIndex(db, model, dim)
+    with index.lock:
+        index.refresh(db)
+    return index
+
+
+def nearest(db, query, depth: int, model: str, dim: int, where: str, params: list) -> list[tuple[int, float]]:
+    """(seq, cosine distance) of the `depth` nearest vectors of (model, dim) passing `where`."""
+    index = index_for(db, model, dim)
+    with index.lock:
+        return index.nearest(db, query, depth, where, params)

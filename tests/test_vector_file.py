@@ -1,0 +1,247 @@
+"""The memory-mapped vector file: exact, one scan, caught up under concurrent writers."""
+
+import os
+
+import numpy as np
+import pytest
+from fakes import FakeEmbedder
+
+from llmem.db import vector_file
+from llmem.db.queries import memory_filter
+from llmem.store import Store
+from llmem.vectors import store_vectors
+
+DIM = 16
+MODEL = FakeEmbedder(dim=DIM).identity
+
+
+@pytest.fixture(autouse=True)
+def fresh_indexes():
+    vector_file._indexes.clear()  # each test is a new process as far as the file goes
+    yield
+    vector_file._indexes.clear()
+
+
+def unit(rows):
+    rows = np.asarray(rows, dtype=np.float32)
+    return rows / np.linalg.norm(rows, axis=-1, keepdims=True)
+
+
+def build(path, count, *, seed=1, projects=None):
+    rng = np.random.default_rng(seed)
+    store = Store.open(path)
+    memories = [store.add(f"memory {i}", project=(projects(i) if projects else None)).memory
+                for i in range(count)]
+    vectors = unit(rng.normal(size=(count, DIM)))
+    store_vectors(store, FakeEmbedder(dim=DIM), memories, vectors)
+    return store, memories, vectors
+
+
+def exact(store, vectors_by_seq, query, k, where="m.invalidated_at IS NULL", params=()):
+    """The expected answer, computed from the table by brute force."""
+    allowed = {r[0] for r in store.db.execute_sql(
+        f"SELECT m.seq FROM memory m JOIN embedding e ON e.memory_id = m.id WHERE e.model = ? AND {where}",
+        [MODEL, *params])}
+    scored = sorted(((float(v @ query), s) for s, v in vectors_by_seq.items() if s in allowed),
+                    key=lambda p: (-p[0], p[1]))
+    return [s for _, s in scored[:k]]
+
+
+def seqs_of(found):
+    return [s for s, _ in found]
+
+
+def test_the_file_is_written_beside_the_store_and_answers_exactly(tmp_path):
+    store, memories, vectors = build(tmp_path / "memory.db", 400)
+    query = unit(vectors[7] + 0.2)
+    found = vector_file.nearest(store.db, query, 20, MODEL, DIM, "m.invalidated_at IS NULL", [])
+    truth = exact(store, {m.seq: v for m, v in zip(memories, vectors, strict=True)}, query, 20)
+    assert seqs_of(found) == truth
+    assert found[0][1] == pytest.approx(1 - float(vectors[7] @ query), abs=1e-5)
+    path = tmp_path / "memory.vectors"
+    assert path.is_file() and path.stat().st_uid == os.getuid()
+    assert path.stat().st_size == vector_file.HEADER_BYTES + 400 * DIM * 4 + 400 * 8
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    store.close()
+
+
+def test_another_writer_is_seen_at_once_without_rewriting_the_file(tmp_path):
+    path = tmp_path / "memory.db"
+    reader, memories, vectors = build(path, 300)
+    by_seq = {m.seq: v for m, v in zip(memories, vectors, strict=True)}
+    query = unit(np.ones(DIM))
+    vector_file.nearest(reader.db, query, 10, MODEL, DIM, "1", [])
+    file_before = os.stat(tmp_path / "memory.vectors")
+
+    writer = Store.open(path)  # a worker embedding while the server searches
+    fresh = writer.add("a brand new memory").memory
+    store_vectors(writer, FakeEmbedder(dim=DIM), [fresh], unit([query]))
+    moved = memories[3]
+    writer_moved = writer.models.Memory.get(writer.models.Memory.seq == moved.seq)
+    store_vectors(writer, FakeEmbedder(dim=DIM), [writer_moved], unit([query + 0.01]))
+    gone = memories[4]
+    writer.models.Memory.delete().where(writer.models.Memory.id == gone.id).execute()
+    writer.close()
+    by_seq[fresh.seq] = unit(query)
+    by_seq[moved.seq] = unit(query + 0.01)
+    del by_seq[gone.seq]
+
+    found = vector_file.nearest(reader.db, query, 10, MODEL, DIM, "1", [])
+    assert set(seqs_of(found)[:2]) == {fresh.seq, moved.seq}
+    assert seqs_of(found) == exact(reader, by_seq, query, 10, where="1")
+    assert gone.seq not in seqs_of(vector_file.nearest(reader.db, unit(vectors[4]), 5, MODEL, DIM, "1", []))
+    file_after = os.stat(tmp_path / "memory.vectors")
+    assert (file_after.st_ino, file_after.st_mtime_ns) == (file_before.st_ino, file_before.st_mtime_ns)
+    reader.close()
+
+
+def test_a_large_overlay_is_folded_into_a_rebuilt_file_and_the_log_pruned(tmp_path, monkeypatch):
+    monkeypatch.setattr(vector_file, "MIN_REBUILD_ROWS", 5)
+    path = tmp_path / "memory.db"
+    store, memories, vectors = build(path, 50)
+    query = unit(vectors[0])
+    vector_file.nearest(store.db, query, 5, MODEL, DIM, "1", [])
+    other = Store.open(path)
+    added = [other.add(f"later {i}").memory for i in range(6)]
+    store_vectors(other, FakeEmbedder(dim=DIM), added, unit(np.tile(query, (6, 1)) + 0.001 * np.arange(6)[:, None]))
+    other.close()
+    before = os.stat(tmp_path / "memory.vectors").st_ino
+    found = vector_file.nearest(store.db, query, 8, MODEL, DIM, "1", [])
+    assert set(seqs_of(found)) >= {m.seq for m in added}
+    assert os.stat(tmp_path / "memory.vectors").st_ino != before  # rebuilt, renamed into place
+    assert store.db.execute_sql("SELECT COUNT(*) FROM vector_change").fetchone()[0] == 0
+    store.close()
+
+
+def test_a_process_whose_file_was_pruned_past_catches_up_from_the_new_file(tmp_path, monkeypatch):
+    path = tmp_path / "memory.db"
+    first, memories, vectors = build(path, 40)
+    query = unit(vectors[1])
+    vector_file.nearest(first.db, query, 5, MODEL, DIM, "1", [])
+    stale = vector_file._indexes.copy()
+    vector_file._indexes.clear()
+    second = Store.open(path)
+    late = second.add("late").memory
+    store_vectors(second, FakeEmbedder(dim=DIM), [late], unit([query]))
+    index = vector_file.index_for(second.db, MODEL, DIM)
+    index._load(second.db, rebuild=True)  # another process rebuilds and prunes the log
+    second.close()
+    vector_file._indexes.clear()
+    vector_file._indexes.update(stale)
+    found = vector_file.nearest(first.db, query, 2, MODEL, DIM, "1", [])
+    assert late.seq in seqs_of(found)
+    first.close()
+
+
+def test_a_selective_filter_is_a_mask_over_one_scan(tmp_path, monkeypatch):
+    store, memories, vectors = build(tmp_path / "memory.db", 500,
+                                     projects=lambda i: "rare" if i % 100 == 0 else "common")
+    by_seq = {m.seq: v for m, v in zip(memories, vectors, strict=True)}
+    scans = []
+    real_nearest = vector_file.VectorIndex.nearest
+
+    def counting(self, *args):
+        scans.append(1)
+        return real_nearest(self, *args)
+
+    monkeypatch.setattr(vector_file.VectorIndex, "nearest", counting)
+    rare = [m for m in memories if m.project == "rare"][0]
+    query = unit(-vectors[memories.index(rare)])  # the rare project's rows rank last
+    where = "m.project = ?"
+    found = vector_file.nearest(store.db, query, 5, MODEL, DIM, where, ["rare"])
+    assert seqs_of(found) == exact(store, by_seq, query, 5, where=where, params=["rare"])
+    assert len(found) == 5 and len(scans) == 1
+    store.close()
+
+
+def test_the_search_filters_match_an_exact_scan(tmp_path):
+    store, memories, vectors = build(tmp_path / "memory.db", 300,
+                                     projects=lambda i: ["a", "b", None][i % 3])
+    by_seq = {m.seq: v for m, v in zip(memories, vectors, strict=True)}
+    for memory in memories[::5]:
+        store.invalidate(memory.id, reason="test")
+    where, params = memory_filter(memory_type=None, project="a", include_invalid=False,
+                                  valid_only=False, at=0.0)
+    query = unit(vectors[10])
+    found = vector_file.nearest(store.db, query, 25, MODEL, DIM, where, params)
+    assert seqs_of(found) == exact(store, by_seq, query, 25, where=where, params=params)
+    store.close()
+
+
+def test_vectors_of_another_model_are_never_compared(tmp_path):
+    store, memories, vectors = build(tmp_path / "memory.db", 30)
+    query = unit(vectors[2])
+    vector_file.nearest(store.db, query, 5, MODEL, DIM, "1", [])
+    other = FakeEmbedder(model="other", dim=DIM)
+    store_vectors(store, other, memories[:10], unit(np.tile(query, (10, 1))))
+    old_model = vector_file.nearest(store.db, query, 30, MODEL, DIM, "1", [])
+    assert not {m.seq for m in memories[:10]} & set(seqs_of(old_model))
+    new_model = vector_file.nearest(store.db, query, 30, other.identity, DIM, "1", [])
+    assert set(seqs_of(new_model)) == {m.seq for m in memories[:10]}
+    store.close()
+
+
+def test_a_symlink_in_the_files_place_is_never_followed(tmp_path):
+    target = tmp_path / "elsewhere.bin"
+    target.write_bytes(b"not ours")
+    (tmp_path / "memory.vectors").symlink_to(target)
+    store, memories, vectors = build(tmp_path / "memory.db", 60)
+    query = unit(vectors[9])
+    found = vector_file.nearest(store.db, query, 10, MODEL, DIM, "1", [])
+    assert seqs_of(found) == exact(store, {m.seq: v for m, v in zip(memories, vectors, strict=True)},
+                                   query, 10, where="1")
+    assert target.read_bytes() == b"not ours"
+    assert (tmp_path / "memory.vectors").is_symlink()
+    store.close()
+
+
+def test_a_damaged_file_is_rebuilt(tmp_path):
+    store, memories, vectors = build(tmp_path / "memory.db", 80)
+    query = unit(vectors[3])
+    vector_file.nearest(store.db, query, 5, MODEL, DIM, "1", [])
+    path = tmp_path / "memory.vectors"
+    with open(path, "r+b") as damaged:
+        damaged.truncate(path.stat().st_size - 100)
+    vector_file._indexes.clear()
+    found = vector_file.nearest(store.db, query, 5, MODEL, DIM, "1", [])
+    assert found[0][0] == memories[3].seq
+    assert path.stat().st_size == vector_file.HEADER_BYTES + 80 * DIM * 4 + 80 * 8
+    store.close()
+
+
+def test_a_store_recreated_in_place_never_reads_the_old_file(tmp_path):
+    path = tmp_path / "memory.db"
+    store, memories, vectors = build(path, 30, seed=1)
+    vector_file.nearest(store.db, unit(vectors[0]), 5, MODEL, DIM, "1", [])
+    store.close()
+    for leftover in tmp_path.glob("memory.db*"):
+        leftover.unlink()
+    vector_file._indexes.clear()
+    store, memories, vectors = build(path, 30, seed=2)  # same seqs, other vectors
+    query = unit(vectors[11])
+    found = vector_file.nearest(store.db, query, 3, MODEL, DIM, "1", [])
+    assert found[0] == (memories[11].seq, pytest.approx(0.0, abs=1e-5))
+    store.close()
+
+
+def test_a_folder_not_ours_is_searched_from_memory(tmp_path, monkeypatch):
+    store, memories, vectors = build(tmp_path / "memory.db", 70)
+    monkeypatch.setattr(vector_file, "_own_folder", lambda folder: False)
+    query = unit(vectors[20])
+    found = vector_file.nearest(store.db, query, 10, MODEL, DIM, "1", [])
+    assert seqs_of(found) == exact(store, {m.seq: v for m, v in zip(memories, vectors, strict=True)},
+                                   query, 10, where="1")
+    assert not (tmp_path / "memory.vectors").exists()
+    store.close()
+
+
+def test_embed_pending_leaves_the_file_written_for_the_next_search(tmp_path):
+    from llmem.vectors import embed_pending
+
+    store = Store.open(tmp_path / "memory.db")
+    for i in range(5):
+        store.add(f"note {i} about sqlite")
+    assert embed_pending(store, FakeEmbedder(dim=DIM)) == 5
+    path = tmp_path / "memory.vectors"
+    assert path.stat().st_size == vector_file.HEADER_BYTES + 5 * DIM * 4 + 5 * 8
+    store.close()

@@ -82,14 +82,14 @@ def build(path: Path, n: int, new: int, dim: int, seed: int = 7) -> float:
         memory_id = str(uuid.uuid4())
         # No summary, no metadata: the embedded text is the content.
         memory_rows.append((i + 1, memory_id, mtype, content, identifier_hints(content), 0.7, "extraction",
-                            None, "{}", content_hash(content), text_hash(content), created, created, 0))
+                            None, "{}", content_hash(content), text_hash(content), created, created, 0, 1, "agent"))
         embedding_rows.append((memory_id, MODEL, dim, vectors[i].tobytes(), text_hash(content),
                                created if not is_new else watermark + 60))
     with db.atomic():
         db.cursor().executemany(
             "INSERT INTO memory(seq, id, type, content, hints, confidence, source, project, metadata,"
-            " content_hash, embed_hash, created_at, updated_at, access_count)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " content_hash, embed_hash, created_at, updated_at, access_count, version, trust)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             memory_rows)
         db.cursor().executemany(
             "INSERT INTO embedding(memory_id, model, dim, vector, content_hash, created_at) VALUES (?,?,?,?,?,?)",
@@ -112,6 +112,55 @@ def build(path: Path, n: int, new: int, dim: int, seed: int = 7) -> float:
                        (watermark, watermark + 1))
     store.close()
     return watermark
+
+
+DERIVED = ("hints", "embed_hash", "content_hash", "version")
+
+
+def journaled_floor(applied_db, floor_path: Path, run_id: str) -> tuple[float, float, int]:
+    """(apply floor, undo floor, rows): the run's memory updates done the fastest way SQLite
+    can, on a copy of the store taken before the run: one executemany UPDATE per shape of
+    the changed (non-derived) columns plus one executemany INSERT of journal rows holding the
+    old and new values, in one transaction; then the old values put back the same way.
+    Plain sqlite3, so it measures the same work whatever llmem version is under test."""
+    import sqlite3
+
+    updates = [(memory_id, {k: v for k, v in json.loads(after).items() if k not in DERIVED})
+               for memory_id, after in applied_db.execute_sql(
+                   "SELECT memory_id, after FROM dream_action WHERE run_id = ? AND op = 'update' ORDER BY id",
+                   (run_id,))]
+    conn = sqlite3.connect(floor_path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=wal")
+    conn.execute("PRAGMA synchronous=normal")
+    shapes: dict[tuple, list] = {}
+    journal, undo = [], {}
+    for memory_id, after in updates:
+        names = tuple(sorted(after))
+        row = conn.execute(f"SELECT {', '.join(names)} FROM memory WHERE id = ?", (memory_id,)).fetchone()
+        before = dict(zip(names, row, strict=True)) if row else {}
+        values = [json.dumps(after[n], sort_keys=True) if isinstance(after[n], dict) else after[n] for n in names]
+        shapes.setdefault(names, []).append([*values, memory_id])
+        undo.setdefault(names, []).append([*before.values(), memory_id])
+        journal.append((run_id, "deep", "decay", "update", memory_id, json.dumps(before, sort_keys=True),
+                        json.dumps(after, sort_keys=True), time.time()))
+    started = time.perf_counter()
+    conn.execute("BEGIN IMMEDIATE")
+    for names, rows in shapes.items():
+        sets = ", ".join(f"{n} = ?" for n in names)
+        conn.executemany(f"UPDATE memory SET {sets}, version = version + 1 WHERE id = ?", rows)
+    conn.executemany("INSERT INTO dream_action(run_id, phase, kind, op, memory_id, before, after, created_at) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", journal)
+    conn.execute("COMMIT")
+    apply_floor = time.perf_counter() - started
+    started = time.perf_counter()
+    conn.execute("BEGIN IMMEDIATE")
+    for names, rows in undo.items():
+        sets = ", ".join(f"{n} = ?" for n in names)
+        conn.executemany(f"UPDATE memory SET {sets}, version = version + 1 WHERE id = ?", rows)
+    conn.execute("COMMIT")
+    undo_floor = time.perf_counter() - started
+    conn.close()
+    return apply_floor, undo_floor, len(updates)
 
 
 def make_config(home: Path) -> Config:
@@ -180,6 +229,7 @@ def main() -> None:
                           stale_ids=set(rem.stale_procedures), phase_hits={}), trace)
     print(f"    {json.dumps(deep.counts())}")
     if args.apply:
+        shutil.copy(db_path, tmp / "floor.db")  # the store as the run finds it
         started = time.perf_counter()
         outcome = run_dream(store, config, apply=True, use_llm=False)
         total = time.perf_counter() - started
@@ -187,8 +237,15 @@ def main() -> None:
         print(f"    actions {sum(sum(c.values()) for c in outcome.action_counts().values())}")
         started = time.perf_counter()
         undone = undo_run(store, outcome.run_id)
-        print(f"  undo of that run             {time.perf_counter() - started:8.2f} s   "
+        undo_seconds = time.perf_counter() - started
+        print(f"  undo of that run             {undo_seconds:8.2f} s   "
               f"({undone.restored} rows restored, {undone.deleted} removed)")
+        apply_floor, undo_floor, rows = journaled_floor(store.db, tmp / "floor.db", outcome.run_id)
+        deep = outcome.phase_seconds.get("deep", 0.0)
+        print(f"  floor: {rows} journaled updates in {apply_floor:.2f} s, put back in {undo_floor:.2f} s")
+        print(f"  deep phase (plan + apply)    {deep:8.2f} s   {deep / apply_floor:6.2f}× the floor")
+        print(f"  applied sweep, all phases    {total:8.2f} s   {total / apply_floor:6.2f}× the floor")
+        print(f"  undo                         {undo_seconds:8.2f} s   {undo_seconds / undo_floor:6.2f}× the floor")
     print(f"  max RSS of the process       {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.0f} MiB")
     store.close()
     if args.keep:

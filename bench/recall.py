@@ -775,7 +775,8 @@ def search_llmem(home: Home, corpus: Corpus, cli_check: int) -> tuple[Scores, Tu
     ids_in_process: dict[int, list[str]] = {}
     try:
         for index, question in enumerate(corpus.questions):
-            opts = app.search_options(limit=DEPTH, track=False, project=question.scope)
+            opts = app.search_options(limit=DEPTH, track=False, project=question.scope,
+                                      min_relevance=0.0)  # recall@k ranks every candidate
             started = time.perf_counter()
             hits = searcher.search(question.text, opts).hits
             latencies.append((time.perf_counter() - started) * 1000)
@@ -797,7 +798,7 @@ def search_llmem(home: Home, corpus: Corpus, cli_check: int) -> tuple[Scores, Tu
         agree = 0
         for index in sample:
             question = corpus.questions[index]
-            args = ["search", "--json", "--no-track", "--limit", str(DEPTH)]
+            args = ["search", "--json", "--no-track", "--limit", str(DEPTH), "--min-relevance", "0"]
             if question.scope:
                 args += ["--project", question.scope]
             done = home.llmem(*args, question.text, timeout=120)

@@ -57,6 +57,14 @@ class App:
 
         return make_embedder(self.config)
 
+    @cached_property
+    def memories(self):
+        """The memory service (llmem/memories.py): every front-end's add, update, invalidate,
+        correct and delete."""
+        from .memories import MemoryService
+
+        return MemoryService(self.store, self.embedder)
+
     def searcher(self):
         from .search import Searcher
 
@@ -71,7 +79,7 @@ class App:
         section = self.config.values["search"]
         configured = {"limit": section["limit"], "rrf_k": section["rrf_k"],
                       "candidate_multiplier": section["candidate_multiplier"],
-                      "blend": section["rerank_blend"]}
+                      "blend": section["rerank_blend"], "min_relevance": section["min_relevance"]}
         return SearchOptions(**configured | {k: v for k, v in chosen.items() if v is not None})
 
     def close(self) -> None:

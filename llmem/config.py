@@ -235,6 +235,7 @@ SCHEMA: dict[str, Any] = {
         "rrf_k": _s(60, "int", "Reciprocal rank fusion constant", minimum=1),
         "candidate_multiplier": _s(5, "int", "Candidates taken from each list, as a multiple of the limit", minimum=1, maximum=100),
         "rerank_blend": _s(0.3, "float", "Weight of the memory signals against relevance in the final score", minimum=0, maximum=1),
+        "min_relevance": _s(0.35, "float", "Hits below this calibrated relevance are left out of `llmem search` and the MCP search tool: nothing rather than noise (0 shows every candidate; context injection keeps its own 0.15)", minimum=0, maximum=1),
     },
     "context": {
         "max_tokens": _s(1500, "int", "Token budget of an injected context block", minimum=50),

@@ -175,6 +175,11 @@ def state_memories(store, project: str | None, at: float, *, session_id: str | N
     return list(query)
 
 
+# The session's text is a long query: its relevance spreads over many words, so a memory that
+# holds a few of its rarer ones is already worth a line (the search default is for questions).
+CONTEXT_MIN_RELEVANCE = 0.15
+
+
 def relevant_memories(app, query: str, project: str | None, limit: int = 15) -> list[Memory]:
     """Hybrid search on the session's text, recorded as origin=context (not a user recall)."""
     from .db import vec
@@ -187,7 +192,8 @@ def relevant_memories(app, query: str, project: str | None, limit: int = 15) -> 
     # call on every session start), so search with FTS alone.
     searcher = app.searcher() if (has_vectors and embedding_on) else Searcher(store, None)
     opts = app.search_options(limit=limit, mode="hybrid" if searcher.embedder else "fts",
-                              project=project, origin="context", track=True, valid_only=True)
+                              project=project, origin="context", track=True, valid_only=True,
+                              min_relevance=CONTEXT_MIN_RELEVANCE)
     # The query is the session's own title and turns: redacted before it goes anywhere (the
     # embedder redacts too, but FTS, logs and explain output see the query as given).
     result = searcher.search(store.redactor.text(query), opts)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .db import vec
+from .db import bulk, vec
 from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES
 from .errors import UsageError
 from .store import content_hash, memory_to_dict
@@ -328,7 +328,6 @@ def apply_import(store, plan: ImportPlan, *,
     """Write a validated plan in one transaction; `progress(n)`: n new memories written so far."""
     if plan.errors:
         raise UsageError("the import file has errors; nothing was written")
-    Relation, Embedding = store.models.Relation, store.models.Embedding
     stamp = now()
     embedded = []
     with store.db.atomic():
@@ -341,18 +340,15 @@ def apply_import(store, plan: ImportPlan, *,
             row["updated_at"] = row["updated_at"] or row["created_at"]
             rows.append(row)
         store.insert_rows(rows, progress=progress)
+        embedding_rows = []
         for memory in plan.new:
             if "embedding" in memory:
                 e = memory["embedding"]
-                Embedding.insert(memory=memory["id"], model=e["model"], dim=e["dim"], vector=e["vector"],
-                                 content_hash=e["content_hash"] or memory["content_hash"],
-                                 created_at=stamp).execute()
+                embedding_rows.append((memory["id"], e["model"], e["dim"], e["vector"],
+                                       e["content_hash"] or memory["content_hash"], stamp))
                 embedded.append(memory["id"])
-        relations_before = Relation.select().count()
-        for src, dst, rtype, created in plan.relations:
-            (Relation.insert(source=src, target=dst, type=rtype, created_at=created)
-             .on_conflict_ignore().execute())
-        added_relations = Relation.select().count() - relations_before
+        bulk.upsert_embeddings(store.db, embedding_rows)
+        added_relations = bulk.insert_relations(store.db, plan.relations)
         if embedded:
             model, dim = vec.index_state(store.db)
             if not model:

@@ -35,7 +35,8 @@ from .capture.introspect import CATEGORIES, introspect_manual
 from .capture.introspect import learn as learn_lesson
 from .capture.markers import CHARS_PER_TOKEN
 from .context import assemble_context
-from .errors import EmbedderUnavailable, LlmemError, UsageError, store_failure
+from .errors import LlmemError, UsageError, store_failure
+from .memories import AlreadyInvalid
 from .paths import project_root_of
 from .search import Searcher, kind_label
 from .store import check_confidence, check_type, content_hash, memory_to_dict
@@ -169,14 +170,15 @@ class MemoryTools:
                                        project=self._project(project), valid_only=True,
                                        origin="mcp", track=True)
         result = self._searcher.search(text, opts)
-        lines = [f"[{hit.memory.id[:ID_CHARS]}] {kind_label(hit.memory)} {hit.score:.3f} "
-                 f"{_one_line(hit.memory.content, LINE_CHARS)}" for hit in result.hits]
+        lines = [f"[{hit.memory.id[:ID_CHARS]}] {kind_label(hit.memory)} {hit.relevance:.3f} "
+                 + (f"(superseded by [{hit.superseded_by[:ID_CHARS]}]) " if hit.superseded_by else "")
+                 + _one_line(hit.memory.content, LINE_CHARS) for hit in result.hits]
         # A notice (the embedder is down: keywords only) is said once, not in every reply of
         # the session; again only after it changed or went away and came back.
         notes = [f"note: {result.notice}"] if result.notice and result.notice != self._notice_said else []
         self._notice_said = result.notice
         if not lines:
-            return "\n".join(["No results.", *notes])
+            return "\n".join(["No results: nothing relevant found.", *notes])
         return _fit_lines(lines, notes, _budget_chars(max_tokens))
 
     def get(self, ids: list[str], max_tokens: int = GET_TOKENS) -> str:
@@ -246,33 +248,16 @@ class MemoryTools:
         if content is None and reason is None:
             raise UsageError("correct needs content (what holds now) or reason (why it no longer holds)",
                              hint="content supersedes the memory; a reason alone invalidates it")
-        store = self.app.store
-        old = store.get(memory_id.strip("[] "))
+        old = self.app.store.get(memory_id.strip("[] "))
         if old.project != self.default_project:
             self._refuse_scope(old.project)
         if content is None:
-            if old.invalidated_at is not None:
-                first = (old.metadata or {}).get("invalidation_reason") or "no reason recorded"
-                return (f"Already invalidated [{old.id[:ID_CHARS]}] ({_one_line(first, LINE_CHARS)}); "
+            result = self.app.memories.invalidate(old.id, reason)
+            if isinstance(result, AlreadyInvalid):
+                return (f"Already invalidated [{old.id[:ID_CHARS]}] ({_one_line(result.reason, LINE_CHARS)}); "
                         "left as it was")
-            store.invalidate(old.id, reason)
             return f"Invalidated [{old.id[:ID_CHARS]}]"
-        if content_hash(store.redactor.text(content)) == old.content_hash:
-            raise UsageError("the new content is what the memory already says",
-                             hint="give the corrected text, or only a reason to invalidate it")
-        # Never an overwrite: a new memory supersedes the old one, which is invalidated with
-        # its text kept. Exact duplicates only: a near-duplicate check would find the old
-        # memory itself and rewrite it in place.
-        with store.db.atomic():
-            added = store.add(content, old.type, confidence=old.confidence, source="user",
-                              project=old.project, session_id=old.session_id,
-                              metadata={"origin": "mcp", "corrects": old.id})
-            new = added.memory
-            store.relate(new.id, old.id, "supersedes")
-            if old.invalidated_at is None:
-                store.invalidate(old.id, reason or f"superseded by {new.id}")
-        if added.created:
-            self._embed(new)
+        new = self.app.memories.correct(old.id, content, reason=reason, metadata={"origin": "mcp"}).memory
         return f"Stored [{new.id[:ID_CHARS]}], which supersedes [{old.id[:ID_CHARS]}] (now invalid)"
 
     def introspect(self, category: str, what_happened: str, context: str | None = None,
@@ -289,16 +274,6 @@ class MemoryTools:
         memory = learn_lesson(self.app, wrong, right, context, project=self.default_project,
                               trust=AGENT)[0]
         return f"Stored {memory.type} [{memory.id[:ID_CHARS]}]"
-
-    def _embed(self, memory) -> None:
-        from .vectors import embed_memories
-
-        if not self.app.embedder.available:
-            return
-        try:
-            embed_memories(self.app.store, self.app.embedder, [memory])
-        except EmbedderUnavailable as exc:
-            log.info("memory %s stored without embedding (%s)", memory.id, exc.message)
 
 
 def _fit_lines(lines: list[str], notes: list[str], budget: int) -> str:

@@ -1,4 +1,13 @@
-"""Hybrid search (SPEC §3): FTS5 bm25 + vector KNN, fused by RRF, reranked by memory signals."""
+"""Hybrid search (SPEC §3): FTS5 bm25 + vector KNN, fused on calibrated evidence, priors as tie-breakers.
+
+Each candidate gets a relevance in [0, 1] that means the same across queries: the lexical side
+is the IDF-weighted share of the query's terms the memory holds (an identifier counts whole and
+heavily, its parts weakly), the semantic side the cosine similarity mapped between what an
+unrelated and a matching text score; the two combine so that one strong channel can carry a
+memory alone. Confidence, type, age and chosen use only order memories within a narrow band of
+relevance; a superseded memory ranks below its successor, an older one below a newer that
+says nearly the same.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .db import vec
-from .db.fts import match_count, match_expression, ranked_matches, semantic_text
+from .db.fts import (
+    document_frequencies,
+    index_tokens,
+    match_count,
+    match_expression,
+    parse_query,
+    ranked_matches,
+    semantic_text,
+)
 from .db.models import EPISODE_SOURCE, USER_ORIGINS, Memory
-from .db.queries import memory_filter, rank_fields, seqs_passing
+from .db.queries import chosen_recalls, memory_filter, ranking_rows, seqs_passing, superseded_by
 from .errors import EmbedderUnavailable, UsageError
 from .providers.embedders import Embedder
 from .times import days_between, now
@@ -28,7 +45,7 @@ BM25_WEIGHTS = (1.0, 0.6, 0.4)
 MAX_FTS_FETCH = 20_000
 QUERY_TEXT_CHARS = 300  # of a user query kept for the shadow trial
 # The semantic query leaves out words found in more than this share of the memories.
-COMMON_WORD_SHARE = 0.10
+COMMON_WORD_SHARE = 0.30
 # In hybrid mode the top lexical hit's vector is added to the query vector with this weight
 # (pseudo-relevance feedback): it restates the query in the store's own words.
 FEEDBACK_WEIGHT = 0.3
@@ -38,6 +55,31 @@ SEMANTIC_FLOOR = 0.5
 # decision, not the turn it was taken in) ranks above it, and episodes still rank among
 # themselves by relevance. Kept a plain factor until ranking is reworked.
 EPISODE_PRIOR = 0.85
+# The semantic channel: a logistic of MiniLM's cosine similarity, 0.5 at COSINE_MIDPOINT (LoCoMo dev
+# MRR 0.472 at 0.45, 0.484 at 0.50; the coding set alike)
+# (~0.02 for an unrelated text at 0.2, ~0.92 for a match at 0.7). Strictly increasing, so
+# the vectors' own order survives among strong matches (a clip at the top tied them).
+COSINE_MIDPOINT = 0.50
+COSINE_SCALE = 0.08
+# bm25's share of the lexical channel: it orders memories that hold the same share of the query.
+BM25_SHARE = 0.2
+# An identifier weighs this many times its rarest token's IDF; an identifier's parts this share.
+ATOM_WEIGHT = 2.0
+PART_WEIGHT = 0.3
+# An identifier's tokens found without its spelling (`release` for `--release`) keep this share.
+SPELLING_SHARE = 0.5
+# The share of the final score the priors (confidence, type, age, chosen use) hold: enough to
+# order memories of near-equal relevance, never enough to lift a weaker match over a clear one.
+PRIOR_WEIGHT = 0.06
+# A memory superseded by a valid one keeps this share of its score (and ranks below it).
+SUPERSEDED_FACTOR = 0.6
+# Two memories of one project and type this similar (cosine) say the same thing: the newer wins,
+# when it is not much less relevant (CONFLICT_BAND). MiniLM, bench/ranking.py's set: an old and
+# a new decision on one subject 0.67-0.88, two distinct memories of one project and type ≤ 0.70.
+CONFLICT_COSINE = 0.75
+CONFLICT_BAND = 0.25
+# Below this relevance a hit is noise, for the consumers that must say "nothing" instead.
+DEFAULT_MIN_RELEVANCE = 0.35
 
 
 @dataclass
@@ -53,7 +95,18 @@ class SearchOptions:
     origin: str = "search"
     rrf_k: int = 60
     candidate_multiplier: int = 5
-    blend: float = 0.3
+    blend: float = 0.3  # kept for the config's rerank_blend; the priors' share is PRIOR_WEIGHT
+    min_relevance: float = 0.0
+    # How much agreement of both channels adds: 0 keeps the stronger, 1 is a noisy-or.
+    # bench/ranking.py tuning split: 0 → MRR 0.795, 0.5 → 0.807, 1 → 0.827 (LoCoMo alike).
+    both_weight: float = 1.0
+    feedback: float = 0.0  # pseudo-relevance feedback weight (FEEDBACK_WEIGHT was 0.3)
+    # semantic_text's common-word rule. At 0.10 it dropped "tests", "api", a project's name from
+    # coding questions (paraphrase MRR 0.59 → 0.48 on bench/ranking.py); at 0.30 it still drops
+    # a chat's speaker names (LoCoMo dev R@5 0.521 → 0.578) and leaves coding words alone.
+    common_share: float = COMMON_WORD_SHARE
+    cosine_midpoint: float = COSINE_MIDPOINT  # here to be measured with bench --set
+    cosine_scale: float = COSINE_SCALE
 
 
 class RankFields(NamedTuple):
@@ -98,12 +151,17 @@ class Hit:
     signal: float = 0.0
     components: dict[str, float] = field(default_factory=dict)
     via: str | None = None  # set for results added by --related
+    relevance: float = 0.0  # calibrated, in [0, 1]
+    lexical: float = 0.0
+    semantic: float = 0.0
+    superseded_by: str | None = None  # id of the valid memory that replaced this one
 
     def explain(self) -> dict[str, Any]:
         """Every score component by name, in the order `llmem search --explain` prints them."""
         return {"fts_rank": self.fts_rank, "bm25": self.fts_bm25, "vec_rank": self.vec_rank,
-                "cosine_distance": self.vec_distance, "rrf": self.rrf, "rrf_norm": self.rrf_norm,
-                "signal": self.signal, **self.components, "final": self.score}
+                "cosine_distance": self.vec_distance, "lexical": self.lexical, "semantic": self.semantic,
+                "relevance": self.relevance, "prior": self.signal, **self.components,
+                "superseded_by": self.superseded_by, "final": self.score}
 
 
 @dataclass
@@ -133,6 +191,25 @@ def memory_signal(memory: Memory | RankFields, at: float) -> tuple[float, dict[s
     signal = 0.4 * confidence + 0.3 * recency + 0.2 * frequency + 0.1 * priority
     return signal, {"confidence": confidence, "recency": recency, "frequency": frequency,
                     "type_priority": priority}
+
+
+def memory_prior(mtype: str, confidence: float | None, created_at: float, chosen_uses: int,
+                 at: float) -> tuple[float, dict[str, float]]:
+    """The tie-breaker in [0, 1]: confidence, type priority, age since created (counted even
+    with tracking off) and how often someone chose it (never automatic injections)."""
+    confidence = float(confidence or 0.0)
+    priority = TYPE_PRIORITY.get(mtype, 1.0)
+    freshness = math.exp(-days_between(at, created_at) / 180.0)
+    use = 1.0 - math.exp(-chosen_uses / 5.0)
+    prior = 0.35 * confidence + 0.25 * (priority - 0.7) / 0.5 + 0.25 * freshness + 0.15 * use
+    return prior, {"confidence": confidence, "type_priority": priority, "freshness": freshness,
+                   "chosen_uses": float(chosen_uses)}
+
+
+def _holds_run(tokens: list[str], run: tuple[str, ...]) -> bool:
+    """Whether `run` appears in `tokens` as consecutive tokens (an identifier, whole)."""
+    n = len(run)
+    return any(tuple(tokens[i:i + n]) == run for i, t in enumerate(tokens) if t == run[0])
 
 
 class Searcher:
@@ -211,7 +288,8 @@ class Searcher:
                     # Redacted before it is re-tokenised: `sk-proj-…` split into words no
                     # longer matches its pattern when the embedder redacts what it sends.
                     safe_query = self.store.redactor.text(query)
-                    semantic_query = semantic_text(self.db, safe_query, share=COMMON_WORD_SHARE)
+                    semantic_query = (semantic_text(self.db, safe_query, share=opts.common_share)
+                                      if opts.common_share > 0 else safe_query)
                     query_vector = self.embedder.embed_query(semantic_query)
                 except EmbedderUnavailable as exc:
                     if mode == "semantic":
@@ -220,8 +298,8 @@ class Searcher:
 
         lists: list[list[tuple[int, float]]] = []
         fts_list = self.fts_candidates(query, depth, where, params) if mode in ("hybrid", "fts") else []
-        if fts_list and query_vector is not None:
-            query_vector = self._with_feedback(query_vector, fts_list[0][0])
+        if fts_list and query_vector is not None and opts.feedback > 0:
+            query_vector = self._with_feedback(query_vector, fts_list[0][0], opts.feedback)
         vec_list = (self.vector_candidates(query_vector, depth, where, params)
                     if query_vector is not None else [])
         if mode in ("hybrid", "fts"):
@@ -231,11 +309,13 @@ class Searcher:
         if mode == "hybrid" and query_vector is not None and not vec_list and fts_list:
             notice = "no memory is embedded with this model yet: run `llmem embed --pending`"
 
-        hits = self._fuse_and_rerank(fts_list, vec_list, len(lists), opts, at)[:opts.limit]
+        hits = self._fuse_and_rerank(query, fts_list, vec_list, mode, opts, at)
+        hits = [h for h in hits if h.relevance >= opts.min_relevance][:opts.limit]
         Memory = self.store.models.Memory
         memories = {m.seq: m for m in Memory.select().where(Memory.seq.in_([h.seq for h in hits]))}
         for hit in hits:
             hit.memory = memories[hit.seq]
+        self._newer_first(hits, opts.include_invalid)
         if opts.related and hits:
             hits += self._related(hits, opts, where, params)
         if opts.track and hits:
@@ -243,43 +323,120 @@ class Searcher:
         return SearchResult(hits, mode, notice,
                             semantic_query if semantic_query not in (None, query) else None)
 
-    def _with_feedback(self, query_vector, seq: int):
+    def _with_feedback(self, query_vector, seq: int, weight: float):
         """The query vector nudged towards the top lexical hit's vector (when it has one)."""
         stored = vec.stored_vector(self.db, seq, self.embedder.identity, len(query_vector))
         if stored is None:
             return query_vector
-        return vec.normalize(query_vector + FEEDBACK_WEIGHT * stored)
+        return vec.normalize(query_vector + weight * stored)
 
-    def _fuse_and_rerank(self, fts_list, vec_list, list_count: int, opts: SearchOptions,
+    def _fuse_and_rerank(self, query: str, fts_list, vec_list, mode: str, opts: SearchOptions,
                          at: float) -> list[Hit]:
-        k = opts.rrf_k
         fused: dict[int, dict[str, Any]] = {}
         for rank, (seq, bm25) in enumerate(fts_list, start=1):
-            entry = fused.setdefault(seq, {"rrf": 0.0})
-            entry.update(fts_rank=rank, fts_bm25=bm25)
-            entry["rrf"] += 1.0 / (k + rank)
+            fused.setdefault(seq, {}).update(fts_rank=rank, fts_bm25=bm25)
         for rank, (seq, distance) in enumerate(vec_list, start=1):
-            entry = fused.setdefault(seq, {"rrf": 0.0})
-            entry.update(vec_rank=rank, vec_distance=distance)
-            entry["rrf"] += 1.0 / (k + rank)
+            fused.setdefault(seq, {}).update(vec_rank=rank, vec_distance=distance)
         if not fused:
             return []
-        best_possible = max(list_count, 1) / (k + 1)  # rank 1 in every list
+        rows = ranking_rows(self.db, list(fused))
+        best_bm25 = min((bm25 for _, bm25 in fts_list), default=-1.0) or -1.0  # negative: lower is better
+        lexical = self._lexical_scorer(query) if mode in ("hybrid", "fts") else None
+        uses = chosen_recalls(self.db, [r[1] for r in rows], USER_ORIGINS)
+        replaced = superseded_by(self.db, [r[1] for r in rows])
         hits = []
-        for row in map(RankFields._make, rank_fields(self.db, list(fused))):
-            entry = fused[row.seq]
-            rrf_norm = entry["rrf"] / best_possible
-            signal, components = memory_signal(row, at)
-            score = rrf_norm * (1 - opts.blend) + signal * opts.blend
-            if row.source == EPISODE_SOURCE:
+        for seq, memory_id, mtype, confidence, created_at, source, _project, content, summary, hints in rows:
+            entry = fused[seq]
+            lex = 0.0
+            if lexical:
+                lex = lexical(index_tokens(content, summary, hints), f"{content} {summary or ''}".lower())
+                if entry.get("fts_bm25") is not None:
+                    lex *= (1 - BM25_SHARE) + BM25_SHARE * entry["fts_bm25"] / best_bm25
+            sem = 0.0
+            if entry.get("vec_distance") is not None:
+                cosine = 1.0 - entry["vec_distance"]
+                sem = 1.0 / (1.0 + math.exp(-(cosine - opts.cosine_midpoint) / opts.cosine_scale))
+            strong, weak = max(lex, sem), min(lex, sem)
+            relevance = strong + opts.both_weight * weak * (1.0 - strong)
+            prior, components = memory_prior(mtype, confidence, created_at, uses.get(memory_id, 0), at)
+            score = (1 - PRIOR_WEIGHT) * relevance + PRIOR_WEIGHT * prior
+            if source == EPISODE_SOURCE:
                 score *= EPISODE_PRIOR
-                components = {**components, "episode_prior": EPISODE_PRIOR}
-            hits.append(Hit(memory=None, seq=row.seq, score=score, fts_rank=entry.get("fts_rank"),
+                components["episode_prior"] = EPISODE_PRIOR
+            successor = replaced.get(memory_id)
+            if successor:
+                score *= SUPERSEDED_FACTOR
+                components["superseded_factor"] = SUPERSEDED_FACTOR
+            hits.append(Hit(memory=None, seq=seq, score=score, fts_rank=entry.get("fts_rank"),
                             fts_bm25=entry.get("fts_bm25"), vec_rank=entry.get("vec_rank"),
-                            vec_distance=entry.get("vec_distance"), rrf=entry["rrf"],
-                            rrf_norm=rrf_norm, signal=signal, components=components))
+                            vec_distance=entry.get("vec_distance"), signal=prior, components=components,
+                            relevance=relevance, lexical=lex, semantic=sem, superseded_by=successor))
         hits.sort(key=lambda h: (-h.score, h.seq))
         return hits
+
+    def _lexical_scorer(self, query: str):
+        """A function of a memory's index tokens: the IDF-weighted share of the query it holds."""
+        parsed = parse_query(query)
+        singles = [t for atom in parsed.atoms for t in atom]
+        total, df = document_frequencies(self.db, list(dict.fromkeys([*singles, *parsed.all_terms()])))
+
+        def idf(term: str) -> float:
+            n = df.get(term, 0)
+            return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
+
+        wanted = [(atom, ATOM_WEIGHT * max(idf(t) for t in atom)) for atom in parsed.atoms]
+        spelled = dict(zip(parsed.atoms, parsed.spelled, strict=True))
+        wanted += [((w,), idf(w)) for w in parsed.words]
+        wanted += [((p,), PART_WEIGHT * idf(p)) for p in parsed.parts]
+        whole = sum(weight for _, weight in wanted)
+
+        def score(tokens: list[str], text: str) -> float:
+            if not whole:
+                return 0.0
+            present = set(tokens)
+            held = 0.0
+            for atom, weight in wanted:
+                if len(atom) == 1:
+                    found = atom[0] in present
+                else:
+                    found = all(t in present for t in atom) and _holds_run(tokens, atom)
+                if found and atom in spelled and spelled[atom] not in text:
+                    weight *= SPELLING_SHARE  # `release` of "a release" is not `--release`
+                held += weight if found else 0.0
+            return held / whole
+
+        return score
+
+    def _newer_first(self, hits: list[Hit], include_invalid: bool) -> None:
+        """Among the results, a superseded memory goes below its successor, and of two memories
+        of one project and type that say nearly the same, the older goes below the newer."""
+        order = {h.memory.id: i for i, h in enumerate(hits)}
+        moves: list[tuple[Hit, Hit]] = []
+        for hit in hits:
+            successor = hit.superseded_by
+            if successor in order and order[successor] > order[hit.memory.id]:
+                moves.append((hit, hits[order[successor]]))
+        if self.embedder is not None and len(hits) > 1:
+            model, dim = vec.index_state(self.db)
+            vectors = {}
+            for hit in hits:
+                if not is_episode(hit.memory) and model == self.embedder.identity:
+                    vectors[hit.seq] = vec.stored_vector(self.db, hit.seq, model, dim)
+            for i, older in enumerate(hits):
+                for newer in hits[i + 1:]:
+                    a, b = vectors.get(older.seq), vectors.get(newer.seq)
+                    if (a is None or b is None or older.memory.project != newer.memory.project
+                            or older.memory.type != newer.memory.type
+                            or older.memory.created_at >= newer.memory.created_at):
+                        continue
+                    if float(a @ b) >= CONFLICT_COSINE and older.relevance - newer.relevance < CONFLICT_BAND:
+                        older.components["newer_wins"] = newer.seq
+                        moves.append((older, newer))
+        for demoted, above in moves:
+            if hits.index(demoted) < hits.index(above):
+                hits.remove(demoted)
+                hits.insert(hits.index(above) + 1, demoted)
+                demoted.score = min(demoted.score, above.score)
 
     def _related(self, hits: list[Hit], opts: SearchOptions, where: str, params: list) -> list[Hit]:
         """One hop of relations from the results, each marked with how it was reached."""

@@ -20,7 +20,7 @@ import peewee as pw
 from .db import vec
 from .db.connection import open_store_database
 from .db.derived import text_hash, text_to_embed
-from .db.fts import index_hints
+from .db.fts import index_hints, metadata_text
 from .db.models import (
     EPISODE_SOURCE,
     MEMORY_TYPES,
@@ -54,6 +54,26 @@ def derived_fields(content: str, summary: str | None, metadata: dict | None) -> 
     hints and the hash of the text its vector must be made from."""
     return {"hints": index_hints(content, summary, metadata),
             "embed_hash": text_hash(text_to_embed(content, summary, metadata))}
+
+
+# The columns of a memory row, in declaration order (the bulk insert writes each of them).
+MEMORY_INSERT_FIELDS = tuple(f.name for f in Memory._meta.sorted_fields)
+
+
+def _default(field: pw.Field) -> Any:
+    """A field's declared default (None when it has none)."""
+    return field.default() if callable(field.default) else field.default
+
+
+# Columns computed from others (never restored from a journal image; see derived_fields).
+DERIVED_COLUMNS = frozenset({"hints", "embed_hash", "content_hash", "version"})
+
+
+def text_changed(current: dict[str, Any], text: dict[str, Any]) -> bool:
+    """Whether `text` (content, summary, metadata) differs from the row `current` in what
+    derived_fields reads: metadata only through its descriptive values."""
+    return (text["content"] != current["content"] or text["summary"] != current["summary"]
+            or metadata_text(text["metadata"]) != metadata_text(current["metadata"]))
 
 
 def check_type(memory_type: str) -> str:
@@ -348,18 +368,28 @@ class Store:
 
         Returns every column written. `updated_at` is now unless given. Call inside a transaction.
         """
+        values = self.prepare_fields(values, current=current)
+        write_memory_columns(self.db, memory_id, values)
+        return values
+
+    def prepare_fields(self, values: dict[str, Any], *, current: dict[str, Any]) -> dict[str, Any]:
+        """The columns write_fields writes for `values` over the row `current`, written by the
+        caller (the journal writes a batch of them with one statement, db/bulk.py).
+
+        The derived columns are recomputed only when the text they come from changed: a
+        decay that stamps `metadata.decayed_at` must not rewrite `hints`, which re-indexes
+        the row in FTS."""
         values = dict(values)
         # A merged text may come from the LLM, which can write a secret-shaped string too.
         for name in ("content", "summary"):
             if isinstance(values.get(name), str):
                 values[name] = self.redactor.text(values[name])
         text = {name: values.get(name, current[name]) for name in ("content", "summary", "metadata")}
-        if "content" in values:
+        if "content" in values and values["content"] != current["content"]:
             values["content_hash"] = content_hash(values["content"])
-        if values.keys() & text.keys():
+        if text_changed(current, text):
             values.update(derived_fields(**text))
         values.setdefault("updated_at", now())
-        write_memory_columns(self.db, memory_id, values)
         return values
 
     def restore_row(self, memory_id: str, row: dict[str, Any]) -> int:
@@ -369,18 +399,35 @@ class Store:
                   **derived_fields(row["content"], row["summary"], row["metadata"])}
         return write_memory_columns(self.db, memory_id, values)
 
+    def restored_fields(self, before: dict[str, Any], *, current: dict[str, Any]) -> dict[str, Any]:
+        """The columns an undo writes to put back `before` (a journal's before-image: the
+        changed columns, or a whole row in journals written before 0015) over the row
+        `current`: derived columns are never taken from the image, and are recomputed only
+        when the restored text differs from the current one."""
+        values = {name: value for name, value in before.items() if name not in DERIVED_COLUMNS}
+        text = {name: values.get(name, current[name]) for name in ("content", "summary", "metadata")}
+        if text["content"] != current["content"]:
+            values["content_hash"] = content_hash(text["content"])
+        if text_changed(current, text):
+            values.update(derived_fields(**text))
+        return values
+
     def insert_rows(self, rows: list[dict[str, Any]], *,
                     progress: Callable[[int], None] | None = None) -> None:
         """Insert whole memory rows (import: ids, times and counts as given), with the columns
-        derived from their text. Call inside a transaction. `progress(n)`: n rows written."""
-        Memory = self.models.Memory
-        full = [{**row, "content_hash": content_hash(row["content"]),
+        derived from their text. Call inside a transaction. `progress(n)`: n rows written.
+
+        One prepared INSERT per batch (queries.insert_memory_rows): a peewee insert_many builds its SQL row by
+        row, which cost ~3× the database's own time at 100k rows."""
+        fields = self.models.Memory._meta.fields
+        defaults = {name: _default(fields[name]) for name in MEMORY_INSERT_FIELDS if name != "seq"}
+        for start in range(0, len(rows), 2000):
+            insert_memory_rows(self.db, [
+                {**defaults, **row, "content_hash": content_hash(row["content"]),
                  **derived_fields(row["content"], row.get("summary"), row.get("metadata"))}
-                for row in rows]
-        for start in range(0, len(full), 200):
-            Memory.insert_many(full[start:start + 200]).execute()
+                for row in rows[start:start + 2000]])
             if progress:
-                progress(min(start + 200, len(full)))
+                progress(min(start + 2000, len(rows)))
 
     def touch_accessed(self, memory_ids: list[str], at: float) -> None:
         """Count one access of each memory (shown in a result). Not a change of the memory:
@@ -409,29 +456,6 @@ class Store:
                 setattr(memory, name, value)
             memory.save()
         return memory
-
-    def supersede(self, id_or_prefix: str, content: str, *, reason: str | None = None,
-                  expected_version: int | None = None) -> Memory:
-        """Correct a memory: a new one stating `content` (same type, project and session, the
-        user's confidence) supersedes it, and it is invalidated, in one transaction (as an
-        extraction does when the LLM restates a provisional memory). Returns the new memory."""
-        memory_id = self.resolve_id(id_or_prefix)
-        Memory = self.models.Memory
-        with self.db.atomic():
-            old = Memory.get(Memory.id == memory_id)
-            check_version(old, expected_version)
-            if old.invalidated_at is not None:
-                raise UsageError(f"memory {old.id} is already invalidated",
-                                 hint="correct the memory that replaced it instead")
-            result = self.add(content, old.type, confidence=0.9, source="user",
-                              project=old.project, session_id=old.session_id)
-            newer = result.memory
-            if newer.id == old.id:
-                raise UsageError("the correction says the same as the memory",
-                                 hint="change the text, or edit the memory instead")
-            self.relate(newer.id, old.id, "supersedes")
-            self.invalidate(old.id, (reason or "").strip() or f"corrected by {newer.id}")
-        return newer
 
     def delete(self, id_or_prefix: str) -> str:
         """Delete a memory for good, with its relations, embedding and recall events."""
@@ -475,7 +499,8 @@ class Store:
         Memory = self.models.Memory
         total = Memory.select().count()
         valid = Memory.select().where(Memory.invalidated_at.is_null())
-        by_type = {t: c for t, c in valid.select(Memory.type, pw.fn.COUNT(Memory.id))
+        # COUNT(seq), the rowid every index holds: the count is read from an index alone.
+        by_type = {t: c for t, c in valid.select(Memory.type, pw.fn.COUNT(Memory.seq))
                    .group_by(Memory.type).tuples()}
         model, dim = vec.index_state(self.db)
         embedded = 0

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from typing import NamedTuple
 
 import peewee as pw
 
-from .db import vec
+from .db import bulk, vec
 from .db.derived import text_hash, text_to_embed
 from .db.models import Memory
 from .errors import EmbedderUnavailable
@@ -44,26 +46,27 @@ def store_vectors(store, embedder: Embedder, memories: list[Memory], vectors,
     texts = texts if texts is not None else [embedding_text(m) for m in memories]
     identity, dim = embedder.identity, int(vectors.shape[1])
     stamp = now()
-    Embedding = store.models.Embedding
     with store.db.atomic():
         vec.ensure_index(store.db, identity, dim)
-        rows = []
-        for memory, vector, text in zip(memories, vectors, texts, strict=True):
-            blob = vec.to_blob(vector)
-            made_from = text_hash(text)
-            (Embedding.insert(memory=memory.id, model=identity, dim=dim, vector=blob,
-                              content_hash=made_from, created_at=stamp)
-             .on_conflict(conflict_target=[Embedding.memory],
-                          update={Embedding.model: identity, Embedding.dim: dim,
-                                  Embedding.vector: blob,
-                                  Embedding.content_hash: made_from,
-                                  Embedding.created_at: stamp})
-             .execute())
-            rows.append((memory.seq, vector))
-        vec.put_vectors(store.db, rows)
+        # One prepared upsert for the batch (db/bulk.py): a peewee insert per row was most
+        # of `embed --pending`'s time with a fast embedder.
+        bulk.upsert_embeddings(store.db, [
+            (memory.id, identity, dim, vec.to_blob(vector), text_hash(text), stamp)
+            for memory, vector, text in zip(memories, vectors, texts, strict=True)])
+        vec.put_vectors(store.db, [(memory.seq, vector) for memory, vector in zip(memories, vectors, strict=True)])
 
 
-def embed_memories(store, embedder: Embedder, memories: list[Memory]) -> int:
+class PendingMemory(NamedTuple):
+    """The columns of a memory its vector needs (embedding_text and store_vectors read these)."""
+
+    seq: int
+    id: str
+    content: str
+    summary: str | None
+    metadata: dict | None
+
+
+def embed_memories(store, embedder: Embedder, memories: list[Memory] | list[PendingMemory]) -> int:
     """Embed the given memories now (HTTP outside any transaction); return how many."""
     if not memories or not embedder.available:
         return 0
@@ -74,14 +77,22 @@ def embed_memories(store, embedder: Embedder, memories: list[Memory]) -> int:
 
 
 def embed_pending(store, embedder: Embedder, *, everything: bool = False,
-                  batch: int = 64, progress: Callable[[int], None] | None = None) -> int:
-    """Embed every memory whose vector is missing or stale; return how many were embedded."""
+                  batch: int = 2000, progress: Callable[[int], None] | None = None) -> int:
+    """Embed every memory whose vector is missing or stale; return how many were embedded.
+
+    Reads plain rows, not model instances (built per row, they cost as much as the writes);
+    the embedder splits a batch into its own request sizes (embedding.batch_size). A batch
+    is one transaction: each commit of ~1 MB of vectors costs a WAL checkpoint's share."""
     done = 0
     last_seq = 0
     Memory = store.models.Memory
     while True:
-        chunk: Iterable[Memory] = list(
-            pending_query(store, embedder.identity, everything).where(Memory.seq > last_seq).limit(batch))
+        query = (pending_query(store, embedder.identity, everything)
+                 .select(Memory.seq, Memory.id, Memory.content, Memory.summary, Memory.metadata)
+                 .where(Memory.seq > last_seq).limit(batch))
+        # The driver's rows as they are (db.execute skips peewee's per-row conversion).
+        chunk = [PendingMemory(seq, memory_id, content, summary, json.loads(metadata) if metadata else None)
+                 for seq, memory_id, content, summary, metadata in store.db.execute(query)]
         if not chunk:
             if done:  # bring the vector file up to date now, not in the next search
                 from .db import vector_file

@@ -31,6 +31,7 @@ LAYERS = [
     ("store", "cursors"),
     ("providers",),
     ("vectors", "search", "exchange"),
+    ("memories",),
     ("capture", "app"),
     ("context", "dream"),
     ("pipeline", "setup", "mcp_server"),

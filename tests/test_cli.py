@@ -94,7 +94,7 @@ def test_search_json_and_weird_input(cli, fts_config):
         code, out, err = cli("search", text, "--json", "--no-track")
         assert code == 0, (text, err)
     code, out, _ = cli("search", "release", "--explain")
-    assert "rrf_norm=" in out and "type_priority=" in out
+    assert "relevance=" in out and "type_priority=" in out
 
 
 def test_search_no_track_leaves_access_counts(cli, fts_config):

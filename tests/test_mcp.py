@@ -174,7 +174,7 @@ def test_search_filters_and_bounds(served, app):
     reply = client.text("search", query="bounded search memory", limit=30, max_tokens=100)
     assert len(reply) <= 400
     assert reply.splitlines()[-1].startswith("note: ") and "more not shown" in reply
-    assert client.text("search", query="bounded search memory", type="conversation") == "No results."
+    assert client.text("search", query="bounded search memory", type="conversation") == "No results: nothing relevant found."
     assert "unknown memory type 'bogus'" in error_of(client.call("search", query="x", type="bogus"))
     assert "the search query is empty" in error_of(client.call("search", query="  "))
     too_many = error_of(client.call("search", query="x", limit=500))

@@ -5,6 +5,7 @@ import pytest
 from conftest import free_port_url
 from fakes import FakeEmbedder
 
+from llmem import search as search_module
 from llmem.config import load_config
 from llmem.db import vec, vector_file
 from llmem.errors import EmbedderUnavailable, UsageError
@@ -50,20 +51,20 @@ def test_hybrid_search_finds_by_meaning_and_words(store):
     assert embed_pending(store, embedder) == 0  # nothing left pending
 
 
-def test_rrf_is_normalised_and_blend_means_what_it_says(store):
+def test_the_score_is_relevance_with_priors_as_a_narrow_tie_breaker(store):
     embedder = FakeEmbedder()
     embed_pending(store, embedder)
     opts = SearchOptions(limit=10, track=False)
     hits = Searcher(store, embedder).search("billing database postgres", opts).hits
-    best_possible = 2 / (60 + 1)
+    assert hits
     for hit in hits:
-        expected_rrf = sum(1 / (60 + r) for r in (hit.fts_rank, hit.vec_rank) if r is not None)
-        assert hit.rrf == pytest.approx(expected_rrf)
-        assert hit.rrf_norm == pytest.approx(expected_rrf / best_possible)
-        assert hit.score == pytest.approx(hit.rrf_norm * 0.7 + hit.signal * 0.3)
-    top = hits[0]
-    if top.fts_rank == 1 and top.vec_rank == 1:
-        assert top.rrf_norm == pytest.approx(1.0)
+        strong, weak = max(hit.lexical, hit.semantic), min(hit.lexical, hit.semantic)
+        assert hit.relevance == pytest.approx(strong + opts.both_weight * weak * (1 - strong))
+        expected = (1 - search_module.PRIOR_WEIGHT) * hit.relevance + search_module.PRIOR_WEIGHT * hit.signal
+        if hit.memory.source == "episode":
+            expected *= search_module.EPISODE_PRIOR
+        assert hit.score == pytest.approx(expected)
+        assert 0 <= hit.relevance <= 1 and 0 <= hit.signal <= 1
 
 
 def test_signal_follows_the_seed_formula(store):

@@ -90,7 +90,7 @@ def test_hybrid_feeds_the_lexical_top_hit_into_the_semantic_query(chat_store):
     searcher = Searcher(chat_store, FakeEmbedder(dim=256))
     query_vector = FakeEmbedder(dim=256).embed_query("zzz unrelated words")
     fts_top = searcher.fts_candidates("pottery", 5, "1", [])[0][0]
-    moved = searcher._with_feedback(query_vector, fts_top)
+    moved = searcher._with_feedback(query_vector, fts_top, search_module.FEEDBACK_WEIGHT)
     assert np.linalg.norm(moved) == pytest.approx(1.0, abs=1e-5)
     target = np.frombuffer(chat_store.db.execute_sql(
         "SELECT e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id WHERE m.seq = ?",

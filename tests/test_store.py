@@ -323,26 +323,3 @@ def test_access_tracking_is_not_a_change_of_the_memory(store):
     Searcher(store, None).search("deploy", SearchOptions(mode="fts"))
     seen = store.get(memory.id)
     assert seen.access_count == 1 and seen.updated_at == memory.updated_at
-
-
-def test_supersede_adds_the_correction_relates_it_and_invalidates_the_old_one(store):
-    old = store.add("the staging db listens on 5432", "fact", project="/p", session_id="ses_1").memory
-    newer = store.supersede(old.id[:8], "the staging db listens on 6543")
-    assert (newer.type, newer.project, newer.session_id, newer.source) == ("fact", "/p", "ses_1", "user")
-    assert [(r.source_id, r.target_id, r.type) for r in store.relations_of([old.id])] == [
-        (newer.id, old.id, "supersedes")]
-    old = store.get(old.id)
-    assert old.invalidated_at is not None
-    assert old.metadata["invalidation_reason"] == f"corrected by {newer.id}"
-
-
-def test_supersede_refuses_the_same_text_and_an_invalidated_memory_and_changes_nothing(store):
-    old = store.add("deploys need the vpn").memory
-    with pytest.raises(UsageError, match="same"):
-        store.supersede(old.id, "  Deploys need the VPN ")
-    assert store.get(old.id).invalidated_at is None
-    assert store.relations_of([old.id]) == []
-    store.invalidate(old.id, "gone")
-    with pytest.raises(UsageError, match="already invalidated"):
-        store.supersede(old.id, "deploys need no vpn")
-    assert len(store.list(include_invalid=True)) == 1

@@ -26,7 +26,6 @@ from ..db.models import Memory
 from ..db.queries import metadata_value
 from ..errors import (
     BudgetExhausted,
-    EmbedderUnavailable,
     LLMReplyInvalid,
     LLMUnavailable,
     UsageError,
@@ -105,17 +104,6 @@ def _redact_fields(app, fields: dict) -> dict:
     return {k: (apply(v, {}) if isinstance(v, str) else v) for k, v in fields.items()}
 
 
-def _embed(app, memories: list[Memory]) -> None:
-    from ..vectors import embed_memories
-
-    if not memories or not app.embedder.available:
-        return
-    try:
-        embed_memories(app.store, app.embedder, memories)
-    except EmbedderUnavailable as exc:
-        log.info("self_assessment stored without embedding (%s)", exc.message)
-
-
 def _checked_fields(app, fields: dict) -> dict:
     """The fields redacted, context blocks stripped, category and counts validated."""
     fields = _redact_fields(app, {k: (strip_context_blocks(v) if isinstance(v, str) else v)
@@ -161,7 +149,7 @@ def store_assessment(app, fields: dict, *, source: str, confidence: float, origi
                                confidence=confidence, origin=origin, project=project,
                                session_id=session_id, extra=extra)
     if result.created:
-        _embed(app, [result.memory])
+        app.memories.embed([result.memory])
     return result.memory
 
 
@@ -380,7 +368,7 @@ def introspect_text(app, text: str, *, llm=None, use_llm: bool = True,
                    for fields in field_sets]
         results += _write_stated(store, stated, origin="auto-text", project=project, session_id=None,
                                  extra={"text_key": text_key})
-    _embed(app, [r.memory for r in results if r.created])
+    app.memories.embed([r.memory for r in results if r.created])
     return [r.memory for r in results]
 
 
@@ -436,7 +424,7 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
         results += _write_stated(store, stated, origin="auto-session", project=project,
                                  session_id=session_id, extra={"adapter": adapter.name})
         cursor_run.advance(transcript.cursor or start, project=project)
-    _embed(app, [r.memory for r in results if r.created])
+    app.memories.embed([r.memory for r in results if r.created])
     return [r.memory for r in results if r.created]
 
 
@@ -461,7 +449,7 @@ def learn(app, wrong: str, right: str, context: str | None = None, *, project: s
                            source="learn", project=project, metadata={**fields, "origin": "learn"},
                            trust=trust)
     if result.created:
-        _embed(app, [result.memory])
+        app.memories.embed([result.memory])
     return [result.memory]
 
 

@@ -27,6 +27,7 @@ COMMANDS = {
     "list": ("memory", "list_memories"),
     "update": ("memory", "update"),
     "invalidate": ("memory", "invalidate"),
+    "correct": ("memory", "correct"),
     "delete": ("memory", "delete"),
     "search": ("search", "search"),
     "stats": ("admin", "stats"),

@@ -9,9 +9,21 @@ import click
 
 from .dream_lane import print_deep_status, rem_backfill, rem_harness, shadow
 from .memory import catch_up_embeddings
-from .output import TEXT, json_option, limit_option, notice, print_json, progress_bar, short
+from .output import (
+    TEXT,
+    bounded_int,
+    json_option,
+    limit_option,
+    notice,
+    print_json,
+    progress_bar,
+    short,
+)
 
 PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
+# Actions `dream --json` lists by default: printing a big night's 116k actions took longer
+# than the dream (and no reader wants them all); --all-actions asks for every one.
+JSON_ACTIONS = 200
 
 
 @click.group(name="dream", invoke_without_command=True)
@@ -24,8 +36,11 @@ PHASE_CHOICE = click.Choice(["light", "rem", "deep"])
 @click.option("--scheduled", is_flag=True,
               help="Run as the schedule does (the systemd timer): do nothing while dreaming is off.")
 @json_option("Print the plan or the outcome as JSON.")
+@click.option("--actions", "shown_actions", type=bounded_int(0), default=JSON_ACTIONS, show_default=True,
+              help="With --json: list this many actions (their counts are always complete).")
+@click.option("--all-actions", is_flag=True, help="With --json: list every action (a big night has 100k+).")
 @click.pass_context
-def dream_group(ctx, apply_, phase, report_path, no_llm, scheduled, as_json):
+def dream_group(ctx, apply_, phase, report_path, no_llm, scheduled, as_json, shown_actions, all_actions):
     """Consolidate memory: preview by default, --apply to execute.
 
     `llmem dream off` pauses the scheduled runs (worker and systemd timer); a run you start
@@ -58,7 +73,10 @@ def dream_group(ctx, apply_, phase, report_path, no_llm, scheduled, as_json):
         catch_up_embeddings(app, show=not as_json)
     if as_json:
         data = outcome.summary()
-        data["actions"] = [a.as_dict() for a in outcome.actions]
+        listed = outcome.actions if all_actions else outcome.actions[:shown_actions]
+        data["actions"] = [a.as_dict() for a in listed]
+        data["actions_total"] = len(outcome.actions)
+        data["actions_listed"] = len(listed)
         print_json(data)
         return
     _print_outcome(outcome, report_path)
@@ -100,7 +118,7 @@ def _print_outcome(outcome, report_path) -> None:
         target = f"{action.memory_id[:8]} " if action.memory_id else ""
         click.echo(f"  [{action.phase}] {action.kind:<12} {target}{short(action.text, 100)}")
     if len(outcome.actions) > 40:
-        click.echo(f"  … {len(outcome.actions) - 40} more (--json lists all)")
+        click.echo(f"  … {len(outcome.actions) - 40} more (--json --all-actions lists all)")
     total = change_total(counts)
     if total:
         verb = "made" if outcome.applied else "proposed"

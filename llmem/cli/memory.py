@@ -1,4 +1,5 @@
-"""Commands over single memories: add, get, list, update, invalidate, delete."""
+"""Commands over single memories: add, get, list, update, invalidate, correct, delete (the writes
+through the memory service, llmem/memories.py)."""
 
 from __future__ import annotations
 
@@ -20,17 +21,10 @@ TYPE_CHOICE = click.Choice(["fact", "decision", "preference", "event", "project_
                             "conversation", "self_assessment"])
 
 
-def _embed_now(app, memories) -> None:
-    """Embed fresh memories right away; when the embedder is down they stay pending."""
-    from ..errors import EmbedderUnavailable
-    from ..vectors import embed_memories
-
-    if not app.embedder.available:
-        return
-    try:
-        embed_memories(app.store, app.embedder, memories)
-    except EmbedderUnavailable as exc:
-        notice(f"stored without embedding ({exc.message}); `llmem embed --pending` embeds it later")
+def _say_pending(pending: str | None) -> None:
+    """Tell the user a memory stored without its vector catches up later (the service's note)."""
+    if pending:
+        notice(f"stored without embedding ({pending}); `llmem embed --pending` embeds it later")
 
 
 def catch_up_embeddings(app, *, show: bool = True) -> None:
@@ -72,12 +66,9 @@ def add(app, content, memory_type, summary, confidence, project, metadata, valid
         until = from_iso(valid_until)
     except ValueError:
         raise UsageError(f"--valid-until {valid_until!r} is not a date", hint="use ISO form, e.g. 2027-01-31") from None
-    # What the user states directly is trusted more than what is extracted (seed: 0.9+ vs 0.7).
-    result = app.store.add(content, memory_type, summary=summary,
-                           confidence=0.9 if confidence is None else confidence,
-                           source="user", project=project, metadata=meta, valid_until=until)
-    if result.created:
-        _embed_now(app, [result.memory])
+    result = app.memories.add(content, memory_type, summary=summary, confidence=confidence,
+                              source="user", project=project, metadata=meta, valid_until=until)
+    _say_pending(result.pending)
     if as_json:
         print_json({**memory_to_dict(result.memory), "created": result.created})
     elif result.created:
@@ -158,10 +149,10 @@ def update(app, memory_id, content, summary, confidence, memory_type, metadata, 
     if all(v is None for v in (content, summary, confidence, memory_type, meta)):
         raise UsageError("nothing to update",
                          hint="pass --content, --summary, --confidence, --type or --metadata")
-    memory = app.store.update(memory_id, content=content, summary=summary, confidence=confidence,
-                              memory_type=memory_type, metadata=meta)
-    if content is not None or summary is not None or meta is not None:  # all in the embedded text
-        _embed_now(app, [memory])
+    result = app.memories.update(memory_id, content=content, summary=summary, confidence=confidence,
+                                 memory_type=memory_type, metadata=meta)
+    _say_pending(result.pending)
+    memory = result.memory
     if as_json:
         print_json(memory_to_dict(memory))
     else:
@@ -177,16 +168,37 @@ def invalidate(app, memory_id, reason):
 
     An invalidated memory is left as it was, first reason and time kept, and the command says so.
     """
+    from ..memories import AlreadyInvalid
     from ..times import to_iso
 
-    memory = app.store.get(memory_id)
-    if memory.invalidated_at is not None:
-        first = (memory.metadata or {}).get("invalidation_reason") or "no reason recorded"
-        click.echo(f"Already invalidated {memory.id} at {to_iso(memory.invalidated_at)} ({first}); "
+    result = app.memories.invalidate(memory_id, reason)
+    memory = result.memory
+    if isinstance(result, AlreadyInvalid):
+        click.echo(f"Already invalidated {memory.id} at {to_iso(memory.invalidated_at)} ({result.reason}); "
                    "left as it was")
         return
-    memory = app.store.invalidate(memory.id, reason)
     click.echo(f"Invalidated {memory.id}")
+
+
+@click.command()
+@click.argument("memory_id")
+@click.option("--content", "-c", type=TEXT, required=True, help="What holds now.")
+@click.option("--reason", type=TEXT, help="Why the old text no longer holds (default: superseded by the new id).")
+@json_option("Print the new memory as JSON.")
+@click.pass_obj
+def correct(app, memory_id, content, reason, as_json):
+    """Correct a memory: a new one stating --content supersedes it, and it is invalidated.
+
+    Nothing is overwritten: the old text stays, invalidated, linked from the new one.
+    """
+    from ..store import memory_to_dict
+
+    result = app.memories.correct(memory_id, content, reason=reason)
+    _say_pending(result.pending)
+    if as_json:
+        print_json({**memory_to_dict(result.memory), "supersedes": result.replaced.id})
+    else:
+        click.echo(f"Stored {result.memory.id}, which supersedes {result.replaced.id} (now invalid)")
 
 
 @click.command()
@@ -194,5 +206,5 @@ def invalidate(app, memory_id, reason):
 @click.pass_obj
 def delete(app, memory_id):
     """Delete a memory for good, with its relations on both sides."""
-    deleted = app.store.delete(memory_id)
+    deleted = app.memories.delete(memory_id)
     click.echo(f"Deleted {deleted}")

@@ -105,6 +105,12 @@ def memory_line(memory, score: float | None = None) -> str:
     return f"{lead}  {short(memory.content, 90)}{flags}"
 
 
+def superseded_note(hit) -> str:
+    """The label of a search hit another memory replaced (empty when none did)."""
+    successor = getattr(hit, "superseded_by", None)
+    return f"  [superseded by {successor[:8]}]" if successor else ""
+
+
 class Progress:
     """Where a long command is: the library calls back with counts (it never prints), the
     command moves this bar; without a terminal there is no bar and the calls do nothing."""

@@ -5,7 +5,16 @@ from __future__ import annotations
 import click
 
 from .memory import TYPE_CHOICE
-from .output import TEXT, json_option, limit_option, memory_line, notice, print_json, terminal_text
+from .output import (
+    TEXT,
+    json_option,
+    limit_option,
+    memory_line,
+    notice,
+    print_json,
+    superseded_note,
+    terminal_text,
+)
 
 
 @click.command()
@@ -19,11 +28,13 @@ from .output import TEXT, json_option, limit_option, memory_line, notice, print_
 @click.option("--include-invalid", is_flag=True, help="Include invalidated memories.")
 @click.option("--related", is_flag=True, help="Add memories one relation away from the results.")
 @click.option("--explain", is_flag=True, help="Show every score component.")
+@click.option("--min-relevance", type=click.FloatRange(0, 1), default=None,
+              help="Leave out hits below this relevance, 0 to 1 (default: search.min_relevance; 0 shows all).")
 @click.option("--no-track", is_flag=True, help="Do not record access (for benchmarks).")
 @json_option("Print results as JSON.")
 @click.pass_obj
 def search(app, query, limit, memory_type, project, fts_only, semantic_only, valid_only,
-           include_invalid, related, explain, no_track, as_json):
+           include_invalid, related, explain, min_relevance, no_track, as_json):
     """Search memories (hybrid FTS5 + vectors, fused by RRF and reranked)."""
     app.reads_only()  # recalls are recorded when the store can be written
     from ..errors import UsageError
@@ -38,7 +49,7 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
     opts = app.search_options(
         limit=limit, mode="fts" if fts_only else "semantic" if semantic_only else "hybrid",
         memory_type=memory_type, project=project, include_invalid=include_invalid,
-        valid_only=valid_only, related=related, track=not no_track)
+        valid_only=valid_only, related=related, track=not no_track, min_relevance=min_relevance)
     if fts_only:
         result = _fts_searcher(app).search(text, opts)
     else:
@@ -52,6 +63,8 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
         for hit in result.hits:
             row = memory_to_dict(hit.memory)
             row["score"] = round(hit.score, 6)
+            row["relevance"] = round(hit.relevance, 4)
+            row["superseded_by"] = hit.superseded_by
             row["episode"] = is_episode(hit.memory)
             if hit.via:
                 row["via"] = hit.via
@@ -61,9 +74,10 @@ def search(app, query, limit, memory_type, project, fts_only, semantic_only, val
         print_json(rows)
         return
     if not result.hits:
-        click.echo("No results.", err=True)
+        click.echo(f"Nothing relevant: no memory reached relevance {opts.min_relevance:g}"
+                   + (" (--min-relevance 0 shows the closest)." if opts.min_relevance > 0 else "."), err=True)
     for hit in result.hits:
-        line = memory_line(hit.memory, hit.score)
+        line = memory_line(hit.memory, hit.score) + superseded_note(hit)
         click.echo(line + (f"  (via {hit.via})" if hit.via else ""))
         if explain:
             parts = hit.explain()

@@ -9,9 +9,12 @@ file), indexed in their own column.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from .backend import per_backend
 
+# A query is read up to this many characters (100 KB pasted by mistake costs nothing more).
+MAX_QUERY_CHARS = 2000
 # Tokens as FTS5's unicode61 sees them: runs of letters and digits.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Boundaries inside an identifier: aB, ABc, a1, 1a.
@@ -29,6 +32,8 @@ def identifier_hints(*texts: str | None) -> str:
         if not text:
             continue
         for word in _WORD.findall(text):
+            if word.isalpha() and word.islower():
+                continue  # no capital, no digit: no boundary to split at (and most words)
             pieces = _CAMEL_SPLIT.split(word)
             if len(pieces) < 2:
                 continue
@@ -65,17 +70,68 @@ def index_hints(content: str, summary: str | None, metadata: dict | None) -> str
     return " ".join(part for part in (identifier_hints(content, summary, described), described) if part)
 
 
-def query_terms(text: str) -> list[str]:
-    """The search terms of a user query: words and identifier parts, stopwords dropped."""
+# A query word that is an identifier, kept whole: it has a digit beside letters (E0502,
+# ge0463z, v2.14.3), an inner `_`, `/` or `.` (TF_WORKSPACE_42, src/api/user.go), a leading
+# `-`/`:` (--no-verify, :8443) or camelCase. Surrounding quotes and sentence punctuation go.
+_ATOM_EDGES = "\"'`,;!?()[]{}<>"
+_ATOM_SHAPE = re.compile(r"^(?:[-:]{1,2}[^\W_]|.*[^\W_][_/.:][^\W_]|.*[A-Za-z]\d|.*\d[A-Za-z]|.*[a-z][A-Z])", re.UNICODE)
+
+
+def _kept_word(word: str) -> bool:
+    """Single letters and short bare numbers never match alone (`e` of "e.g.", `s` of "let's",
+    the `3` of `v2.14.3`); a number of three digits or more (a migration, a ticket) stays."""
+    if word.isdigit():
+        return len(word) >= 3
+    return len(word) > 1 and word not in STOPWORDS
+
+
+@dataclass(frozen=True)
+class QueryTerms:
+    """What a query searches for: identifiers as atoms (each a phrase of index tokens) and the
+    plain words; an atom's parts come in only as weaker alternatives (`parts`)."""
+
+    atoms: tuple[tuple[str, ...], ...]
+    words: tuple[str, ...]
+    parts: tuple[str, ...]
+    spelled: tuple[str, ...] = ()  # each atom as written, lowercased (`--release`, `:8443`)
+
+    def all_terms(self) -> list[str]:
+        return list(dict.fromkeys([*self.words, *self.parts]))
+
+
+def parse_query(text: str) -> QueryTerms:
+    """The atoms, words and atom parts of a user query (MAX_QUERY_CHARS of it at most)."""
+    text = text[:MAX_QUERY_CHARS]
+    atoms: list[tuple[str, ...]] = []
+    spelled: dict[tuple[str, ...], str] = {}
     words: list[str] = []
-    for word in _WORD.findall(text):
-        words.append(word.lower())
-        pieces = _CAMEL_SPLIT.split(word)
-        if len(pieces) > 1:
-            words.extend(p.lower() for p in pieces)
-    content = [w for w in words if w not in STOPWORDS]
-    terms = content or words
-    return list(dict.fromkeys(terms))  # keep order, drop repeats
+    parts: list[str] = []
+    for raw in text.split():
+        token = raw.strip(_ATOM_EDGES).rstrip(".")
+        pieces = [w.lower() for w in _WORD.findall(token)]
+        if not pieces:
+            continue
+        if _ATOM_SHAPE.match(token) and any(len(w) > 1 or w.isdigit() for w in pieces):
+            atoms.append(tuple(pieces))
+            spelled.setdefault(tuple(pieces), token.lower())
+            camel = [c.lower() for w in _WORD.findall(token) for c in _CAMEL_SPLIT.split(w)]
+            parts.extend(w for w in dict.fromkeys([*pieces, *camel]) if _kept_word(w))
+            continue
+        for word in _WORD.findall(token):
+            words.append(word.lower())
+            camel = _CAMEL_SPLIT.split(word)
+            if len(camel) > 1:
+                parts.extend(c.lower() for c in camel if _kept_word(c.lower()))
+    words = [w for w in dict.fromkeys(words) if _kept_word(w)]
+    parts = [w for w in dict.fromkeys(parts) if w not in words]
+    unique = tuple(dict.fromkeys(atoms))
+    return QueryTerms(unique, tuple(words), tuple(parts), tuple(spelled[a] for a in unique))
+
+
+def query_terms(text: str) -> list[str]:
+    """The single-word search terms of a user query: words and identifier parts."""
+    parsed = parse_query(text)
+    return [*[a[0] for a in parsed.atoms if len(a) == 1], *parsed.all_terms()]
 
 
 def _quoted(term: str) -> str:
@@ -83,16 +139,33 @@ def _quoted(term: str) -> str:
 
 
 def match_expression(text: str) -> str | None:
-    """A valid FTS5 MATCH expression for any user text (None when it has no words).
+    """A valid FTS5 MATCH expression for any user text (None when it has nothing to match).
 
     Each term is double-quoted, so FTS5 syntax in the text (quotes, -, *, :, parentheses,
-    NEAR, AND/OR) is never interpreted; terms are OR-ed and bm25 ranks memories that match
-    more of them higher.
+    NEAR, AND/OR) is never interpreted; an identifier is one phrase (its tokens in order),
+    its parts and the words are OR-ed beside it, and bm25 ranks memories that match more.
     """
-    terms = query_terms(text)
+    parsed = parse_query(text)
+    alternatives = [_quoted(" ".join(atom)) for atom in parsed.atoms] + [_quoted(t) for t in parsed.all_terms()]
+    alternatives = list(dict.fromkeys(alternatives))
+    return " OR ".join(alternatives) if alternatives else None
+
+
+@per_backend
+def document_frequencies(db, terms: list[str]) -> tuple[int, dict[str, int]]:
+    """(memories in the index, {term: memories holding it}) from the FTS index's own vocabulary."""
+    total = db.execute_sql("SELECT count(*) FROM memory").fetchone()[0]
     if not terms:
-        return None
-    return " OR ".join(_quoted(t) for t in terms)
+        return total, {}
+    db.execute_sql("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memory_fts_terms USING fts5vocab(main, memory_fts, row)")
+    marks = ",".join("?" * len(terms))
+    rows = db.execute_sql(f"SELECT term, doc FROM temp.memory_fts_terms WHERE term IN ({marks})", terms)
+    return total, {term: int(doc) for term, doc in rows}
+
+
+def index_tokens(*texts: str | None) -> list[str]:
+    """A memory's text as the index's tokens (lowercased runs of letters and digits)."""
+    return [w.lower() for text in texts if text for w in _WORD.findall(text)]
 
 
 def common_words(db, text: str, *, share: float, min_docs: int) -> set[str]:

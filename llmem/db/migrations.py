@@ -198,6 +198,37 @@ def _log_vector_changes(db) -> None:
         db.execute_sql(sql)
 
 
+def _bulk_indexes(db) -> None:
+    # The FTS update trigger fired whenever an UPDATE named content, summary or hints, so a
+    # dream's decay (which wrote hints unchanged) deleted and re-added each row in the FTS
+    # index; now it re-indexes only a row whose text really changed. The viewer's lists sort
+    # by created_at (newest first) and promotion groups every recall by memory: both were scans.
+    db.execute_sql("DROP TRIGGER IF EXISTS memory_fts_au")
+    db.execute_sql("""CREATE TRIGGER memory_fts_au AFTER UPDATE OF content, summary, hints ON memory
+                      WHEN old.content IS NOT new.content OR old.summary IS NOT new.summary
+                           OR old.hints IS NOT new.hints BEGIN
+                          INSERT INTO memory_fts(memory_fts, rowid, content, summary, hints)
+                          VALUES ('delete', old.seq, old.content, old.summary, old.hints);
+                          INSERT INTO memory_fts(rowid, content, summary, hints)
+                          VALUES (new.seq, new.content, new.summary, new.hints);
+                      END""")
+    # The list's order (newest first) under each of its filters: all, not invalidated, a
+    # type, a project (IS NULL is an equality for the index, so a page is read in order).
+    for name, columns in (("memory_created", "created_at, seq"),
+                          ("memory_current_created", "invalidated_at, created_at, seq"),
+                          ("memory_type_created", "type, invalidated_at, created_at, seq"),
+                          ("memory_project_created", "project, invalidated_at, created_at, seq")):
+        db.execute_sql(f"CREATE INDEX IF NOT EXISTS {name} ON memory({columns})")
+    # Promotion's bounds (queries.recall_bounds) group every recall by memory: read in the
+    # group's order from this index alone, not through a temp b-tree and a table lookup each.
+    db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_signals "
+                   "ON recall_event(memory_id, origin, query_hash, created_at, score)")
+    # The overview counts the valid memories by type (from this index alone) and the
+    # promoted ones (a few among many).
+    db.execute_sql("CREATE INDEX IF NOT EXISTS memory_current_type ON memory(invalidated_at, type)")
+    db.execute_sql("CREATE INDEX IF NOT EXISTS memory_promoted ON memory(promoted_at) WHERE promoted_at IS NOT NULL")
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -215,6 +246,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0013_origin_trust", _record_origin_trust),
     ("0012_episodes", _add_episodes),
     ("0016_vector_file", _log_vector_changes),
+    ("0015_bulk_indexes", _bulk_indexes),
 ]
 
 

@@ -79,6 +79,46 @@ def recall_rows(db, origins: tuple[str, ...], memory_ids: list[str] | None) -> l
     return db.execute_sql(sql + " ORDER BY memory_id, created_at", params).fetchall()
 
 
+def recall_bounds(db, origins: tuple[str, ...], *, at: float, weights: dict[str, float],
+                  frequency: list[float], burst: float, shortest_day: float, diversity: int,
+                  consolidation: int, recency_half_life: float, constant: float, top: int,
+                  gates: tuple[int, int, float]) -> tuple[int, list[tuple[str, float, bool]]]:
+    """(how many valid, unpromoted memories have recalls of `origins`, and (memory_id, bound,
+    may pass) of those whose bound is among the `top` best or whose raw counts and bound can
+    pass `gates` = (min recalls, min queries, min score)), best bound first.
+
+    The bound is promotion's score ceiling from the recall aggregates (dream/promote.py
+    ranked_top says why each term is one), computed here so 63k recalled memories are
+    ranked without one Python object each: `frequency[r]` is the frequency signal of r
+    counted recalls (the last value for more), recency is bounded by 1 / (1 + ln 2 · age / half-life)
+    (above 0.5 ** (age / half-life)), and `constant` adds the terms no aggregate bounds.
+    """
+    marks = ",".join("?" * len(origins))
+    cases = " ".join(f"WHEN {r} THEN {value!r}" for r, value in enumerate(frequency[:-1]))
+    bound = (f"{weights['relevance']!r} * max(0.0, min(1.0, coalesce(best, 0.0)))"
+             f" + {weights['frequency']!r} * (CASE r {cases} ELSE {frequency[-1]!r} END)"
+             f" + {weights['query_diversity']!r} * min(1.0, min(q, r) / {float(diversity)!r})"
+             f" + {weights['recency']!r} / (1.0 + max(0.0, (? - last) / 86400.0) * 0.6931471805599453 / {recency_half_life!r})"
+             f" + {weights['consolidation']!r} * min(1.0, max(0, d - 1) / {float(consolidation - 1)!r})"
+             f" + {constant!r}")
+    sql = (
+        f"WITH agg AS MATERIALIZED (SELECT memory_id, n, q, best, last, r,"
+        f"   CASE WHEN last = first THEN 1 ELSE min(r, CAST((last - first) / {shortest_day!r} AS INTEGER) + 2) END AS d"
+        f" FROM (SELECT memory_id, n, q, best, first, last,"
+        f"         min(n, CAST((last - first) / {burst!r} AS INTEGER) + 1) AS r"
+        f"       FROM (SELECT r.memory_id, COUNT(*) AS n, COUNT(DISTINCT r.query_hash) AS q, MAX(r.score) AS best,"
+        f"             MIN(r.created_at) AS first, MAX(r.created_at) AS last"
+        f"             FROM recall_event r WHERE r.origin IN ({marks}) GROUP BY r.memory_id) g"
+        f"       JOIN memory m ON m.id = g.memory_id WHERE m.invalidated_at IS NULL AND m.promoted_at IS NULL)),"
+        f" bounded AS MATERIALIZED (SELECT memory_id, n, q, {bound} AS bound FROM agg)"
+        f" SELECT memory_id, bound, (n >= ? AND q >= ? AND bound >= ?) AS may_pass, (SELECT COUNT(*) FROM bounded)"
+        f" FROM bounded WHERE memory_id IN (SELECT memory_id FROM bounded ORDER BY bound DESC, memory_id LIMIT ?)"
+        f" OR (n >= ? AND q >= ? AND bound >= ?) ORDER BY bound DESC, memory_id")
+    rows = db.execute_sql(sql, [*origins, at, *gates, top, *gates]).fetchall()
+    total = rows[0][3] if rows else 0
+    return total, [(memory_id, float(b), bool(may)) for memory_id, b, may, _ in rows]
+
+
 def recall_counts_outside(db, origins: tuple[str, ...], memory_ids: list[str]) -> dict[str, int]:
     """memory_id → its recalls of any origin but `origins`, for `memory_ids`."""
     marks = ",".join("?" * len(origins))
@@ -281,3 +321,37 @@ def readable_relation_rows(db) -> tuple[list[tuple[str, str, str, float]], int]:
         if row is not None:
             rows.append(row)
     return rows, lost
+
+
+# ---- what the search rerank reads (search.py) ---------------------------------------------
+
+def ranking_rows(db, seqs: list[int]) -> list[tuple]:
+    """(seq, id, type, confidence, created_at, source, project, content, summary, hints) of
+    each memory in `seqs`: what the rerank scores a candidate by, without loading the model."""
+    marks = ",".join("?" * len(seqs))
+    return db.execute_sql("SELECT seq, id, type, confidence, created_at, source, project, content, "
+                          f"summary, hints FROM memory WHERE seq IN ({marks})", seqs).fetchall()
+
+
+def chosen_recalls(db, memory_ids: list[str], origins: tuple[str, ...]) -> dict[str, int]:
+    """How often each memory was in the top three of a recall someone asked for (`origins`):
+    automatic context injections and the dream's re-surfacing do not count as use."""
+    if not memory_ids:
+        return {}
+    marks, omarks = ",".join("?" * len(memory_ids)), ",".join("?" * len(origins))
+    rows = db.execute_sql(f"SELECT memory_id, count(*) FROM recall_event WHERE memory_id IN ({marks}) "
+                          f"AND origin IN ({omarks}) AND rank <= 3 GROUP BY memory_id", [*memory_ids, *origins])
+    return {memory_id: int(count) for memory_id, count in rows}
+
+
+def superseded_by(db, memory_ids: list[str]) -> dict[str, str]:
+    """{memory id: id of the valid memory that supersedes it} for those of `memory_ids` replaced."""
+    if not memory_ids:
+        return {}
+    marks = ",".join("?" * len(memory_ids))
+    # From the relation side (its target index), then each source by id: joined the other way
+    # round, SQLite scanned every memory (~290 ms at 100k).
+    rows = db.execute_sql("SELECT r.target_id, r.source_id FROM relation r WHERE r.type = 'supersedes' "
+                          f"AND r.target_id IN ({marks}) AND EXISTS (SELECT 1 FROM memory s "
+                          "WHERE s.id = r.source_id AND s.invalidated_at IS NULL) ORDER BY r.created_at", memory_ids)
+    return {target: source for target, source in rows}

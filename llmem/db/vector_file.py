@@ -33,6 +33,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .backend import per_backend
 from .settings import get_setting, set_setting
 
 if TYPE_CHECKING:
@@ -351,6 +352,7 @@ _indexes: dict[tuple[str, str, int], VectorIndex] = {}
 _indexes_lock = threading.Lock()
 
 
+@per_backend
 def index_for(db, model: str, dim: int) -> VectorIndex:
     """This process's index of (store, model, dim), caught up with the table."""
     key = (str(db.database), model, dim)
@@ -363,6 +365,7 @@ def index_for(db, model: str, dim: int) -> VectorIndex:
     return index
 
 
+@per_backend
 def nearest(db, query, depth: int, model: str, dim: int, where: str, params: list) -> list[tuple[int, float]]:
     """(seq, cosine distance) of the `depth` nearest vectors of (model, dim) passing `where`."""
     index = index_for(db, model, dim)

@@ -19,7 +19,7 @@ from ..db.queries import decay_rows
 from ..times import now
 from ..trust import AGENT, least_trusted
 from .journal import Action, Journal
-from .promote import Candidate, promotable, recheck
+from .promote import Candidate, promotable, recheck, recheck_many
 from .text import distinct_terms
 
 log = logging.getLogger(__name__)
@@ -204,6 +204,22 @@ def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any
                                      detail={"score": candidate.score, "content_hash": candidate.content_hash}))
     result.held = len(held)
     return result
+
+
+# The actions apply_action does more for than a journaled update of the memory's fields.
+SPECIAL_KINDS = frozenset({"merge", "dedupe", "link", "promote"})
+
+
+def apply_promotes(store, journal: Journal, actions: list[Action]) -> None:
+    """Apply planned promote actions as apply_action does each (re-read first, a stale one
+    skipped), with one read and one journaled bulk update. Call inside a transaction."""
+    reasons = recheck_many(store, [(a.memory_id, a.detail["content_hash"]) for a in actions])
+    for action in actions:
+        reason = reasons.get(action.memory_id)
+        if reason:
+            action.kind, action.text = "skip_promote", f"not promoted: {reason}"
+            action.detail["skipped"] = reason
+    journal.update_many([(a.phase, a.kind, a.memory_id, a.changes) for a in actions if a.kind == "promote"])
 
 
 def apply_action(store, journal: Journal, action: Action, *, llm=None, at: float | None = None) -> dict[str, Any]:

@@ -23,11 +23,12 @@ from typing import Any
 
 import peewee as pw
 
-from ..db import journal_rows
+from ..db import bulk, journal_rows
 from ..db.models import DreamRun, Memory
 from ..db.queries import MEMORY_ROW_FIELDS, memory_row
 from ..errors import NotFound, UsageError
 from ..paths import write_private_text
+from ..store import DERIVED_COLUMNS
 from ..times import now
 
 log = logging.getLogger(__name__)
@@ -94,13 +95,42 @@ class Journal:
 
     def update(self, phase: str, kind: str, memory_id: str, changes: dict[str, Any]) -> None:
         """Set fields of a memory (metadata is merged into the current one). Call inside a txn."""
-        before = row_snapshot(memory_id, self.db)
-        values = dict(changes)
-        if "metadata" in values:
-            values["metadata"] = {**(before.get("metadata") or {}), **values["metadata"]}
-        # Through the store: a changed text re-derives its hints and hashes with it.
-        values = self.store.write_fields(memory_id, values, current=before)
-        self._record(phase, kind, "update", memory_id, before, _jsonable(values))
+        self.update_many([(phase, kind, memory_id, changes)])
+
+    def update_many(self, items: list[tuple[str, str, str, dict[str, Any]]]) -> None:
+        """Apply (phase, kind, memory_id, changes) updates in order, as `update` does each, with one
+        read of the rows, one prepared UPDATE per run of same-shaped writes and one journal
+        INSERT (db/bulk.py). The journal keeps what changed: the old values of the columns
+        written (derived ones aside, undo recomputes them) and the new ones. Call inside a txn."""
+        if not items:
+            return
+        ids = list(dict.fromkeys(memory_id for _, _, memory_id, _ in items))
+        rows = bulk.memory_rows_by_id(self.db, MEMORY_ROW_FIELDS, ids)
+        current: dict[str, dict[str, Any]] = {}
+        for memory_id, row in rows.items():
+            snapshot = dict(zip(MEMORY_ROW_FIELDS, row, strict=True))
+            snapshot["metadata"] = json.loads(snapshot["metadata"] or "{}")
+            current[memory_id] = snapshot
+        stamp = now()
+        journal, writes = [], []
+        for phase, kind, memory_id, changes in items:
+            before_row = current.get(memory_id)
+            if before_row is None:
+                raise NotFound(f"no memory with id {memory_id!r}")
+            values = dict(changes)
+            if "metadata" in values:
+                values["metadata"] = {**(before_row.get("metadata") or {}), **values["metadata"]}
+            # Through the store: a changed text re-derives its hints and hashes with it.
+            values = self.store.prepare_fields(values, current=before_row)
+            before = {name: before_row[name] for name in values if name not in DERIVED_COLUMNS}
+            journal.append((self.run.id, phase, kind, "update", memory_id, _dumps(before),
+                            _dumps(_jsonable(values)), stamp))
+            writes.append((memory_id, values))
+            before_row.update(values)
+            before_row["version"] = before_row.get("version", 1) + 1
+        _write_runs(self.db, writes)
+        bulk.insert_actions(self.db, journal)
+        self.count += len(journal)
 
     def create(self, phase: str, kind: str, memory: Memory) -> None:
         """Journal a memory this run has just added (undo checks it is still as added)."""
@@ -141,6 +171,24 @@ class Journal:
         with self.db.atomic():
             self._record(phase, kind, "file", None, {"path": str(path), "text": old},
                          {"path": str(path), "sha256": file_hash(text)})
+
+
+def _write_runs(db, writes: list[tuple[str, dict[str, Any]]]) -> int:
+    """Write (memory_id, values) in order: each run of consecutive writes of the same columns
+    with one prepared statement. Returns how many rows were written."""
+    fields = Memory._meta.fields
+    written = 0
+    start = 0
+    while start < len(writes):
+        names = sorted(writes[start][1])
+        end = start + 1
+        while end < len(writes) and sorted(writes[end][1]) == names:
+            end += 1
+        written += bulk.update_memory_rows(db, names, [
+            [fields[name].db_value(values[name]) for name in names] + [memory_id]
+            for memory_id, values in writes[start:end]])
+        start = end
+    return written
 
 
 def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
@@ -253,46 +301,15 @@ def undo_run(store, run_id: str, *, force: bool = False) -> UndoResult:
         raise UsageError(f"run {run.id} cannot be undone alone: later runs changed the same memories ({', '.join(later_ids)})",
                          hint="undo those runs first, newest first")
     result = UndoResult(run.id)
-    Memory, Relation = store.models.Memory, store.models.Relation
     file_actions = []
     checked: set[str] = set()  # memories whose newest action of this run was compared
     with db.atomic():
         rows = journal_rows.actions_newest_first(db, run.id)
         while True:
-            chunk = rows.fetchmany(1000)
+            chunk = rows.fetchmany(2000)
             if not chunk:
                 break
-            for op, memory_id, before_text, after_text in chunk:
-                before = json.loads(before_text) if before_text else None
-                after = json.loads(after_text) if after_text else None
-                if op in ("update", "create"):
-                    if only is not None and memory_id not in only:
-                        continue
-                    if memory_id not in checked:
-                        checked.add(memory_id)
-                        if not force and changed_since(after or {}, _current_row(memory_id, db)):
-                            result.skipped_memories.append(memory_id)
-                    if memory_id in result.skipped_memories:
-                        continue
-                if op == "update":
-                    # A before-image journaled before a column existed lacks it; the
-                    # derived ones (hints, hashes) are recomputed from the text anyway.
-                    result.restored += store.restore_row(
-                        memory_id, {f: before[f] for f in MEMORY_ROW_FIELDS if f in before})
-                elif op == "create":
-                    if Memory.select().where(Memory.id == memory_id).exists():
-                        store.delete(memory_id)
-                        result.deleted += 1
-                elif only is not None:
-                    continue  # a forced second pass only restores the memories left before
-                elif op == "relate":
-                    result.unlinked += Relation.delete().where(
-                        (Relation.source == after["source_id"]) & (Relation.target == after["target_id"])
-                        & (Relation.type == after["type"])).execute()
-                elif op == "row":
-                    _restore_row(db, before)
-                elif op == "file":
-                    file_actions.append((before, after))
+            _undo_chunk(store, chunk, result, checked, only, force, file_actions)
         run.status = "undone"
         run.undone_at = now()
         run.summary = {**(run.summary or {}), UNDO_SKIPPED: result.skipped_memories}
@@ -313,11 +330,83 @@ def undo_run(store, run_id: str, *, force: bool = False) -> UndoResult:
     return result
 
 
-def _current_row(memory_id: str | None, db) -> dict[str, Any] | None:
-    try:
-        return row_snapshot(memory_id, db) if memory_id else None
-    except NotFound:
-        return None
+def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str], only: set[str] | None,
+                force: bool, file_actions: list) -> None:
+    """Undo one chunk of a run's actions (newest first), as replaying them one by one would:
+    the memory rows it restores are read with one query and written back with one prepared
+    statement per shape of rows (each memory once: its images folded, the oldest winning),
+    as no other kind of action reads or writes a memory's columns."""
+    db = store.db
+    Memory, Relation = store.models.Memory, store.models.Relation
+    ids = [memory_id for op, memory_id, _, _ in chunk if op in ("update", "create") and memory_id]
+    current = _rows_of(db, list(dict.fromkeys(ids)))
+    pending: dict[str, dict[str, Any]] = {}  # memory id → the columns to put back (oldest image wins)
+    counts: dict[str, int] = {}
+
+    def flush() -> None:
+        writes = []
+        for memory_id, before in pending.items():
+            row = current.get(memory_id)
+            if row is None:
+                continue  # gone: nothing to restore
+            values = store.restored_fields(before, current=row)
+            writes.append((memory_id, values))
+            result.restored += counts[memory_id]
+            row.update(values)
+        # Each memory once: grouped by shape, the order among them does not matter.
+        writes.sort(key=lambda write: sorted(write[1]))
+        _write_runs(db, writes)
+        pending.clear()
+        counts.clear()
+
+    for op, memory_id, before_text, after_text in chunk:
+        before = json.loads(before_text) if before_text else None
+        after = json.loads(after_text) if after_text else None
+        if op in ("update", "create"):
+            if only is not None and memory_id not in only:
+                continue
+            if memory_id not in checked:
+                checked.add(memory_id)
+                if not force and changed_since(after or {}, current.get(memory_id)):
+                    result.skipped_memories.append(memory_id)
+            if memory_id in result.skipped_memories:
+                continue
+        if op == "update":
+            # An image journaled before a column existed lacks it; the derived ones (hints,
+            # hashes) are recomputed from the text anyway.
+            image = {f: before[f] for f in MEMORY_ROW_FIELDS if f in before}
+            pending[memory_id] = {**pending.get(memory_id, {}), **image}
+            counts[memory_id] = counts.get(memory_id, 0) + 1
+            continue
+        if op == "create":
+            if memory_id in pending:  # restored, then deleted: as replaying them one by one
+                del pending[memory_id]
+                result.restored += counts.pop(memory_id)
+            if Memory.select().where(Memory.id == memory_id).exists():
+                store.delete(memory_id)
+                result.deleted += 1
+            current.pop(memory_id, None)
+        elif only is not None:
+            continue  # a forced second pass only restores the memories left before
+        elif op == "relate":
+            result.unlinked += Relation.delete().where(
+                (Relation.source == after["source_id"]) & (Relation.target == after["target_id"])
+                & (Relation.type == after["type"])).execute()
+        elif op == "row":
+            _restore_row(db, before)
+        elif op == "file":
+            file_actions.append((before, after))
+    flush()
+
+
+def _rows_of(db, memory_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """memory id → its row as row_snapshot reads it, for the ids that exist."""
+    rows = {}
+    for memory_id, row in bulk.memory_rows_by_id(db, MEMORY_ROW_FIELDS, memory_ids).items():
+        snapshot = dict(zip(MEMORY_ROW_FIELDS, row, strict=True))
+        snapshot["metadata"] = json.loads(snapshot["metadata"] or "{}")
+        rows[memory_id] = snapshot
+    return rows
 
 
 def _restore_row(db, before: dict[str, Any]) -> None:

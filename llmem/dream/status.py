@@ -7,7 +7,7 @@ from typing import Any
 from ..times import to_iso
 from .journal import action_counts, last_run
 from .lock import INTERRUPTED, lock_is_live, read_lock
-from .promote import Candidate, candidates
+from .promote import Candidate, RankedTop, candidates
 from .schedule import next_run
 from .switch import dream_switch, dream_zone, zone_name
 
@@ -45,7 +45,7 @@ def change_total(counts: dict[str, dict[str, int]]) -> int:
     return sum(sum(kinds.values()) for kinds in counts.values())
 
 
-def dream_status(store, config, *, recent: int = 5, ranked: list[Candidate] | None = None) -> dict[str, Any]:
+def dream_status(store, config, *, recent: int = 5, ranked: list[Candidate] | RankedTop | None = None) -> dict[str, Any]:
     """Everything `dream status` shows, as data. `ranked`: the promotion candidates when the
     caller has scored them already (scoring reads every recall: the Dreams page and
     `status --deep` list them too, and score once)."""
@@ -70,7 +70,10 @@ def dream_status(store, config, *, recent: int = 5, ranked: list[Candidate] | No
         waiting_pairs = sum(1 for p in pairs if p["a"] in valid and p["b"] in valid)
     if ranked is None:
         ranked = candidates(store, cfg)
-    ready = sum(1 for c in ranked if c.passes)
+    if isinstance(ranked, RankedTop):  # the Dreams page: the top scored, the counts over all
+        ready, total = ranked.ready, ranked.total
+    else:
+        ready, total = sum(1 for c in ranked if c.passes), len(ranked)
     holder = read_lock(store.db)
     running = holder if lock_is_live(holder) else None
     live_run_id = running.get("run_id") if running else None
@@ -86,6 +89,6 @@ def dream_status(store, config, *, recent: int = 5, ranked: list[Candidate] | No
         "running": running,
         "stale_lock": holder if holder and not running else None,
         "candidates": {"merge_pairs": waiting_pairs, "promotion_ready": ready,
-                       "promotion_held": len(ranked) - ready},
+                       "promotion_held": total - ready},
         "recent_runs": [_run_info(store, r, live_run_id) for r in runs],
     }

@@ -22,7 +22,7 @@ from ..paths import write_output_file
 from ..times import now
 from . import diary, dreams_md, memory_md
 from .condense import condense_episodes
-from .deep import DeepResult, apply_action, plan_deep
+from .deep import SPECIAL_KINDS, DeepResult, apply_action, apply_promotes, plan_deep
 from .journal import (
     PHASES,
     Action,
@@ -44,6 +44,9 @@ from .switch import dream_zone
 log = logging.getLogger(__name__)
 
 BATCH = 200  # journaled actions per transaction
+# Plain updates per transaction on the bulk path: a few ms of the write lock each (hooks
+# and the worker wait that long at most), few enough commits for the whole night.
+BULK_BATCH = 2000
 
 
 def _confidences(store) -> dict[str, float]:
@@ -220,6 +223,10 @@ def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limi
 
 
 def _apply_rem(store, journal: Journal, rem: RemResult, config) -> None:
+    updates = [a for a in rem.actions if a.kind not in ("insight", "proposed_changes")]
+    for start in range(0, len(updates), BULK_BATCH):
+        with store.db.atomic():
+            journal.update_many([("rem", a.kind, a.memory_id, a.changes) for a in updates[start:start + BULK_BATCH]])
     with store.db.atomic():
         for action in rem.actions:
             if action.kind == "insight":
@@ -231,8 +238,6 @@ def _apply_rem(store, journal: Journal, rem: RemResult, config) -> None:
                     action.memory_id = added.memory.id
             elif action.kind == "proposed_changes":
                 continue
-            else:
-                journal.update("rem", action.kind, action.memory_id, action.changes)
     if rem.proposed_record is not None:
         with store.db.atomic():
             old = get_setting(store.db, PROPOSED_KEY)
@@ -249,10 +254,22 @@ def _apply_deep(store, journal: Journal, deep: DeepResult, llm, at: float, outco
     for action in merges:  # each in its own transaction, the LLM asked outside it
         result = apply_action(store, journal, action, llm=llm, at=at)
         outcome.merge_results.append({"ids": action.detail["ids"], **result})
-    for start in range(0, len(others), BATCH):
+    # In the plan's order by kind: dedupes and links one by one (BATCH per transaction), then
+    # the plain updates (decay, boost, invalidate, …: most of a big night) and the promotions
+    # through the journal's bulk path, BULK_BATCH per transaction.
+    special = [a for a in others if a.kind in SPECIAL_KINDS and a.kind != "promote"]
+    for start in range(0, len(special), BATCH):
         with store.db.atomic():
-            for action in others[start:start + BATCH]:
+            for action in special[start:start + BATCH]:
                 apply_action(store, journal, action, at=at)
+    plain = [a for a in others if a.kind not in SPECIAL_KINDS]
+    for start in range(0, len(plain), BULK_BATCH):
+        with store.db.atomic():
+            journal.update_many([(a.phase, a.kind, a.memory_id, a.changes) for a in plain[start:start + BULK_BATCH]])
+    promotes = [a for a in others if a.kind == "promote"]
+    for start in range(0, len(promotes), BULK_BATCH):
+        with store.db.atomic():
+            apply_promotes(store, journal, promotes[start:start + BULK_BATCH])
     skipped = {a.memory_id for a in others if a.kind == "skip_promote"}
     deep.promote = [c for c in deep.promote if c.memory_id not in skipped]
 

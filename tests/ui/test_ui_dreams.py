@@ -157,7 +157,7 @@ def test_the_page_scores_the_candidates_once(viewer, monkeypatch):
     import llmem.dream.status as status
     import llmem.ui.pages.dreams as page_module
 
-    scored = promote.candidates
+    scored = promote.ranked_top
     calls = []
 
     def counted(*args, **kwargs):
@@ -165,7 +165,7 @@ def test_the_page_scores_the_candidates_once(viewer, monkeypatch):
         return scored(*args, **kwargs)
 
     for module in (promote, status, page_module):
-        monkeypatch.setattr(module, "candidates", counted)
+        monkeypatch.setattr(module, "ranked_top", counted, raising=False)
     strong_candidate(viewer.store)
     weak = add(viewer.store, "a note recalled once", age_days=3)
     recall(viewer.store, weak, ["one question"])

@@ -312,26 +312,27 @@ def test_hybrid_search_draws_the_semantic_share_as_the_cli_explains_it(ollama_co
         assert any(row["explain"]["vec_rank"] for row in expected)
         widths = [float(w) for w in re.findall(r'<rect class="bar-vec" x="[^"]+" y="0" width="([^"]+)"', page)]
         assert len(widths) == len(expected)
+        assert any(width > 0 for width in widths)
         for width, row in zip(widths, expected, strict=True):
-            assert (width > 0) == bool(row["explain"]["vec_rank"])
+            if not row["explain"]["vec_rank"]:
+                assert width == 0
             assert f"score <strong>{row['explain']['final']:.4f}</strong>" in page
     finally:
         app.close()
 
 
 def test_the_breakdown_shares_add_up_to_the_final_score():
-    from llmem.search import Hit
+    from llmem.search import PRIOR_WEIGHT, Hit
     from llmem.ui.pages.memories import BAR_WIDTH, _breakdown
 
-    k, blend = 60, 0.3
-    rrf = 1 / (k + 2) + 1 / (k + 5)
-    rrf_norm = rrf / (2 / (k + 1))
-    hit = Hit(memory=None, score=rrf_norm * (1 - blend) + 0.62 * blend, fts_rank=2, vec_rank=5,
-              rrf=rrf, rrf_norm=rrf_norm, signal=0.62)
-    drawn = _breakdown(hit, blend, k)
+    lexical, semantic = 0.6, 0.3
+    relevance = lexical + semantic - lexical * semantic
+    hit = Hit(memory=None, score=(1 - PRIOR_WEIGHT) * relevance + PRIOR_WEIGHT * 0.62, fts_rank=2, vec_rank=5,
+              signal=0.62, relevance=relevance, lexical=lexical, semantic=semantic)
+    drawn = _breakdown(hit)
     shares = {s["name"]: s["share"] for s in drawn["segments"]}
     assert abs(sum(shares.values()) - hit.score) < 1e-9
-    assert shares["fts"] > shares["vec"] > 0 and abs(shares["sig"] - 0.62 * blend) < 1e-9
+    assert shares["fts"] > shares["vec"] > 0 and abs(shares["sig"] - 0.62 * PRIOR_WEIGHT) < 1e-9
     right = drawn["segments"][-1]
     assert abs(right["x"] + right["width"] - hit.score * BAR_WIDTH) < 0.05
 

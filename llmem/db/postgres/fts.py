@@ -80,3 +80,14 @@ def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
     unique = list(dict.fromkeys(lexemes))
     return [(int(seq), float(score)) for seq, score in
             db.execute_sql(sql, [lexemes, content, summary, hints, _tsquery(lexemes), unique, fetch, *params])]
+
+
+def document_frequencies(db, terms: list[str]) -> tuple[int, dict[str, int]]:
+    """(memories, {term: memories holding it}), each term stemmed as the tsvectors were."""
+    total = db.execute_sql("SELECT count(*) FROM memory").fetchone()[0]
+    if not terms:
+        return total, {}
+    rows = db.execute_sql(
+        f"SELECT t.term, (SELECT count(*) FROM memory WHERE search_text @@ "
+        f"plainto_tsquery('{TEXT_CONFIG}'::regconfig, t.term)) FROM unnest(?::text[]) AS t(term)", (terms,)).fetchall()
+    return total, {term: int(count) for term, count in rows}

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from ...dream import DreamLock, DreamLocked, dream_status, undo_run
 from ...dream.dreams_md import dreams_path
 from ...dream.journal import action_counts, find_run, new_run_id
-from ...dream.promote import candidates
+from ...dream.promote import ranked_top
 from ...dream.review import DECISIONS, list_proposals, record_decision, reviewer
 from ...dream.status import change_counts, change_total
 from ...dream.sweep import configured_report
@@ -50,8 +50,9 @@ def dreams_page(request):
     runs = list(DreamRun.select().order_by(DreamRun.started_at.desc()).limit(RUNS))
     # The changes each run made, counted as the CLI's preview and `dream status` count them.
     counts = {run.id: change_counts(run, action_counts(current_store, run.id)) for run in runs}
-    # Scored once: the status counts and the list below both come from it.
-    ranked = candidates(current_store, config.values["dream"])
+    # Scored once: the status counts and the list below both come from it; only the
+    # candidates that can reach the list or pass the gates are scored (ranked_top).
+    ranked = ranked_top(current_store, config.values["dream"], top=CANDIDATES)
     status = dream_status(current_store, config, recent=0, ranked=ranked)
     diary, diary_cut = _tail(config.diary_path)
     # The file the dream writes (it picks DREAMS.md or an existing lower-case dreams.md).
@@ -64,7 +65,7 @@ def dreams_page(request):
                   dreams_md=dreams_md, dreams_text=dreams_text, dreams_cut=dreams_cut,
                   proposals=proposals, proposal_html={p.id: proposal_body(p.text) for p in proposals},
                   proposals_path=proposals_path,
-                  candidates=[c.as_dict() for c in ranked[:CANDIDATES]], candidate_total=len(ranked),
+                  candidates=[c.as_dict() for c in ranked.top], candidate_total=ranked.total,
                   ready=status["candidates"]["promotion_ready"],
                   report_file=configured_report(config.values["dream"]))
 

@@ -1,5 +1,6 @@
 """Memories: the list with filters, search with the score breakdown, one memory's page, and
-its actions (edit, correct, invalidate, delete) through the same Store methods as the CLI."""
+its actions (edit, correct, invalidate, delete) through the memory service (llmem/memories.py), as
+the CLI's and the MCP tools'."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import peewee as pw
 from starlette.routing import Route
 
 from ...db.models import MEMORY_TYPES
-from ...errors import EmbedderUnavailable, UsageError
+from ...errors import UsageError
+from ...memories import AlreadyInvalid, already_invalid
 from ...store import StaleEdit
 from ...times import now
 from ..web import form, page_number, redirect, render, store, viewer
@@ -81,22 +83,27 @@ def _search(request, chosen: dict):
     result = Searcher(llmem.store, embedder).search(chosen["q"], opts)
     if validity == "invalid":
         result.hits = [h for h in result.hits if h.memory.invalidated_at is not None]
-    return result, [_breakdown(hit, opts.blend, opts.rrf_k) for hit in result.hits]
+    return result, [_breakdown(hit) for hit in result.hits]
 
 
 # Width in pixels of a score of 1.0 in the breakdown bar.
 BAR_WIDTH = 240
 
 
-def _breakdown(hit, blend: float, rrf_k: int) -> dict:
-    """What the final score is made of, as the bar draws it: the lexical and semantic shares
-    of the fused rank (weighted 1 - blend) and the memory's own signal (weighted blend)."""
-    parts = {"fts": 1.0 / (rrf_k + hit.fts_rank) if hit.fts_rank else 0.0,
-             "vec": 1.0 / (rrf_k + hit.vec_rank) if hit.vec_rank else 0.0}
-    fused = sum(parts.values())
-    shares = {name: (hit.rrf_norm * part / fused if fused else 0.0) * (1 - blend)
-              for name, part in parts.items()}
-    shares["sig"] = hit.signal * blend
+def _breakdown(hit) -> dict:
+    """What the final score is made of, as the bar draws it: the relevance (its share weighted
+    1 - PRIOR_WEIGHT) split between the lexical and the semantic evidence, and the prior
+    (weighted PRIOR_WEIGHT), all times the episode and superseded factors the score carries."""
+    from ...search import PRIOR_WEIGHT
+
+    evidence = hit.lexical + hit.semantic
+    relevance_share = (1 - PRIOR_WEIGHT) * hit.relevance
+    shares = {"fts": relevance_share * hit.lexical / evidence if evidence else 0.0,
+              "vec": relevance_share * hit.semantic / evidence if evidence else 0.0,
+              "sig": PRIOR_WEIGHT * hit.signal}
+    made = sum(shares.values())
+    factor = hit.score / made if made else 0.0  # the episode and superseded factors, and reordering
+    shares = {name: share * factor for name, share in shares.items()}
     segments, left = [], 0.0
     for name in ("fts", "vec", "sig"):
         width = shares[name] * BAR_WIDTH
@@ -189,19 +196,9 @@ def memory_page(request):
                   types=MEMORY_TYPES)
 
 
-def _embed_now(request, memory) -> str:
-    """Embed a memory whose text changed, as `llmem add`/`update` do; when the embedder is
-    down it stays pending for the worker's embed_pending. Returns a note for the flash."""
-    from ...vectors import embed_memories
-
-    llmem = viewer(request).llmem
-    if not llmem.embedder.available:
-        return ""
-    try:
-        embed_memories(llmem.store, llmem.embedder, [memory])
-    except EmbedderUnavailable as exc:
-        return f" (not embedded yet: {exc.message})"
-    return ""
+def _pending_note(pending: str | None) -> str:
+    """The flash's note for a memory the service could not embed yet (the worker catches up)."""
+    return f" (not embedded yet: {pending})" if pending else ""
 
 
 def _page_of(memory) -> str:
@@ -246,15 +243,14 @@ def edit(request):
                          hint="use a number from 0.0 to 1.0") from None
     memory_type = _choice(fields.get("type"), MEMORY_TYPES, memory.type)
     version = _form_version(fields)
-    text_changed = content.strip() != memory.content or (summary.strip() or None) != memory.summary
     try:
-        updated = store(request).update(memory.id, content=content, summary=summary, confidence=confidence,
-                                        memory_type=memory_type, expected_version=version)
+        result = viewer(request).llmem.memories.update(
+            memory.id, content=content, summary=summary, confidence=confidence,
+            memory_type=memory_type, expected_version=version)
     except StaleEdit as exc:
         return _conflict(request, exc, "edit", {"content": content, "summary": summary, "type": memory_type,
                                                 "confidence": fields.get("confidence", "")})
-    note = _embed_now(request, updated) if text_changed else ""
-    return redirect(request, _page_of(updated), f"Saved {updated.id[:8]}{note}")
+    return redirect(request, _page_of(result.memory), f"Saved {result.memory.id[:8]}{_pending_note(result.pending)}")
 
 
 def correct(request):
@@ -263,22 +259,27 @@ def correct(request):
         return render(request, "memory_correct.html", memory=memory)
     fields = form(request)
     try:
-        newer = store(request).supersede(memory.id, fields.get("content", ""), reason=fields.get("reason"),
-                                         expected_version=_form_version(fields))
+        result = viewer(request).llmem.memories.correct(
+            memory.id, fields.get("content", ""), reason=fields.get("reason"),
+            expected_version=_form_version(fields))
     except StaleEdit as exc:
         return _conflict(request, exc, "correct", {"content": fields.get("content", ""),
                                                    "reason": fields.get("reason", "")})
-    note = _embed_now(request, newer)
+    newer = result.memory
     return redirect(request, _page_of(newer), f"{newer.id[:8]} now supersedes {memory.id[:8]}, "
-                    f"which is invalidated{note}")
+                    f"which is invalidated{_pending_note(result.pending)}")
+
+
+def _already_invalid(request, already: AlreadyInvalid):
+    return redirect(request, _page_of(already.memory), f"Already invalidated ({already.reason}); left as it was",
+                    "error")
 
 
 def invalidate(request):
     memory = _memory_or_404(request)
-    if memory.invalidated_at is not None:
-        reason = (memory.metadata or {}).get("invalidation_reason") or "no reason recorded"
-        return redirect(request, _page_of(memory), f"Already invalidated ({reason}); left as it was",
-                        "error")
+    already = already_invalid(memory)  # asked before the form: a second form would change nothing
+    if already is not None:
+        return _already_invalid(request, already)
     if request.method == "GET":
         return render(request, "confirm.html", question="Invalidate this memory?", subject=memory.content,
                       detail="It stays for reference; search and the session context no longer use it.",
@@ -286,9 +287,12 @@ def invalidate(request):
                       hidden=[("version", memory.version)], button="Invalidate", back=_page_of(memory))
     fields = form(request)
     try:
-        store(request).invalidate(memory.id, fields.get("reason", ""), expected_version=_form_version(fields))
+        result = viewer(request).llmem.memories.invalidate(memory.id, fields.get("reason", ""),
+                                                           expected_version=_form_version(fields))
     except StaleEdit as exc:
         return _conflict(request, exc, "invalidate", {"state": "invalidated", "reason": fields.get("reason", "")})
+    if isinstance(result, AlreadyInvalid):  # invalidated by another process since the page loaded
+        return _already_invalid(request, result)
     return redirect(request, _page_of(memory), f"Invalidated {memory.id[:8]}")
 
 
@@ -298,7 +302,7 @@ def delete(request):
         return render(request, "confirm.html", question="Delete this memory for good?", subject=memory.content,
                       detail="Its relations, vector and recalls go with it. Invalidating keeps it for reference.",
                       action=f"{_page_of(memory)}/delete", fields=[], button="Delete", back=_page_of(memory))
-    deleted = store(request).delete(memory.id)
+    deleted = viewer(request).llmem.memories.delete(memory.id)
     return redirect(request, "/memories", f"Deleted {deleted[:8]}")
 
 

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Bulk writes beside their floors: `llmem import` and `embed --pending` at N memories.
+
+Prints figures; it is not a test. Each figure is printed beside its floor measured in the
+same run, as a ratio: the floor is one `executemany` of the same rows into the same schema
+(triggers, FTS and the vec0 index included) in a fresh store, with every value precomputed.
+`embed --pending` runs with an instant embedder (precomputed unit vectors), so the figure is
+llmem's own cost. Example:
+    python bench/writes.py --memories 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from llmem.db import vec  # noqa: E402
+from llmem.exchange import apply_import, export_data, plan_import  # noqa: E402
+from llmem.store import Store, content_hash, derived_fields  # noqa: E402
+from llmem.vectors import embed_pending  # noqa: E402
+
+WORDS = ["deploy", "release", "cache", "index", "vector", "query", "schema", "migration", "token", "session",
+         "worker", "queue", "lock", "journal", "report", "config", "embed", "search", "merge", "handleRequest",
+         "parseConfig", "sqlite", "numpy", "adapter", "transcript", "memory", "store"]
+
+
+class InstantEmbedder:
+    """An embedder that answers at once with precomputed unit vectors."""
+
+    identity = "bench:instant"
+    available = True
+
+    def __init__(self, dim: int, seed: int = 3):
+        rng = np.random.default_rng(seed)
+        self.pool = rng.standard_normal((4096, dim), dtype=np.float32)
+        self.pool /= np.linalg.norm(self.pool, axis=1, keepdims=True)
+        self.next = 0
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        picks = (np.arange(len(texts)) + self.next) % len(self.pool)
+        self.next += len(texts)
+        return self.pool[picks]
+
+
+def memory_rows(n: int, seed: int = 7) -> list[dict]:
+    rnd = random.Random(seed)
+    at = time.time()
+    rows = []
+    for i in range(n):
+        content = " ".join(rnd.choice(WORDS) for _ in range(14)) + f" #{i}"
+        created = at - rnd.uniform(0, 200) * 86400
+        rows.append({"id": str(uuid.uuid4()), "type": rnd.choice(("fact", "decision", "procedure", "event")),
+                     "content": content, "summary": None, "confidence": 0.7, "source": "extraction",
+                     "project": f"/work/p{i % 20}", "session_id": f"ses_{i % 500}",
+                     "metadata": {"speaker": "bench"} if i % 3 == 0 else {}, "access_count": 0,
+                     "created_at": created, "updated_at": created})
+    return rows
+
+
+def ratio_line(label: str, seconds: float, floor: float, count: int) -> None:
+    print(f"  {label:<24} {seconds:8.2f} s ({count / seconds:9.0f}/s)   floor {floor:7.2f} s "
+          f"({count / floor:9.0f}/s)   {seconds / floor:5.2f}× the floor", flush=True)
+
+
+def _default(field):
+    value = field.default() if callable(field.default) else field.default
+    return None if value is None else field.db_value(value)
+
+
+def import_floor(path: Path, rows: list[dict]) -> float:
+    """One executemany of the finished rows into a fresh store (FTS triggers included)."""
+    store = Store.open(path, vec_enabled=False)
+    fields = store.models.Memory._meta.fields
+    # The floor is plain sqlite3 (so it runs beside any version of llmem under test).
+    names = [r[1] for r in store.db.execute_sql("PRAGMA table_info(memory)") if r[1] != "seq"]
+    values = []
+    for row in rows:
+        full = {"version": 1, "hints": "", "accessed_at": None, "valid_from": None, "valid_until": None,
+                "invalidated_at": None, "promoted_at": None, **row,
+                "content_hash": content_hash(row["content"]),
+                **derived_fields(row["content"], row["summary"], row["metadata"])}
+        values.append([fields[name].db_value(full[name]) if name in full else _default(fields[name])
+                       for name in names])
+    started = time.perf_counter()
+    with store.db.atomic():
+        store.db.cursor().executemany(
+            f"INSERT INTO memory({', '.join(names)}) VALUES ({', '.join('?' * len(names))})", values)
+    seconds = time.perf_counter() - started
+    store.close()
+    return seconds
+
+
+def embed_floor(path: Path, embedder: InstantEmbedder, dim: int) -> tuple[float, int]:
+    """One executemany of the embedding rows and one of the vec0 rows, values precomputed."""
+    store = Store.open(path)
+    pairs = store.db.execute_sql("SELECT seq, id FROM memory ORDER BY seq").fetchall()
+    vectors = embedder.embed_documents([""] * len(pairs))
+    rows = [(memory_id, embedder.identity, dim, vec.to_blob(v), "h", 0.0) for (_, memory_id), v in zip(pairs, vectors, strict=True)]
+    vec_rows = [(seq, v) for (seq, _), v in zip(pairs, vectors, strict=True)]
+    started = time.perf_counter()
+    with store.db.atomic():
+        vec.ensure_index(store.db, embedder.identity, dim)
+        store.db.cursor().executemany(
+            "INSERT INTO embedding(memory_id, model, dim, vector, content_hash, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            rows)
+        vec.put_vectors(store.db, vec_rows)
+    seconds = time.perf_counter() - started
+    store.close()
+    return seconds, len(pairs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--dim", type=int, default=384)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="llmem-bench-writes-"))
+    try:
+        print(f"bulk writes: {args.memories} memories, dim {args.dim}")
+        rows = memory_rows(args.memories)
+        # The import file, as `llmem export` writes it.
+        source = Store.open(tmp / "source.db", vec_enabled=False)
+        with source.db.atomic():
+            source.insert_rows(rows)
+        document = json.loads(json.dumps(export_data(source)))
+        source.close()
+
+        floor = import_floor(tmp / "floor.db", rows)
+        store = Store.open(tmp / "import.db", vec_enabled=False)
+        started = time.perf_counter()
+        plan = plan_import(store, document)
+        planned = time.perf_counter() - started
+        apply_import(store, plan)
+        seconds = time.perf_counter() - started
+        store.close()
+        print(f"  import: check {planned:.2f} s, write {seconds - planned:.2f} s")
+        ratio_line("import (check + write)", seconds, floor, len(plan.new))
+        ratio_line("import (write only)", seconds - planned, floor, len(plan.new))
+
+        embedder = InstantEmbedder(args.dim)
+        shutil.copy(tmp / "import.db", tmp / "embed-floor.db")
+        floor, count = embed_floor(tmp / "embed-floor.db", InstantEmbedder(args.dim), args.dim)
+        store = Store.open(tmp / "import.db")
+        started = time.perf_counter()
+        done = embed_pending(store, embedder)
+        seconds = time.perf_counter() - started
+        store.close()
+        assert done == count, (done, count)
+        ratio_line("embed --pending", seconds, floor, done)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Bulk writes: one prepared statement per batch (`executemany`), for the paths that write
+thousands of rows at once (import, `embed --pending`, a dream's actions and their undo).
+
+Building one peewee query per row cost 3–10× the database's own time on these paths (the import's
+memory rows go through queries.insert_memory_rows the same way); here
+the statement is prepared once and SQLite runs it for every row. Each function takes plain
+Python values (already in their stored form, JSON as text) and returns nothing or plain rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .models import Memory
+
+# Rows per SELECT … IN (…): well under SQLite's variable limit (32766 since 3.32, 999 before).
+READ_CHUNK = 500
+
+
+def _column(name: str) -> str:
+    return f'"{Memory._meta.fields[name].column_name}"'
+
+
+def update_memory_rows(db, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+    """UPDATE memory rows by id: each row is the values of field `names` then the id.
+
+    Bumps `version` like every write of a memory (store.py, queries.write_memory_columns).
+    Returns how many rows were updated (missing ids count 0).
+    """
+    assignments = ", ".join([f"{_column(n)} = ?" for n in names] + ['"version" = "version" + 1'])
+    cursor = db.cursor()
+    cursor.executemany(f"UPDATE memory SET {assignments} WHERE id = ?", rows)
+    return cursor.rowcount
+
+
+def memory_rows_by_id(db, names: Sequence[str], memory_ids: Sequence[str]) -> dict[str, tuple]:
+    """memory id → the stored values of field `names` (in that order), for the ids that exist."""
+    columns = ", ".join(_column(n) for n in names)
+    found: dict[str, tuple] = {}
+    for start in range(0, len(memory_ids), READ_CHUNK):
+        chunk = list(memory_ids[start:start + READ_CHUNK])
+        sql = f"SELECT id, {columns} FROM memory WHERE id IN ({', '.join('?' * len(chunk))})"
+        for row in db.execute_sql(sql, chunk):
+            found[row[0]] = tuple(row[1:])
+    return found
+
+
+def existing_memory_ids(db, memory_ids: Sequence[str]) -> set[str]:
+    """The ids among `memory_ids` that name a stored memory."""
+    return set(memory_rows_by_id(db, (), memory_ids)) if memory_ids else set()
+
+
+def upsert_embeddings(db, rows: Iterable[tuple[str, str, int, bytes, str, float]]) -> None:
+    """INSERT or replace embedding rows (memory_id, model, dim, vector, content_hash, created_at)."""
+    db.cursor().executemany(
+        "INSERT INTO embedding(memory_id, model, dim, vector, content_hash, created_at) VALUES (?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT(memory_id) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
+        "vector = excluded.vector, content_hash = excluded.content_hash, created_at = excluded.created_at",
+        rows)
+
+
+def insert_relations(db, rows: Iterable[tuple[str, str, str, float]]) -> int:
+    """INSERT relations (source_id, target_id, type, created_at) that do not exist yet; return
+    how many were added."""
+    cursor = db.cursor()
+    cursor.executemany("INSERT OR IGNORE INTO relation(source_id, target_id, type, created_at) VALUES (?, ?, ?, ?)",
+                       rows)
+    return cursor.rowcount
+
+
+def insert_actions(db, rows: Iterable[tuple]) -> None:
+    """INSERT dream journal rows (run_id, phase, kind, op, memory_id, before, after, created_at)."""
+    db.cursor().executemany(
+        "INSERT INTO dream_action(run_id, phase, kind, op, memory_id, before, after, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)

@@ -1,0 +1,29 @@
+"""Nearest vectors on Postgres: pgvector's HNSW index is the server's own shared index, so
+there is no vector file to map (db/vector_file.py is the SQLite store's); the filters are
+checked on the candidates, going deeper into the index when too few pass."""
+
+from __future__ import annotations
+
+from .queries import seqs_passing
+from .vec import knn_vec0
+
+# How much deeper than asked the index is read when filters may drop candidates, per try.
+_WIDENINGS = (4, 16)
+
+
+def index_for(db, model: str, dim: int) -> None:
+    """Nothing to prepare: the server keeps its index current with every write."""
+    return None
+
+
+def nearest(db, query, depth: int, model: str, dim: int, where: str, params: list) -> list[tuple[int, float]]:
+    """(seq, cosine distance) of the `depth` nearest vectors passing `where` (memory_vec holds
+    only the (model, dim) of the index state, which the caller checked)."""
+    found: list[tuple[int, float]] = []
+    for widening in _WIDENINGS:
+        candidates = knn_vec0(db, query, depth * widening)
+        passing = seqs_passing(db, [seq for seq, _ in candidates], where, params)
+        found = [(seq, distance) for seq, distance in candidates if seq in passing]
+        if len(found) >= depth or len(candidates) < depth * widening:
+            break
+    return found[:depth]

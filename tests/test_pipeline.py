@@ -39,7 +39,20 @@ def start(*args, env=None):
     env = env or os.environ.copy()
     output = Path(env["LLMEM_HOME"]).parent / f"{args[0]}-{uuid.uuid4().hex[:8]}.out"
     with output.open("w") as sink:
-        return subprocess.Popen([*LLMEM, *args], env=env, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen([*LLMEM, *args], env=env, stdout=sink, stderr=subprocess.STDOUT, text=True)
+    process.output = output
+    return process
+
+
+def wait_started(process, timeout: float = 60.0) -> None:
+    """Until `llmem run`/`watch` says it is up (its watcher attached: the line ending in
+    "Ctrl-C stops" comes after it), instead of guessing a time; a start that takes longer
+    under load, or with the resident hook server starting first, is waited for."""
+    from fakes import wait_until
+
+    wait_until(lambda: "Ctrl-C stops" in process.output.read_text() or process.poll() is not None,
+               timeout=timeout)
+    assert process.poll() is None, process.output.read_text()
 
 
 def run_cli(*args):
@@ -102,7 +115,7 @@ def test_run_end_to_end_turn_becomes_searchable(home):
     _, state = home
     runner = start("run", "-w", "2")
     try:
-        time.sleep(1.5)  # watcher attached
+        wait_started(runner)
         session_id = new_session(state, "remember that deploys need the vpn turned on")
         wait_until(lambda: json.loads(run_cli("search", "vpn deploys", "--json", "--no-track")[1]), timeout=30)
         kinds = {e["kind"] for e in events(home) if e["session_id"] == session_id}
@@ -116,7 +129,7 @@ def test_restarted_run_announces_nothing_twice_and_extracts_what_was_written_mea
     _, state = home
     runner = start("run", "-w", "2")
     try:
-        time.sleep(1.5)  # watcher attached
+        wait_started(runner)
         session_id = new_session(state, "remember that the first fact is about apples")
         wait_until(lambda: json.loads(run_cli("search", "apples", "--json", "--no-track")[1]), timeout=30)
     finally:

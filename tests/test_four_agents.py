@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from fakes import wait_until
 from session_writers import ClaudeSession, CodexRollout, OpenCodeStore, copilot_session
-from test_pipeline import LLMEM, events, run_cli, start, stop, watching
+from test_pipeline import LLMEM, events, run_cli, start, stop, wait_started
 
 PROJECT = "/home/dev/acme-api"
 # One fact per agent, each with a word no other fact has, to search for.
@@ -76,7 +76,7 @@ def test_llmem_run_learns_from_four_agents_and_serves_one_agents_fact_to_another
     store = OpenCodeStore(agent_homes["opencode"], worktree=PROJECT)
     runner = start("run", "-w", "2")
     try:
-        watching(runner)  # the watcher attached to the four folders
+        wait_started(runner)
         sessions = write_sessions(agent_homes, store)
         before = snapshot(agent_homes.values())
         found = {}

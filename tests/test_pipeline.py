@@ -44,12 +44,15 @@ def start(*args, env=None):
     return process
 
 
-def watching(runner, timeout=60):
-    """Wait until `llmem run` watches the agents' folders (it says so, then "Ctrl-C stops").
-    A session written before that predates the watch, and a first run leaves such sessions
-    alone by design (it does not ingest the history): a fixed sleep of 1.5 s was too short on a
-    loaded machine, where the run took 3 s to start and a test's session went unseen."""
-    wait_until(lambda: "Ctrl-C stops" in runner.output.read_text(), timeout=timeout)
+def wait_started(process, timeout: float = 60.0) -> None:
+    """Until `llmem run`/`watch` says it is up (its watcher attached: the line ending in
+    "Ctrl-C stops" comes after it), instead of guessing a time; a start that takes longer
+    under load, or with the resident hook server starting first, is waited for."""
+    from fakes import wait_until
+
+    wait_until(lambda: "Ctrl-C stops" in process.output.read_text() or process.poll() is not None,
+               timeout=timeout)
+    assert process.poll() is None, process.output.read_text()
 
 
 def run_cli(*args):
@@ -125,7 +128,7 @@ def test_run_end_to_end_turn_becomes_searchable(home):
     _, state = home
     runner = start("run", "-w", "2")
     try:
-        watching(runner)
+        wait_started(runner)
         session_id = new_session(state, "remember that deploys need the vpn turned on")
         wait_until(lambda: json.loads(run_cli("search", "vpn deploys", "--json", "--no-track")[1]), timeout=30)
         kinds = {e["kind"] for e in events(home) if e["session_id"] == session_id}
@@ -139,7 +142,7 @@ def test_restarted_run_announces_nothing_twice_and_extracts_what_was_written_mea
     _, state = home
     runner = start("run", "-w", "2")
     try:
-        watching(runner)
+        wait_started(runner)
         session_id = new_session(state, "remember that the first fact is about apples")
         wait_until(lambda: json.loads(run_cli("search", "apples", "--json", "--no-track")[1]), timeout=30)
     finally:
@@ -254,7 +257,7 @@ def test_concurrent_workers_watcher_and_cli_never_lock(home):
     llmem_home, state = home
     runner = start("run", "-w", "4")
     try:
-        watching(runner)
+        wait_started(runner)
         deadline = time.monotonic() + 30  # the issue's 30 s of concurrent writers
         i = 0
         errors = []

@@ -86,7 +86,10 @@ def test_llmem_run_learns_from_four_agents_and_serves_one_agents_fact_to_another
         # the session's events were recorded under the agent that owns it.
         adapters = {(event["session_id"], event["adapter"]) for event in events(llmem_home)}
         for agent, hits in found.items():
-            [hit] = [hit for hit in hits if hit["session_id"] == sessions[agent]]
+            # The fact, and beside it the turn that stated it (an episode, capture/episodes.py).
+            [hit] = [hit for hit in hits if hit["session_id"] == sessions[agent] and hit["source"] != "episode"]
+            [episode] = [hit for hit in hits if hit["session_id"] == sessions[agent] and hit["source"] == "episode"]
+            assert FACTS[agent][0] in episode["content"], (agent, episode["content"])
             assert hit["project"] == PROJECT
             assert (sessions[agent], agent) in adapters, (agent, adapters)
         # A Claude Code session of the project, resumed, is given what Copilot learnt. (A brand-new
@@ -101,7 +104,8 @@ def test_llmem_run_learns_from_four_agents_and_serves_one_agents_fact_to_another
         done = _hook(hook_input)
         assert done.returncode == 0 and done.stderr == "", done.stderr
         block = json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
-        copilot_memory = next(hit for hit in found["copilot"] if hit["session_id"] == sessions["copilot"])
+        copilot_memory = next(hit for hit in found["copilot"]
+                              if hit["session_id"] == sessions["copilot"] and hit["source"] != "episode")
         assert copilot_memory["id"][:8] in block and "orders.toml" in block
     finally:
         assert stop(runner) in (0, -signal.SIGINT)

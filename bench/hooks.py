@@ -3,8 +3,13 @@
 Code hook forms), an MCP search round trip (`llmem mcp`: first result from spawn, then warm), and
 extraction overhead on a 2,000-message transcript with a stub LLM (time outside the LLM).
 
+`--table` measures instead every per-turn hook of every agent, as `llmem install` writes
+them, at each `--sizes` (built-in embedder, seeded vectors), with and without a resident llmem
+(cli/resident.py), each as a ratio to `python -c pass` measured in the same run.
+
 Prints figures; it is not a test. Everything lives in a temporary LLMEM_HOME. Example:
     python bench/hooks.py
+    python bench/hooks.py --table --sizes 3000,30000 --runs 9
     python bench/hooks.py --memories 5000 --runs 30 --fake-embedder
     python bench/hooks.py --memories 1000 --builtin-embedder
 """
@@ -235,6 +240,140 @@ def bench_extraction(messages: int, state_dir: Path) -> None:
     app.close()
 
 
+# ---- --table: every agent's per-turn hooks, with and without a resident llmem ----------------
+
+def seed_bulk(count: int, rng: random.Random) -> None:
+    """`count` memories in bulk (Store.add_many), with vectors under the built-in embedder's
+    identity: random unit vectors, so seeding 30k does not take the model 30k embeddings."""
+    import numpy as np
+
+    from llmem.app import App
+    from llmem.vectors import embed_pending
+
+    app = App()
+    store = app.store
+    groups: dict[tuple[str, str | None], list] = {}
+    for i in range(count):
+        kind = TYPES[i % len(TYPES)]
+        text = f"{kind} {i}: " + " ".join(rng.choices(WORDS, k=rng.randint(8, 40)))
+        project = rng.choice([PROJECT, None, "/home/dev/other", "/home/dev/third"])
+        meta = {"category": rng.choice(CATEGORIES), "recurring": "no"} if kind == "self_assessment" else {}
+        groups.setdefault((kind, project), []).append((text, meta, "user"))
+    with store.db.atomic():
+        for (kind, project), items in groups.items():
+            store.add_many(items, kind, confidence=0.8, source="import", project=project, session_id=None)
+    embedder = app.embedder
+    vectors = np.random.default_rng(1)
+
+    def random_vectors(texts):
+        return vectors.standard_normal((len(texts), 384)).astype(np.float32).tolist()
+
+    embedder._embed = random_vectors  # the real model answers the hooks' queries, not the seeding
+    embedded = embed_pending(store, embedder, batch=512)
+    app.close()
+    print(f"store: {count} memories ({embedded} vectors under {embedder.identity})")
+
+
+def agent_hooks(claude: ClaudeSession, codex_session: str) -> list[tuple[str, list[str], str | None]]:
+    """(label, argv after `llmem`, stdin) of each agent's per-turn hooks (setup/agents.py,
+    setup/integrations.py), SessionStart first."""
+    def claude_json(event, **extra):
+        return claude_payload(claude, event, **extra)
+
+    def codex_json(event, **extra):
+        return json.dumps({"session_id": codex_session, "cwd": PROJECT, "hook_event_name": event, **extra})
+
+    copilot_json = json.dumps({"sessionId": SESSION, "cwd": PROJECT, "source": "new"})
+    claude_hook = ["hook", "--adapter", "claude", "--format", "claude", "--type"]
+    codex_hook = ["hook", "--adapter", "codex", "--format", "codex", "--type"]
+    copilot_hook = ["--adapter", "copilot", "--format", "copilot"]
+    notify = json.dumps({"type": "agent-turn-complete", "thread-id": codex_session, "turn-id": "t1",
+                         "cwd": PROJECT, "input-messages": ["hi"], "last-assistant-message": "done"})
+    return [
+        ("Claude SessionStart", [*claude_hook, "created"], claude_json("SessionStart", source="startup")),
+        ("Claude Stop", [*claude_hook, "idle"], claude_json("Stop", stop_hook_active=False)),
+        ("Claude PreCompact", [*claude_hook, "compacting"], claude_json("PreCompact", trigger="auto")),
+        ("Codex SessionStart", [*codex_hook, "created"], codex_json("SessionStart", source="startup")),
+        ("Codex Stop", [*codex_hook, "idle"], codex_json("Stop", stop_hook_active=False)),
+        ("Codex PreCompact", [*codex_hook, "compacting"], codex_json("PreCompact", trigger="auto")),
+        ("Codex notify", ["hook", "--adapter", "codex", "--type", "idle", notify], None),
+        ("Copilot sessionStart", ["hook", "--type", "created", *copilot_hook], copilot_json),
+        ("Copilot agentStop", ["hook", "--type", "idle", *copilot_hook], copilot_json),
+        ("Copilot preCompact", ["hook", "--type", "compacting", *copilot_hook], copilot_json),
+        # OpenCode's plugin (integrations.py): the context once per session, idle per turn, the
+        # compaction block read from the text format. Its session is read from a Copilot store here.
+        ("OpenCode context (session start)", ["context", "--session-id", SESSION, "--adapter", "copilot",
+                                              "--project", PROJECT], None),
+        ("OpenCode session.idle", ["hook", "--type", "idle", "--session-id", SESSION, "--adapter", "copilot"],
+         None),
+        ("OpenCode compacting (+ block)", ["hook", "--type", "compacting", "--session-id", SESSION,
+                                           "--adapter", "copilot", "--project", PROJECT], None),
+    ]
+
+
+def bench_table(sizes: list[int], runs: int) -> None:
+    from llmem.app import App
+    from llmem.cli.resident import Resident
+    from llmem.pipeline.events import worker_heartbeat
+
+    llmem = [str(Path(sys.executable).with_name("llmem"))]  # the console script the hooks run
+    table: dict[tuple[str, int, str], float] = {}
+    floors: dict[tuple[int, str], float] = {}
+    labels: list[str] = []
+    for size in sizes:
+        with tempfile.TemporaryDirectory(prefix="llmem-bench-table-") as tmp:
+            home = Path(tmp) / "home"
+            home.mkdir()
+            state_dir = Path(tmp) / "session-state"
+            claude_dir = Path(tmp) / "claude"
+            os.environ["LLMEM_HOME"] = str(home)
+            (home / "config.yaml").write_text(
+                "embedding:\n  provider: builtin\nllm:\n  provider: none\n"
+                f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n"
+                f"  claude:\n    config_dir: {claude_dir}\n  codex:\n    home: {Path(tmp) / 'codex'}\n")
+            start = copilot_session(state_dir, SESSION, cwd=PROJECT)
+            start.user("Why does test_list_orders_paginates fail intermittently? The cursor ordering "
+                       "looks wrong when created_at ties.")
+            claude = ClaudeSession(claude_dir, cwd=PROJECT)
+            claude.turn("Why does test_list_orders_paginates fail intermittently? The cursor ordering "
+                        "looks wrong when created_at ties.", "The sort key is not unique.")
+            seed_bulk(size, random.Random(size))
+            env = dict(os.environ)
+            cases = agent_hooks(claude, str(uuid.uuid4()))
+            labels = [label for label, _, _ in cases]
+            host = App()
+            worker_heartbeat(host.store)  # a worker is alive: Stop only records and enqueues
+            for mode in ("without", "with"):
+                resident = Resident(host).start() if mode == "with" else None
+                if mode == "with":
+                    assert resident is not None
+                    time.sleep(2.0)  # it opens the store and loads the model before it answers
+                floor = [sys.executable, "-c", "pass"]
+                time_command(floor, 2, env)
+                floor_times = []
+                for label, args, stdin in cases:
+                    time_command([*llmem, *args], 1, env, stdin)  # warm the page cache and .pyc files
+                    timings = []
+                    for _ in range(runs):  # the floor interleaved: the machine's load moves
+                        floor_times += time_command(floor, 1, env)
+                        timings += time_command([*llmem, *args], 1, env, stdin)
+                    table[label, size, mode] = statistics.median(timings)
+                floors[size, mode] = statistics.median(floor_times)
+                if resident is not None:
+                    resident.stop()
+            host.close()
+    print(f"\nper-turn hooks, p50 of {runs} fresh processes (ms, and × `python -c pass` of the same run)")
+    header = f"{'hook':<34}" + "".join(f" {f'{size // 1000}k {mode}':>17}" for size in sizes
+                                       for mode in ("without", "with"))
+    print(header)
+    for label in labels:
+        cells = "".join(f" {table[label, size, mode]:7.1f} ({table[label, size, mode] / floors[size, mode]:4.1f}×)"
+                        for size in sizes for mode in ("without", "with"))
+        print(f"{label:<34}{cells}")
+    print(f"{'python -c pass (floor)':<34}" + "".join(f" {floors[size, mode]:7.1f} (1.0×)   "
+                                                       for size in sizes for mode in ("without", "with")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=3000)
@@ -245,7 +384,19 @@ def main() -> None:
                         help="embed through the fake Ollama on 127.0.0.1 (hybrid search path)")
     parser.add_argument("--builtin-embedder", action="store_true",
                         help="embed in-process with the built-in ONNX model (the default install)")
+    parser.add_argument("--table", action="store_true",
+                        help="every agent's per-turn hooks at --sizes, with and without a resident llmem")
+    parser.add_argument("--sizes", default="3000,30000", help="store sizes for --table")
     args = parser.parse_args()
+    if args.table:
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ.pop("LLMEM_CONFIG", None)
+        os.environ.pop("CLAUDE_CONFIG_DIR", None)
+        os.environ.pop("CODEX_HOME", None)
+        with tempfile.TemporaryDirectory(prefix="llmem-bench-pycache-") as cache:
+            os.environ["PYTHONPYCACHEPREFIX"] = cache
+            bench_table([int(size) for size in args.sizes.split(",")], args.runs)
+        return
 
     with tempfile.TemporaryDirectory(prefix="llmem-bench-hooks-") as tmp:
         home = Path(tmp) / "home"

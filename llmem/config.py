@@ -254,6 +254,7 @@ SCHEMA: dict[str, Any] = {
         "reconcile_pending_seconds": _s(60.0, "float", "A pending event older than this has lost its task and is re-enqueued", minimum=0),
         "running_timeout_minutes": _s(30.0, "float", "A running event older than this has lost its worker and is re-enqueued (at once when that worker on this host has died)", minimum=0.001),
         "use_polling": _s(False, "bool", "Poll the agents' folders instead of using inotify (network filesystems, containers)"),
+        "resident_hooks": _s(True, "bool", "The worker, `llmem run` and `llmem mcp` answer hooks over a socket in llmem's home (resident.sock), store and model open: a hook then costs little more than starting Python"),
     },
     "capture": {
         "episodes": _s(True, "bool", "Keep every turn of every user session as searchable episodes (memories of type conversation, source episode), beside the typed memories"),

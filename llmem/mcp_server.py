@@ -463,8 +463,10 @@ def build_server(tools: MemoryTools):
     return server, executor
 
 
-def serve(app) -> None:
-    """Serve the tools over stdin/stdout until the client closes them."""
+def serve(app, beside=None) -> None:
+    """Serve the tools over stdin/stdout until the client closes them. `beside(executor)`
+    starts what serves beside the tools on their thread (the CLI's resident hooks) and
+    returns it, or None; it is stopped with the server."""
     from .logconfig import setup_file_logging
 
     setup_file_logging(app.config, LOG_COMPONENT, extra_loggers=("mcp",))
@@ -476,6 +478,7 @@ def serve(app) -> None:
     # Opened while the client initialises: the first call then finds them ready. A failure
     # here (a damaged store) is reported by each call, which tries again.
     executor.submit(_open_quietly, tools)
+    alongside = beside(executor) if beside is not None else None
     log.info("serving MCP over stdio (pid %d, project %s)", os.getpid(), tools.default_project)
     sys.stdin = _StdinFilter(sys.stdin.buffer).stream
     try:
@@ -487,6 +490,8 @@ def serve(app) -> None:
             raise
         log.info("the MCP client went away during a call")
     finally:
+        if alongside is not None:
+            alongside.stop()
         executor.submit(tools.close).result()
         executor.shutdown()
         log.info("MCP client gone; stopped")

@@ -25,7 +25,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "architecture"
 # points. Lowest first; a unit imports only units of lower layers, never one of its own.
 LAYERS = [
     ("__init__", "errors", "times", "processes", "redact", "text", "tokens", "trust"),
-    ("paths",),
+    ("paths", "hookclient"),
     ("config", "logconfig"),
     ("db", "adapters"),
     ("store", "cursors"),

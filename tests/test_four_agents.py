@@ -9,12 +9,11 @@ import hashlib
 import json
 import signal
 import subprocess
-import time
 
 import pytest
 from fakes import wait_until
 from session_writers import ClaudeSession, CodexRollout, OpenCodeStore, copilot_session
-from test_pipeline import LLMEM, events, run_cli, start, stop
+from test_pipeline import LLMEM, events, run_cli, start, stop, wait_started
 
 PROJECT = "/home/dev/acme-api"
 # One fact per agent, each with a word no other fact has, to search for.
@@ -77,7 +76,7 @@ def test_llmem_run_learns_from_four_agents_and_serves_one_agents_fact_to_another
     store = OpenCodeStore(agent_homes["opencode"], worktree=PROJECT)
     runner = start("run", "-w", "2")
     try:
-        time.sleep(1.5)  # the watcher attached to the four folders
+        wait_started(runner)
         sessions = write_sessions(agent_homes, store)
         before = snapshot(agent_homes.values())
         found = {}
@@ -87,7 +86,10 @@ def test_llmem_run_learns_from_four_agents_and_serves_one_agents_fact_to_another
         # the session's events were recorded under the agent that owns it.
         adapters = {(event["session_id"], event["adapter"]) for event in events(llmem_home)}
         for agent, hits in found.items():
-            [hit] = [hit for hit in hits if hit["session_id"] == sessions[agent]]
+            # The fact, and beside it the turn that stated it (an episode, capture/episodes.py).
+            [hit] = [hit for hit in hits if hit["session_id"] == sessions[agent] and hit["source"] != "episode"]
+            [episode] = [hit for hit in hits if hit["session_id"] == sessions[agent] and hit["source"] == "episode"]
+            assert FACTS[agent][0] in episode["content"], (agent, episode["content"])
             assert hit["project"] == PROJECT
             assert (sessions[agent], agent) in adapters, (agent, adapters)
         # A Claude Code session of the project, resumed, is given what Copilot learnt. (A brand-new
@@ -102,7 +104,8 @@ def test_llmem_run_learns_from_four_agents_and_serves_one_agents_fact_to_another
         done = _hook(hook_input)
         assert done.returncode == 0 and done.stderr == "", done.stderr
         block = json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
-        copilot_memory = next(hit for hit in found["copilot"] if hit["session_id"] == sessions["copilot"])
+        copilot_memory = next(hit for hit in found["copilot"]
+                              if hit["session_id"] == sessions["copilot"] and hit["source"] != "episode")
         assert copilot_memory["id"][:8] in block and "orders.toml" in block
     finally:
         assert stop(runner) in (0, -signal.SIGINT)

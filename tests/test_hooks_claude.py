@@ -9,13 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from fakes import wait_until
 from session_writers import ClaudeSession, copilot_session
-from test_pipeline import events, run_cli, start, stop
+from test_pipeline import events, run_cli, start, stop, wait_started
 
 from llmem.app import App
 from llmem.cli.session import CLAUDE_CONTEXT_CHARS
@@ -211,7 +210,7 @@ def test_a_fact_stated_in_a_claude_session_is_searchable_after_stop(cli, claude_
 def test_llmem_run_ingests_a_claude_session(claude_dir, llmem_home):
     runner = start("run", "-w", "2")
     try:
-        time.sleep(1.5)  # the watcher attached
+        wait_started(runner)
         session = ClaudeSession(claude_dir, cwd=PROJECT)
         session.turn("Remember that releases are tagged from the trunk branch only.", "Understood.")
         wait_until(lambda: json.loads(run_cli("search", "releases tagged trunk", "--json", "--no-track")[1]),

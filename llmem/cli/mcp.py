@@ -24,4 +24,8 @@ def mcp(app, action):
         for handler in logging.getLogger("llmem").handlers:
             if getattr(handler, "_llmem_stderr", False):
                 handler.setLevel(logging.WARNING)
-    serve(app)
+    from .resident import start_resident
+
+    # Hooks are answered here too while the agent runs this server, on the thread that holds
+    # the store.
+    serve(app, beside=lambda executor: start_resident(app, run_on=executor))

@@ -67,7 +67,12 @@ def unstorable(value: Any) -> str | None:
 
 
 def print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    click.echo(json_text(data))
+
+
+def json_text(data: Any) -> str:
+    """What print_json prints."""
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str)
 
 
 # Control characters (C0 but tab and newline, DEL, C1) and the bidi overrides: a memory's text

@@ -68,10 +68,16 @@ def watch(app):
 def worker(app, workers):
     """Run the queue consumer: session events, embeddings, reconcile, nightly dream."""
     from ..logconfig import setup_file_logging
+    from .resident import start_resident
 
     setup_file_logging(app.config, "worker")
     consumer = _consumer(app, workers or app.config.values["pipeline"]["workers"])
-    consumer.run()  # handles SIGINT (finish in-flight tasks, up to the grace) and SIGTERM itself
+    resident = start_resident(app)
+    try:
+        consumer.run()  # handles SIGINT (finish in-flight tasks, up to the grace) and SIGTERM itself
+    finally:
+        if resident is not None:
+            resident.stop()
 
 
 @click.command()
@@ -85,10 +91,13 @@ def run(app, workers, with_ui, port, no_browser):
     from ..logconfig import setup_file_logging
 
     log_path = setup_file_logging(app.config, "run")
+    from .resident import start_resident
+
     consumer = _consumer(app, workers or app.config.values["pipeline"]["workers"])
-    watcher = viewer = None
+    watcher = viewer = resident = None
     try:
         watcher = _start_watcher(app)
+        resident = start_resident(app)
         if with_ui:
             viewer = prepare_viewer(app, port, open_browser=not no_browser).start()
         click.echo(f"llmem run: {watcher.describe()}\n  store {app.config.db_path}, queue "
@@ -103,6 +112,8 @@ def run(app, workers, with_ui, port, no_browser):
             watcher.stop()
         if viewer is not None:
             viewer.stop()
+        if resident is not None:
+            resident.stop()
 
 
 @click.command()

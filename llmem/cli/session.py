@@ -6,11 +6,12 @@ import json
 import logging
 import os
 import sys
+import threading
 
 import click
 
 from ..pipeline.kinds import EventKind
-from .output import bounded_int, http_url, json_option, print_json
+from .output import bounded_int, http_url, json_option, json_text, print_json
 
 ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "claude", "codex", "none"])
 HOOK_LOG = "hooks.log"
@@ -22,6 +23,18 @@ CLAUDE_CONTEXT_CHARS = 9500
 CODEX_CONTEXT_CHARS = 9000
 
 log = logging.getLogger("llmem.hooks")
+# Set by cli/resident.py while a resident llmem answers a hook in this thread: the hook's
+# stdin, stdout and stderr are the client's (io objects), and hooks.log is the resident's.
+served = threading.local()
+
+
+def _echo(text: str, err: bool = False) -> None:
+    """click.echo, or into the resident's reply buffers when the hook is served."""
+    streams = getattr(served, "streams", None)
+    if streams is None:
+        click.echo(text, err=err)
+    else:
+        streams[2 if err else 1].write(f"{text}\n")
 
 
 @click.command()
@@ -44,16 +57,15 @@ def context(app, session_id, compacting, max_tokens, project, adapter, as_json):
         adapter = resolve_adapter(app.config, session_id, adapter).name
     block = assemble_context(app, session_id, compacting=compacting, max_tokens=max_tokens,
                              project=project, adapter_name=adapter)
-    if as_json:
-        print_json(block.as_dict())
-    else:
-        click.echo(block.text)
+    _echo(json_text(block.as_dict()) if as_json else block.text)
 
 
 # ---- hooks -----------------------------------------------------------------------------
 
 def _hook_logging(app):
     """Send llmem's log to hooks.log and keep stderr for the hook's one line; returns an undo."""
+    if getattr(served, "streams", None) is not None:  # the resident logs to hooks.log already
+        return (lambda: None), served.log_path
     from ..logconfig import file_handler as own_log_file
     from ..paths import default_paths, ensure_private_dir
 
@@ -81,7 +93,7 @@ def _hook_logging(app):
         root.addHandler(file_handler)
         root.setLevel(min(old_level or logging.WARNING, level))
     except OSError as exc:  # e.g. a symlink planted as hooks.log: refused, and said once per hook
-        click.echo(f"llmem hook: not logging to {log_dir / HOOK_LOG}: {exc.strerror or exc}", err=True)
+        _echo(f"llmem hook: not logging to {log_dir / HOOK_LOG}: {exc.strerror or exc}", err=True)
         file_handler = None
 
     def undo():
@@ -119,6 +131,8 @@ def _read_hook_input(argument: str | None = None) -> dict:
     it to the command), else stdin (Copilot CLI, Codex hooks); {} when there is none."""
     if argument is not None:
         text, where = argument, "the PAYLOAD argument"
+    elif getattr(served, "streams", None) is not None:
+        text, where = served.streams[0] or "", "the hook input on stdin"
     elif sys.stdin is None or sys.stdin.isatty():
         return {}
     else:
@@ -322,15 +336,15 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
             log.error("hook %s %s failed: %s", kind, session_id or "-", exc,
                       exc_info=not _is_expected(exc))
             where = f" (log: {log_path})" if log_path else ""
-            click.echo(f"llmem hook {kind}: {_one_line(exc)}{where}", err=True)
+            _echo(f"llmem hook {kind}: {_one_line(exc)}{where}", err=True)
             return
         if result["errors"]:
             more = f" (+{len(result['errors']) - 1} more)" if len(result["errors"]) > 1 else ""
             where = f"; log: {log_path}" if log_path else ""
-            click.echo(f"llmem hook {kind}: {_one_line(result['errors'][0])}{more}{where}", err=True)
+            _echo(f"llmem hook {kind}: {_one_line(result['errors'][0])}{more}{where}", err=True)
         status = _status_line(result)
         if status:
-            click.echo(f"llmem hook {kind}: {status}", err=True)
+            _echo(f"llmem hook {kind}: {status}", err=True)
         _print_result(kind, result, fmt)
     finally:
         undo()
@@ -357,7 +371,7 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
         if fmt == "copilot":
             # Only sessionStart reads an answer; agentStop would read one as "keep going".
             if kind == "created" and result.get("context"):
-                click.echo(json.dumps({"additionalContext": result["context"]}, ensure_ascii=False))
+                _echo(json.dumps({"additionalContext": result["context"]}, ensure_ascii=False))
         elif fmt in ("claude", "codex"):
             # Only SessionStart: context printed for Stop would keep a Claude Code turn going, and
             # Codex rejects JSON its other events' schemas do not expect. Stop fires every turn:
@@ -369,15 +383,15 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
             cap = CLAUDE_CONTEXT_CHARS if fmt == "claude" else CODEX_CONTEXT_CHARS
             block = cut_block(result["context"], cap)
             if block:
-                click.echo(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
+                _echo(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
                                                               "additionalContext": block}}, ensure_ascii=False))
         elif fmt == "json":
-            print_json(result)
+            _echo(json_text(result))
         elif kind in ("created", "compacting"):
             if result.get("context"):  # stdout is the agent's input: the block or nothing
-                click.echo(result["context"])
+                _echo(result["context"])
         elif _status_line(result) is None:  # queued or detached: the line on stderr says so
-            click.echo(_summary(result))
+            _echo(_summary(result))
     except BrokenPipeError:  # the agent stopped reading: nothing to fail about
         pass
 

@@ -1,0 +1,268 @@
+"""A resident llmem answers hooks: a Unix socket in llmem's home, served by a long-lived process.
+
+The worker, `llmem run` and `llmem mcp` start one (`start_resident`). A hook process
+(`hookclient.py`, stdlib only) sends its command line, the agent's JSON and the environment
+its answer depends on; this side runs the very `llmem hook` command (cli/session.py) on an App
+whose store and embedding model are already open, with the hook's output captured, and sends
+the bytes back. Whatever it cannot answer exactly as the hook process would (another
+environment, --sync, a bad command line, a failure), it declines, and the hook runs
+in-process. It lives in cli/ because it runs a CLI command.
+
+The socket is the user's alone: created mode 0600 in the private home, never taken over from
+another user (a socket there owned by someone else is left and reported), replaced when it is
+stale (nobody listening), and removed at stop only while it is still this process's.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import socket
+import stat
+import threading
+
+import click
+
+from ..hookclient import PROTOCOL, REQUEST_LIMIT, environment, socket_path
+
+log = logging.getLogger("llmem.resident")
+# One hook at a time: a SessionStart is ~20-50 ms here, and others wait in the backlog (a
+# client gives up after hookclient.REPLY_TIMEOUT and answers in-process).
+BACKLOG = 64
+ACCEPT_POLL_SECONDS = 0.5
+READ_TIMEOUT_SECONDS = 5.0
+
+
+class Declined(Exception):
+    """The resident does not answer this request: the hook runs in-process."""
+
+
+class Resident:
+    """The socket server of one long-lived process; `start()` returns None when it cannot serve."""
+
+    def __init__(self, host_app, config_path: str | None = None, path=None, run_on=None):
+        # The host's App: its store (a connection per thread, as the worker's threads have)
+        # and its embedder, so the model is loaded once per process. `run_on`: an executor
+        # that must run every use of the store (`llmem mcp` keeps one thread on it).
+        self.app = host_app
+        self.run_on = run_on
+        self.config_path = config_path
+        self.path = os.fspath(path or socket_path())
+        self.environment = environment()
+        self._listener: socket.socket | None = None
+        self._inode: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._hook_log = None
+
+    # ---- the socket ----------------------------------------------------------------------
+
+    def start(self) -> Resident | None:
+        try:
+            listener = self._bind()
+        except OSError as exc:
+            log.warning("not serving hooks on %s: %s", self.path, exc.strerror or exc)
+            return None
+        if listener is None:
+            return None
+        self._listener = listener
+        self._thread = threading.Thread(target=self._serve, name="llmem-resident", daemon=True)
+        self._thread.start()
+        log.info("serving hooks on %s", self.path)
+        return self
+
+    def _bind(self) -> socket.socket | None:
+        from pathlib import Path
+
+        from ..paths import ensure_private_dir
+
+        ensure_private_dir(Path(self.path).parent)
+        try:
+            found = os.lstat(self.path)
+        except FileNotFoundError:
+            found = None
+        if found is not None:
+            if found.st_uid != os.getuid():
+                log.warning("not serving hooks: %s belongs to uid %d, not to this user; remove it",
+                            self.path, found.st_uid)
+                return None
+            if not stat.S_ISSOCK(found.st_mode):
+                log.warning("not serving hooks: %s is not a socket; remove it", self.path)
+                return None
+            if _answers(self.path):
+                log.info("hooks are served by another llmem already (%s)", self.path)
+                return None
+        # Bound under a name of its own, then renamed over the final one: a client never sees
+        # a socket that is not ready, nor one that is not private yet.
+        staging = f"{self.path}.{os.getpid()}"
+        try:
+            os.unlink(staging)
+        except FileNotFoundError:
+            pass
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(staging)
+            os.chmod(staging, 0o600)
+            listener.listen(BACKLOG)
+            listener.settimeout(ACCEPT_POLL_SECONDS)
+            os.replace(staging, self.path)  # a stale socket (nobody listening) goes
+            self._inode = os.lstat(self.path).st_ino
+        except OSError:
+            listener.close()
+            try:
+                os.unlink(staging)
+            except OSError:
+                pass
+            raise
+        return listener
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=READ_TIMEOUT_SECONDS + ACCEPT_POLL_SECONDS)
+        if self._listener is not None:
+            self._listener.close()
+        try:  # removed only while it is still ours (a newer resident may have replaced it)
+            if self._inode is not None and os.lstat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
+        except OSError:
+            pass
+        if self._hook_log is not None:
+            logging.getLogger("llmem.hooks").removeHandler(self._hook_log)
+            self._hook_log.close()
+
+    def _serve(self) -> None:
+        self._on_host(self._warm)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stop.is_set():
+                    return
+                continue
+            with conn:
+                try:
+                    self._answer(conn)
+                except Exception as exc:  # one client's trouble never stops the server
+                    log.debug("resident: a request failed: %s", exc)
+
+    def _warm(self) -> None:
+        """Open the store and load the model now, so the first hook finds them ready."""
+        from ..logconfig import file_handler
+        from ..paths import ensure_private_dir
+        from .session import HOOK_LOG
+
+        try:
+            settings = self.app.config.values["logging"]
+            ensure_private_dir(self.app.config.log_dir)
+            self._hook_log = file_handler(self.app.config.log_dir / HOOK_LOG,
+                                          getattr(logging, settings["level"], logging.INFO))
+            logging.getLogger("llmem.hooks").addHandler(self._hook_log)
+        except OSError as exc:
+            log.warning("resident: not logging hooks to hooks.log: %s", exc)
+        try:
+            _ = self.app.store
+            if self.app.embedder.available:
+                self.app.embedder.embed_query("warm up")
+        except Exception as exc:  # each hook meets it again and reports it as it always did
+            log.warning("resident: warming up failed: %s", exc)
+
+    def _answer(self, conn: socket.socket) -> None:
+        conn.settimeout(READ_TIMEOUT_SECONDS)
+        if not _same_user(conn):
+            return
+        chunks, size = [], 0
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > REQUEST_LIMIT:
+                return
+        try:
+            request = json.loads(b"".join(chunks))
+            reply = {"ok": True, **self._on_host(self.run, request)}
+        except Declined as why:
+            reply = {"ok": False, "why": str(why)}
+        except Exception as exc:
+            log.debug("resident: declined a hook after a failure: %s", exc, exc_info=True)
+            reply = {"ok": False, "why": f"{exc.__class__.__name__}: {exc}"}
+        conn.sendall(json.dumps(reply, ensure_ascii=False).encode("utf-8"))
+
+    def _on_host(self, work, *args):
+        return work(*args) if self.run_on is None else self.run_on.submit(work, *args).result()
+
+    # ---- the hook ------------------------------------------------------------------------
+
+    def run(self, request) -> dict:
+        """Run `llmem hook|context …` as the hook process would: {"stdout", "stderr"}, or Declined
+        (a context that fails, say for an unknown session, is told by the CLI with its exit code)."""
+        from . import session
+        from .session import served
+
+        if not isinstance(request, dict) or request.get("v") != PROTOCOL:
+            raise Declined("another protocol version")
+        argv, stdin_text = request.get("argv"), request.get("stdin")
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) \
+                or argv[:1] not in (["hook"], ["context"]):
+            raise Declined("neither a hook nor a context")
+        command = session.hook if argv[0] == "hook" else session.context
+        if stdin_text is not None and not isinstance(stdin_text, str):
+            raise Declined("stdin is not text")
+        if request.get("env") != self.environment:
+            raise Declined("another environment (home, config or agent folders)")
+        out, err = io.StringIO(), io.StringIO()
+        root = click.Context(click.Command("llmem"), info_name="llmem", obj=self.app)
+        root.params = {"verbose": False, "config_path": self.config_path}
+        served.streams, served.log_path = (stdin_text, out, err), self._hook_log_path()
+        try:
+            with root:
+                try:
+                    ctx = command.make_context(argv[0], argv[1:], parent=root, obj=self.app)
+                except click.ClickException as exc:
+                    raise Declined(f"bad command line: {exc.format_message()}") from None
+                with ctx:
+                    command.invoke(ctx)
+        finally:
+            served.streams = served.log_path = None
+        return {"stdout": out.getvalue(), "stderr": err.getvalue()}
+
+    def _hook_log_path(self):
+        return getattr(self._hook_log, "baseFilename", None) if self._hook_log else None
+
+
+def _answers(path: str) -> bool:
+    """Whether a process listens on the socket at `path` (False: a stale file)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+        return True
+
+
+def _same_user(conn: socket.socket) -> bool:
+    if not hasattr(socket, "SO_PEERCRED"):
+        return True  # the socket's mode (0600, in a private folder) keeps others out
+    import struct
+
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1] == os.getuid()
+
+
+def start_resident(app, run_on=None) -> Resident | None:
+    """Serve hooks from this process for its life when `pipeline.resident_hooks` is on (None: not)."""
+    try:
+        if not app.config.values["pipeline"]["resident_hooks"]:
+            return None
+        config_path = click.get_current_context().find_root().params.get("config_path")
+        return Resident(app, config_path, run_on=run_on).start()
+    except Exception as exc:  # the host process runs on without it; hooks run in-process
+        log.warning("not serving hooks: %s", exc)
+        return None

@@ -6,7 +6,7 @@ store with episodes and one without (no LLM, no embedder): whole (a backfill) or
 per session (p50, total), episodes per session, the store's vacuumed size, and what the
 episodes cost beside the text they hold (goal ≤ 3×). The data file is never part of the
 project's tree: pass its path (the run is skipped cleanly when it is absent). Example:
-    python bench/episodes.py --data ../shared/data/locomo-dev.json
+    python bench/episodes.py --data PATH/locomo-dev.json
 """
 
 from __future__ import annotations

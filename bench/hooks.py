@@ -95,7 +95,7 @@ def time_command(args: list[str], runs: int, env: dict, stdin: str | None = None
 
 
 def claude_payload(session: ClaudeSession, event: str, **extra) -> str:
-    """The JSON Claude Code gives a hook on stdin (CLAUDE-CODE.md §3.4)."""
+    """The JSON Claude Code gives a hook on stdin."""
     return json.dumps({"session_id": session.id, "transcript_path": str(session.path), "cwd": session.cwd,
                        "hook_event_name": event, **extra})
 

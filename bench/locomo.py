@@ -3,9 +3,9 @@
 
 Prints figures; it is not a test. The data file is never part of the project's tree (its
 licence keeps it out): pass its path. Example:
-    python bench/locomo.py --data ../shared/data/locomo-dev.json
-    python bench/locomo.py --data ../shared/data/locomo-dev.json --embedder builtin
-    python bench/locomo.py --data ../shared/data/locomo-dev.json --embedder fake --k 1,5,10
+    python bench/locomo.py --data PATH/locomo-dev.json
+    python bench/locomo.py --data PATH/locomo-dev.json --embedder builtin
+    python bench/locomo.py --data PATH/locomo-dev.json --embedder fake --k 1,5,10
 
 One fresh store per conversation (in a temp dir), one memory per dialogue turn (content =
 turn text; speaker, session date and dia_id in metadata), one search per non-adversarial

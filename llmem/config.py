@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, UsageError
 from .paths import Paths, default_paths, expand
 from .redact import masked_url
 
@@ -453,17 +453,16 @@ def _read_yaml(file: Path) -> Any:
     import json
     import zlib
 
-    from .paths import write_private_text
+    from .paths import decode_utf8, write_private_text
 
     try:
         data = file.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read {file}: {exc.strerror or exc}") from None
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"cannot read {file}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start})",
-                          hint="save the file as UTF-8") from None
+        text = decode_utf8(data, str(file), hint="save the file as UTF-8")
+    except UsageError as exc:
+        raise ConfigError(exc.message, hint=exc.hint) from None
     key = f"{file.resolve()}:{zlib.crc32(data):08x}-{len(data)}"  # zlib imports in µs, hashlib in ~5 ms
     cache = default_paths().config_dir / PARSED_CONFIG_CACHE
     try:

@@ -1,4 +1,4 @@
-"""Context injection (SPEC §5): the Markdown block of memories an agent gets at session start.
+"""Context injection: the Markdown block of memories an agent gets at session start.
 
 The block is wrapped in `<llmem-context>` markers (extraction strips such blocks, so llmem
 never re-learns what it injected), stays within a token budget estimated as chars/4, and

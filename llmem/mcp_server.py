@@ -40,6 +40,7 @@ from .memories import AlreadyInvalid
 from .paths import project_root_of
 from .search import Searcher, kind_label
 from .store import check_confidence, check_type, content_hash, memory_to_dict
+from .text import one_line
 from .trust import AGENT
 
 log = logging.getLogger(__name__)
@@ -83,15 +84,6 @@ def working_project(directory: str | os.PathLike) -> str | None:
     """The repository (the nearest folder with .git) holding `directory`, or None (global)."""
     root = project_root_of(str(directory))
     return root if root and (Path(root) / ".git").exists() else None
-
-
-def _one_spaced(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _one_line(text: str | None, width: int) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _budget_chars(max_tokens: int) -> int:
@@ -159,7 +151,7 @@ class MemoryTools:
 
     def search(self, query: str, limit: int = 10, memory_type: str | None = None,
                project: str | None = None, max_tokens: int = SEARCH_TOKENS) -> str:
-        text = _one_spaced(self._redacted(query))
+        text = one_line(self._redacted(query))
         if not text:
             raise UsageError("the search query is empty", hint="pass what to find as query")
         if memory_type:
@@ -172,7 +164,7 @@ class MemoryTools:
         result = self._searcher.search(text, opts)
         lines = [f"[{hit.memory.id[:ID_CHARS]}] {kind_label(hit.memory)} {hit.relevance:.3f} "
                  + (f"(superseded by [{hit.superseded_by[:ID_CHARS]}]) " if hit.superseded_by else "")
-                 + _one_line(hit.memory.content, LINE_CHARS) for hit in result.hits]
+                 + one_line(hit.memory.content, LINE_CHARS) for hit in result.hits]
         # A notice (the embedder is down: keywords only) is said once, not in every reply of
         # the session; again only after it changed or went away and came back.
         notes = [f"note: {result.notice}"] if result.notice and result.notice != self._notice_said else []
@@ -219,7 +211,7 @@ class MemoryTools:
             raise UsageError(f"remember does not store {memory_type} memories",
                              hint="use introspect for a self_assessment; types here: "
                                   + ", ".join(EXTRACT_TYPES))
-        content = _one_spaced(self._redacted(content))
+        content = one_line(self._redacted(content))
         if not content:
             raise UsageError("the memory content is empty", hint="pass the fact to keep as content")
         confidence = INFERRED if confidence is None else check_confidence(confidence)
@@ -243,8 +235,8 @@ class MemoryTools:
         return f"Already stored{shown}"
 
     def correct(self, memory_id: str, content: str | None = None, reason: str | None = None) -> str:
-        content = _one_spaced(self._redacted(content)) or None
-        reason = _one_spaced(self._redacted(reason)) or None
+        content = one_line(self._redacted(content)) or None
+        reason = one_line(self._redacted(reason)) or None
         if content is None and reason is None:
             raise UsageError("correct needs content (what holds now) or reason (why it no longer holds)",
                              hint="content supersedes the memory; a reason alone invalidates it")
@@ -254,7 +246,7 @@ class MemoryTools:
         if content is None:
             result = self.app.memories.invalidate(old.id, reason)
             if isinstance(result, AlreadyInvalid):
-                return (f"Already invalidated [{old.id[:ID_CHARS]}] ({_one_line(result.reason, LINE_CHARS)}); "
+                return (f"Already invalidated [{old.id[:ID_CHARS]}] ({one_line(result.reason, LINE_CHARS)}); "
                         "left as it was")
             return f"Invalidated [{old.id[:ID_CHARS]}]"
         new = self.app.memories.correct(old.id, content, reason=reason, metadata={"origin": "mcp"}).memory
@@ -297,8 +289,8 @@ def _fit_memories(items: list[dict], budget: int) -> str:
     if len(text) <= budget:
         return text
     for cap in (2000, 800, 300, 120):
-        cut = [{**item, "content": _one_line(item["content"], cap),
-                "summary": _one_line(item["summary"], cap) if item["summary"] else None,
+        cut = [{**item, "content": one_line(item["content"], cap),
+                "summary": one_line(item["summary"], cap) if item["summary"] else None,
                 "metadata": {}} for item in items]
         note = (f"texts cut to {cap} characters and metadata left out to fit max_tokens; "
                 "ask for fewer ids or raise max_tokens")

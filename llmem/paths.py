@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,24 +150,48 @@ def check_output_folder(path: Path) -> None:
         raise UsageError(f"cannot write {path}: it is a folder", hint="give a file name")
 
 
+def decode_utf8(data: bytes, source: str, hint: str) -> str:
+    """`data` as text, or a UsageError naming the first byte that is not UTF-8 and where it is."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        from .errors import UsageError
+
+        raise UsageError(f"cannot read {source}: not UTF-8 text (byte {data[exc.start]:#04x} at offset "
+                         f"{exc.start})", hint=hint) from None
+
+
 def write_atomically(path: Path, text: str, mode: int = 0o600) -> None:
     """Temp file beside `path`, then rename: a failure (full disk, kill) leaves no half file."""
+    with atomic_file(path, mode) as fh:
+        fh.write(text)
+
+
+@contextmanager
+def atomic_file(path: Path, mode: int = 0o600, *, binary: bool = False, sync_folder: bool = False):
+    """The one atomic file write: the caller writes to a temp file beside `path`, which is
+    fsynced and renamed over `path` (a planted symlink is replaced, never written through);
+    on any failure the temp file goes and `path` is as it was. `sync_folder` also fsyncs the
+    folder, so the rename itself survives a power cut."""
     import tempfile
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # 0600
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as fh:
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        Path(tmp).unlink(missing_ok=True)
         raise
+    if sync_folder:
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
 
 def project_root_of(directory: str | None) -> str | None:

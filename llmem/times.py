@@ -22,6 +22,26 @@ def to_iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def utc_minute(ts: float) -> str:
+    """A time as people read it in reports and pages: `2026-12-01 17:34 UTC`."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def utc_second(ts: float) -> str:
+    """`2026-12-01 17:34:15 UTC`."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def utc_date(ts: float) -> str:
+    """The UTC day of a time: `2026-12-01`."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+
+
+def file_stamp(ts: float | None = None) -> str:
+    """A local time as part of a file name (a backup, a damaged file moved aside): `20261201T173415`."""
+    return time.strftime("%Y%m%dT%H%M%S", time.localtime(ts))
+
+
 def from_iso(value: str | float | int | None) -> float | None:
     """Parse an ISO 8601 time (a bare date, or with a zone; naive means UTC) or epoch seconds.
 

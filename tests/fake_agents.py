@@ -2,8 +2,8 @@
 of llm.provider: agent.
 
 Each is a small Python script written into a temp bin folder under the agent's own name. It
-answers the way the real CLI's non-interactive mode does (the shapes in ../shared/formats/ and
-the CLIs' references): `claude -p --output-format json` one result object with `usage`,
+answers the way the real CLI's non-interactive mode does (the shapes the CLIs' own
+references document): `claude -p --output-format json` one result object with `usage`,
 `codex exec --json` JSONL events ending in `turn.completed` with usage, `copilot -p -s` the bare
 answer, `opencode run --format json` JSONL text parts and a `step_finish` with tokens. Like the
 real one it fires its hooks (`llmem hook`, with the hook JSON on stdin, the way `llmem install`

@@ -1,12 +1,12 @@
-"""Write agent sessions the way the agents do (formats/FORMATS.md §1–§3), for tests and benches.
+"""Write agent sessions the way the agents do, for tests and benches.
 
 CopilotSession appends to `session-state/<id>/events.jsonl` (parentId chain, ISO timestamps),
 keeps `workspace.yaml` and the `inuse.<pid>.lock` file. OpenCodeStore owns an `opencode.db` in
 the 1.18.33 schema and writes it through its own connection with OpenCode's pragmas, one
 transaction per projector step, as the OpenCode process would. ClaudeSession appends to
-`projects/<encoded-cwd>/<id>.jsonl` (formats/CLAUDE-CODE.md, the shapes of its fixture), writes
+`projects/<encoded-cwd>/<id>.jsonl` (the shapes of the Claude Code fixture), writes
 subagent transcripts beside it and the `sessions/<pid>.json` registry. CodexRollout appends to
-`sessions/YYYY/MM/DD/rollout-…-<id>.jsonl` (formats/CODEX.md, the shapes of its fixture, both
+`sessions/YYYY/MM/DD/rollout-…-<id>.jsonl` (the shapes of the Codex fixture, both
 history modes). Every write method returns the
 wall-clock time (epoch seconds) at which the write became visible to a reader.
 """
@@ -533,7 +533,7 @@ CLAUDE_MODEL = "claude-opus-5-5"
 
 
 def claude_project_dir_name(cwd: str) -> str:
-    """`<encoded-cwd>`: every character outside [A-Za-z0-9] becomes '-' (CLAUDE-CODE.md §1.1)."""
+    """`<encoded-cwd>`: every character outside [A-Za-z0-9] becomes '-'."""
     return "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in cwd)
 
 
@@ -543,7 +543,7 @@ def _claude_usage() -> dict:
 
 
 class ClaudeSession:
-    """One Claude Code session under `config_dir` (CLAUDE-CODE.md §1–§2, the fixture's shapes).
+    """One Claude Code session under `config_dir` (the fixture's shapes).
 
     Claude Code writes no transcript before the first prompt; each method appends what the
     interactive CLI (entrypoint `cli`) writes for that step, in one write, chaining parentUuid.
@@ -781,7 +781,7 @@ def codex_line(item_type: str, payload: dict, *, at: float | None = None, ordina
 
 
 class CodexRollout:
-    """One Codex CLI thread under `<home>/sessions/YYYY/MM/DD/` (formats/CODEX.md §2), in the
+    """One Codex CLI thread under `<home>/sessions/YYYY/MM/DD/`, in the
     fixture's line shapes: `paginated` (0.171.0: prompts as item_completed UserMessage, lines
     with `ordinal`) or `legacy` (0.144.1: user_message / agent_message events).
 

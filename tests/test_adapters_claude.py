@@ -249,7 +249,7 @@ def test_auto_picks_claude_when_only_its_projects_folder_exists(config_dir, tmp_
         get_adapter("claude")
 
 
-# ---- lifecycle (CLAUDE-CODE.md §6) -----------------------------------------------------------
+# ---- lifecycle -----------------------------------------------------------
 
 def lines_of(session: ClaudeSession) -> list[dict]:
     return [json.loads(line) for line in session.path.read_text().splitlines()]

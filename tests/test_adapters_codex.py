@@ -1,4 +1,4 @@
-"""The Codex CLI adapter: the documented fixture rollouts (formats/CODEX.md §6, both history
+"""The Codex CLI adapter: the documented fixture rollouts (both history
 modes) and rollouts written line by line as Codex writes them: cursor by byte offset, a
 half-written last line, malformed and unknown lines, subagent threads, lookup by id."""
 

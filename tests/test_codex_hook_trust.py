@@ -1,7 +1,7 @@
 """`llmem doctor` reads whether Codex trusts llmem's hooks (issue 21 item 10): Codex runs a
 hook from hooks.json only when config.toml holds
 `[hooks.state."<hooks.json path>:<event_snake>:<group>:<handler>"] trusted_hash = …`, written
-when the user approves it in /hooks (`enabled = false` switches it off; CODEX.md §3.2)."""
+when the user approves it in /hooks (`enabled = false` switches it off)."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def agent_homes(tmp_path, configure):
 def snapshot(folders) -> dict[str, tuple[str, int]]:
     """Every file under the agents' folders: its content hash and mtime. Not opencode.db-shm:
     SQLite's shared-memory lock index, where every WAL reader (a `mode=ro` one too, as
-    FORMATS.md §1 prescribes) takes its read mark."""
+    OpenCode's store is read) takes its read mark."""
     return {str(path): (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
             for folder in folders for path in sorted(folder.rglob("*"))
             if path.is_file() and not path.name.endswith("-shm")}

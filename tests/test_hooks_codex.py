@@ -1,4 +1,4 @@
-"""Codex hooks through the CLI (formats/CODEX.md §3): SessionStart's JSON answer within
+"""Codex hooks through the CLI: SessionStart's JSON answer within
 Codex's cap, the `notify` payload as a trailing argument, the TUI's title thread ignored, a
 hook inside a subagent doing nothing, failing open; and end to end, a fact said in a Codex
 session becoming a searchable memory (heuristics, no LLM)."""

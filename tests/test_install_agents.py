@@ -1,7 +1,7 @@
 """`llmem install opencode|copilot|claude|codex`: hooks and MCP registration in the agents'
 own files, edited in place (comments and other keys kept), backed up, idempotent, and
 `--uninstall` giving back the user's bytes. Real files in tmp folders, from the documented
-fixtures (copied from shared/formats into tests/fixtures/agents)."""
+fixtures in tests/fixtures/agents."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The variables that place llmem's and the agents' folders reach `llmem mcp` where an agent
 starts it with a filtered environment (issue 21 item 9): Codex gives an MCP server only a
-short allow-list of its own environment plus the entry's `env` table (CODEX.md §4.1 shows the
+short allow-list of its own environment plus the entry's `env` table (the
 `[mcp_servers.llmem.env]` that `codex mcp add --env` writes), and Copilot's docs say only PATH
-is inherited (FORMATS.md, "Spawn": "put what llmem needs into `env` anyway")."""
+is inherited (so what llmem needs goes into `env` anyway)."""
 
 from __future__ import annotations
 

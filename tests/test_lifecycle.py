@@ -1,4 +1,4 @@
-"""Lifecycle rules (FORMATS.md §3) on message and event sequences, and on the fixtures."""
+"""Lifecycle rules on message and event sequences, and on the fixtures."""
 
 import dataclasses
 from datetime import UTC, datetime, timedelta

@@ -1,4 +1,4 @@
-"""Codex lifecycle rules (formats/CODEX.md §5) on rollouts written as Codex writes them, read
+"""Codex lifecycle rules on rollouts written as Codex writes them, read
 through the watcher's CodexTail: busy, idle, a compaction, an interrupted turn, inactivity."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Read Claude Code sessions: `<config dir>/projects/<encoded-cwd>/<session-id>.jsonl`.
 
-The files are only ever read (formats/CLAUDE-CODE.md §1–§2). One line per record; an
+The files are only ever read. One line per record; an
 assistant reply is split into one line per content block, regrouped here by `message.id`.
 Sidechain lines and the `<session>/subagents/agent-*.jsonl` transcripts belong to subagents:
 they are never a session of their own nor the user's words. What a subagent found reaches the
@@ -42,7 +42,7 @@ from llmem.processes import pid_is_alive
 NAME = "claude"
 log = logging.getLogger("llmem.adapters.claude")
 
-# Line types Claude Code 2.1.332 writes (CLAUDE-CODE.md §2.2); anything else is a newer type,
+# Line types Claude Code 2.1.332 writes; anything else is a newer type,
 # skipped and counted, never fatal.
 KNOWN_LINE_TYPES = frozenset(
     {
@@ -114,7 +114,7 @@ def read_log_file(path: str | Path) -> ClaudeLog:
     return parsed
 
 
-# What the lifecycle rules read of a line (CLAUDE-CODE.md §6); a followed transcript keeps only
+# What the lifecycle rules read of a line; a followed transcript keeps only
 # this, so a long session costs kilobytes of memory, not its megabytes of tool output.
 _LIFECYCLE_KEYS = ("type", "subtype", "uuid", "timestamp", "isSidechain", "agentId", "isMeta",
                    "isCompactSummary", "origin", "preventedContinuation")

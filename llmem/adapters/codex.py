@@ -1,6 +1,6 @@
 """Read OpenAI Codex CLI threads: `<codex home>/sessions/YYYY/MM/DD/rollout-…-<id>.jsonl`.
 
-formats/CODEX.md §2. A rollout is append-only JSON lines, `{"timestamp", "type", "payload"}`;
+A rollout is append-only JSON lines, `{"timestamp", "type", "payload"}`;
 its first line is `session_meta`. Both history modes are read: legacy files carry the prompt
 as `event_msg user_message`, paginated ones as `event_msg item_completed` of a `UserMessage`.
 Every other fact comes from the `response_item`s both modes write: assistant messages,
@@ -43,7 +43,7 @@ from llmem.adapters.lifecycle import CodexMark
 
 NAME = "codex"
 
-# Item types of codex-cli 0.144–0.171 (CODEX.md §2.2); others are newer: skipped and counted.
+# Item types of codex-cli 0.144–0.171; others are newer: skipped and counted.
 KNOWN_ITEM_TYPES = frozenset({
     "session_meta", "turn_context", "response_item", "event_msg", "compacted", "world_state",
     "token_usage_record", "inter_agent_communication", "retained_context",
@@ -85,7 +85,7 @@ class RolloutLines:
     end: int = 0  # where the next read starts: past the last complete line
     skipped_malformed: int = 0
     # JSON objects without the {type, payload} envelope: rollouts from before 2025-09 wrote
-    # bare items (CODEX.md §2.1), which this reader does not take.
+    # bare items, which this reader does not take.
     skipped_unknown: int = 0
 
 
@@ -137,7 +137,7 @@ def read_session_meta(path: Path) -> dict[str, Any] | None:
 
 def is_subagent_meta(meta: dict[str, Any]) -> bool:
     """A thread Codex spawned for itself (a multi-agent child, a review, a compaction helper,
-    memory consolidation), not one the user started (CODEX.md §2.6)."""
+    memory consolidation), not one the user started."""
     thread_source = meta.get("thread_source")
     return (thread_source not in (None, "user")
             or (isinstance(meta.get("source"), dict) and "subagent" in meta["source"]))

@@ -35,7 +35,7 @@ from llmem.processes import pid_is_alive
 
 NAME = "copilot"
 
-# Persisted event types of Copilot CLI 1.0.63–1.0.102 (FORMATS.md §2.2). Others are newer
+# Persisted event types of Copilot CLI 1.0.63–1.0.102. Others are newer
 # types: ignored and counted, never fatal.
 KNOWN_EVENT_TYPES = frozenset(
     {

@@ -63,7 +63,7 @@ def detect_adapter(
     return "none"
 
 
-# ---- Claude Code (formats/CLAUDE-CODE.md §1)
+# ---- Claude Code
 
 CLAUDE_PROJECTS_DIR = "projects"
 CLAUDE_SESSIONS_DIR = "sessions"
@@ -99,7 +99,7 @@ def claude_session_id(path: Path, projects_dir: Path) -> str | None:
     return session_id
 
 
-# ---- Codex CLI (formats/CODEX.md §1)
+# ---- Codex CLI
 
 CODEX_SESSIONS_DIR = "sessions"
 CODEX_ARCHIVED_DIR = "archived_sessions"

@@ -1,7 +1,7 @@
 """Lifecycle moments (idle, compacting, just compacted, ending) read from transcripts alone.
 
-The rules are those of formats/FORMATS.md §3, CLAUDE-CODE.md §6 and CODEX.md §5. They are
-pure functions of what the agent wrote plus `now_ms`; a watcher calls them after each change
+The rules follow each agent's documented session format (how its writes mark a turn's end,
+a compaction and an ended session). They are pure functions of what the agent wrote plus `now_ms`; a watcher calls them after each change
 and acts on what applies.
 """
 
@@ -64,7 +64,7 @@ class Lifecycle:
         return moment in self.moments
 
 
-# ---------------------------------------------------------------- OpenCode (FORMATS.md §3)
+# ---------------------------------------------------------------- OpenCode
 
 
 def _latest(messages: Sequence[TranscriptMessage], role: str) -> TranscriptMessage | None:
@@ -176,7 +176,7 @@ def opencode_lifecycle(
                      turn_started_ms=prompt.time_ms if prompt else None)
 
 
-# ---------------------------------------------------------------- Copilot CLI (FORMATS.md §3)
+# ---------------------------------------------------------------- Copilot CLI
 
 # Events that move a turn forward; everything else (hooks, info, model/mode changes, background
 # compaction, truncation, unknown future types) can land after a turn ends and says nothing
@@ -402,7 +402,7 @@ def copilot_lifecycle(
                      turn_started_ms=iso_to_ms(prompt.get("timestamp")) if prompt else None)
 
 
-# ---------------------------------------------------------------- Claude Code (CLAUDE-CODE.md §6)
+# ---------------------------------------------------------------- Claude Code
 
 # After an assistant line with a finished stop_reason, Claude Code writes only bookkeeping rows
 # (or a Stop hook makes the turn go on): wait this long without writes before calling it idle
@@ -557,7 +557,7 @@ def claude_lifecycle(
                      turn_started_ms=claude_turn_started_ms(lines))
 
 
-# ---------------------------------------------------------------- Codex CLI (CODEX.md §5)
+# ---------------------------------------------------------------- Codex CLI
 
 # Codex flushes a rollout line per item: a turn's closing line lands with the ones before it.
 CODEX_IDLE_DEBOUNCE_MS = 500

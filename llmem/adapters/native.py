@@ -1,10 +1,10 @@
 """The agents' own instruction and memory files, found and split into notes (pure reading).
 
-Where each agent keeps them: CLAUDE-CODE.md §4.2–4.3 (CLAUDE.md, .claude/CLAUDE.md,
-CLAUDE.local.md, rules/, and the auto-memory folder projects/<encoded-cwd>/memory/), CODEX.md
-§4.2 (AGENTS.md, AGENTS.override.md in $CODEX_HOME and the project), FORMATS.md §2.5 (Copilot:
-.github/copilot-instructions.md, .github/instructions/**/*.instructions.md and the same under
-the Copilot home) and M.1 (OpenCode: AGENTS.md, and the `instructions` files its opencode.json
+Where each agent keeps them: Claude Code (CLAUDE.md, .claude/CLAUDE.md,
+CLAUDE.local.md, rules/, and the auto-memory folder projects/<encoded-cwd>/memory/), Codex
+(AGENTS.md, AGENTS.override.md in $CODEX_HOME and the project), Copilot
+(.github/copilot-instructions.md, .github/instructions/**/*.instructions.md and the same under
+the Copilot home) and OpenCode (AGENTS.md, and the `instructions` files its opencode.json
 names). Each bullet or paragraph of a file is one note, with the headings above it as its
 section. Nothing here writes anything.
 """
@@ -50,7 +50,7 @@ class NativeHomes:
 
 
 def encode_claude_project(cwd: str) -> str:
-    """Claude Code's folder name for a project (CLAUDE-CODE.md §1.1): every character outside
+    """Claude Code's folder name for a project: every character outside
     [A-Za-z0-9] becomes '-'; a name past 200 characters is cut and given a hash of the path."""
     name = re.sub(r"[^A-Za-z0-9]", "-", cwd)
     if len(name) <= 200:

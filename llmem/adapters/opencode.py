@@ -34,7 +34,7 @@ from llmem.adapters.detect import find_databases
 
 NAME = "opencode"
 
-# Part types OpenCode 1.18 writes (FORMATS.md §1.4). Anything else is a newer type: skip, count.
+# Part types OpenCode 1.18 writes. Anything else is a newer type: skip, count.
 KNOWN_PART_TYPES = frozenset(
     {
         "text",
@@ -378,7 +378,7 @@ def _build_message(
     time_updated: int | None,
     counts: _Counts,
 ) -> TranscriptMessage | None:
-    """Normalise one message object and its parts (FORMATS.md §1.3–1.5)."""
+    """Normalise one message object and its parts."""
     if info is None or info.get("role") not in ("user", "assistant"):
         counts.malformed += 1
         return None

@@ -31,9 +31,8 @@ from llmem.adapters.detect import (
     has_opencode_data,
 )
 
-# FORMATS.md §1.6: OpenCode ids are `ses_` + 26 characters; §2.1: Copilot's are UUID v4, and
-# so are Claude Code's (CLAUDE-CODE.md §1.2): a UUID is looked up in both stores. CODEX.md §1:
-# Codex thread ids are UUID v7 (v4 in older releases, looked up like Copilot's).
+# OpenCode ids are `ses_` + 26 characters; Copilot's are UUID v4, and so are Claude Code's:
+# a UUID is looked up in both stores. Codex thread ids are UUID v7 (v4 in older releases, looked up like Copilot's).
 _OPENCODE_ID_RE = re.compile(r"ses_[0-9A-Za-z]+")
 _COPILOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
 _CODEX_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)

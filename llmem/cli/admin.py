@@ -182,17 +182,14 @@ def import_memories(app, file, dry_run, as_json):
     """Import an export file: checked whole first, then written all at once (ids kept)."""
     from ..errors import UsageError
     from ..exchange import apply_import, plan_import
+    from ..paths import decode_utf8
 
     source = "standard input" if file == "-" else file
     try:
         data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read {file}: {exc.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{source} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})",
-                         hint="`llmem export` writes UTF-8; convert the file, e.g. with iconv -t UTF-8") from None
+    text = decode_utf8(data, source, hint="`llmem export` writes UTF-8; convert the file, e.g. with iconv -t UTF-8")
     try:
         document = json.loads(text)
     except RecursionError:

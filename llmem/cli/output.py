@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from ..text import one_line
+
 # Bounds of the integer options: far above any real use, far below SQLite's 64-bit integers
 # (`--limit 9223372036854775807` overflowed inside the query).
 MAX_COUNT = 1_000_000
@@ -86,8 +88,7 @@ def terminal_text(text: str) -> str:
 
 
 def short(text: str, width: int = 80) -> str:
-    text = terminal_text(" ".join((text or "").split()))
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return one_line(terminal_text(one_line(text)), width)
 
 
 def memory_line(memory, score: float | None = None) -> str:

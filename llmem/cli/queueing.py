@@ -21,7 +21,6 @@ def reset_queue(app) -> tuple[str | None, list[int]]:
     """Rebuild the queue from the store's event rows: the old queue file (damaged, or just
     lost) is moved aside, a new one made, and every event reconcile would requeue, whatever
     its age, enqueued. Returns (where the old file went, the event ids enqueued)."""
-    import time
 
     from ..pipeline.events import events_to_reconcile
 
@@ -35,8 +34,9 @@ def reset_queue(app) -> tuple[str | None, list[int]]:
         huey, _ = open_queue(app.config)
         huey.storage.flush_queue()
     elif path.exists():
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        moved = path.with_name(f"{path.name}.damaged-{stamp}")
+        from ..times import file_stamp
+
+        moved = path.with_name(f"{path.name}.damaged-{file_stamp()}")
         for suffix in ("", "-wal", "-shm"):  # the main file and its WAL side files, together
             side = path.with_name(path.name + suffix)
             if side.exists():

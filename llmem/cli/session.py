@@ -16,10 +16,10 @@ from .output import bounded_int, http_url, json_option, json_text, print_json
 ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "claude", "codex", "none"])
 HOOK_LOG = "hooks.log"
 # Claude Code spills injected context above 10,000 characters into a file the model only sees
-# a preview of (CLAUDE-CODE.md §3.5): the block stays under this.
+# a preview of: the block stays under this.
 CLAUDE_CONTEXT_CHARS = 9500
 # Codex spills a hook's context above ~2,500 tokens into a file the model only sees a preview
-# of (CODEX.md §3.4): the block stays under this.
+# of: the block stays under this.
 CODEX_CONTEXT_CHARS = 9000
 
 log = logging.getLogger("llmem.hooks")

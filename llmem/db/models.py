@@ -1,4 +1,4 @@
-"""peewee models of the memory store (SPEC §2). Tables are created by migrations, not here.
+"""peewee models of the memory store. Tables are created by migrations, not here.
 
 The classes below are declarations only and are never bound to a database: two stores open
 in one process must not share models, so each Store queries through its own bound set,

@@ -28,11 +28,11 @@ import mmap
 import os
 import stat
 import struct
-import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..paths import atomic_file
 from .backend import per_backend
 from .settings import get_setting, set_setting
 
@@ -146,29 +146,16 @@ def write_file(db, path: Path, model: str, dim: int) -> int:
     model_bytes = model.encode("utf-8")
     if HEADER.size + len(model_bytes) > HEADER_BYTES:
         raise ValueError(f"embedding model name too long for the vector file: {model[:40]}…")
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(b"\0" * HEADER_BYTES)
-            seqs: list[int] = []
-            cursor = _all_rows(db, model, dim)
-            while rows := cursor.fetchmany(STREAM_ROWS):
-                seqs.extend(r[0] for r in rows)
-                out.write(b"".join(r[1] for r in rows))
-            out.write(np.asarray(seqs, dtype="<i8").tobytes())
-            out.seek(0)
-            out.write(HEADER.pack(MAGIC, VERSION, dim, len(seqs), holds, token, len(model_bytes)) + model_bytes)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, path)  # replaces a planted symlink itself, never writes through it
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    with atomic_file(path, binary=True, sync_folder=True) as out:
+        out.write(b"\0" * HEADER_BYTES)
+        seqs: list[int] = []
+        cursor = _all_rows(db, model, dim)
+        while rows := cursor.fetchmany(STREAM_ROWS):
+            seqs.extend(r[0] for r in rows)
+            out.write(b"".join(r[1] for r in rows))
+        out.write(np.asarray(seqs, dtype="<i8").tobytes())
+        out.seek(0)
+        out.write(HEADER.pack(MAGIC, VERSION, dim, len(seqs), holds, token, len(model_bytes)) + model_bytes)
     return holds
 
 

@@ -1,4 +1,4 @@
-"""Dream: background consolidation of the memory store (SPEC §7).
+"""Dream: background consolidation of the memory store.
 
 light  near-duplicates, exact duplicates, auto-link candidates (reads only)
 REM    type counts, themes, clusters, behavioural insights, calibration, stale procedures

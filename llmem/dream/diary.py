@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from ..times import utc_minute
 from .narrate import md
 
 if TYPE_CHECKING:
@@ -14,10 +14,6 @@ if TYPE_CHECKING:
 DIARY_HEAD = "# Dream diary\n\nWhat `llmem dream` noticed and did, newest last.\n"
 
 _EFFECT = {"decreasing": "effective", "stable": "not yet effective", "increasing": "ineffective"}
-
-
-def _when(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _narrative(stories: dict[str, PhaseStory] | None, phase: str) -> list[str]:
@@ -32,7 +28,7 @@ def diary_entry(outcome: DreamOutcome, stories: dict[str, PhaseStory] | None = N
     """One diary entry covering every phase that ran, each opening with its narrative when it
     had one, ending with `### Calibration`."""
     title = f"run {outcome.run_id}" if outcome.run_id else "preview"
-    lines = [f"## Dream {title}: {_when(outcome.started_at)}", ""]
+    lines = [f"## Dream {title}: {utc_minute(outcome.started_at)}", ""]
     counts = outcome.action_counts()
     light = outcome.light
     if light is not None:
@@ -43,7 +39,7 @@ def diary_entry(outcome: DreamOutcome, stories: dict[str, PhaseStory] | None = N
             lines.append(f"- First run: compared all {light.changed} embedded memories with each other "
                          f"in {light.seconds:.1f} s.")
         else:
-            lines.append(f"- Compared {light.changed} memories changed since {_when(light.since)} against "
+            lines.append(f"- Compared {light.changed} memories changed since {utc_minute(light.since)} against "
                          f"{light.compared_with} embedded memories in {light.seconds:.1f} s.")
         lines.append(f"- {len(light.near_duplicates)} near-duplicate pairs, {len(light.exact_duplicates)} "
                      f"exact-duplicate groups, {len(light.auto_links)} auto-link candidates.")

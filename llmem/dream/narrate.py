@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..db.fts import STOPWORDS
+from ..text import one_line as plain_line
 from .report import memory_texts
 from .text import distinct_terms, one_line
 
@@ -58,7 +59,7 @@ _LINE_START = re.compile(r"^(\s*)([-+=>]|\d+[.)])")
 
 def md(text: str | None, width: int | None = None) -> str:
     """Text made safe inside a Markdown line: one line, HTML-escaped, inline syntax escaped."""
-    line = " ".join((text or "").split())
+    line = plain_line(text)
     if width is not None:
         line = one_line(line, width)
     line = line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -13,7 +13,6 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from ..db.queries import (
     valid_type_counts,
 )
 from ..db.settings import get_setting
-from ..times import days_between, now
+from ..times import days_between, now, utc_date
 from ..trust import EXTERNAL
 from .journal import Action
 from .text import (
@@ -224,10 +223,6 @@ def _dedup(values: list[str], limit: int) -> list[str]:
     return out[:limit]
 
 
-def _date(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
-
-
 PROPOSED_KEY = "dream_proposed_insights"  # setting row: {insight key: [tiers proposed]}
 
 
@@ -248,7 +243,7 @@ def _insight_text(key: str, info: dict[str, Any], lookback: int, at: float) -> s
     happened = _dedup([a["fields"].get("What_happened", "") for a in info["items"]], 3)
     fixes = _dedup([a["fields"].get("Proposed_update", "") for a in info["items"]], 5)
     ids = ", ".join(i[:8] for i in info["ids"][:10])
-    lines = [f"## Behavioural insight: {key} ({_date(at)})", insight_marker(key), "",
+    lines = [f"## Behavioural insight: {key} ({utc_date(at)})", insight_marker(key), "",
              f"- Seen: {info['count']} self_assessments about {key} in the last {lookback} days ({ids})"]
     if key in TAXONOMY:
         lines.append(f"- Class of mistake: {TAXONOMY[key]}")
@@ -269,7 +264,7 @@ def _skill_patch_text(key: str, info: dict[str, Any], at: float) -> str:
     detection = TAXONOMY.get(key, f"Mistakes of the class {key}")
     where = f" Seen in: {'; '.join(contexts)}." if contexts else ""
     lines = [f"## [SKILL PATCH] {key}", skill_patch_marker(key), "",
-             f"Proposed by llmem dream on {_date(at)} from {info['count']} self_assessments. "
+             f"Proposed by llmem dream on {utc_date(at)} from {info['count']} self_assessments. "
              "Not applied: review it, then add it to a skill by hand.", "",
              "### Detection Rule", "",
              f"Apply this patch when the task touches code prone to: {detection}.{where}", "",

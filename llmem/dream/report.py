@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import html
 import math
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ..times import utc_second
 from .text import one_line
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def esc(value: Any) -> str:
 
 
 def _when(ts: float | None) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else "—"
+    return utc_second(ts) if ts else "—"
 
 
 def bar_chart(items: list[tuple[str, float]], title: str, width: int = 480) -> str:

@@ -7,6 +7,7 @@ import re
 
 from ..db.fts import STOPWORDS
 from ..redact import redact
+from ..text import one_line as _one_line
 
 _TERM = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*[A-Za-z0-9]|\d+(?:\.\d+)+|[^\W\d_]{3,}", re.UNICODE)
 _CATEGORY_LINE = re.compile(r"^[\s*_\-#>]*category[\s*_]*:[\s*_`]*([A-Za-z_]+)", re.IGNORECASE | re.MULTILINE)
@@ -32,8 +33,7 @@ def one_line(text: str | None, width: int) -> str:
 
     Redacted first, on the text as stored: a store an older llmem wrote may hold a secret its
     patterns missed, and a secret cut or joined onto one line no longer matches its pattern."""
-    text = " ".join(redact(text or "").text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return _one_line(redact(text or "").text, width)
 
 
 def category_of(content: str, metadata: dict | None) -> str | None:

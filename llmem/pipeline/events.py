@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..db.models import Event  # for type hints; queries use store.models
 from ..errors import LlmemError, UsageError
 from ..processes import process_is_running, process_state
+from ..text import error_line
 from ..times import now
 from .kinds import EventKind
 
@@ -262,12 +263,12 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
         result = handle_session_event(app, event.kind, event.session_id, adapter_name=event.adapter,
                                       with_context=False)
     except transient as exc:
-        fail_event(app.store, event_id, _describe(exc), final=False)
+        fail_event(app.store, event_id, error_line(exc), final=False)
         raise
     except Exception as exc:
-        fail_event(app.store, event_id, _describe(exc), final=_can_never_succeed(exc))
-        log.warning("event %s (%s %s) failed: %s", event_id, event.kind, event.session_id, _describe(exc))
-        return EventOutcome(event_id, "failed", error=_describe(exc),
+        fail_event(app.store, event_id, error_line(exc), final=_can_never_succeed(exc))
+        log.warning("event %s (%s %s) failed: %s", event_id, event.kind, event.session_id, error_line(exc))
+        return EventOutcome(event_id, "failed", error=error_line(exc),
                             seconds=time.perf_counter() - started, session_id=event.session_id,
                             kind=event.kind)
     if result.deferred_until:
@@ -324,7 +325,7 @@ def _extract_heuristics_now(app, event: Event, llm_allowed_at: float, started: f
                                  use_llm=False, hold_cursor=True)
         summary = {"heuristic_memories": report.memories_added, "deferred_until": llm_allowed_at}
     except Exception as exc:  # the LLM pass later will try again
-        log.warning("event %s: heuristic extraction failed: %s", event.id, _describe(exc))
+        log.warning("event %s: heuristic extraction failed: %s", event.id, error_line(exc))
         summary = {"deferred_until": llm_allowed_at}
     defer_event(app.store, event.id, llm_allowed_at, "waiting for the session's extraction interval")
     return EventOutcome(event.id, "pending", result=summary, seconds=time.perf_counter() - started,
@@ -340,6 +341,3 @@ def _can_never_succeed(exc: Exception) -> bool:
         return True
     return not isinstance(exc, LlmemError)
 
-
-def _describe(exc: BaseException) -> str:
-    return getattr(exc, "message", None) or f"{exc.__class__.__name__}: {exc}"

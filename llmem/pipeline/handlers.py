@@ -16,6 +16,7 @@ from typing import Any
 
 from ..adapters.base import NoTranscript, validate_session_id
 from ..errors import LlmemError, UsageError, store_failure
+from ..text import error_line
 from .kinds import EventKind
 
 log = logging.getLogger(__name__)
@@ -83,13 +84,6 @@ def _jsonable(value: Any) -> Any:
         if callable(method):
             return _jsonable(method())
     return str(value)
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, LlmemError):
-        return " ".join(exc.message.split())
-    text = " ".join(str(exc).split())
-    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
 
 
 def next_local_midnight(at: float | None = None) -> float:
@@ -172,9 +166,9 @@ def handle_session_event(app, kind: str, session_id: str, *, adapter_name: str |
                     raise
                 # SQLite's words for a full disk or a damaged store, said in the user's terms.
                 exc = store_failure(exc, app.config.db_path) or exc
-                log.warning("%s %s: %s failed: %s", kind, session_id, step, _one_line(exc),
+                log.warning("%s %s: %s failed: %s", kind, session_id, step, error_line(exc),
                             exc_info=not isinstance(exc, LlmemError))
-                result.errors.append(f"{step}: {_one_line(exc)}")
+                result.errors.append(f"{step}: {error_line(exc)}")
                 outcome = "failed"
             result.steps[step] = {"result": outcome, "seconds": round(time.perf_counter() - started, 4)}
             if isinstance(outcome, dict) and outcome.get("deferred"):

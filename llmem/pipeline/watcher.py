@@ -618,7 +618,7 @@ class SessionWatcher:
         if tail is None or not tail.path.is_file():
             path = self._claude.transcript_path(session_id)
             if path is None:
-                # Removed by Claude Code's cleanup sweep: nothing to undo (CLAUDE-CODE.md §6).
+                # Removed by Claude Code's cleanup sweep: nothing to undo.
                 self._claude_live.discard(session_id)
                 self._claude_tails.pop(session_id, None)
                 return

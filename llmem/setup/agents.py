@@ -9,10 +9,7 @@ file (one per original); every file of an install is read and checked before any
 so a bad one stops the install with nothing changed. Uninstall gives back the original bytes
 from that backup when the file is still exactly what the install made of them. A second install changes nothing, and `--uninstall`
 removes exactly the members llmem added: a member llmem did not write (a user's own `llmem`
-server entry, another notify program) is left as it is and said so.
-
-Formats: FORMATS.md "MCP registration" (OpenCode, Copilot), CLAUDE-CODE.md §3–4, CODEX.md §3–4.
-"""
+server entry, another notify program) is left as it is and said so."""
 
 from __future__ import annotations
 
@@ -32,8 +29,8 @@ from .environment import FOLDER_VARIABLES, folder_environment
 AGENTS = ("opencode", "copilot", "claude", "codex")
 LABELS = {"opencode": "OpenCode", "copilot": "Copilot CLI", "claude": "Claude Code", "codex": "Codex CLI"}
 SERVER_NAME = "llmem"
-# The agents that start an MCP server without passing their environment through (CODEX.md
-# §4.1; FORMATS.md "Spawn" for Copilot): their entry carries the folder variables in `env`.
+# The agents that start an MCP server without passing their environment through (Codex
+# passes an allow-list, Copilot only PATH): their entry carries the folder variables in `env`.
 FILTERED_ENV_AGENTS = ("codex", "copilot")
 
 # Claude Code and Codex share the hooks schema; each lifecycle event → (llmem moment, timeout s).
@@ -41,7 +38,7 @@ FILTERED_ENV_AGENTS = ("codex", "copilot")
 HOOK_EVENTS = {
     "claude": {"SessionStart": ("created", 30), "PreCompact": ("compacting", 15),
                "Stop": ("idle", 15), "SessionEnd": ("ending", 15)},
-    # Codex clamps SessionEnd hooks to 3 s, with a warning for a longer timeout (CODEX.md §3.2).
+    # Codex clamps SessionEnd hooks to 3 s, with a warning for a longer timeout.
     "codex": {"SessionStart": ("created", 30), "PreCompact": ("compacting", 15),
               "Stop": ("idle", 15), "SessionEnd": ("ending", 3)},
 }
@@ -61,7 +58,7 @@ def claude_home(config) -> Path:
 
 
 def claude_json_path(config) -> Path:
-    """Claude Code's user file with the user-scope MCP servers (CLAUDE-CODE.md §1.1): inside
+    """Claude Code's user file with the user-scope MCP servers: inside
     $CLAUDE_CONFIG_DIR when set, else `.claude.json` beside the default ~/.claude (a config
     folder elsewhere is only ever used through CLAUDE_CONFIG_DIR, so it holds the file)."""
     if os.environ.get("CLAUDE_CONFIG_DIR"):
@@ -121,8 +118,7 @@ def notify_argv(command: list[str]) -> list[str]:
 
 
 def mcp_entry(agent: str, command: list[str]) -> dict:
-    """The `llmem` server entry in the agent's own shape (FORMATS.md M.1/M.2, CLAUDE-CODE.md §4.1,
-    CODEX.md §4.1): always the llmem executable itself, never `python` (Copilot rewrites a bare
+    """The `llmem` server entry in the agent's own shape: always the llmem executable itself, never `python` (Copilot rewrites a bare
     `python -m` into `pipx run`); for an agent that filters the environment, with the folder
     variables set now in `env`."""
     if agent == "opencode":
@@ -696,7 +692,7 @@ def _snake(event: str) -> str:
 def codex_hook_trust(ours: list, codex_config: dict, hooks_path: Path) -> dict[str, list[str]]:
     """Which of llmem's hooks in hooks.json Codex runs: it runs one only after the user approves
     it in /hooks, which writes `[hooks.state."<hooks.json path>:<event_snake>:<group>:<handler>"]`
-    with a `trusted_hash` (`enabled = false`: switched off) into config.toml (CODEX.md §3.2).
+    with a `trusted_hash` (`enabled = false`: switched off) into config.toml.
     The hash input is undocumented, so a hook llmem changed since may be trusted no more; what
     this reads is whether the user approved a hook in that place. {"approved"|"disabled"|
     "pending": [event, …]}."""

@@ -2,7 +2,8 @@
 
 Both files are rendered deterministically from the absolute command of this llmem, so
 installing twice changes nothing (byte for byte); uninstalling removes a file only when
-llmem wrote it. Formats: FORMATS.md §1.8 (OpenCode plugins) and §2.4 (Copilot hooks).
+llmem wrote it. The shapes are those of an
+OpenCode plugin module and a Copilot CLI hooks file.
 """
 
 from __future__ import annotations

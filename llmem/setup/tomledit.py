@@ -116,7 +116,7 @@ class TomlDocument:
 
     def _block(self, name: str, entry: dict) -> str:
         """The entry as a table; a table value (`env`) as its own `[mcp_servers.<name>.env]`
-        after it, the shape `codex mcp add --env` writes (CODEX.md §4.1)."""
+        after it, the shape `codex mcp add --env` writes."""
         nl = self.newline
 
         def table(header: str, values: dict) -> str:

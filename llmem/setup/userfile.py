@@ -22,10 +22,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import time
 from pathlib import Path
 
 from ..errors import UsageError
+from ..times import file_stamp
 
 BACKUP_MARK = ".llmem-backup-"
 # Backups of one file looked at for a copy of the same bytes or for the original to restore.
@@ -173,7 +173,7 @@ def _drop_backups_but(path: Path, kept: Path) -> None:
 
 
 def _new_backup(path: Path, data: bytes) -> Path:
-    stamp = time.strftime("%Y%m%dT%H%M%S")
+    stamp = file_stamp()
     for n in range(1, 1000):
         candidate = path.with_name(f"{path.name}{BACKUP_MARK}{stamp}" + (f"-{n}" if n > 1 else ""))
         try:

@@ -2,5 +2,5 @@
 
 server.py builds the app and serves it, security.py guards every request, web.py holds what
 pages share, pages/ has one module per page (its routes and its place in the navigation),
-templates/ and static/ everything the browser gets. See /work/notes/viewer-skeleton.md.
+templates/ and static/ everything the browser gets.
 """

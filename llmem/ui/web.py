@@ -10,7 +10,6 @@ from __future__ import annotations
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -18,6 +17,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 from starlette.responses import HTMLResponse, RedirectResponse
 
+from ..text import one_line
+from ..times import utc_minute
 from .security import CSRF_FIELD
 
 if TYPE_CHECKING:
@@ -90,14 +91,11 @@ def page_number(request: Request) -> int:
 
 
 def _when(ts: float | None) -> str:
-    if ts is None:
-        return "–"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return "–" if ts is None else utc_minute(ts)
 
 
 def _short(text: str | None, width: int = 140) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return one_line(text, width)
 
 
 def _number(value: float | int | None, digits: int = 4) -> str:

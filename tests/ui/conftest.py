@@ -125,7 +125,7 @@ def live_viewer(llmem_app):
 
 
 def find_chromium() -> str | None:
-    """Debian's chromium (TECH-NOTES.md "A real browser for tests"), or $LLMEM_TEST_CHROMIUM."""
+    """Debian's chromium (Playwright's own download cannot run here), or $LLMEM_TEST_CHROMIUM."""
     for candidate in (os.environ.get("LLMEM_TEST_CHROMIUM"), "/usr/bin/chromium",
                       shutil.which("chromium"), shutil.which("chromium-browser")):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):

@@ -117,3 +117,19 @@ def store_url(request, llmem_home):
     if request.param == "sqlite":
         return f"sqlite:///{llmem_home / 'memory.db'}"
     return request.getfixturevalue("servers").fresh_database()
+
+
+@pytest.fixture
+def homes(configure, tmp_path, monkeypatch):
+    """Every agent's folder under tmp, for the installers' tests: CLAUDE_CONFIG_DIR,
+    CODEX_HOME, COPILOT_HOME and OpenCode's folders."""
+    found = {name: tmp_path / name for name in ("claude", "codex", "copilot", "opencode")}
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(found["claude"]))
+    monkeypatch.setenv("CODEX_HOME", str(found["codex"]))
+    monkeypatch.setenv("COPILOT_HOME", str(found["copilot"]))
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: none\n"
+              f"  opencode:\n    plugins_dir: {found['opencode'] / 'plugins'}\n"
+              f"    config_dir: {found['opencode']}\n    data_dir: {tmp_path / 'oc-data'}\n"
+              f"  copilot:\n    hooks_dir: {found['copilot'] / 'hooks'}\n"
+              f"    state_dir: {found['copilot'] / 'session-state'}\n")
+    return found

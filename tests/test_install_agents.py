@@ -8,25 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import tomlkit
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agents"
-
-
-@pytest.fixture
-def homes(configure, tmp_path, monkeypatch):
-    """Every agent's folder under tmp: CLAUDE_CONFIG_DIR, CODEX_HOME, COPILOT_HOME, OpenCode's."""
-    found = {name: tmp_path / name for name in ("claude", "codex", "copilot", "opencode")}
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(found["claude"]))
-    monkeypatch.setenv("CODEX_HOME", str(found["codex"]))
-    monkeypatch.setenv("COPILOT_HOME", str(found["copilot"]))
-    configure("embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: none\n"
-              f"  opencode:\n    plugins_dir: {found['opencode'] / 'plugins'}\n"
-              f"    config_dir: {found['opencode']}\n    data_dir: {tmp_path / 'oc-data'}\n"
-              f"  copilot:\n    hooks_dir: {found['copilot'] / 'hooks'}\n"
-              f"    state_dir: {found['copilot'] / 'session-state'}\n")
-    return found
 
 
 def put(path: Path, text: str) -> Path:

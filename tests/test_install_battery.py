@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from test_install_agents import homes, put  # noqa: F401  (homes is a fixture)
+from test_install_agents import put
 
 SETTINGS = '{\n  "model": "opus",\n  "hooks": {\n    "Stop": [\n      {\n        "hooks": [\n          {\n' \
            '            "type": "command",\n            "command": "say done"\n          }\n        ]\n' \
@@ -292,7 +292,7 @@ def _without_llmem_toml(data: dict) -> dict:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_installer_battery(case, cli, homes, tmp_path):  # noqa: F811
+def test_installer_battery(case, cli, homes, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     path = tmp_path / case.file

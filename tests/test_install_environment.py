@@ -17,18 +17,10 @@ CODEX_INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "LANG", "LC_ALL",
 
 
 @pytest.fixture
-def homes(configure, tmp_path, monkeypatch):
-    found = {name: tmp_path / name for name in ("claude", "codex", "copilot", "opencode")}
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(found["claude"]))
-    monkeypatch.setenv("CODEX_HOME", str(found["codex"]))
-    monkeypatch.setenv("COPILOT_HOME", str(found["copilot"]))
+def homes(homes, tmp_path, monkeypatch):
+    """The installers' agent folders (conftest), with XDG_DATA_HOME set as well."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
-    configure("embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: none\n"
-              f"  opencode:\n    plugins_dir: {found['opencode'] / 'plugins'}\n"
-              f"    config_dir: {found['opencode']}\n    data_dir: {tmp_path / 'oc-data'}\n"
-              f"  copilot:\n    hooks_dir: {found['copilot'] / 'hooks'}\n"
-              f"    state_dir: {found['copilot'] / 'session-state'}\n")
-    return found
+    return homes
 
 
 def _codex_entry(homes) -> dict:

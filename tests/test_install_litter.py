@@ -10,20 +10,6 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture
-def homes(configure, tmp_path, monkeypatch):
-    found = {name: tmp_path / name for name in ("claude", "codex", "copilot", "opencode")}
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(found["claude"]))
-    monkeypatch.setenv("CODEX_HOME", str(found["codex"]))
-    monkeypatch.setenv("COPILOT_HOME", str(found["copilot"]))
-    configure("embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n  adapter: none\n"
-              f"  opencode:\n    plugins_dir: {found['opencode'] / 'plugins'}\n"
-              f"    config_dir: {found['opencode']}\n    data_dir: {tmp_path / 'oc-data'}\n"
-              f"  copilot:\n    hooks_dir: {found['copilot'] / 'hooks'}\n"
-              f"    state_dir: {found['copilot'] / 'session-state'}\n")
-    return found
-
-
 def files_under(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 

@@ -10,12 +10,12 @@ import subprocess
 import time
 
 import pytest
-from test_install_agents import homes, put  # noqa: F401  (homes is a fixture)
+from test_install_agents import put
 
 from llmem.setup import agents, integrations
 
 
-def test_the_python_fallback_ignores_a_llmem_package_in_the_hooks_folder(cli, homes, tmp_path, monkeypatch):  # noqa: F811
+def test_the_python_fallback_ignores_a_llmem_package_in_the_hooks_folder(cli, homes, tmp_path, monkeypatch):
     """With no console script, every command llmem writes is `python -I -m llmem`: run from a
     repository holding a hostile `llmem/` package, the installed hook runs llmem, not that."""
     monkeypatch.setattr(integrations, "_console_script", lambda: None)
@@ -60,7 +60,7 @@ def _big_claude_json(megabytes: float) -> str:
     return text
 
 
-def test_a_3mb_compact_claude_json_installs_in_well_under_a_second(cli, homes):  # noqa: F811
+def test_a_3mb_compact_claude_json_installs_in_well_under_a_second(cli, homes):
     path = put(homes["claude"] / ".claude.json", _big_claude_json(3.3))
     original = path.read_bytes()
     assert len(original) >= 3_300_000
@@ -94,7 +94,7 @@ def _claude_rewrite(path, stale: str | None = None) -> None:
     os.replace(tmp, path)
 
 
-def test_a_write_between_llmems_read_and_rename_is_kept_and_so_is_the_registration(cli, homes, monkeypatch):  # noqa: F811
+def test_a_write_between_llmems_read_and_rename_is_kept_and_so_is_the_registration(cli, homes, monkeypatch):
     path = put(homes["claude"] / ".claude.json", json.dumps({"numStartups": 1}, indent=2))
     calls = []
 
@@ -111,7 +111,7 @@ def test_a_write_between_llmems_read_and_rename_is_kept_and_so_is_the_registrati
     assert data["mcpServers"]["llmem"]["args"][-1] == "mcp"
 
 
-def test_a_stale_write_just_after_llmems_rename_is_seen_and_the_registration_redone(cli, homes, monkeypatch):  # noqa: F811
+def test_a_stale_write_just_after_llmems_rename_is_seen_and_the_registration_redone(cli, homes, monkeypatch):
     """The agent read the file before llmem wrote and writes its copy right after: llmem reads
     the file back, sees its entry gone and edits again, instead of saying "Installed"."""
     path = put(homes["claude"] / ".claude.json", json.dumps({"numStartups": 1}, indent=2))
@@ -133,7 +133,7 @@ def test_a_stale_write_just_after_llmems_rename_is_seen_and_the_registration_red
     assert data["mcpServers"]["llmem"]["args"][-1] == "mcp" and data["numStartups"] == 2
 
 
-def test_a_file_that_never_settles_is_an_error_not_installed(cli, homes, monkeypatch):  # noqa: F811
+def test_a_file_that_never_settles_is_an_error_not_installed(cli, homes, monkeypatch):
     path = put(homes["claude"] / ".claude.json", json.dumps({"numStartups": 1}, indent=2))
     stale = path.read_text()
     real_write = agents.write_atomically
@@ -150,7 +150,7 @@ def test_a_file_that_never_settles_is_an_error_not_installed(cli, homes, monkeyp
 
 
 @pytest.mark.parametrize("original", ["{}", "{}\n", "", "  \n", '{\r\n  "hooks": {}\r\n}\r\n'])
-def test_uninstall_gives_back_a_trivial_file_instead_of_deleting_it(cli, homes, original):  # noqa: F811
+def test_uninstall_gives_back_a_trivial_file_instead_of_deleting_it(cli, homes, original):
     path = homes["claude"] / "settings.json"
     path.parent.mkdir(parents=True)
     path.write_bytes(original.encode())
@@ -160,7 +160,7 @@ def test_uninstall_gives_back_a_trivial_file_instead_of_deleting_it(cli, homes, 
     assert path.read_bytes() == original.encode()
 
 
-def test_a_user_edit_after_install_keeps_their_empty_containers_on_uninstall(cli, homes):  # noqa: F811
+def test_a_user_edit_after_install_keeps_their_empty_containers_on_uninstall(cli, homes):
     """No exact original to give back (the user changed the file since): llmem's members go,
     and the containers the original had (`"hooks": {}`, `"Stop": []`) stay, empty."""
     path = put(homes["claude"] / "settings.json", '{\n  "hooks": {\n    "Stop": []\n  }\n}\n')
@@ -172,7 +172,7 @@ def test_a_user_edit_after_install_keeps_their_empty_containers_on_uninstall(cli
     assert json.loads(path.read_text()) == {"hooks": {"Stop": []}, "model": "opus"}
 
 
-def test_doctor_reports_a_fifo_config_instead_of_hanging_on_it(homes, tmp_path):  # noqa: F811
+def test_doctor_reports_a_fifo_config_instead_of_hanging_on_it(homes, tmp_path):
     import sys
 
     homes["claude"].mkdir(parents=True)

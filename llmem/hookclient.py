@@ -113,20 +113,10 @@ def ask_resident(argv: list[str], stdin_text: str | None, *, path=None,
                     return None
             conn.sendall(request.encode("utf-8"))
             conn.shutdown(socket.SHUT_WR)
-            chunks, size = [], 0
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                conn.settimeout(left)
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > REQUEST_LIMIT:
-                    return None
-        reply = json.loads(b"".join(chunks))
+            received = receive_all(conn, deadline)
+        if received is None:
+            return None
+        reply = json.loads(received)
     except (OSError, ValueError):  # refused, reset, timed out, cut short: the in-process path
         return None
     if not isinstance(reply, dict) or not reply.get("ok"):
@@ -135,6 +125,28 @@ def ask_resident(argv: list[str], stdin_text: str | None, *, path=None,
     if not isinstance(out, str) or not isinstance(err, str):
         return None
     return {"stdout": out, "stderr": err}
+
+
+def receive_all(conn, deadline: float | None = None) -> bytes | None:
+    """Everything the peer sends until it closes its side (both ends of the socket read this
+    way); None past REQUEST_LIMIT bytes or past `deadline` (time.monotonic()); without a
+    deadline, the socket's own timeout bounds each read."""
+    import time
+
+    chunks, size = [], 0
+    while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            conn.settimeout(left)
+        chunk = conn.recv(65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > REQUEST_LIMIT:
+            return None
 
 
 def run_hook(argv: list[str]) -> bool:

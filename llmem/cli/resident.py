@@ -25,7 +25,7 @@ import threading
 
 import click
 
-from ..hookclient import PROTOCOL, REQUEST_LIMIT, environment, socket_path
+from ..hookclient import PROTOCOL, environment, receive_all, socket_path
 
 log = logging.getLogger("llmem.resident")
 # One hook at a time: a SessionStart is ~20-50 ms here, and others wait in the backlog (a
@@ -175,17 +175,11 @@ class Resident:
         conn.settimeout(READ_TIMEOUT_SECONDS)
         if not _same_user(conn):
             return
-        chunks, size = [], 0
-        while True:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > REQUEST_LIMIT:
-                return
+        received = receive_all(conn)
+        if received is None:
+            return
         try:
-            request = json.loads(b"".join(chunks))
+            request = json.loads(received)
             reply = {"ok": True, **self._on_host(self.run, request)}
         except Declined as why:
             reply = {"ok": False, "why": str(why)}

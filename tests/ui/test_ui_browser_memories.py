@@ -132,10 +132,10 @@ def test_a_memory_appears_on_the_open_page_while_the_worker_ingests_a_session(
               f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state}\n"
               f"  opencode:\n    data_dir: {tmp_path / 'no-opencode'}\n"
               "pipeline:\n  idle_debounce_seconds: 0.2\n  min_extraction_interval_seconds: 0\n")
-    out = tmp_path / "run.out"
-    with out.open("w") as sink:
+    out, err = tmp_path / "run.out", tmp_path / "run.err"
+    with out.open("w") as sink, err.open("w") as said:
         runner = subprocess.Popen([sys.executable, "-m", "llmem", "run", "--ui", "--no-browser", "-w", "2"],
-                                  stdout=sink, stderr=subprocess.DEVNULL, env=os.environ.copy())
+                                  stdout=sink, stderr=said, env=os.environ.copy())
     context = chromium.new_context()
     try:
         deadline = time.monotonic() + 20
@@ -147,7 +147,10 @@ def test_a_memory_appears_on_the_open_page_while_the_worker_ingests_a_session(
         page.goto(entry)
         page.goto(entry.split("/?")[0] + "/memories")
         expect(page.locator("#memory-list")).to_contain_text("0 memories")
-        time.sleep(1.0)  # the watcher attached
+        # run says "Ctrl-C stops" once its watcher is attached: a turn written before is not seen.
+        while "Ctrl-C stops" not in err.read_text():
+            assert runner.poll() is None and time.monotonic() < deadline + 40, "llmem run never started"
+            time.sleep(0.05)
         session = CopilotSession(state)
         session.start(locked=False)
         session.turn("remember that the release train leaves on thursdays", "noted", flush=False)

@@ -133,8 +133,8 @@ def check_http_url(value: str) -> str:
     return value.strip()
 
 
-def check_store_url(value: str) -> str:
-    """A store URL: `sqlite:///path` or `postgresql://user[:password]@host[:port]/database`."""
+def _split_url(value: str):
+    """urlsplit of the stripped value, its port checked (a port that is not a number raises)."""
     from urllib.parse import urlsplit
 
     try:
@@ -142,6 +142,12 @@ def check_store_url(value: str) -> str:
         parts.port  # noqa: B018 - raises on a port that is not a number
     except ValueError:
         raise ValueError("not a URL llmem can read") from None
+    return parts
+
+
+def check_store_url(value: str) -> str:
+    """A store URL: `sqlite:///path` or `postgresql://user[:password]@host[:port]/database`."""
+    parts = _split_url(value)
     if parts.scheme == "sqlite":
         if not value.strip().startswith("sqlite:///") or len(value.strip()) <= len("sqlite:///"):
             raise ValueError("a SQLite store is sqlite:///PATH (three slashes, then the file)")
@@ -155,13 +161,7 @@ def check_store_url(value: str) -> str:
 
 def check_queue_url(value: str) -> str:
     """A Redis URL for the queue: `redis://…`, `rediss://…` (TLS) or `unix://…`."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(value.strip())
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        raise ValueError("not a URL llmem can read") from None
+    parts = _split_url(value)
     if parts.scheme not in ("redis", "rediss", "unix"):
         raise ValueError("the queue is a Redis server: redis://HOST:PORT/DB")
     return value.strip()

@@ -229,6 +229,29 @@ def _bulk_indexes(db) -> None:
     db.execute_sql("CREATE INDEX IF NOT EXISTS memory_promoted ON memory(promoted_at) WHERE promoted_at IS NOT NULL")
 
 
+def _viewer_indexes(db) -> None:
+    # The viewer at 100k memories (bench/ui.py). Its "valid" count subtracts the expiring and
+    # the superseded memories from the current ones (ui/pages/memories.py): few rows carry
+    # valid_until, and the supersedes links are read by type, not by scanning every relation.
+    db.execute_sql("CREATE INDEX IF NOT EXISTS memory_expiring ON memory(invalidated_at, valid_until) WHERE valid_until IS NOT NULL")
+    db.execute_sql("CREATE INDEX IF NOT EXISTS relation_type_target ON relation(type, target_id, source_id)")
+    # The overview's recalls per day by origin, from the index alone.
+    db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_day ON recall_event(created_at, origin)")
+    # promotion_generation: a counter every write that can move a promotion bound bumps (a
+    # recall added or removed, a memory invalidated, promoted, edited or deleted), so the
+    # viewer keeps the bounds of 63k recalled memories (aggregating every recall: ~0.1 s of
+    # CPU at 100k) until they may have changed (queries.promotion_generation).
+    db.execute_sql("INSERT OR IGNORE INTO setting(key, value) VALUES ('promotion_generation', '0')")
+    bump = "UPDATE setting SET value = CAST(value AS INTEGER) + 1 WHERE key = 'promotion_generation';"
+    for name, event in (("recall_event_generation_ai", "AFTER INSERT ON recall_event"),
+                        ("recall_event_generation_au", "AFTER UPDATE ON recall_event"),
+                        ("recall_event_generation_ad", "AFTER DELETE ON recall_event"),
+                        ("memory_generation_ad", "AFTER DELETE ON memory"),
+                        ("memory_generation_au", "AFTER UPDATE OF invalidated_at, promoted_at, content, summary,"
+                                                 " metadata, type, project, source, trust ON memory")):
+        db.execute_sql(f"CREATE TRIGGER IF NOT EXISTS {name} {event} BEGIN {bump} END")
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -247,6 +270,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0012_episodes", _add_episodes),
     ("0016_vector_file", _log_vector_changes),
     ("0015_bulk_indexes", _bulk_indexes),
+    ("0019_viewer_indexes", _viewer_indexes),
 ]
 
 

@@ -188,6 +188,32 @@ MIGRATIONS = [
         "ALTER TABLE session_cursor ADD COLUMN episode_cursor TEXT",
         "CREATE INDEX memory_source_created ON memory(source, created_at)",
     ))),
+    # The SQLite store's 0015_bulk_indexes and 0019_viewer_indexes: the viewer's lists in
+    # order under each filter, its counts from indexes, promotion's recall aggregates, and
+    # the promotion_generation counter (statement triggers: one bump per writing statement).
+    ("pg0005_viewer_indexes", _run((
+        "CREATE INDEX memory_created ON memory(created_at, seq)",
+        "CREATE INDEX memory_current_created ON memory(invalidated_at, created_at, seq)",
+        "CREATE INDEX memory_type_created ON memory(type, invalidated_at, created_at, seq)",
+        "CREATE INDEX memory_project_created ON memory(project, invalidated_at, created_at, seq)",
+        "CREATE INDEX memory_current_type ON memory(invalidated_at, type)",
+        "CREATE INDEX memory_promoted ON memory(promoted_at) WHERE promoted_at IS NOT NULL",
+        "CREATE INDEX memory_expiring ON memory(invalidated_at, valid_until) WHERE valid_until IS NOT NULL",
+        "CREATE INDEX relation_type_target ON relation(type, target_id, source_id)",
+        "CREATE INDEX recall_event_signals ON recall_event(memory_id, origin, query_hash, created_at, score)",
+        "CREATE INDEX recall_event_day ON recall_event(created_at, origin)",
+        "INSERT INTO setting(key, value) VALUES ('promotion_generation', '0') ON CONFLICT (key) DO NOTHING",
+        """CREATE FUNCTION llmem_bump_promotion_generation() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+               UPDATE setting SET value = (value::bigint + 1)::text WHERE key = 'promotion_generation';
+               RETURN NULL;
+           END $$""",
+        "CREATE TRIGGER recall_event_generation AFTER INSERT OR UPDATE OR DELETE ON recall_event "
+        "FOR EACH STATEMENT EXECUTE FUNCTION llmem_bump_promotion_generation()",
+        "CREATE TRIGGER memory_generation AFTER DELETE OR UPDATE OF invalidated_at, promoted_at, content, "
+        "summary, metadata, type, project, source, trust ON memory "
+        "FOR EACH STATEMENT EXECUTE FUNCTION llmem_bump_promotion_generation()",
+    ))),
 ]
 
 # Held for the whole migration, so two machines opening a new store at once do not both

@@ -33,7 +33,13 @@ from zoneinfo import ZoneInfo
 from ..capture.taxonomy import enough_evidence, is_heuristic
 from ..db.bulk import memory_rows_by_id
 from ..db.models import EPISODE_SOURCE, USER_ORIGINS
-from ..db.queries import metadata_value, promotion_generation, recall_bounds, recall_counts_outside, recall_rows
+from ..db.queries import (
+    metadata_value,
+    promotion_generation,
+    recall_bounds,
+    recall_counts_outside,
+    recall_rows,
+)
 from ..times import days_between, now
 from ..trust import EXTERNAL
 from .artefacts import artefact_reason

@@ -129,8 +129,9 @@ def test_kept_promotion_bounds_give_the_fresh_ranking_after_every_kind_of_write(
     store.delete(memories[9].id)  # deleted, its recalls with it
     same_as_fresh(True)
     generation = promotion_generation(store.db)
-    Memory.update(confidence=0.2).where(Memory.id == memories[1].id).execute()  # moves no bound
-    assert promotion_generation(store.db) == generation
+    Memory.update(confidence=0.2, metadata={"decayed_at": 1.0}).where(Memory.id == memories[1].id).execute()
+    store.update(memories[2].id, content="memory 2 about the release of service 2")  # scored fresh
+    assert promotion_generation(store.db) == generation  # no bound moved
     same_as_fresh(False)
 
 

@@ -83,6 +83,15 @@ def insert_relations(db, rows: Iterable[tuple[str, str, str, float]]) -> int:
     return cursor.rowcount
 
 
+def delete_relations(db, rows: Sequence[tuple[str, str, str]]) -> int:
+    """DELETE the relations (source_id, target_id, type); return how many were there."""
+    if not rows:
+        return 0
+    cursor = db.cursor()
+    cursor.executemany("DELETE FROM relation WHERE source_id = ? AND target_id = ? AND type = ?", rows)
+    return cursor.rowcount
+
+
 def insert_actions(db, rows: Iterable[tuple]) -> None:
     """INSERT dream journal rows (run_id, phase, kind, op, memory_id, before, after, created_at)."""
     db.cursor().executemany(

@@ -238,17 +238,20 @@ def _viewer_indexes(db) -> None:
     # The overview's recalls per day by origin, from the index alone.
     db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_day ON recall_event(created_at, origin)")
     # promotion_generation: a counter every write that can move a promotion bound bumps (a
-    # recall added or removed, a memory invalidated, promoted, edited or deleted), so the
-    # viewer keeps the bounds of 63k recalled memories (aggregating every recall: ~0.1 s of
-    # CPU at 100k) until they may have changed (queries.promotion_generation).
+    # recall added, changed or removed; a memory invalidated, promoted or deleted: the bounds
+    # read nothing else), so the viewer keeps the bounds of 63k recalled memories (aggregating
+    # every recall: ~0.1 s of CPU at 100k) until they may have changed
+    # (queries.promotion_generation). A decay, which rewrites confidence and metadata of
+    # most memories, bumps nothing.
     db.execute_sql("INSERT OR IGNORE INTO setting(key, value) VALUES ('promotion_generation', '0')")
     bump = "UPDATE setting SET value = CAST(value AS INTEGER) + 1 WHERE key = 'promotion_generation';"
     for name, event in (("recall_event_generation_ai", "AFTER INSERT ON recall_event"),
                         ("recall_event_generation_au", "AFTER UPDATE ON recall_event"),
                         ("recall_event_generation_ad", "AFTER DELETE ON recall_event"),
                         ("memory_generation_ad", "AFTER DELETE ON memory"),
-                        ("memory_generation_au", "AFTER UPDATE OF invalidated_at, promoted_at, content, summary,"
-                                                 " metadata, type, project, source, trust ON memory")):
+                        ("memory_generation_au", "AFTER UPDATE OF invalidated_at, promoted_at ON memory"
+                                                 " WHEN old.invalidated_at IS NOT new.invalidated_at"
+                                                 " OR old.promoted_at IS NOT new.promoted_at")):
         db.execute_sql(f"CREATE TRIGGER IF NOT EXISTS {name} {event} BEGIN {bump} END")
 
 

@@ -123,8 +123,8 @@ def recall_bounds(db, origins: tuple[str, ...], *, at: float, weights: dict[str,
 
 
 def promotion_generation(db) -> str | None:
-    """A value that changes whenever a write may move a promotion bound (a recall added or
-    removed; a memory invalidated, promoted, edited or deleted: triggers of
+    """A value that changes whenever a write may move a promotion bound (a recall added,
+    changed or removed; a memory invalidated, promoted or deleted: triggers of
     0019_viewer_indexes bump it), so `recall_bounds` read at one value holds while it is
     unchanged. Read it before the bounds: a write in between then only costs a re-read."""
     row = db.execute_sql("SELECT value FROM setting WHERE key = 'promotion_generation'").fetchone()

@@ -310,8 +310,9 @@ def ranked_top(store, cfg: dict[str, Any], *, top: int, at: float | None = None,
     `kept` (a dict the caller keeps between calls: the viewer's) holds the bounds from one
     call to the next while the store's promotion_generation is unchanged: reading them
     aggregates every recall. Bounds read earlier stay bounds later, as recency only falls
-    with time and nothing else in them moves without a new generation, so the places and
-    counts are as exact as from a fresh read.
+    with time and nothing else in them moves without a new generation (the text, type and
+    metadata of a memory are read fresh when it is scored), so the places and counts are as
+    exact as from a fresh read.
     """
     at = at or now()
     budget = max(SCORED_PER_PLACE * top, 150)

@@ -210,8 +210,7 @@ MIGRATIONS = [
            END $$""",
         "CREATE TRIGGER recall_event_generation AFTER INSERT OR UPDATE OR DELETE ON recall_event "
         "FOR EACH STATEMENT EXECUTE FUNCTION llmem_bump_promotion_generation()",
-        "CREATE TRIGGER memory_generation AFTER DELETE OR UPDATE OF invalidated_at, promoted_at, content, "
-        "summary, metadata, type, project, source, trust ON memory "
+        "CREATE TRIGGER memory_generation AFTER DELETE OR UPDATE OF invalidated_at, promoted_at ON memory "
         "FOR EACH STATEMENT EXECUTE FUNCTION llmem_bump_promotion_generation()",
     ))),
 ]

@@ -95,14 +95,17 @@ def test_the_pages_top_candidates_and_counts_are_those_of_scoring_every_one(home
         assert ranked.ready == sum(1 for c in every if c.passes) > 0
 
 
-def test_kept_promotion_bounds_give_the_fresh_ranking_after_every_kind_of_write(home):
+def test_kept_promotion_bounds_give_the_fresh_ranking_after_every_kind_of_write(store_url):
     """The viewer keeps the bounds (reading them aggregates every recall) while the store's
     promotion_generation holds; each write that can move a bound bumps it (triggers of
-    0019_viewer_indexes), so the kept ranking is always the one a fresh read gives."""
+    0019_viewer_indexes, pg0005_viewer_indexes), so the kept ranking is always the one a
+    fresh read gives."""
+    from llmem.config import defaults
     from llmem.db.queries import promotion_generation
+    from llmem.store import Store
 
-    store, config = open_store(home)
-    cfg = {**config.values["dream"], "min_recall_count": 2, "min_unique_queries": 2, "min_score": 0.3}
+    store = Store.open(store_url)
+    cfg = {**defaults()["dream"], "min_recall_count": 2, "min_unique_queries": 2, "min_score": 0.3}
     memories = [add(store, f"memory {i} about the deploy of service {i}", age_days=10) for i in range(12)]
     for i, memory in enumerate(memories):
         recall(store, memory, [f"q{k}" for k in range(1 + i % 4)], score=0.5 + i / 40)
@@ -133,6 +136,7 @@ def test_kept_promotion_bounds_give_the_fresh_ranking_after_every_kind_of_write(
     store.update(memories[2].id, content="memory 2 about the release of service 2")  # scored fresh
     assert promotion_generation(store.db) == generation  # no bound moved
     same_as_fresh(False)
+    store.close()
 
 
 def test_dream_json_lists_a_bounded_number_of_actions_unless_asked(home):

@@ -190,7 +190,7 @@ MIGRATIONS = [
     ))),
     # The SQLite store's 0015_bulk_indexes and 0019_viewer_indexes: the viewer's lists in
     # order under each filter, its counts from indexes, promotion's recall aggregates, and
-    # the promotion_generation counter (statement triggers: one bump per writing statement).
+    # the promotion_generation counter (a statement trigger bumps it once per writing statement).
     ("pg0005_viewer_indexes", _run((
         "CREATE INDEX memory_created ON memory(created_at, seq)",
         "CREATE INDEX memory_current_created ON memory(invalidated_at, created_at, seq)",
@@ -210,8 +210,13 @@ MIGRATIONS = [
            END $$""",
         "CREATE TRIGGER recall_event_generation AFTER INSERT OR UPDATE OR DELETE ON recall_event "
         "FOR EACH STATEMENT EXECUTE FUNCTION llmem_bump_promotion_generation()",
-        "CREATE TRIGGER memory_generation AFTER DELETE OR UPDATE OF invalidated_at, promoted_at ON memory "
+        "CREATE TRIGGER memory_generation_delete AFTER DELETE ON memory "
         "FOR EACH STATEMENT EXECUTE FUNCTION llmem_bump_promotion_generation()",
+        # A row trigger with its condition: a save writes every column, changed or not.
+        "CREATE TRIGGER memory_generation_update AFTER UPDATE OF invalidated_at, promoted_at ON memory "
+        "FOR EACH ROW WHEN (OLD.invalidated_at IS DISTINCT FROM NEW.invalidated_at "
+        "OR OLD.promoted_at IS DISTINCT FROM NEW.promoted_at) "
+        "EXECUTE FUNCTION llmem_bump_promotion_generation()",
     ))),
 ]
 

@@ -15,3 +15,12 @@ def seqs_passing(db, seqs: list[int], where: str, params: list) -> set[int]:
 def probe_write(db) -> None:
     with db.atomic():
         db.execute_sql("CREATE TEMP TABLE IF NOT EXISTS doctor_probe(x integer)")
+
+
+def recall_bounds(db, origins: tuple[str, ...], **terms) -> tuple[int, list[tuple[str, float, bool]]]:
+    # LEAST and GREATEST are Postgres's min and max of values; its CAST rounds, so the
+    # integer part is floor's (the numbers are never negative).
+    from ..queries import bounds_of_recalls
+
+    return bounds_of_recalls(db, origins, least="LEAST", greatest="GREATEST", whole="CAST(floor({}) AS INTEGER)",
+                             **terms)

@@ -113,13 +113,13 @@ def test_kept_promotion_bounds_give_the_fresh_ranking_after_every_kind_of_write(
     Memory = store.models.Memory
 
     def same_as_fresh(expect_new_generation: bool) -> None:
-        before = kept.get("key")
+        before = kept.get("entry", (None,))[0]
         at = now()
         ranked = ranked_top(store, cfg, top=5, at=at, kept=kept)
         fresh = ranked_top(store, cfg, top=5, at=at)
         assert [c.memory_id for c in ranked.top] == [c.memory_id for c in fresh.top]
         assert (ranked.total, ranked.ready) == (fresh.total, fresh.ready)
-        assert (kept["key"] != before) == expect_new_generation
+        assert (kept["entry"][0] != before) == expect_new_generation
 
     same_as_fresh(True)
     same_as_fresh(False)  # nothing written: the kept bounds serve

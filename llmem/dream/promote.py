@@ -347,8 +347,9 @@ def _bounds(store, cfg: dict[str, Any], at: float, budget: int,
     gates = (cfg["min_recall_count"], cfg["min_unique_queries"], cfg["min_score"])
     generation = promotion_generation(store.db) if kept is not None else None
     key = (str(store.db.database), generation, budget, gates)
-    if generation is not None and kept.get("key") == key and kept["at"] <= at:
-        return kept["bounds"]
+    entry = kept.get("entry") if kept is not None else None  # one tuple: the viewer's threads share it
+    if generation is not None and entry is not None and entry[0] == key and entry[1] <= at:
+        return entry[2]
     frequency = [min(1.0, math.log1p(r) / math.log1p(FREQUENCY_SATURATION)) for r in range(FREQUENCY_SATURATION + 1)]
     found = recall_bounds(
         store.db, COUNTED_ORIGINS, at=at, weights=WEIGHTS, frequency=frequency, burst=float(BURST_WINDOW),
@@ -357,7 +358,7 @@ def _bounds(store, cfg: dict[str, Any], at: float, budget: int,
         constant=WEIGHTS["conceptual_richness"] + PHASE_BOOST_MAX + max(ORDER_SHIFT.values()) + 1e-9,
         top=budget, gates=gates)
     if generation is not None:
-        kept.update(key=key, at=at, bounds=found)
+        kept["entry"] = (key, at, found)
     return found
 
 

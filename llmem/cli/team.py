@@ -67,8 +67,9 @@ def store_copy(app, target_url, merge, as_json):
     A copy killed midway resumes where it stopped when run again. The source is not changed;
     point llmem at the copy with `llmem config set store.url URL` when it is done."""
     from ..config import check_store_url
-    from ..db.backend import masked_url
+    from ..db.connection import names_this_store
     from ..errors import LlmemError, UsageError
+    from ..redact import masked_url
     from ..store import Store
     from ..transfer import copy_store
 
@@ -76,7 +77,7 @@ def store_copy(app, target_url, merge, as_json):
         check_store_url(target_url)
     except ValueError as exc:
         raise UsageError(f"--to: {exc}", hint="a postgresql://… URL or sqlite:///PATH") from None
-    if _same_store(app.store.db.location, target_url):
+    if names_this_store(app.store.db, target_url):
         raise UsageError("the target is the store itself", hint="--to names another store")
     target = Store.open(target_url)
     try:
@@ -100,18 +101,3 @@ def store_copy(app, target_url, merge, as_json):
         click.echo(f"Done. To use it: llmem config set store.url '{masked_url(target_url)}' "
                    "(with the password, or in ~/.pgpass), then `llmem queue --reset` to requeue pending events.")
 
-
-def _same_store(location, target_url: str) -> bool:
-    """Whether `target_url` names the store at `location` (a file by its identity, a server's
-    database by its URL without the password)."""
-    import os
-
-    from ..db.backend import is_server_url, masked_url, sqlite_path
-
-    if is_server_url(target_url):
-        return masked_url(target_url) == str(location)
-    target = sqlite_path(target_url)
-    try:
-        return target.exists() and os.path.samefile(target, str(location))
-    except OSError:
-        return False

@@ -11,9 +11,10 @@ import threading
 import click
 
 from ..pipeline.kinds import EventKind
+from .choices import adapter_choice
 from .output import bounded_int, http_url, json_option, json_text, print_json
 
-ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "claude", "codex", "none"])
+ADAPTER_CHOICE = adapter_choice()
 HOOK_LOG = "hooks.log"
 # Claude Code spills injected context above 10,000 characters into a file the model only sees
 # a preview of: the block stays under this.

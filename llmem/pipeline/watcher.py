@@ -585,8 +585,8 @@ class SessionWatcher:
             # One idle per finished reply, whether or not the session was ever seen busy (a
             # whole turn in one transaction, a short turn between two looks). Every idle is
             # emitted at once: the worker holds the LLM pass to the extraction interval.
-            # An ended session has none: its ending covered the reply (an OpenCode session
-            # archived inside the idle debounce, looked at again after a restart).
+            # An ended session has none: its ending covered the reply (a session archived
+            # inside the idle debounce, looked at again after a restart).
             if not self._emit_unless_hooked(adapter, session_id, "idle", lifecycle):
                 return False
             state.idle_reply = lifecycle.reply_id

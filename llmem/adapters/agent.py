@@ -218,6 +218,12 @@ class Agent:
     context_cap: int | None = None
     # The folder variables the agent itself obeys (setup/environment.py hands them on).
     folder_variables: tuple[str, ...] = ()
+    # Its hook events (Claude Code's schema, which Codex shares) → (llmem moment, timeout s):
+    # what `llmem install` writes (setup/agents.py, each agent's recipe).
+    hook_events: dict[str, tuple[str, int]] = {}
+    # It starts an MCP server without passing its environment through: the entry llmem
+    # writes carries the folder variables in `env`.
+    mcp_env_filtered: bool = False
 
     def id_rank(self, session_id: str) -> int:
         """How surely a session id is this agent's: 2 only ours, 1 could be, 0 not."""

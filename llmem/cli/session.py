@@ -404,7 +404,7 @@ def install_group():
     """Connect llmem to an agent: its hooks (or plugin) and its MCP server `llmem mcp`."""
 
 
-_PART_LABELS = {"plugin": "the OpenCode plugin", "hooks": "the {label} hooks",
+_PART_LABELS = {"plugin": "the {label} plugin", "hooks": "the {label} hooks",
                 "notify": "Codex's notify program", "mcp": "the llmem MCP server for {label}"}
 
 
@@ -412,11 +412,11 @@ def _report(outcome, as_json: bool) -> None:
     if as_json:
         print_json(outcome.as_dict())
         return
-    from ..setup.agents import LABELS
+    from ..setup.agents import label
 
     shown_backups = set()
     for part in outcome.parts:
-        what = _PART_LABELS[part.part].format(label=LABELS[outcome.agent])
+        what = _PART_LABELS[part.part].format(label=label(outcome.agent))
         subject, be = what[0].upper() + what[1:], "are" if part.part == "hooks" else "is"
         where = part.path
         message = {

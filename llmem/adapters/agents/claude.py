@@ -96,6 +96,10 @@ class Claude(Agent):
     context_cap = 9500
     folder_variables = ("CLAUDE_CONFIG_DIR",)
 
+    # SessionStart answers with the context block; the others queue their work and return.
+    hook_events = {"SessionStart": ("created", 30), "PreCompact": ("compacting", 15),
+                   "Stop": ("idle", 15), "SessionEnd": ("ending", 15)}
+
     def config_home(self, config) -> Path:
         """$CLAUDE_CONFIG_DIR when set (Claude Code itself obeys it), else session.claude.config_dir."""
         from llmem.adapters.detect import claude_config_dir

@@ -56,7 +56,7 @@ class CodexWatch(JsonlWatch):
 
 class Codex(Agent):
     name = "codex"
-    label = "Codex"
+    label = "Codex CLI"
     folder_name = "home folder"
     config_key = "session.codex.home"
     own_ids = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
@@ -64,6 +64,11 @@ class Codex(Agent):
     hook_format = "codex"
     context_cap = 9000
     folder_variables = ("CODEX_HOME",)
+
+    # As Claude Code's; Codex clamps SessionEnd hooks to 3 s, with a warning for a longer timeout.
+    hook_events = {"SessionStart": ("created", 30), "PreCompact": ("compacting", 15),
+                   "Stop": ("idle", 15), "SessionEnd": ("ending", 3)}
+    mcp_env_filtered = True  # Codex passes an allow-list of variables
 
     def home(self, config) -> Path:
         """$CODEX_HOME when set (Codex itself obeys it), else session.codex.home."""

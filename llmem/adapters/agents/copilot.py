@@ -75,12 +75,14 @@ def _session_written_after(session_dir: Path, horizon: float) -> bool:
 
 class Copilot(Agent):
     name = "copilot"
-    label = "Copilot"
+    label = "Copilot CLI"
     folder_name = "session-state folder"
     config_key = "session.copilot.state_dir"
     shared_ids = UUID
     hook_format = "copilot"
     folder_variables = ("COPILOT_HOME",)
+
+    mcp_env_filtered = True  # Copilot's docs promise only PATH
 
     def store_dir(self, config) -> Path:
         from llmem.paths import expand

@@ -16,12 +16,6 @@ from .output import bounded_int, http_url, json_option, json_text, print_json
 
 ADAPTER_CHOICE = adapter_choice()
 HOOK_LOG = "hooks.log"
-# Claude Code spills injected context above 10,000 characters into a file the model only sees
-# a preview of: the block stays under this.
-CLAUDE_CONTEXT_CHARS = 9500
-# Codex spills a hook's context above ~2,500 tokens into a file the model only sees a preview
-# of: the block stays under this.
-CODEX_CONTEXT_CHARS = 9000
 
 log = logging.getLogger("llmem.hooks")
 # Set by cli/resident.py while a resident llmem answers a hook in this thread: the hook's
@@ -379,9 +373,10 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
             # context.py (~10 ms to import) is loaded only for SessionStart.
             if kind != "created" or not result.get("context"):
                 return
+            from ..adapters.registry import get_agent
             from ..context import cut_block
 
-            cap = CLAUDE_CONTEXT_CHARS if fmt == "claude" else CODEX_CONTEXT_CHARS
+            cap = get_agent(fmt).context_cap  # the agent's unit: what its format carries unspilled
             block = cut_block(result["context"], cap)
             if block:
                 _echo(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",

@@ -93,6 +93,8 @@ class Claude(Agent):
     config_key = "session.claude.config_dir"
     shared_ids = UUID
     hook_format = "claude"
+    # Claude Code spills injected context above 10,000 characters into a file the model only
+    # sees a preview of: the block stays under this.
     context_cap = 9500
     folder_variables = ("CLAUDE_CONFIG_DIR",)
 

@@ -62,6 +62,8 @@ class Codex(Agent):
     own_ids = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
     shared_ids = UUID
     hook_format = "codex"
+    # Codex spills a hook's context above ~2,500 tokens into a file the model only sees a
+    # preview of: the block stays under this.
     context_cap = 9000
     folder_variables = ("CODEX_HOME",)
 

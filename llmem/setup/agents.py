@@ -68,9 +68,7 @@ def _env_or(variable: str, configured: str) -> Path:
 
 def claude_home(config) -> Path:
     """Claude Code's config home: $CLAUDE_CONFIG_DIR, else session.claude.config_dir."""
-    from ..adapters.detect import claude_config_dir
-
-    return claude_config_dir(expand(config.values["session"]["claude"]["config_dir"]))
+    return _unit("claude").config_home(config)
 
 
 def claude_json_path(config) -> Path:
@@ -85,9 +83,7 @@ def claude_json_path(config) -> Path:
 
 def codex_home(config) -> Path:
     """Codex's home: $CODEX_HOME, else session.codex.home."""
-    from ..adapters.detect import codex_home_dir
-
-    return codex_home_dir(expand(config.values["session"]["codex"]["home"]))
+    return _unit("codex").home(config)
 
 
 def copilot_home(config) -> Path:

@@ -8,6 +8,7 @@ the Copilot adapter even when OpenCode is installed too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from llmem.adapters import registry
@@ -22,7 +23,6 @@ from llmem.adapters.base import (
     UnknownAdapter,
     validate_session_id,
 )
-from llmem.adapters.detect import detect_adapter
 
 # The names as llmem ships them; registry.adapter_names() / config_choices() read the live list.
 ADAPTER_NAMES = registry.adapter_names()
@@ -42,10 +42,7 @@ def id_shape(session_id: str) -> str | None:
 def detect_from_config(config) -> str:
     """The first agent in the registry whose store holds sessions, or `none` (session.adapter:
     auto, where a single reader is wanted)."""
-    for agent in registry.all_agents():
-        if agent.holds_sessions(agent.store_dir(config)):
-            return agent.name
-    return registry.NONE
+    return detect_adapter({agent.name: agent.store_dir(config) for agent in registry.all_agents()})
 
 
 def present_agents(config) -> list[str]:
@@ -110,36 +107,33 @@ class NoneAdapter:
         raise NoTranscript("no_transcript: session.adapter is 'none'")
 
 
-def get_adapter(
-    name: str,
-    *,
-    opencode_data_dir: str | Path | None = None,
-    copilot_state_dir: str | Path | None = None,
-    copilot_share_dir: str | Path | None = None,
-    claude_dir: str | Path | None = None,
-    codex_home: str | Path | None = None,
-) -> SessionAdapter:
-    """The adapter called `name` (or `auto`), built from the folders given (the stores of the
-    shipped agents, named as their config keys name them); others are ignored."""
-    stores = {"opencode": opencode_data_dir, "copilot": copilot_state_dir,
-              "claude": Path(claude_dir) / "projects" if claude_dir is not None else None,
-              "codex": Path(codex_home) / "sessions" if codex_home is not None else None}
+def detect_adapter(stores: Mapping[str, str | Path | None]) -> str:
+    """The first agent, in registry order, whose store (agent name → the folder of its
+    sessions, adapters/agent.py `store_dir`) holds sessions, or `none`."""
+    for agent in registry.all_agents():
+        store = stores.get(agent.name)
+        if store is not None and agent.holds_sessions(Path(store).expanduser()):
+            return agent.name
+    return registry.NONE
+
+
+def get_adapter(name: str, stores: Mapping[str, str | Path | None] | None = None) -> SessionAdapter:
+    """The adapter called `name` (or `auto`) over the store folder given for it in `stores`
+    (agent name → folder); the other folders are ignored."""
+    stores = stores or {}
     if name == registry.AUTO:
-        name = detect_adapter(opencode_data_dir, copilot_state_dir, claude_dir, codex_home)
+        name = detect_adapter(stores)
     if name == registry.NONE:
         return NoneAdapter()
     if name not in registry.AGENT_MODULES:
         raise UnknownAdapter(
             f"unknown session adapter {name!r}; choose one of: {', '.join(registry.config_choices())}"
         )
+    agent = registry.get_agent(name)
     store = stores.get(name)
     if store is None:
-        agent = registry.get_agent(name)
         raise AdapterError(f"the {name} adapter needs {agent.label}'s {agent.folder_name} ({agent.config_key})")
-    adapter = registry.get_agent(name).reader_at(Path(store).expanduser())
-    if name == "copilot" and copilot_share_dir is not None:
-        adapter.share_dir = Path(copilot_share_dir).expanduser()
-    return adapter
+    return agent.reader_at(Path(store).expanduser())
 
 
 def adapter_from_config(config, name: str | None = None) -> SessionAdapter:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .choices import config_adapter_choice
+from .choices import config_adapter_choice, native_choice
 from .memory import catch_up_embeddings
 from .output import bounded_int, http_url, json_option, notice, print_json, progress_bar
 
@@ -359,7 +359,7 @@ def config_check(app, as_json):
 
 
 @click.command("import-native")
-@click.argument("agent", type=click.Choice(["claude", "codex", "copilot", "opencode"]))  # adapters/native.py reads these four
+@click.argument("agent", type=native_choice())
 @click.option("--project", "project_dir", type=click.Path(file_okay=False),
               help="Project folder whose instruction files to read (default: the current folder).")
 @click.option("--dry-run", is_flag=True, help="Show what would be added or retired; write nothing.")

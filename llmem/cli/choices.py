@@ -3,42 +3,55 @@ so an agent added to the registry is offered without editing any command."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
 
-class AgentChoice(click.Choice):
-    """The registered agents' names, with `first` before them and `last` after them
-    (`auto`, `none`). Read when click checks or shows the value, not when the CLI is imported."""
+class ReadChoice(click.Choice):
+    """A click.Choice whose values `read()` gives when click checks or shows them, not when
+    the CLI is imported (which loads no agent's module)."""
 
-    def __init__(self, first: tuple[str, ...] = (), last: tuple[str, ...] = ()):
-        self.first, self.last = first, last
+    def __init__(self, read: Callable[[], tuple[str, ...]]):
+        self.read = read
         super().__init__((), case_sensitive=True)
 
     @property
     def choices(self) -> tuple[str, ...]:
-        from ..adapters.registry import agent_names
-
-        return (*self.first, *agent_names(), *self.last)
+        return tuple(self.read())
 
     @choices.setter
-    def choices(self, _value) -> None:  # click.Choice.__init__ sets it; the registry is the truth
+    def choices(self, _value) -> None:  # click.Choice.__init__ sets it; `read` is the truth
         pass
 
 
-def agent_choice() -> AgentChoice:
+def _registry():
+    from ..adapters import registry
+
+    return registry
+
+
+def agent_choice() -> ReadChoice:
     """An agent's name."""
-    return AgentChoice()
+    return ReadChoice(lambda: _registry().agent_names())
 
 
-def adapter_choice() -> AgentChoice:
+def adapter_choice() -> ReadChoice:
     """What `--adapter` takes: an agent or none."""
-    from ..adapters.registry import NONE
-
-    return AgentChoice(last=(NONE,))
+    return ReadChoice(lambda: _registry().adapter_names())
 
 
-def config_adapter_choice() -> AgentChoice:
+def config_adapter_choice() -> ReadChoice:
     """What session.adapter takes: auto, an agent or none."""
-    from ..adapters.registry import AUTO, NONE
+    return ReadChoice(lambda: _registry().config_choices())
 
-    return AgentChoice(first=(AUTO,), last=(NONE,))
+
+def native_choice() -> ReadChoice:
+    """The agents whose instruction files `import-native` reads (adapters/native.py)."""
+
+    def read() -> tuple[str, ...]:
+        from ..adapters.native import NATIVE_AGENTS
+
+        return tuple(NATIVE_AGENTS)
+
+    return ReadChoice(read)

@@ -117,7 +117,7 @@ def copilot_mcp_path(config) -> Path:
 # ---- what llmem writes ----------------------------------------------------------------------
 
 def hook_command(command: list[str], agent: str, kind: str) -> str:
-    return f"{shlex.join(command)} hook --adapter {agent} --format {agent} --type {kind}"
+    return f"{shlex.join(command)} hook --adapter {agent} --format {_unit(agent).hook_format} --type {kind}"
 
 
 def desired_hooks(command: list[str], agent: str) -> dict[str, dict]:
@@ -189,7 +189,7 @@ def is_llmem_hook(entry: Any, agent: str) -> bool:
         return False
     text = entry.get("command")
     return isinstance(text, str) and " hook " in text and f"--adapter {agent}" in text \
-        and f"--format {agent}" in text
+        and f"--format {_unit(agent).hook_format}" in text
 
 
 # ---- reading and writing the user's files ---------------------------------------------------

@@ -5,6 +5,7 @@ JSONL agent, Copilot included, is followed by the one tail in adapters/base.py."
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -78,6 +79,13 @@ def test_a_fifth_agent_owns_its_ids_and_is_offered_by_the_cli(jsonlog_agent, cli
     assert code == 0, err
     code, out, err = cli("backfill", "--adapter", "nosuch")
     assert code == 2 and "jsonlog" in err
+    # Doctor finds it (it is the agent present here) and, with no install recipe for it,
+    # checks the hooks of the four it installs into.
+    code, out, err = cli("doctor", "--json")
+    report = json.loads(out)
+    assert report["adapter"] == "jsonlog"
+    assert {check["name"] for check in report["checks"]} >= {"opencode", "copilot", "claude", "codex"}
+    assert "jsonlog" not in {check["name"] for check in report["checks"]}
 
 
 def test_the_watcher_names_no_agent():

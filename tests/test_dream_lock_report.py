@@ -167,3 +167,17 @@ def test_the_confidence_histogram_axis_labels_never_overlap():
     spans.sort()
     assert spans[0][0] >= 0 and spans[-1][1] <= width
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))
+
+
+def test_a_report_path_naming_llmem_home_is_written_there(home, tmp_path, monkeypatch):
+    """dream.report_path expands ~ and $VARIABLES as every other path key does: the report of an
+    applied run lands in $LLMEM_HOME, not in a folder literally named `$LLMEM_HOME`."""
+    monkeypatch.chdir(tmp_path)
+    store, _ = open_store(home, "dream:\n  report_path: $LLMEM_HOME/reports/report.html\n")
+    store.close()
+    reports = home / "reports"
+    reports.mkdir()
+    code, out, err = run_cli("dream", "--apply")
+    assert code == 0, err
+    assert (reports / "report.html").is_file()
+    assert not (tmp_path / "$LLMEM_HOME").exists()

@@ -413,6 +413,14 @@ def section_type(dotted: str) -> type:
     return cls
 
 
+# The sections other modules name in annotations (`cfg: DreamSettings`).
+DreamSettings = section_type("dream")
+CaptureSettings = section_type("capture")
+EmbeddingSettings = section_type("embedding")
+LlmSettings = section_type("llm")
+RedactionSettings = section_type("redaction")
+
+
 def _typed(cls: type, schema: dict, values: dict, paths: Paths) -> dict:
     """The constructor arguments of `cls` from checked values: the one place paths expand."""
     types = {f.name: f.type for f in fields(cls)}

@@ -54,7 +54,7 @@ def claude_home(config) -> Path:
     """Claude Code's config home: $CLAUDE_CONFIG_DIR, else session.claude.config_dir."""
     from ..adapters.detect import claude_config_dir
 
-    return claude_config_dir(expand(config.values["session"]["claude"]["config_dir"]))
+    return claude_config_dir(config.session.claude.config_dir)
 
 
 def claude_json_path(config) -> Path:
@@ -71,17 +71,17 @@ def codex_home(config) -> Path:
     """Codex's home: $CODEX_HOME, else session.codex.home."""
     from ..adapters.detect import codex_home_dir
 
-    return codex_home_dir(expand(config.values["session"]["codex"]["home"]))
+    return codex_home_dir(config.session.codex.home)
 
 
 def copilot_home(config) -> Path:
-    return _env_or("COPILOT_HOME", config.values["session"]["copilot"]["home"])
+    return _env_or("COPILOT_HOME", config.session.copilot.home)
 
 
 def opencode_config_file(config) -> Path:
     """OpenCode's global config: opencode.jsonc wins over opencode.json when both exist (it
     is merged last), and a fresh folder gets opencode.json."""
-    folder = expand(config.values["session"]["opencode"]["config_dir"])
+    folder = config.session.opencode.config_dir
     jsonc = folder / "opencode.jsonc"
     return jsonc if jsonc.exists() else folder / "opencode.json"
 
@@ -635,12 +635,12 @@ def _detected(config, agent: str) -> tuple[bool, Path]:
         has_sessions,
     )
 
-    session = config.values["session"]
+    session = config.session
     if agent == "opencode":
-        data_dir = expand(session["opencode"]["data_dir"])
+        data_dir = session.opencode.data_dir
         return has_opencode_data(data_dir), data_dir
     if agent == "copilot":
-        state_dir = expand(session["copilot"]["state_dir"])
+        state_dir = session.copilot.state_dir
         return has_sessions(state_dir), state_dir
     if agent == "claude":
         home = claude_home(config)

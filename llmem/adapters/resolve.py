@@ -59,13 +59,11 @@ def id_shape(session_id: str) -> str | None:
 
 
 def _store_paths(config) -> dict[str, Path]:
-    from llmem.paths import expand
-
-    session = config.values["session"]
-    return {"opencode": expand(session["opencode"]["data_dir"]),
-            "copilot": expand(session["copilot"]["state_dir"]),
-            "claude": claude_config_dir(expand(session["claude"]["config_dir"])),
-            "codex": codex_home_dir(expand(session["codex"]["home"]))}
+    session = config.session
+    return {"opencode": session.opencode.data_dir,
+            "copilot": session.copilot.state_dir,
+            "claude": claude_config_dir(session.claude.config_dir),
+            "codex": codex_home_dir(session.codex.home)}
 
 
 def present_agents(config) -> list[str]:
@@ -99,7 +97,7 @@ def resolve_adapter(config, session_id: str, name: str | None = None) -> Session
     damaged) raises its own error instead, since the session may well be in it.
     """
     validate_session_id(session_id)
-    chosen = name or config.values["session"]["adapter"]
+    chosen = name or config.session.adapter
     if chosen != "auto":
         return adapter_from_config(config, chosen)
     agents = present_agents(config)
@@ -188,10 +186,8 @@ def get_adapter(
 
 def adapter_from_config(config, name: str | None = None) -> SessionAdapter:
     """The adapter a config selects (or `name`, overriding session.adapter), with its paths."""
-    from llmem.paths import expand
-
-    session = config.values["session"]
+    session = config.session
     paths = _store_paths(config)
-    return get_adapter(name or session["adapter"], opencode_data_dir=paths["opencode"],
-                       copilot_state_dir=paths["copilot"], copilot_share_dir=expand(session["copilot"]["share_dir"]),
+    return get_adapter(name or session.adapter, opencode_data_dir=paths["opencode"],
+                       copilot_state_dir=paths["copilot"], copilot_share_dir=session.copilot.share_dir,
                        claude_dir=paths["claude"], codex_home=paths["codex"])

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..db.watch_sessions import last_watch_session_update, save_watch_session, watch_session_rows
-from ..paths import expand, is_agent_call_dir
+from ..paths import is_agent_call_dir
 
 log = logging.getLogger(__name__)
 
@@ -173,10 +173,10 @@ class SessionWatcher:
     (ARCHITECTURE.md, "Subagents are not users")."""
 
     def __init__(self, config, emit: Callable[[str, str, str], None], *, store=None, clock=time.time):
-        session = config.values["session"]
-        pipeline = config.values["pipeline"]
-        self.opencode_dir = expand(session["opencode"]["data_dir"])
-        self.copilot_dir = expand(session["copilot"]["state_dir"])
+        session = config.session
+        pipeline = config.pipeline
+        self.opencode_dir = session.opencode.data_dir
+        self.copilot_dir = session.copilot.state_dir
         from ..adapters.detect import (
             CLAUDE_PROJECTS_DIR,
             CLAUDE_SESSIONS_DIR,
@@ -185,17 +185,17 @@ class SessionWatcher:
             codex_home_dir,
         )
 
-        claude_dir = claude_config_dir(expand(session["claude"]["config_dir"]))
+        claude_dir = claude_config_dir(session.claude.config_dir)
         self.claude_dir = claude_dir / CLAUDE_PROJECTS_DIR
         # Claude Code's live-process registry: a file removed there is a session that exited.
         self.claude_registry = claude_dir / CLAUDE_SESSIONS_DIR
-        self.codex_dir = codex_home_dir(expand(session["codex"]["home"])) / CODEX_SESSIONS_DIR
-        self.adapter_setting = session["adapter"]
+        self.codex_dir = codex_home_dir(session.codex.home) / CODEX_SESSIONS_DIR
+        self.adapter_setting = session.adapter
         self.emit_callback = emit
         self.clock = clock
-        self.use_polling = pipeline["use_polling"]
-        self.idle_debounce_ms = int(pipeline["idle_debounce_seconds"] * 1000)
-        self.inactivity_ms = int(pipeline["ending_inactivity_minutes"] * 60_000)
+        self.use_polling = pipeline.use_polling
+        self.idle_debounce_ms = int(pipeline.idle_debounce_seconds * 1000)
+        self.inactivity_ms = int(pipeline.ending_inactivity_minutes * 60_000)
         self.states: dict[tuple[str, str], SessionState] = {}
         self.saved = SavedStates(store) if store is not None else None
         self._unsaved: set[tuple[str, str]] = set()

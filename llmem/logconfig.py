@@ -114,20 +114,20 @@ def setup_file_logging(config, component: str, extra_loggers: tuple[str, ...] = 
 
     log_dir = ensure_private_dir(config.log_dir)
     path = log_dir / f"{component}.log"
-    section = config.values["logging"]
+    section = config.logging
     try:
-        handler = OwnRotatingFileHandler(path, maxBytes=section["max_bytes"],
-                                         backupCount=section["backups"], encoding="utf-8")
+        handler = OwnRotatingFileHandler(path, maxBytes=section.max_bytes,
+                                         backupCount=section.backups, encoding="utf-8")
     except OSError as exc:
         raise LlmemError(f"cannot open the log file {path}: {exc.strerror or exc}",
                          hint="check logging.dir in config.yaml and that folder") from None
     private_file(path)  # one an older llmem made with a looser mode
-    _configure(handler, section["level"])
+    _configure(handler, section.level)
     for name in ("llmem", "workers", "huey", *extra_loggers):
         logger = logging.getLogger(name)
         logger.addHandler(handler)
-        if logger.level == logging.NOTSET or logger.level > logging.getLevelName(section["level"]):
-            logger.setLevel(section["level"])
+        if logger.level == logging.NOTSET or logger.level > logging.getLevelName(section.level):
+            logger.setLevel(section.level)
     return path
 
 

@@ -290,7 +290,7 @@ def _next_llm_extraction(app, event: Event, at: float | None = None) -> float | 
     LLM by the size of the jump."""
     import peewee as pw
 
-    from ..db.queries import metadata_value
+    from ..db.queries import metadata_equals
 
     Event = app.store.models.Event
     interval = app.config.pipeline.min_extraction_interval_seconds
@@ -298,11 +298,11 @@ def _next_llm_extraction(app, event: Event, at: float | None = None) -> float | 
         return None
     # The interval spaces LLM passes: it runs from the last extraction that reached the LLM.
     # With no LLM reachable, each moment's heuristics-only pass runs at once.
-    used_llm = metadata_value(Event.result, "steps.extract.result.used_llm")
+    used_llm = metadata_equals(Event.result, "steps.extract.result.used_llm", True)
     last = (Event.select(pw.fn.MAX(Event.finished_at))
             .where((Event.adapter == event.adapter) & (Event.session_id == event.session_id)
                    & Event.kind.in_(("idle", "compacting")) & (Event.status == "done")
-                   & (used_llm == 1) & (Event.id != event.id)).scalar())
+                   & used_llm & (Event.id != event.id)).scalar())
     at = now() if at is None else at
     if last is None or at - last >= interval:
         return None

@@ -24,11 +24,6 @@ log = logging.getLogger(__name__)
 # The parsed copy of the config file, in llmem's config folder (see _read_yaml).
 PARSED_CONFIG_CACHE = ".config.yaml.parsed.json"
 
-MEMORY_TYPES = (
-    "fact", "decision", "preference", "event", "project_state", "procedure",
-    "conversation", "self_assessment",
-)
-
 
 @dataclass(frozen=True)
 class Setting:
@@ -377,10 +372,6 @@ class _ConfigMethods:
     @property
     def diary_path(self) -> Path:
         return self.dream.diary_path
-
-    @property
-    def values(self) -> dict:  # the dict call sites read before the typed sections; going away
-        return self.written
 
     def as_dict(self) -> dict:
         """The validated values as the file gives them (paths unexpanded, nulls kept) over the

@@ -284,3 +284,18 @@ def test_a_reader_loads_no_other_agents_reader(reader):
             "if 'llmem.adapters.' + m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# A config section read as a dict: `config.values["dream"]["x"]`, `app.config.values.get("llm")`.
+CONFIG_AS_DICT = re.compile(r"""\bconfig\.values\b|\.values(\[["']|\.get\()""")
+
+
+def test_config_is_read_through_its_typed_sections():
+    """Every module and test reads `config.dream.report_path` (llmem/config.py builds the typed,
+    expanded sections once): a dict read skips the path expansion and the type."""
+    offenders = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+                 for folder in ("llmem", "tests") for path in sorted((ROOT / folder).rglob("*.py"))
+                 if path not in (ROOT / "llmem" / "config.py", Path(__file__).resolve())
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if CONFIG_AS_DICT.search(line)]
+    assert offenders == []

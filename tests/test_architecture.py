@@ -299,3 +299,12 @@ def test_config_is_read_through_its_typed_sections():
                  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
                  if CONFIG_AS_DICT.search(line)]
     assert offenders == []
+
+
+def test_systemctl_is_run_in_one_place():
+    """`setup/systemd.py` `systemctl` runs it (PATH check, time-out, errors as LlmemError)."""
+    runs = [f"{path.relative_to(ROOT)}:{number}"
+            for path in sorted((ROOT / "llmem").rglob("*.py")) if path != ROOT / "llmem/setup/systemd.py"
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if re.search(r"""\[\s*["']systemctl["']""", line)]
+    assert runs == []

@@ -238,19 +238,16 @@ def _trust_said(trust: dict[str, list[str]]) -> str:
 
 
 def _service_states() -> dict[str, str]:
-    import shutil
-    import subprocess
+    from ..errors import LlmemError
+    from .systemd import systemctl
 
-    if not shutil.which("systemctl"):
-        return {}
     states = {}
     for unit in ("llmem-watch.service", "llmem-worker.service", "llmem-dream.timer"):
         try:
-            out = subprocess.run(["systemctl", "--user", "is-active", unit], capture_output=True,
-                                 text=True, timeout=3)
-            states[unit] = out.stdout.strip() or "unknown"
-        except (OSError, subprocess.SubprocessError):
+            out = systemctl("is-active", unit, timeout=3)
+        except LlmemError:  # no systemctl, or it does not answer: nothing to report
             return {}
+        states[unit] = out.stdout.strip() or "unknown"
     return states
 
 

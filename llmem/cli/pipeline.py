@@ -267,7 +267,7 @@ def logs(app, follow, lines, level, as_json):
     """Show the watcher's, workers' and hooks' log entries (newest last)."""
     import json
 
-    from ..logconfig import LogFollower, at_least, read_entries
+    from ..logreader import LogFollower, at_least, read_entries
 
     def show(entries):
         for entry in entries:

@@ -15,7 +15,7 @@ from starlette.routing import Route
 
 from ...db.settings import get_setting
 from ...errors import UsageError
-from ...logconfig import LEVELS, LogFollower, at_least, tail_entries
+from ...logreader import LEVELS, LogFollower, at_least, tail_entries
 from ...pipeline.events import (
     WORKER_HEARTBEAT_KEY,
     WORKER_STALE_SECONDS,

@@ -24,7 +24,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "architecture"
 # Units: each top-level module or package of llmem, workers, and the `__main__` entry
 # points. Lowest first; a unit imports only units of lower layers, never one of its own.
 LAYERS = [
-    ("__init__", "errors", "times", "processes", "redact", "text", "tokens", "trust"),
+    ("__init__", "errors", "times", "processes", "redact", "text", "tokens", "trust", "svg"),
     ("paths", "hookclient"),
     ("config", "logconfig", "logreader"),
     ("db", "adapters"),

@@ -253,6 +253,11 @@ def test_sections_are_frozen_typed_and_their_defaults_match_the_schema(llmem_hom
     assert section_type("dream")().schedule == SCHEMA["dream"]["schedule"].default
     hints = {f.name: f.type for f in dataclasses.fields(section_type("dream"))}
     assert hints["decay_interval_days"] is int and hints["auto_link_threshold"] == float | None
+    changed = dataclasses.replace(config.dream, min_score=0.1)
+    assert changed.min_score == 0.1 and changed != config.dream and config.dream.min_score == 0.6
+    assert hash(config) == hash(load_config()) and "min_score=0.6" in repr(config.dream)
+    with pytest.raises(TypeError, match="no field min_scor"):
+        section_type("dream")(min_scor=1)
 
 
 def test_with_values_validates_like_the_file(configure):

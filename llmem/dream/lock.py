@@ -21,7 +21,13 @@ import socket
 
 from ..db.journal_rows import fail_running_run
 from ..db.locks import release_server_lock, server_lock_held, take_server_lock
-from ..db.settings import delete_setting, get_setting, set_setting
+from ..db.settings import (
+    claim_setting,
+    delete_setting,
+    delete_settings_before,
+    get_setting,
+    set_setting,
+)
 from ..errors import LlmemError
 from ..processes import process_identity, process_is, process_is_running
 from ..times import now, to_iso
@@ -172,3 +178,21 @@ class DreamLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+SLOT_PREFIX = "dream_slot:"
+
+
+def claim_scheduled_slot(db, slot: str, machine: str) -> str | None:
+    """Claim the scheduled dream of `slot` (its minute, e.g. `2026-12-02T03:00+01:00`) for
+    `machine`: None when claimed, else the machine that claimed it first.
+
+    Every machine sharing a store runs the periodic dream at the same scheduled minute; the
+    lock alone lets a second one run once the first is done (a small store dreams in a
+    second), so the slot itself is claimed, and the night's dream runs once per store."""
+    key = SLOT_PREFIX + slot
+    with db.atomic():
+        if claim_setting(db, key, machine):
+            delete_settings_before(db, SLOT_PREFIX, key)
+            return None
+    return get_setting(db, key) or "another machine"

@@ -451,7 +451,6 @@ DreamSettings = section_type("dream")
 CaptureSettings = section_type("capture")
 EmbeddingSettings = section_type("embedding")
 LlmSettings = section_type("llm")
-RedactionSettings = section_type("redaction")
 
 
 def _typed(cls: type, schema: dict, values: dict, paths: Paths) -> dict:

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TIER1_CONFIDENCE = 0.5
 TREND_MARGIN = 0.10  # a change within ±10 % is "stable"
 
 _CHECKLIST = {

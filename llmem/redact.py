@@ -447,8 +447,7 @@ class Redactor:
 
     @classmethod
     def from_section(cls, section) -> Redactor:
-        """The redactor of a `redaction:` config section (None: built-in
-        patterns, enabled)."""
+        """The redactor of a `redaction:` config section (None: built-in patterns, enabled)."""
         if section is None:
             return cls()
         return cls(section.enabled, section.patterns)

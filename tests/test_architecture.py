@@ -294,7 +294,7 @@ def test_config_is_read_through_its_typed_sections():
     """Every module and test reads `config.dream.report_path` (llmem/config.py builds the typed,
     expanded sections once): a dict read skips the path expansion and the type."""
     offenders = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-                 for folder in ("llmem", "tests") for path in sorted((ROOT / folder).rglob("*.py"))
+                 for folder in ("llmem", "workers", "bench", "tests") for path in sorted((ROOT / folder).rglob("*.py"))
                  if path not in (ROOT / "llmem" / "config.py", Path(__file__).resolve())
                  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
                  if CONFIG_AS_DICT.search(line)]

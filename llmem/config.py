@@ -605,6 +605,7 @@ def render_example(schema: dict | None = None, indent: int = 0, values: dict | N
         lines += [
             "# llmem configuration: every key with its default.",
             "# Copy to ~/.config/llmem/config.yaml (or $LLMEM_HOME/config.yaml) and change what you need.",
+            "# Paths take ~, $LLMEM_HOME and other $VARIABLES.",
             "# Regenerate with: python -c 'from llmem.config import render_example; print(render_example(), end=\"\")'",
             "",
         ]

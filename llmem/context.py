@@ -117,7 +117,7 @@ def read_session(app, session_id: str | None, adapter_name: str | None = None) -
     # were joined (nested YAML), no longer matches its pattern.
     redact = app.store.redactor.text
     view.title = redact((transcript.title or "").strip()) or None
-    view.project = transcript.project_root or transcript.directory
+    view.project = transcript.project
     recent = []
     for message in reversed(transcript.messages):
         if message.role != "user" or message.synthetic or message.kind != "message":

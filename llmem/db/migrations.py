@@ -258,6 +258,14 @@ def _key_by_machine(db) -> None:
     db.execute_sql("DROP TABLE watch_session")
     db.execute_sql("ALTER TABLE watch_session_by_machine RENAME TO watch_session")
 
+
+def _key_projects_by_remote(db) -> None:
+    # A project is keyed by its repository's remote (paths.project_key), one project on every
+    # machine. The memories and cursors of a repository on this machine's disk take its key.
+    from .project_keys import rekey_projects
+
+    rekey_projects(db)
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -277,6 +285,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0016_vector_file", _log_vector_changes),
     ("0015_bulk_indexes", _bulk_indexes),
     ("0020_machines", _key_by_machine),
+    ("0021_project_identity", _key_projects_by_remote),
 ]
 
 

@@ -190,6 +190,12 @@ def _key_by_machine(db) -> None:
                    "DROP CONSTRAINT watch_session_pkey, ADD PRIMARY KEY (machine, adapter, session_id)")
 
 
+def _key_projects_by_remote(db) -> None:
+    from ..project_keys import rekey_projects
+
+    rekey_projects(db)
+
+
 def _run(statements):
     def step(db) -> None:
         for sql in statements:
@@ -207,6 +213,8 @@ MIGRATIONS = [
         "CREATE INDEX memory_source_created ON memory(source, created_at)",
     ))),
     ("pg0006_machines", _key_by_machine),
+    # The SQLite store's 0021_project_identity: projects keyed by their repository's remote.
+    ("pg0007_project_identity", _key_projects_by_remote),
 ]
 
 # Held for the whole migration, so two machines opening a new store at once do not both

@@ -374,6 +374,10 @@ def _frozen(name: str, field_list: list[tuple], doc: str, bases: tuple = (_Froze
     return cls
 
 
+def _typed_default(spec: Setting) -> Any:
+    return spec.typed(spec.default, default_paths())
+
+
 def _section_fields(name: str, schema: dict) -> list[tuple]:
     """The dataclass fields of one table of SCHEMA: a typed field per key, whose default is the
     key's default as load_config gives it (paths expanded when the section is made, under the
@@ -386,8 +390,7 @@ def _section_fields(name: str, schema: dict) -> list[tuple]:
                               f"The `{key}:` settings of config.yaml (fields and defaults: SCHEMA).")
             out.append((key, section, field(default_factory=section)))
         elif spec.kind in ("path", "list"):
-            out.append((key, spec.annotation(),
-                        field(default_factory=partial(lambda s: s.typed(s.default, default_paths()), spec))))
+            out.append((key, spec.annotation(), field(default_factory=partial(_typed_default, spec))))
         else:
             out.append((key, spec.annotation(), field(default=spec.default)))
     return out

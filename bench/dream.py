@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmem.config import Config, defaults  # noqa: E402
+from llmem.config import Config  # noqa: E402
 from llmem.db.derived import text_hash  # noqa: E402
 from llmem.db.fts import identifier_hints  # noqa: E402
 from llmem.db.settings import set_setting  # noqa: E402
@@ -82,14 +82,15 @@ def build(path: Path, n: int, new: int, dim: int, seed: int = 7) -> float:
         memory_id = str(uuid.uuid4())
         # No summary, no metadata: the embedded text is the content.
         memory_rows.append((i + 1, memory_id, mtype, content, identifier_hints(content), 0.7, "extraction",
-                            None, "{}", content_hash(content), text_hash(content), created, created, 0, 1, "agent"))
+                            None, "{}", content_hash(content), text_hash(content), created, created, 0, 1, "agent",
+                            "private"))
         embedding_rows.append((memory_id, MODEL, dim, vectors[i].tobytes(), text_hash(content),
                                created if not is_new else watermark + 60))
     with db.atomic():
         db.cursor().executemany(
             "INSERT INTO memory(seq, id, type, content, hints, confidence, source, project, metadata,"
-            " content_hash, embed_hash, created_at, updated_at, access_count, version, trust)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " content_hash, embed_hash, created_at, updated_at, access_count, version, trust, visibility)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             memory_rows)
         db.cursor().executemany(
             "INSERT INTO embedding(memory_id, model, dim, vector, content_hash, created_at) VALUES (?,?,?,?,?,?)",
@@ -168,9 +169,7 @@ def make_config(home: Path) -> Config:
     paths = default_paths()
     paths = type(paths)(**{**vars(paths), "proposed_changes_path": home / "proposed-changes.md",
                            "memory_md_path": home / "MEMORY.md", "diary_path": home / "dream-diary.md"})
-    values = defaults()
-    values["dream"]["auto_link_threshold"] = 0.85
-    return Config(values, None, paths)
+    return Config(paths=paths).with_values({"dream": {"auto_link_threshold": 0.85}})
 
 
 def measure(label: str, fn, trace: bool):
@@ -206,15 +205,15 @@ def main() -> None:
     print(f"  build                        {time.perf_counter() - started:8.2f} s "
           f"({db_path.stat().st_size / 2**20:.0f} MiB)")
     config = make_config(tmp)
-    cfg = config.values["dream"]
+    cfg = config.dream
     store = Store.open(db_path)
     trace = not args.no_trace
     figures = {}
 
     light, figures["light"], peak_light = measure(
         "light (incremental)",
-        lambda: find_candidates(store, similarity_threshold=cfg["similarity_threshold"],
-                                auto_link_threshold=cfg["auto_link_threshold"], since=watermark), trace)
+        lambda: find_candidates(store, similarity_threshold=cfg.similarity_threshold,
+                                auto_link_threshold=cfg.auto_link_threshold, since=watermark), trace)
     print(f"    changed {light.changed}, compared with {light.compared_with}: "
           f"{len(light.near_duplicates)} near-duplicate pairs, {len(light.auto_links)} auto-links, "
           f"{len(light.exact_duplicates)} exact groups")

@@ -77,7 +77,7 @@ def test_undo_through_the_bulk_path_restores_each_row_and_bumps_its_version(home
 
 def test_the_pages_top_candidates_and_counts_are_those_of_scoring_every_one(home):
     store, config = open_store(home)
-    cfg = config.values["dream"]
+    cfg = config.dream
     rnd = random.Random(5)
     for i in range(90):
         memory = add(store, f"memory {i} on topic {rnd.choice('abcdefgh')} with words {i * 7}", age_days=30)
@@ -100,12 +100,12 @@ def test_kept_promotion_bounds_give_the_fresh_ranking_after_every_kind_of_write(
     promotion_generation holds; each write that can move a bound bumps it (triggers of
     0019_viewer_indexes, pg0005_viewer_indexes), so the kept ranking is always the one a
     fresh read gives."""
-    from llmem.config import defaults
+    from llmem.config import section_type
     from llmem.db.queries import promotion_generation
     from llmem.store import Store
 
     store = Store.open(store_url)
-    cfg = {**defaults()["dream"], "min_recall_count": 2, "min_unique_queries": 2, "min_score": 0.3}
+    cfg = section_type("dream")(min_recall_count=2, min_unique_queries=2, min_score=0.3)
     memories = [add(store, f"memory {i} about the deploy of service {i}", age_days=10) for i in range(12)]
     for i, memory in enumerate(memories):
         recall(store, memory, [f"q{k}" for k in range(1 + i % 4)], score=0.5 + i / 40)

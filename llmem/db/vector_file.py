@@ -55,7 +55,10 @@ SUFFIX = ".vectors"
 REBUILD_SHARE = 0.05
 MIN_REBUILD_ROWS = 2048
 STREAM_ROWS = 4096
-SCAN_ROWS = 1024  # int8 rows converted to float32 per BLAS product of the scan
+# int8 rows converted to float32 per BLAS product of the scan: a block stays in cache, and
+# OpenBLAS runs a product this small on one thread (from 2048 x 384 it spread over threads
+# and, on a loaded machine, cost 25x the CPU time).
+SCAN_ROWS = 512
 PRUNED_KEY = "vector_change_pruned"  # change ids at or below it are gone from the log
 TOKEN_KEY = "vector_store_token"  # set by migration 0016: which store a file belongs to
 

@@ -19,9 +19,9 @@ Every candidate is checked against the table before it is returned, so a deleted
 or a vector of another model never is.
 
 The scan converts SCAN_ROWS int8 rows at a time to float32 (a block that stays in the CPU's
-cache) and multiplies each block with BLAS: as fast as one float32 product over the whole
-matrix, which reads four times the bytes (a whole-matrix int8 product is 4x slower: numpy
-has no integer BLAS and would upcast it all). Sign bits were measured and not taken: with
+cache) and multiplies each block with BLAS: at 100k x 384 it costs the CPU time of one
+float32 product over the whole matrix (15 ms against 14), which reads four times the bytes;
+a whole-matrix int8 product is 4x slower (numpy has no integer BLAS and upcasts it all). Sign bits were measured and not taken: with
 exact rescoring of the best 2% they kept recall@10 at 0.89 (the bar is 0.99).
 """
 

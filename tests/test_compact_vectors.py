@@ -135,3 +135,20 @@ def test_a_mirror_that_a_connection_without_vec0_left_goes_with_the_next_write(t
         embed_pending(store, embedder)
         assert vec.get_setting(store.db, vec.LEGACY_KEY) == "0"
         assert store.db.execute_sql("SELECT 1 FROM sqlite_master WHERE name = 'memory_vec'").fetchone() is None
+
+
+def test_float32_vectors_copied_in_whole_are_compacted_when_the_index_is_rebuilt(tmp_path):
+    # `llmem store copy` from Postgres brings the embedding rows as they are there (float32),
+    # then rebuilds the target's index.
+    embedder = FakeEmbedder(dim=DIM)
+    with Store.open(tmp_path / "memory.db") as store:
+        memories = [store.add(f"copied {i}").memory for i in range(10)]
+        vectors = unit(np.random.default_rng(5).normal(size=(10, DIM)))
+        store_vectors(store, embedder, memories, vectors)
+        for memory, vector in zip(memories, vectors, strict=True):
+            store.db.execute_sql("UPDATE embedding SET vector = ? WHERE memory_id = ?", (vec.to_blob(vector), memory.id))
+        assert blob_lengths(store.db) == {4 * DIM}
+        assert vec.rebuild_index(store.db, embedder.identity, DIM) == 10
+        assert blob_lengths(store.db) == {DIM + 4}
+        found = vector_file.nearest(store.db, vectors[3], 1, embedder.identity, DIM, "1", [])
+        assert found[0][0] == memories[3].seq

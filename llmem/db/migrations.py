@@ -267,6 +267,19 @@ def _key_projects_by_remote(db) -> None:
     rekey_projects(db)
 
 
+def _record_authors_and_visibility(db) -> None:
+    # Who wrote each memory and who may read it (a team's store, issue 23). A SQLite file is
+    # one user's: its author column stays null; every memory is private until shared.
+    # shared_project: the projects whose facts, decisions and procedures a user shares.
+    columns = {row[1] for row in db.execute_sql("PRAGMA table_info(memory)")}
+    if "author" not in columns:
+        db.execute_sql("ALTER TABLE memory ADD COLUMN author TEXT")
+    if "visibility" not in columns:
+        db.execute_sql("ALTER TABLE memory ADD COLUMN visibility TEXT NOT NULL DEFAULT 'private'")
+    db.execute_sql("CREATE TABLE IF NOT EXISTS shared_project (project TEXT NOT NULL, "
+                   "author TEXT NOT NULL DEFAULT '', shared_at REAL NOT NULL, PRIMARY KEY (project, author))")
+
+
 def _compact_vectors(db) -> None:
     # Each vector was stored three times: float32 in `embedding`, again in the sqlite-vec
     # mirror `memory_vec` (which searches stopped reading when the vector file came; its
@@ -302,6 +315,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0015_bulk_indexes", _bulk_indexes),
     ("0020_machines", _key_by_machine),
     ("0021_project_identity", _key_projects_by_remote),
+    ("0022_authors_visibility", _record_authors_and_visibility),
     ("0017_compact_vectors", _compact_vectors),
 ]
 # Steps that free much of the file: a VACUUM after them gives the space back to the disk.

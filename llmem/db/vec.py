@@ -158,7 +158,9 @@ def rebuild_index(db, model: str, dim: int) -> int:
     """Record (model, dim) as the one searched; return how many vectors it has.
 
     Nothing is copied on SQLite: the vector file of the new (model, dim) is written from the
-    table by the next search (`vector_file.py`)."""
+    table by the next search (`vector_file.py`). Float32 vectors that came in whole (`store
+    copy` from Postgres) are re-encoded compact first."""
+    compact_stored_vectors(db)
     set_setting(db, "vec_model", model)
     set_setting(db, "vec_dim", str(dim))
     return db.execute_sql("SELECT COUNT(*) FROM embedding WHERE model = ? AND dim = ?",

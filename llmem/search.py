@@ -26,6 +26,7 @@ from .db.fts import (
     parse_query,
     ranked_matches,
     semantic_text,
+    stem_words,
 )
 from .db.models import EPISODE_SOURCE, USER_ORIGINS, Memory
 from .db.queries import chosen_recalls, memory_filter, ranking_rows, seqs_passing, superseded_by
@@ -107,6 +108,7 @@ class SearchOptions:
     common_share: float = COMMON_WORD_SHARE
     cosine_midpoint: float = COSINE_MIDPOINT  # here to be measured with bench --set
     cosine_scale: float = COSINE_SCALE
+    bm25_share: float = BM25_SHARE
 
 
 class RankFields(NamedTuple):
@@ -349,9 +351,10 @@ class Searcher:
             entry = fused[seq]
             lex = 0.0
             if lexical:
-                lex = lexical(index_tokens(content, summary, hints), f"{content} {summary or ''}".lower())
+                tokens = stem_words(self.db, index_tokens(content, summary, hints))
+                lex = lexical(tokens, f"{content} {summary or ''}".lower())
                 if entry.get("fts_bm25") is not None:
-                    lex *= (1 - BM25_SHARE) + BM25_SHARE * entry["fts_bm25"] / best_bm25
+                    lex *= (1 - opts.bm25_share) + opts.bm25_share * entry["fts_bm25"] / best_bm25
             sem = 0.0
             if entry.get("vec_distance") is not None:
                 cosine = 1.0 - entry["vec_distance"]
@@ -375,19 +378,27 @@ class Searcher:
         return hits
 
     def _lexical_scorer(self, query: str):
-        """A function of a memory's index tokens: the IDF-weighted share of the query it holds."""
+        """A function of a memory's stemmed index tokens: the IDF-weighted share of the query
+        it holds. Query and memory are stemmed as the index stems (`linting` finds `lint`)."""
         parsed = parse_query(query)
-        singles = [t for atom in parsed.atoms for t in atom]
-        total, df = document_frequencies(self.db, list(dict.fromkeys([*singles, *parsed.all_terms()])))
+
+        def stem(words) -> tuple[str, ...]:
+            return tuple(stem_words(self.db, list(words)))
+
+        atoms = [stem(atom) for atom in parsed.atoms]
+        words = list(dict.fromkeys(stem(parsed.words)))
+        parts = [p for p in dict.fromkeys(stem(parsed.parts)) if p not in words]
+        singles = [t for atom in atoms for t in atom]
+        total, df = document_frequencies(self.db, list(dict.fromkeys([*singles, *words, *parts])))
 
         def idf(term: str) -> float:
             n = df.get(term, 0)
             return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
 
-        wanted = [(atom, ATOM_WEIGHT * max(idf(t) for t in atom)) for atom in parsed.atoms]
-        spelled = dict(zip(parsed.atoms, parsed.spelled, strict=True))
-        wanted += [((w,), idf(w)) for w in parsed.words]
-        wanted += [((p,), PART_WEIGHT * idf(p)) for p in parsed.parts]
+        wanted = [(atom, ATOM_WEIGHT * max(idf(t) for t in atom)) for atom in dict.fromkeys(atoms)]
+        spelled = dict(zip(atoms, parsed.spelled, strict=True))
+        wanted += [((w,), idf(w)) for w in words]
+        wanted += [((p,), PART_WEIGHT * idf(p)) for p in parts]
         whole = sum(weight for _, weight in wanted)
 
         def score(tokens: list[str], text: str) -> float:

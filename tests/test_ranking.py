@@ -162,3 +162,22 @@ def test_an_identifier_as_written_beats_its_bare_word(store):
     store.add("Before a release, run the whole release checklist.", "procedure", confidence=1.0)
     flag = store.add("Never build search-svc with --release on CI.", "preference", confidence=0.3).memory
     assert _search(store, "--release", mode="fts")[0].memory.id == flag.id
+
+
+def test_a_word_form_is_found_as_the_index_stems_it(store):
+    # FTS5's porter tokenizer matched `linting` to `golangci-lint`, but the lexical relevance
+    # compared unstemmed words (and looked `linting` up in the stemmed vocabulary): the only
+    # memory about linting scored under the floor and the query said "nothing relevant".
+    lint = store.add("orders-api code must pass golangci-lint with zero warnings before review.", "preference").memory
+    store.add("orders-api is written in Go and built in a container in CI.")
+    store.add("Deploy orders-api by tagging main.", "procedure")
+    hits = _search(store, "linting?", mode="fts", min_relevance=0.35)
+    assert [h.memory.id for h in hits] == [lint.id]
+    assert hits[0].lexical > 0.5
+
+
+def test_stemming_follows_the_index(store):
+    from llmem.db.fts import stem_words
+
+    assert stem_words(store.db, ["linting", "deploying", "services", "café", "as", "e0502"]) == [
+        "lint", "deploi", "servic", "cafe", "as", "e0502"]

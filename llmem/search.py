@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from .db import vec
 from .db.fts import (
+    STOPWORDS,
     document_frequencies,
     index_tokens,
     match_count,
@@ -58,10 +59,13 @@ SEMANTIC_FLOOR = 0.5
 EPISODE_PRIOR = 0.85
 # The semantic channel: a logistic of MiniLM's cosine similarity, 0.5 at COSINE_MIDPOINT (LoCoMo dev
 # MRR 0.472 at 0.45, 0.484 at 0.50; the coding set alike)
-# (~0.02 for an unrelated text at 0.2, ~0.92 for a match at 0.7). Strictly increasing, so
-# the vectors' own order survives among strong matches (a clip at the top tied them).
+# (~0.08 for an unrelated text at 0.2, ~0.84 for a match at 0.7). Strictly increasing, so
+# the vectors' own order survives among strong matches (a clip at the top tied them). Its
+# scale: at 0.08 a cosine 0.05 higher outweighed a lexical share twice as large (the release
+# tag above the database it was asked about); bench/ranking.py tuning MRR 0.864 at 0.08,
+# 0.869 at 0.10, 0.875 at 0.12, 0.873 at 0.14; LoCoMo dev R@5/MRR 0.595/0.509 → 0.593/0.511.
 COSINE_MIDPOINT = 0.50
-COSINE_SCALE = 0.08
+COSINE_SCALE = 0.12
 # bm25's share of the lexical channel: it orders memories that hold the same share of the query.
 BM25_SHARE = 0.2
 # An identifier weighs this many times its rarest token's IDF; an identifier's parts this share.
@@ -79,6 +83,11 @@ SUPERSEDED_FACTOR = 0.6
 # a new decision on one subject 0.67-0.88, two distinct memories of one project and type ≤ 0.70.
 CONFLICT_COSINE = 0.75
 CONFLICT_BAND = 0.25
+# ...or the newer holds this IDF-weighted share of the older's words. bench/ranking.py's set: an
+# old and a new decision on one subject 0.61-0.86, any other two of one project and type ≤ 0.44.
+CONFLICT_WORDS = 0.55
+# The kinds of memory a newer one replaces (an event or a conversation's turn stays true).
+REPLACEABLE_TYPES = frozenset(["decision", "fact", "preference", "procedure", "project_state"])
 # Below this relevance a hit is noise, for the consumers that must say "nothing" instead.
 DEFAULT_MIN_RELEVANCE = 0.35
 
@@ -419,35 +428,62 @@ class Searcher:
         return score
 
     def _newer_first(self, hits: list[Hit], include_invalid: bool) -> None:
-        """Among the results, a superseded memory goes below its successor, and of two memories
-        of one project and type that say nearly the same, the older goes below the newer."""
+        """Among the results, a memory another one supersedes gives its place to it, and so
+        does the older of two memories of one project and type that say nearly the same (a
+        replaceable kind: a decision or a fact is replaced, an event or a turn of a
+        conversation is not): the current one is the answer to what the query matched."""
         order = {h.memory.id: i for i, h in enumerate(hits)}
         moves: list[tuple[Hit, Hit]] = []
         for hit in hits:
             successor = hit.superseded_by
             if successor in order and order[successor] > order[hit.memory.id]:
                 moves.append((hit, hits[order[successor]]))
-        if self.embedder is not None and len(hits) > 1:
-            model, dim = vec.index_state(self.db)
-            vectors = {}
-            for hit in hits:
-                if not is_episode(hit.memory) and model == self.embedder.identity:
-                    vectors[hit.seq] = vec.stored_vector(self.db, hit.seq, model, dim)
-            for i, older in enumerate(hits):
-                for newer in hits[i + 1:]:
-                    a, b = vectors.get(older.seq), vectors.get(newer.seq)
-                    if (a is None or b is None or older.memory.project != newer.memory.project
-                            or older.memory.type != newer.memory.type
-                            or older.memory.created_at >= newer.memory.created_at):
+        replaceable = [h for h in hits if not is_episode(h.memory) and h.memory.type in REPLACEABLE_TYPES]
+        if len(replaceable) > 1:
+            restates = self._restatement(replaceable)
+            for i, older in enumerate(replaceable):
+                for newer in replaceable[i + 1:]:
+                    if (older.memory.project != newer.memory.project or older.memory.type != newer.memory.type
+                            or older.memory.created_at >= newer.memory.created_at
+                            or older.relevance - newer.relevance >= CONFLICT_BAND):
                         continue
-                    if float(a @ b) >= CONFLICT_COSINE and older.relevance - newer.relevance < CONFLICT_BAND:
+                    if restates(older, newer):
                         older.components["newer_wins"] = newer.seq
                         moves.append((older, newer))
-        for demoted, above in moves:
-            if hits.index(demoted) < hits.index(above):
-                hits.remove(demoted)
-                hits.insert(hits.index(above) + 1, demoted)
-                demoted.score = min(demoted.score, above.score)
+        for demoted, current in moves:
+            at, below = hits.index(demoted), hits.index(current)
+            if at < below:  # the current one takes the place the replaced one had
+                hits.remove(current)
+                hits.insert(at, current)
+                current.score, demoted.score = max(current.score, demoted.score), min(current.score, demoted.score)
+
+    def _restatement(self, hits: list[Hit]):
+        """Whether a newer hit says what an older one says: their vectors are CONFLICT_COSINE
+        alike, or the newer holds CONFLICT_WORDS of the older's words, IDF-weighted
+        (`X moved its events from RabbitMQ to Kafka` restates `X publishes its events to
+        RabbitMQ` at cosine 0.67)."""
+        vectors = {}
+        if self.embedder is not None:
+            model, dim = vec.index_state(self.db)
+            if model == self.embedder.identity:
+                vectors = {h.seq: vec.stored_vector(self.db, h.seq, model, dim) for h in hits}
+        words = {h.seq: set(stem_words(self.db, [t for t in index_tokens(h.memory.content) if t not in STOPWORDS]))
+                 for h in hits}
+        total, df = document_frequencies(self.db, sorted(set().union(*words.values())))
+
+        def idf(term: str) -> float:
+            n = df.get(term, 0)
+            return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
+
+        def restates(older: Hit, newer: Hit) -> bool:
+            a, b = vectors.get(older.seq), vectors.get(newer.seq)
+            if a is not None and b is not None and float(a @ b) >= CONFLICT_COSINE:
+                return True
+            held = words[older.seq]
+            whole = sum(idf(t) for t in held)
+            return whole > 0 and sum(idf(t) for t in held & words[newer.seq]) / whole >= CONFLICT_WORDS
+
+        return restates
 
     def _related(self, hits: list[Hit], opts: SearchOptions, where: str, params: list) -> list[Hit]:
         """One hop of relations from the results, each marked with how it was reached."""

@@ -181,3 +181,25 @@ def test_stemming_follows_the_index(store):
 
     assert stem_words(store.db, ["linting", "deploying", "services", "café", "as", "e0502"]) == [
         "lint", "deploi", "servic", "cafe", "as", "e0502"]
+
+
+def _restated_pair(store, mtype):
+    store.add("orders-api is written in Go.", "fact", project="orders-api", created_at=1_700_000_000.0)
+    old = store.add("orders-api on-call alerts page through PagerDuty.", mtype, project="orders-api",
+                    created_at=1_700_000_000.0).memory
+    new = store.add("orders-api switched on-call paging from PagerDuty to Opsgenie.", mtype, project="orders-api",
+                    created_at=1_700_000_000.0 + 40 * DAY).memory
+    hits = _search(store, "which tool pages the orders-api on-call engineer", FakeEmbedder(dim=256))
+    return old, new, [h.memory.id for h in hits]
+
+
+def test_a_newer_memory_restating_an_older_one_takes_its_place(store):
+    # Unlinked and far apart as vectors (cosine < CONFLICT_COSINE), but the newer holds the
+    # older's words: the older ranked first and the change of tool came second.
+    old, new, ranked = _restated_pair(store, "decision")
+    assert ranked[:2] == [new.id, old.id]
+
+
+def test_an_event_is_not_replaced_by_a_newer_one(store):
+    old, new, ranked = _restated_pair(store, "event")
+    assert ranked.index(old.id) < ranked.index(new.id)

@@ -138,7 +138,10 @@ def import_document(sample: dict) -> dict:
                     "dia_id": turn["dia_id"]}
         row = {"id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{sample['sample_id']}/{turn['dia_id']}")),
                "type": "conversation", "content": turn["text"], "metadata": metadata,
-               "source": "import", "confidence": 0.7}
+               "source": "import", "confidence": 0.7,
+               # A session of the conversation is a session, as a captured agent session is:
+               # search reads the reply to a turn that asks (search.py, REPLY_SHARE).
+               "session_id": f"{sample['sample_id']}/{key}"}
         created = session_time(date)
         if created:
             row["created_at"] = created

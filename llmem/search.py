@@ -30,7 +30,14 @@ from .db.fts import (
     stem_words,
 )
 from .db.models import EPISODE_SOURCE, USER_ORIGINS, Memory
-from .db.queries import chosen_recalls, memory_filter, ranking_rows, seqs_passing, superseded_by
+from .db.queries import (
+    chosen_recalls,
+    memory_filter,
+    next_turns,
+    ranking_rows,
+    seqs_passing,
+    superseded_by,
+)
 from .errors import EmbedderUnavailable, UsageError
 from .providers.embedders import Embedder
 from .times import days_between, now
@@ -88,6 +95,15 @@ CONFLICT_BAND = 0.25
 CONFLICT_WORDS = 0.55
 # The kinds of memory a newer one replaces (an event or a conversation's turn stays true).
 REPLACEABLE_TYPES = frozenset(["decision", "fact", "preference", "procedure", "project_state"])
+# A turn of a conversation that asks a question holds the question, not its answer: it keeps
+# QUESTION_FACTOR of its score, and the next turn of its session (the reply) gets REPLY_SHARE of
+# the score it had, when that is more than its own. It applies to the REPLY_DEPTH best hits.
+# LoCoMo dev (the answer is the reply to a turn that asks what the question asks):
+# R@5/MRR 0.593/0.511 → 0.64/0.56 with 0.8 and 0.9; replies alone 0.63/0.53, the factor alone 0.60/0.52.
+QUESTION_FACTOR = 0.8
+REPLY_SHARE = 0.9
+REPLY_DEPTH = 10
+CONVERSATION_TYPE = "conversation"
 # Below this relevance a hit is noise, for the consumers that must say "nothing" instead.
 DEFAULT_MIN_RELEVANCE = 0.35
 
@@ -321,6 +337,7 @@ class Searcher:
             notice = "no memory is embedded with this model yet: run `llmem embed --pending`"
 
         hits = self._fuse_and_rerank(query, fts_list, vec_list, mode, opts, at)
+        hits = self._with_replies(hits, where, params)
         hits = [h for h in hits if h.relevance >= opts.min_relevance][:opts.limit]
         Memory = self.store.models.Memory
         memories = {m.seq: m for m in Memory.select().where(Memory.seq.in_([h.seq for h in hits]))}
@@ -375,6 +392,10 @@ class Searcher:
             if source == EPISODE_SOURCE:
                 score *= EPISODE_PRIOR
                 components["episode_prior"] = EPISODE_PRIOR
+            if mtype == CONVERSATION_TYPE and content.rstrip().endswith("?"):
+                components["asked_score"] = score
+                score *= QUESTION_FACTOR
+                components["question_factor"] = QUESTION_FACTOR
             successor = replaced.get(memory_id)
             if successor:
                 score *= SUPERSEDED_FACTOR
@@ -383,6 +404,30 @@ class Searcher:
                             fts_bm25=entry.get("fts_bm25"), vec_rank=entry.get("vec_rank"),
                             vec_distance=entry.get("vec_distance"), signal=prior, components=components,
                             relevance=relevance, lexical=lex, semantic=sem, superseded_by=successor))
+        hits.sort(key=lambda h: (-h.score, h.seq))
+        return hits
+
+    def _with_replies(self, hits: list[Hit], where: str, params: list) -> list[Hit]:
+        """`hits` with the replies to the best question-shaped turns raised (or added) to
+        REPLY_SHARE of the question's score and relevance, best first again."""
+        asked = [h for h in hits[:REPLY_DEPTH] if "asked_score" in h.components]
+        replies = next_turns(self.db, [h.seq for h in asked], where, params)
+        if not replies:
+            return hits
+        by_seq = {h.seq: h for h in hits}
+        for question in asked:
+            seq = replies.get(question.seq)
+            if seq is None:
+                continue
+            score = REPLY_SHARE * question.components["asked_score"]
+            reply = by_seq.get(seq)
+            if reply is None:
+                reply = by_seq[seq] = Hit(memory=None, seq=seq, score=0.0)
+                hits.append(reply)
+            if score > reply.score:
+                reply.score = score
+                reply.relevance = max(reply.relevance, REPLY_SHARE * question.relevance)
+                reply.components["reply_to"] = question.seq
         hits.sort(key=lambda h: (-h.score, h.seq))
         return hits
 

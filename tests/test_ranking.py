@@ -203,3 +203,19 @@ def test_a_newer_memory_restating_an_older_one_takes_its_place(store):
 def test_an_event_is_not_replaced_by_a_newer_one(store):
     old, new, ranked = _restated_pair(store, "event")
     assert ranked.index(old.id) < ranked.index(new.id)
+
+
+def test_the_reply_to_a_turn_that_asks_ranks_above_the_question(store):
+    # The turn that asks what the query asks matched best and came first; the answer, the next
+    # turn of that conversation, shares no word with the query and was not listed at all.
+    def turn(text, session, i):
+        return store.add(text, "conversation", session_id=session, created_at=1_700_000_000.0 + i).memory
+
+    turn("Did you see the game last night?", "s1", 0)
+    asked = turn("What kind of books do you keep in your library?", "s1", 1)
+    reply = turn("Mostly kids' classics and stories from different cultures.", "s1", 2)
+    turn("What kind of books do you keep in your library?", "s2", 3)  # unanswered in its session
+    hits = _search(store, "what kind of books are in the library", mode="fts")
+    ranked = [h.memory.id for h in hits]
+    assert ranked.index(reply.id) < ranked.index(asked.id)
+    assert hits[ranked.index(reply.id)].components["reply_to"] == asked.seq

@@ -219,3 +219,16 @@ def test_the_reply_to_a_turn_that_asks_ranks_above_the_question(store):
     ranked = [h.memory.id for h in hits]
     assert ranked.index(reply.id) < ranked.index(asked.id)
     assert hits[ranked.index(reply.id)].components["reply_to"] == asked.seq
+
+
+@pytest.mark.parametrize("query", [
+    "the of and what is", "?!()...;", "e", "x" * 100_000, 'NEAR(deploy main) AND "tag" OR -build* content:ci ^x',
+    "deploy на сервер 部署 déploiement", "🚀🔥 deploy 🎉", "Ünïcödé café", "\x00\x1f\u200b",
+])
+def test_bad_input_gives_a_clear_result_never_an_error_nor_the_store(store, query):
+    for i in range(15):
+        store.add(f"Note {i}: the warehouse schema has {i} tables.")
+    store.add("Deploy by tagging main; CI promotes the build.", "procedure")
+    hits = _search(store, query, FakeEmbedder(dim=256), min_relevance=0.35)
+    assert len(hits) <= 2
+    assert all(0.0 <= h.relevance <= 1.0 for h in hits)

@@ -10,7 +10,8 @@ licence keeps it out): pass its path. Example:
 One fresh store per conversation (in a temp dir), one memory per dialogue turn (content =
 turn text; speaker, session date and dia_id in metadata), one search per non-adversarial
 question (category 5 is left out) with access tracking off. The default search (hybrid) and
-its two baselines, BM25-only and dense-only, run on the same store and the same embedder.
+its two plain baselines, bm25 alone and the cosine alone (nothing reranked), run on the same
+store and the same embedder.
 Query vectors are computed once per distinct text and reused by every mode; the time spent
 embedding is taken out of the search latencies (so they compare the searches themselves)
 and reported on its own line.
@@ -50,6 +51,9 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 ADVERSARIAL = 5
 MODES = ("hybrid", "fts", "semantic")
 LABELS = {"hybrid": "hybrid (default)", "fts": "BM25 only", "semantic": "dense only"}
+# The search (--mode) runs through Searcher.search; the baselines are plain: bm25 alone, the
+# cosine alone over the raw question, nothing reranked (the search's fts and semantic modes
+# share its rerank: --mode fts measures that one).
 _DIA_ID = re.compile(r"D\d+:\d+")
 
 
@@ -201,6 +205,21 @@ class Scores:
         return [statistics.fmean(self.recall[k]) for k in self.ks] + [statistics.fmean(self.rr)]
 
 
+def baseline(searcher: Searcher, mode: str, query: str, opts: SearchOptions) -> tuple[list[int], float]:
+    """(seqs best first, the top hit's score) of the default search ("hybrid"), or of a plain
+    baseline: bm25 alone over the same query terms ("fts"), cosine alone over the raw query
+    embedding ("semantic"), both with the query's filters and nothing reranked."""
+    if mode == "hybrid":
+        hits = searcher.search(query, opts).hits
+        return [h.seq for h in hits], (hits[0].relevance if hits else 0.0)
+    where, params = searcher._filters(opts, time.time())
+    if mode == "fts":
+        rows = searcher.fts_candidates(query, opts.limit, where, params)
+        return [s for s, _ in rows], (-rows[0][1] if rows else 0.0)
+    rows = searcher._nearest(searcher.embedder.embed_query(query), opts.limit, where, params)
+    return [s for s, _ in rows], (1.0 - rows[0][1] if rows else 0.0)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
@@ -311,11 +330,12 @@ def run_on_store(location, data, ks, limit, embedder, cached, modes, extra, args
                 for question, category, evidence in questions:
                     embedding_before = cached.spent_ms if cached is not None else 0.0
                     start = time.perf_counter()
-                    hits = searcher.search(question, opts).hits
+                    ranked, _top = (baseline(searcher, mode, question, opts) if mode != args.mode
+                                    else ([h.seq for h in searcher.search(question, opts).hits], None))
                     ms = (time.perf_counter() - start) * 1000
                     if cached is not None:
                         ms -= cached.spent_ms - embedding_before
-                    scores[mode].add(category, [dia_of[h.seq] for h in hits], evidence, ms)
+                    scores[mode].add(category, [dia_of[s] for s in ranked], evidence, ms)
             store.close()
             drop_conversation_store(location, database)
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from locomo import CachedQueries, choose_embedder, parse_options  # noqa: E402
+from locomo import CachedQueries, baseline, choose_embedder, parse_options  # noqa: E402
 
 from llmem.search import Searcher, SearchOptions  # noqa: E402
 from llmem.store import Store  # noqa: E402
@@ -64,21 +64,6 @@ def auroc(positives: list[float], negatives: list[float]) -> float:
         return float("nan")
     wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
     return wins / (len(positives) * len(negatives))
-
-
-def baseline(searcher: Searcher, mode: str, query: str, opts: SearchOptions) -> tuple[list[int], float]:
-    """(seqs best first, the top hit's score) of the default search ("hybrid"), or of a plain
-    baseline: bm25 alone over the same query terms ("fts"), cosine alone over the raw query
-    embedding ("semantic"), both with the query's filters and nothing reranked."""
-    if mode == "hybrid":
-        hits = searcher.search(query, opts).hits
-        return [h.seq for h in hits], (getattr(hits[0], "relevance", hits[0].score) if hits else 0.0)
-    where, params = searcher._filters(opts, time.time())
-    if mode == "fts":
-        rows = searcher.fts_candidates(query, opts.limit, where, params)
-        return [s for s, _ in rows], (-rows[0][1] if rows else 0.0)
-    rows = searcher._nearest(searcher.embedder.embed_query(query), opts.limit, where, params)
-    return [s for s, _ in rows], (1.0 - rows[0][1] if rows else 0.0)
 
 
 def run(args) -> dict:

@@ -484,17 +484,16 @@ class Searcher:
             if successor in order and order[successor] > order[hit.memory.id]:
                 moves.append((hit, hits[order[successor]]))
         replaceable = [h for h in hits if not is_episode(h.memory) and h.memory.type in REPLACEABLE_TYPES]
-        if len(replaceable) > 1:
-            restates = self._restatement(replaceable)
-            for i, older in enumerate(replaceable):
-                for newer in replaceable[i + 1:]:
-                    if (older.memory.project != newer.memory.project or older.memory.type != newer.memory.type
-                            or older.memory.created_at >= newer.memory.created_at
-                            or older.relevance - newer.relevance >= CONFLICT_BAND):
-                        continue
-                    if restates(older, newer):
-                        older.components["newer_wins"] = newer.seq
-                        moves.append((older, newer))
+        pairs = [(older, newer) for i, older in enumerate(replaceable) for newer in replaceable[i + 1:]
+                 if older.memory.project == newer.memory.project and older.memory.type == newer.memory.type
+                 and older.memory.created_at < newer.memory.created_at
+                 and older.relevance - newer.relevance < CONFLICT_BAND]
+        if pairs:
+            restates = self._restatement(pairs)
+            for older, newer in pairs:
+                if restates(older, newer):
+                    older.components["newer_wins"] = newer.seq
+                    moves.append((older, newer))
         for demoted, current in moves:
             at, below = hits.index(demoted), hits.index(current)
             if at < below:  # the current one takes the place the replaced one had
@@ -502,11 +501,12 @@ class Searcher:
                 hits.insert(at, current)
                 current.score, demoted.score = max(current.score, demoted.score), min(current.score, demoted.score)
 
-    def _restatement(self, hits: list[Hit]):
+    def _restatement(self, pairs: list[tuple[Hit, Hit]]):
         """Whether a newer hit says what an older one says: their vectors are CONFLICT_COSINE
         alike, or the newer holds CONFLICT_WORDS of the older's words, IDF-weighted
         (`X moved its events from RabbitMQ to Kafka` restates `X publishes its events to
         RabbitMQ` at cosine 0.67)."""
+        hits = list({h.seq: h for pair in pairs for h in pair}.values())
         vectors = {}
         if self.embedder is not None:
             model, dim = vec.index_state(self.db)
@@ -514,7 +514,8 @@ class Searcher:
                 vectors = {h.seq: vec.stored_vector(self.db, h.seq, model, dim) for h in hits}
         words = {h.seq: set(stem_words(self.db, [t for t in index_tokens(h.memory.content) if t not in STOPWORDS]))
                  for h in hits}
-        total, df = document_frequencies(self.db, sorted(set().union(*words.values())))
+        older_words = set().union(*(words[older.seq] for older, _ in pairs))
+        total, df = document_frequencies(self.db, sorted(older_words))
 
         def idf(term: str) -> float:
             n = df.get(term, 0)

@@ -75,6 +75,9 @@ COSINE_MIDPOINT = 0.50
 COSINE_SCALE = 0.12
 # bm25's share of the lexical channel: it orders memories that hold the same share of the query.
 BM25_SHARE = 0.2
+# Every query term weighs this much besides its IDF: in a store of a few memories a word they
+# all hold has an IDF near 0 and the share would be decided by the words none holds.
+TERM_WEIGHT = 0.5
 # An identifier weighs this many times its rarest token's IDF; an identifier's parts this share.
 ATOM_WEIGHT = 2.0
 PART_WEIGHT = 0.3
@@ -446,8 +449,10 @@ class Searcher:
         total, df = document_frequencies(self.db, list(dict.fromkeys([*singles, *words, *parts])))
 
         def idf(term: str) -> float:
-            n = df.get(term, 0)
-            return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
+            # A word no memory holds weighs as one held once: it cannot tell memories apart, and
+            # in a small store its full weight would outweigh every word the memories do hold.
+            n = max(df.get(term, 0), 1)
+            return TERM_WEIGHT + math.log(1.0 + (total - n + 0.5) / (n + 0.5))
 
         wanted = [(atom, ATOM_WEIGHT * max(idf(t) for t in atom)) for atom in dict.fromkeys(atoms)]
         spelled = dict(zip(atoms, parsed.spelled, strict=True))

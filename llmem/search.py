@@ -107,8 +107,6 @@ QUESTION_FACTOR = 0.8
 REPLY_SHARE = 0.9
 REPLY_DEPTH = 10
 CONVERSATION_TYPE = "conversation"
-# Below this relevance a hit is noise, for the consumers that must say "nothing" instead.
-DEFAULT_MIN_RELEVANCE = 0.35
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import peewee as pw
@@ -23,6 +23,9 @@ from ..db.queries import shared_content_rows
 from ..times import to_iso
 from ..vectors import pending_query
 from .journal import Action
+
+if TYPE_CHECKING:
+    from ..config import CaptureSettings
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +98,7 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
     model, dim = vec.index_state(db)
     result = LightResult(since=since, model=model)
     result.exact_duplicates = exact_duplicate_groups(db)
+    _keep_within_one_audience(store, result, {})
     if not model or not dim:
         result.skipped = (f"0 memories embedded: {_embed_hint(embedder_provider)}; "
                           "only exact duplicates were looked for")
@@ -162,6 +166,7 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
                               "same_type": bool(c_type[a_idx] == s_type[b_idx]),
                               "type": rows[b_idx][2], "project": rows[b_idx][3]}
     _leave_episodes_out(store, result, found)
+    _keep_within_one_audience(store, result, found)  # the pairs (the groups are split already)
     exact_members = {m for group in result.exact_duplicates for m in group}
     for _key, pair in sorted(found.items(), key=lambda kv: (-kv[1]["similarity"], kv[0])):
         entry = {k: pair[k] for k in ("a", "b", "similarity", "type", "project")}
@@ -184,6 +189,35 @@ def _episode_ids(store, ids: set[str]) -> set[str]:
     return found
 
 
+def _audiences(store, ids: set[str]) -> dict[str, tuple]:
+    """Who may read each memory: ("shared",), or ("private", its author)."""
+    Memory = store.models.Memory
+    wanted, found = list(ids), {}
+    for start in range(0, len(wanted), 500):
+        for memory_id, visibility, author in Memory.select(Memory.id, Memory.visibility, Memory.author).where(
+                Memory.id.in_(wanted[start:start + 500])).tuples():
+            found[memory_id] = ("shared",) if visibility == "shared" else ("private", author)
+    return found
+
+
+def _keep_within_one_audience(store, result: LightResult, found: dict) -> None:
+    """A merge keeps one of the memories: never a private memory into a shared one (its text
+    would reach the team) nor one author's into another's. Links stay: they copy no text."""
+    involved = {m for group in result.exact_duplicates for m in group}
+    involved |= {pair[k] for pair in found.values() for k in ("a", "b")}
+    audience = _audiences(store, involved) if involved else {}
+    if len(set(audience.values())) < 2:
+        return
+    split: dict[tuple, list[str]] = {}
+    for group in result.exact_duplicates:
+        for memory_id in group:
+            split.setdefault((tuple(group), audience.get(memory_id)), []).append(memory_id)
+    result.exact_duplicates = [ids for ids in split.values() if len(ids) > 1]
+    for pair in found.values():
+        if audience.get(pair["a"]) != audience.get(pair["b"]):
+            pair["same_type"] = False  # not a merge candidate; a link at most
+
+
 def _leave_episodes_out(store, result: LightResult, found: dict) -> None:
     """Episodes are what was said, not facts: never merged or deduplicated into (or with) a
     memory, and never linked to one another (turns of one session all look alike); a link
@@ -202,19 +236,19 @@ def _leave_episodes_out(store, result: LightResult, found: dict) -> None:
         # else: an episode beside a typed memory: an auto-link candidate, nothing more
 
 
-def plan_episode_retention(store, capture: dict, at: float) -> list[Action]:
+def plan_episode_retention(store, capture: CaptureSettings, at: float) -> list[Action]:
     """Invalidations that keep the episodes within capture.episode_max_age_days (by when they
     were stored) and capture.episode_max_total_mb (of their text, the oldest go first)."""
     Memory = store.models.Memory
     valid = (Memory.source == EPISODE_SOURCE) & Memory.invalidated_at.is_null()
     chosen: dict[str, str] = {}
-    max_days = int(capture["episode_max_age_days"])
+    max_days = int(capture.episode_max_age_days)
     if max_days > 0:
         reason = f"dream: episode older than capture.episode_max_age_days ({max_days})"
         rows = (Memory.select(Memory.id).where(valid & (Memory.created_at < at - max_days * 86400))
                 .order_by(Memory.created_at, Memory.seq).limit(MAX_PRUNED).tuples())
         chosen.update((memory_id, reason) for (memory_id,) in rows)
-    max_mb = float(capture["episode_max_total_mb"])
+    max_mb = float(capture.episode_max_total_mb)
     if max_mb > 0 and len(chosen) < MAX_PRUNED:
         budget, held = max_mb * 1_000_000, 0
         reason = f"dream: episodes past capture.episode_max_total_mb ({max_mb:g}), the oldest go first"

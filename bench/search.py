@@ -317,7 +317,10 @@ def main() -> None:
         start_floor, "python -c pass")
     # The stored vectors are the fake Ollama model's (FixedQuery's identity): the process
     # embeds the query over HTTP and runs the KNN over them, as a real search does.
-    found = json.loads(subprocess.run([exe, "search", queries[0], "--no-track", "--explain", "--json"], env=env,
+    # --semantic-only --min-relevance 0: the synthetic vectors are random, so every vector
+    # candidate is far below the keyword hits and the default floor (the check asks whether KNN ran).
+    found = json.loads(subprocess.run([exe, "search", queries[0], "--no-track", "--explain", "--json",
+                                       "--semantic-only", "--min-relevance", "0"], env=env,
                                       check=True, capture_output=True, text=True).stdout)
     hits = found["results"] if isinstance(found, dict) else found
     assert any(hit["explain"]["vec_rank"] for hit in hits), "the HTTP-embed search ran no KNN"

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from .db import vec
 from .db.fts import (
+    STOPWORDS,
     document_frequencies,
     index_tokens,
     match_count,
@@ -26,9 +27,17 @@ from .db.fts import (
     parse_query,
     ranked_matches,
     semantic_text,
+    stem_words,
 )
 from .db.models import EPISODE_SOURCE, USER_ORIGINS, Memory
-from .db.queries import chosen_recalls, memory_filter, ranking_rows, seqs_passing, superseded_by
+from .db.queries import (
+    chosen_recalls,
+    memory_filter,
+    next_turns,
+    ranking_rows,
+    seqs_passing,
+    superseded_by,
+)
 from .errors import EmbedderUnavailable, UsageError
 from .providers.embedders import Embedder
 from .times import days_between, now
@@ -57,12 +66,18 @@ SEMANTIC_FLOOR = 0.5
 EPISODE_PRIOR = 0.85
 # The semantic channel: a logistic of MiniLM's cosine similarity, 0.5 at COSINE_MIDPOINT (LoCoMo dev
 # MRR 0.472 at 0.45, 0.484 at 0.50; the coding set alike)
-# (~0.02 for an unrelated text at 0.2, ~0.92 for a match at 0.7). Strictly increasing, so
-# the vectors' own order survives among strong matches (a clip at the top tied them).
+# (~0.08 for an unrelated text at 0.2, ~0.84 for a match at 0.7). Strictly increasing, so
+# the vectors' own order survives among strong matches (a clip at the top tied them). Its
+# scale: at 0.08 a cosine 0.05 higher outweighed a lexical share twice as large (the release
+# tag above the database it was asked about); bench/ranking.py tuning MRR 0.864 at 0.08,
+# 0.869 at 0.10, 0.875 at 0.12, 0.873 at 0.14; LoCoMo dev R@5/MRR 0.595/0.509 → 0.593/0.511.
 COSINE_MIDPOINT = 0.50
-COSINE_SCALE = 0.08
+COSINE_SCALE = 0.12
 # bm25's share of the lexical channel: it orders memories that hold the same share of the query.
 BM25_SHARE = 0.2
+# Every query term weighs this much besides its IDF: in a store of a few memories a word they
+# all hold has an IDF near 0 and the share would be decided by the words none holds.
+TERM_WEIGHT = 0.5
 # An identifier weighs this many times its rarest token's IDF; an identifier's parts this share.
 ATOM_WEIGHT = 2.0
 PART_WEIGHT = 0.3
@@ -78,6 +93,20 @@ SUPERSEDED_FACTOR = 0.6
 # a new decision on one subject 0.67-0.88, two distinct memories of one project and type ≤ 0.70.
 CONFLICT_COSINE = 0.75
 CONFLICT_BAND = 0.25
+# ...or the newer holds this IDF-weighted share of the older's words. bench/ranking.py's set: an
+# old and a new decision on one subject 0.61-0.86, any other two of one project and type ≤ 0.44.
+CONFLICT_WORDS = 0.55
+# The kinds of memory a newer one replaces (an event or a conversation's turn stays true).
+REPLACEABLE_TYPES = frozenset(["decision", "fact", "preference", "procedure", "project_state"])
+# A turn of a conversation that asks a question holds the question, not its answer: it keeps
+# QUESTION_FACTOR of its score, and the next turn of its session (the reply) gets REPLY_SHARE of
+# the score it had, when that is more than its own. It applies to the REPLY_DEPTH best hits.
+# LoCoMo dev (the answer is the reply to a turn that asks what the question asks):
+# R@5/MRR 0.593/0.511 → 0.64/0.56 with 0.8 and 0.9; replies alone 0.63/0.53, the factor alone 0.60/0.52.
+QUESTION_FACTOR = 0.8
+REPLY_SHARE = 0.9
+REPLY_DEPTH = 10
+CONVERSATION_TYPE = "conversation"
 
 
 @dataclass
@@ -105,6 +134,7 @@ class SearchOptions:
     common_share: float = COMMON_WORD_SHARE
     cosine_midpoint: float = COSINE_MIDPOINT  # here to be measured with bench --set
     cosine_scale: float = COSINE_SCALE
+    bm25_share: float = BM25_SHARE
 
 
 class RankFields(NamedTuple):
@@ -308,6 +338,7 @@ class Searcher:
             notice = "no memory is embedded with this model yet: run `llmem embed --pending`"
 
         hits = self._fuse_and_rerank(query, fts_list, vec_list, mode, opts, at)
+        hits = self._with_replies(hits, where, params)
         hits = [h for h in hits if h.relevance >= opts.min_relevance][:opts.limit]
         Memory = self.store.models.Memory
         memories = {m.seq: m for m in Memory.select().where(Memory.seq.in_([h.seq for h in hits]))}
@@ -347,9 +378,10 @@ class Searcher:
             entry = fused[seq]
             lex = 0.0
             if lexical:
-                lex = lexical(index_tokens(content, summary, hints), f"{content} {summary or ''}".lower())
+                tokens = stem_words(self.db, index_tokens(content, summary, hints))
+                lex = lexical(tokens, f"{content} {summary or ''}".lower())
                 if entry.get("fts_bm25") is not None:
-                    lex *= (1 - BM25_SHARE) + BM25_SHARE * entry["fts_bm25"] / best_bm25
+                    lex *= (1 - opts.bm25_share) + opts.bm25_share * entry["fts_bm25"] / best_bm25
             sem = 0.0
             if entry.get("vec_distance") is not None:
                 cosine = 1.0 - entry["vec_distance"]
@@ -361,6 +393,10 @@ class Searcher:
             if source == EPISODE_SOURCE:
                 score *= EPISODE_PRIOR
                 components["episode_prior"] = EPISODE_PRIOR
+            if mtype == CONVERSATION_TYPE and content.rstrip().endswith("?"):
+                components["asked_score"] = score
+                score *= QUESTION_FACTOR
+                components["question_factor"] = QUESTION_FACTOR
             successor = replaced.get(memory_id)
             if successor:
                 score *= SUPERSEDED_FACTOR
@@ -372,20 +408,54 @@ class Searcher:
         hits.sort(key=lambda h: (-h.score, h.seq))
         return hits
 
+    def _with_replies(self, hits: list[Hit], where: str, params: list) -> list[Hit]:
+        """`hits` with the replies to the best question-shaped turns raised (or added) to
+        REPLY_SHARE of the question's score and relevance, best first again."""
+        asked = [h for h in hits[:REPLY_DEPTH] if "asked_score" in h.components]
+        replies = next_turns(self.db, [h.seq for h in asked], where, params)
+        if not replies:
+            return hits
+        by_seq = {h.seq: h for h in hits}
+        for question in asked:
+            seq = replies.get(question.seq)
+            if seq is None:
+                continue
+            score = REPLY_SHARE * question.components["asked_score"]
+            reply = by_seq.get(seq)
+            if reply is None:
+                reply = by_seq[seq] = Hit(memory=None, seq=seq, score=0.0)
+                hits.append(reply)
+            if score > reply.score:
+                reply.score = score
+                reply.relevance = max(reply.relevance, REPLY_SHARE * question.relevance)
+                reply.components["reply_to"] = question.seq
+        hits.sort(key=lambda h: (-h.score, h.seq))
+        return hits
+
     def _lexical_scorer(self, query: str):
-        """A function of a memory's index tokens: the IDF-weighted share of the query it holds."""
+        """A function of a memory's stemmed index tokens: the IDF-weighted share of the query
+        it holds. Query and memory are stemmed as the index stems (`linting` finds `lint`)."""
         parsed = parse_query(query)
-        singles = [t for atom in parsed.atoms for t in atom]
-        total, df = document_frequencies(self.db, list(dict.fromkeys([*singles, *parsed.all_terms()])))
+
+        def stem(words) -> tuple[str, ...]:
+            return tuple(stem_words(self.db, list(words)))
+
+        atoms = [stem(atom) for atom in parsed.atoms]
+        words = list(dict.fromkeys(stem(parsed.words)))
+        parts = [p for p in dict.fromkeys(stem(parsed.parts)) if p not in words]
+        singles = [t for atom in atoms for t in atom]
+        total, df = document_frequencies(self.db, list(dict.fromkeys([*singles, *words, *parts])))
 
         def idf(term: str) -> float:
-            n = df.get(term, 0)
-            return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
+            # A word no memory holds weighs as one held once: it cannot tell memories apart, and
+            # in a small store its full weight would outweigh every word the memories do hold.
+            n = max(df.get(term, 0), 1)
+            return TERM_WEIGHT + math.log(1.0 + (total - n + 0.5) / (n + 0.5))
 
-        wanted = [(atom, ATOM_WEIGHT * max(idf(t) for t in atom)) for atom in parsed.atoms]
-        spelled = dict(zip(parsed.atoms, parsed.spelled, strict=True))
-        wanted += [((w,), idf(w)) for w in parsed.words]
-        wanted += [((p,), PART_WEIGHT * idf(p)) for p in parsed.parts]
+        wanted = [(atom, ATOM_WEIGHT * max(idf(t) for t in atom)) for atom in dict.fromkeys(atoms)]
+        spelled = dict(zip(atoms, parsed.spelled, strict=True))
+        wanted += [((w,), idf(w)) for w in words]
+        wanted += [((p,), PART_WEIGHT * idf(p)) for p in parts]
         whole = sum(weight for _, weight in wanted)
 
         def score(tokens: list[str], text: str) -> float:
@@ -406,35 +476,63 @@ class Searcher:
         return score
 
     def _newer_first(self, hits: list[Hit], include_invalid: bool) -> None:
-        """Among the results, a superseded memory goes below its successor, and of two memories
-        of one project and type that say nearly the same, the older goes below the newer."""
+        """Among the results, a memory another one supersedes gives its place to it, and so
+        does the older of two memories of one project and type that say nearly the same (a
+        replaceable kind: a decision or a fact is replaced, an event or a turn of a
+        conversation is not): the current one is the answer to what the query matched."""
         order = {h.memory.id: i for i, h in enumerate(hits)}
         moves: list[tuple[Hit, Hit]] = []
         for hit in hits:
             successor = hit.superseded_by
             if successor in order and order[successor] > order[hit.memory.id]:
                 moves.append((hit, hits[order[successor]]))
-        if self.embedder is not None and len(hits) > 1:
+        replaceable = [h for h in hits if not is_episode(h.memory) and h.memory.type in REPLACEABLE_TYPES]
+        pairs = [(older, newer) for i, older in enumerate(replaceable) for newer in replaceable[i + 1:]
+                 if older.memory.project == newer.memory.project and older.memory.type == newer.memory.type
+                 and older.memory.created_at < newer.memory.created_at
+                 and older.relevance - newer.relevance < CONFLICT_BAND]
+        if pairs:
+            restates = self._restatement(pairs)
+            for older, newer in pairs:
+                if restates(older, newer):
+                    older.components["newer_wins"] = newer.seq
+                    moves.append((older, newer))
+        for demoted, current in moves:
+            at, below = hits.index(demoted), hits.index(current)
+            if at < below:  # the current one takes the place the replaced one had
+                hits.remove(current)
+                hits.insert(at, current)
+                current.score, demoted.score = max(current.score, demoted.score), min(current.score, demoted.score)
+
+    def _restatement(self, pairs: list[tuple[Hit, Hit]]):
+        """Whether a newer hit says what an older one says: their vectors are CONFLICT_COSINE
+        alike, or the newer holds CONFLICT_WORDS of the older's words, IDF-weighted
+        (`X moved its events from RabbitMQ to Kafka` restates `X publishes its events to
+        RabbitMQ` at cosine 0.67)."""
+        hits = list({h.seq: h for pair in pairs for h in pair}.values())
+        vectors = {}
+        if self.embedder is not None:
             model, dim = vec.index_state(self.db)
-            vectors = {}
-            for hit in hits:
-                if not is_episode(hit.memory) and model == self.embedder.identity:
-                    vectors[hit.seq] = vec.stored_vector(self.db, hit.seq, model, dim)
-            for i, older in enumerate(hits):
-                for newer in hits[i + 1:]:
-                    a, b = vectors.get(older.seq), vectors.get(newer.seq)
-                    if (a is None or b is None or older.memory.project != newer.memory.project
-                            or older.memory.type != newer.memory.type
-                            or older.memory.created_at >= newer.memory.created_at):
-                        continue
-                    if float(a @ b) >= CONFLICT_COSINE and older.relevance - newer.relevance < CONFLICT_BAND:
-                        older.components["newer_wins"] = newer.seq
-                        moves.append((older, newer))
-        for demoted, above in moves:
-            if hits.index(demoted) < hits.index(above):
-                hits.remove(demoted)
-                hits.insert(hits.index(above) + 1, demoted)
-                demoted.score = min(demoted.score, above.score)
+            if model == self.embedder.identity:
+                vectors = {h.seq: vec.stored_vector(self.db, h.seq, model, dim) for h in hits}
+        words = {h.seq: set(stem_words(self.db, [t for t in index_tokens(h.memory.content) if t not in STOPWORDS]))
+                 for h in hits}
+        older_words = set().union(*(words[older.seq] for older, _ in pairs))
+        total, df = document_frequencies(self.db, sorted(older_words))
+
+        def idf(term: str) -> float:
+            n = df.get(term, 0)
+            return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
+
+        def restates(older: Hit, newer: Hit) -> bool:
+            a, b = vectors.get(older.seq), vectors.get(newer.seq)
+            if a is not None and b is not None and float(a @ b) >= CONFLICT_COSINE:
+                return True
+            held = words[older.seq]
+            whole = sum(idf(t) for t in held)
+            return whole > 0 and sum(idf(t) for t in held & words[newer.seq]) / whole >= CONFLICT_WORDS
+
+        return restates
 
     def _related(self, hits: list[Hit], opts: SearchOptions, where: str, params: list) -> list[Hit]:
         """One hop of relations from the results, each marked with how it was reached."""

@@ -162,3 +162,79 @@ def test_an_identifier_as_written_beats_its_bare_word(store):
     store.add("Before a release, run the whole release checklist.", "procedure", confidence=1.0)
     flag = store.add("Never build search-svc with --release on CI.", "preference", confidence=0.3).memory
     assert _search(store, "--release", mode="fts")[0].memory.id == flag.id
+
+
+def test_a_word_form_is_found_as_the_index_stems_it(store_url):
+    # FTS5's porter tokenizer matched `linting` to `golangci-lint`, but the lexical relevance
+    # compared unstemmed words (and looked `linting` up in the stemmed vocabulary): the only
+    # memory about linting scored under the floor and the query said "nothing relevant".
+    # Postgres stems with snowball English: the same result there.
+    with Store.open(store_url) as store:
+        _word_form_found(store)
+
+
+def _word_form_found(store):
+    lint = store.add("orders-api code must pass golangci-lint with zero warnings before review.", "preference").memory
+    store.add("orders-api is written in Go and built in a container in CI.")
+    store.add("Deploy orders-api by tagging main.", "procedure")
+    hits = _search(store, "linting?", mode="fts", min_relevance=0.35)
+    assert [h.memory.id for h in hits] == [lint.id]
+    assert hits[0].lexical > 0.5
+
+
+def test_stemming_follows_the_index(store):
+    from llmem.db.fts import stem_words
+
+    assert stem_words(store.db, ["linting", "deploying", "services", "café", "as", "e0502"]) == [
+        "lint", "deploi", "servic", "cafe", "as", "e0502"]
+
+
+def _restated_pair(store, mtype):
+    store.add("orders-api is written in Go.", "fact", project="orders-api", created_at=1_700_000_000.0)
+    old = store.add("orders-api on-call alerts page through PagerDuty.", mtype, project="orders-api",
+                    created_at=1_700_000_000.0).memory
+    new = store.add("orders-api switched on-call paging from PagerDuty to Opsgenie.", mtype, project="orders-api",
+                    created_at=1_700_000_000.0 + 40 * DAY).memory
+    hits = _search(store, "which tool pages the orders-api on-call engineer", FakeEmbedder(dim=256))
+    return old, new, [h.memory.id for h in hits]
+
+
+def test_a_newer_memory_restating_an_older_one_takes_its_place(store):
+    # Unlinked and far apart as vectors (cosine < CONFLICT_COSINE), but the newer holds the
+    # older's words: the older ranked first and the change of tool came second.
+    old, new, ranked = _restated_pair(store, "decision")
+    assert ranked[:2] == [new.id, old.id]
+
+
+def test_an_event_is_not_replaced_by_a_newer_one(store):
+    old, new, ranked = _restated_pair(store, "event")
+    assert ranked.index(old.id) < ranked.index(new.id)
+
+
+def test_the_reply_to_a_turn_that_asks_ranks_above_the_question(store):
+    # The turn that asks what the query asks matched best and came first; the answer, the next
+    # turn of that conversation, shares no word with the query and was not listed at all.
+    def turn(text, session, i):
+        return store.add(text, "conversation", session_id=session, created_at=1_700_000_000.0 + i).memory
+
+    turn("Did you see the game last night?", "s1", 0)
+    asked = turn("What kind of books do you keep in your library?", "s1", 1)
+    reply = turn("Mostly kids' classics and stories from different cultures.", "s1", 2)
+    turn("What kind of books do you keep in your library?", "s2", 3)  # unanswered in its session
+    hits = _search(store, "what kind of books are in the library", mode="fts")
+    ranked = [h.memory.id for h in hits]
+    assert ranked.index(reply.id) < ranked.index(asked.id)
+    assert hits[ranked.index(reply.id)].components["reply_to"] == asked.seq
+
+
+@pytest.mark.parametrize("query", [
+    "the of and what is", "?!()...;", "e", "x" * 100_000, 'NEAR(deploy main) AND "tag" OR -build* content:ci ^x',
+    "deploy на сервер 部署 déploiement", "🚀🔥 deploy 🎉", "Ünïcödé café", "\x00\x1f\u200b",
+])
+def test_bad_input_gives_a_clear_result_never_an_error_nor_the_store(store, query):
+    for i in range(15):
+        store.add(f"Note {i}: the warehouse schema has {i} tables.")
+    store.add("Deploy by tagging main; CI promotes the build.", "procedure")
+    hits = _search(store, query, FakeEmbedder(dim=256), min_relevance=0.35)
+    assert len(hits) <= 2
+    assert all(0.0 <= h.relevance <= 1.0 for h in hits)

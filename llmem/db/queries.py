@@ -398,3 +398,17 @@ def superseded_by(db, memory_ids: list[str]) -> dict[str, str]:
                           f"AND r.target_id IN ({marks}) AND EXISTS (SELECT 1 FROM memory s "
                           "WHERE s.id = r.source_id AND s.invalidated_at IS NULL) ORDER BY r.created_at", memory_ids)
     return {target: source for target, source in rows}
+
+
+def next_turns(db, seqs: list[int], where: str, params: list) -> dict[int, int]:
+    """{seq: the seq of the next turn of its conversation}: for each conversation memory of
+    `seqs` that has a session, the first later memory of that session and type passing `where`
+    (over `memory m`), if any."""
+    if not seqs:
+        return {}
+    marks = ",".join("?" * len(seqs))
+    rows = db.execute_sql(
+        f"SELECT q.seq, (SELECT m.seq FROM memory m WHERE m.session_id = q.session_id AND m.seq > q.seq "
+        f"AND m.type = q.type AND {where} ORDER BY m.seq LIMIT 1) FROM memory q "
+        f"WHERE q.seq IN ({marks}) AND q.session_id IS NOT NULL", [*params, *seqs]).fetchall()
+    return {int(seq): int(reply) for seq, reply in rows if reply is not None}

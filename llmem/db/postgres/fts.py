@@ -12,7 +12,10 @@ is not BM25: LoCoMo's BM25-only recall@5 was 0.04 lower with it.)
 
 from __future__ import annotations
 
+import functools
 import re
+
+import Stemmer
 
 from .migrations import TEXT_CONFIG
 
@@ -83,11 +86,26 @@ def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
 
 
 def document_frequencies(db, terms: list[str]) -> tuple[int, dict[str, int]]:
-    """(memories, {term: memories holding it}), each term stemmed as the tsvectors were."""
+    """(memories, {term: memories holding it}); the terms are lexemes (`stem_words`)."""
     total = db.execute_sql("SELECT count(*) FROM memory").fetchone()[0]
     if not terms:
         return total, {}
     rows = db.execute_sql(
-        f"SELECT t.term, (SELECT count(*) FROM memory WHERE search_text @@ "
-        f"plainto_tsquery('{TEXT_CONFIG}'::regconfig, t.term)) FROM unnest(?::text[]) AS t(term)", (terms,)).fetchall()
-    return total, {term: int(count) for term, count in rows}
+        "SELECT (SELECT count(*) FROM memory WHERE search_text @@ t.lexeme::tsquery) "
+        "FROM unnest(?::text[]) WITH ORDINALITY AS t(lexeme, ord) ORDER BY t.ord",
+        ([_tsquery([t]) for t in terms],)).fetchall()
+    return total, dict(zip(terms, (int(count) for (count,) in rows), strict=True))
+
+
+_ENGLISH = Stemmer.Stemmer("english")
+
+
+@functools.lru_cache(maxsize=65536)
+def _english_stem(word: str) -> str:
+    return _ENGLISH.stemWord(word)
+
+
+def stem_words(db, words: list[str]) -> list[str]:
+    """Lowercased words as the tsvectors hold them: the snowball English stemmer of
+    TEXT_CONFIG, which PyStemmer's `english` is."""
+    return [_english_stem(w) for w in words]

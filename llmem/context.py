@@ -32,7 +32,7 @@ from .capture.markers import CLOSE_MARKER, MARKER_RE, OPEN_MARKER, strip_context
 from .capture.taxonomy import POSITIVE_CATEGORIES, enough_evidence, is_heuristic
 from .db.models import EPISODE_SOURCE, Memory
 from .times import days_between, now
-from .tokens import estimate_tokens
+from .tokens import CHARS_PER_TOKEN, estimate_tokens
 from .trust import EXTERNAL
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,7 @@ SECTION_OF_TYPE = {"decision": STATE, "project_state": STATE, "fact": FACTS, "ev
 # The same floor holds for the combined relevance: nothing weaker is injected.
 CONTEXT_MIN_RELEVANCE = 0.15
 SEARCH_LIMIT = 40  # hits of the one search: enough to rank every section by the session
+MIN_ROWS, ROW_TOKENS = 20, 25  # memories read of each kind: budget / ROW_TOKENS, at least MIN_ROWS
 # A memory's standing with no word of the session to go on: what its kind is worth at session
 # start. Decisions, procedures and preferences hold until replaced; a fact is background, an
 # episode (a piece of conversation) is worth a line only when the session's text finds it.
@@ -146,7 +147,9 @@ class Section:
     below_floor: list[Candidate] = field(default_factory=list)
     chosen: list[Candidate] = field(default_factory=list)
     base_tokens: int = 0  # its share of the budget
-    granted_tokens: int = 0  # with the room other sections left to it (or less, when it needs less)
+    # Its share with the room others left to it (or less, when it needs less); once filled,
+    # what it holds: what it left unused went to the best remaining lines of any section.
+    granted_tokens: int = 0
 
     def text(self, lines: list[Candidate] | None = None) -> str:
         lines = self.chosen if lines is None else lines
@@ -154,8 +157,18 @@ class Section:
             return ""
         return f"\n### {self.title}\n" + "".join(c.line + "\n" for c in lines)
 
+    def chars(self, lines: list[Candidate] | None = None) -> int:
+        """len(self.text(lines)), without building it."""
+        lines = self.chosen if lines is None else lines
+        return len(self.title) + 6 + sum(len(c.line) + 1 for c in lines) if lines else 0
+
     def tokens(self, lines: list[Candidate] | None = None) -> int:
-        return estimate_tokens(self.text(lines))
+        return _tokens(self.chars(lines))
+
+
+def _tokens(chars: int) -> int:
+    """estimate_tokens of a text of `chars` characters (the fit counts lengths, not texts)."""
+    return -(-chars // CHARS_PER_TOKEN)
 
 
 @dataclass
@@ -502,27 +515,39 @@ def _grant(sections: list[Section], available: int) -> None:
             return
 
 
+def _cost(section: Section, candidate: Candidate) -> int:
+    """The characters `candidate` adds to `section`: its line, and the heading if it is the first."""
+    return len(candidate.line) + 1 + (0 if section.chosen else len(section.title) + 6)
+
+
 def _fill(sections: list[Section], available: int) -> None:
     """Lines by rank within each section's grant (a shorter one further down may still fit),
     then what no section used to the best remaining lines of any section."""
+    held: dict[str, int] = {}  # characters each section holds
     for s in sections:
+        held[s.key] = 0
         for candidate in s.candidates:
-            if s.tokens([*s.chosen, candidate]) <= s.granted_tokens:
+            more = _cost(s, candidate)
+            if _tokens(held[s.key] + more) <= s.granted_tokens:
                 s.chosen.append(candidate)
+                held[s.key] += more
+        s.granted_tokens = _tokens(held[s.key])  # what it did not use goes back to the common room
     taken = {id(c) for s in sections for c in s.chosen}
     rest = sorted((c for s in sections for c in s.candidates if id(c) not in taken),
                   key=lambda c: -c.relevance)
     by_key = {s.key: s for s in sections}
-    used = sum(s.tokens() for s in sections)
+    used = sum(s.granted_tokens for s in sections)
     for candidate in rest:
         s = by_key[candidate.section]
-        more = s.tokens([*s.chosen, candidate]) - s.tokens()
-        if used + more <= available:
-            rank = {id(c): i for i, c in enumerate(s.candidates)}
+        grown = _tokens(held[s.key] + _cost(s, candidate))
+        if used + grown - s.granted_tokens <= available:
+            held[s.key] += _cost(s, candidate)
             s.chosen.append(candidate)
-            s.chosen.sort(key=lambda c: rank[id(c)])  # the section keeps its ranked order
-            used += more
-            s.granted_tokens = max(s.granted_tokens, s.tokens())
+            used += grown - s.granted_tokens
+            s.granted_tokens = grown
+    for s in sections:  # each section keeps its ranked order
+        rank = {id(c): i for i, c in enumerate(s.candidates)}
+        s.chosen.sort(key=lambda c: rank[id(c)])
 
 
 def _render(header: str, sections: list[Section], max_tokens: int) -> str:
@@ -548,7 +573,7 @@ def explain(block_sections: list[Section], floor: float, superseded: dict[str, s
         chosen = {id(c) for c in s.chosen}
         sections.append({
             "section": s.title, "share": s.share, "budget_tokens": s.base_tokens,
-            "granted_tokens": s.granted_tokens, "used_tokens": s.tokens(),
+            "used_tokens": s.tokens(),
             "lines": [c.as_dict() for c in s.chosen],
             "left_out_for_budget": [c.as_dict() for c in s.candidates if id(c) not in chosen],
             "below_floor": [c.as_dict() for c in s.below_floor],
@@ -581,8 +606,11 @@ def explain_text(explanation: dict) -> str:
         if not s["lines"] and not s["left_out_for_budget"] and not s["below_floor"]:
             out.append(f"{s['section']}: nothing to show (its {s['budget_tokens']} tokens went to the others)")
             continue
-        out.append(f"{s['section']}: {s['used_tokens']} of {s['granted_tokens']} tokens granted "
-                   f"(share {s['share']:.0%} = {s['budget_tokens']}), {len(s['lines'])} lines")
+        flow = s["used_tokens"] - s["budget_tokens"]
+        moved = (f"{flow} more from room the others left" if flow > 0 else
+                 f"{-flow} left to the others" if flow < 0 else "exactly its share")
+        out.append(f"{s['section']}: {len(s['lines'])} lines, {s['used_tokens']} tokens (share "
+                   f"{s['share']:.0%} = {s['budget_tokens']} tokens; {moved})")
         out += [line(c) for c in s["lines"]]
         if s["left_out_for_budget"]:
             out.append(f"  left out for the budget: {len(s['left_out_for_budget'])}")
@@ -627,12 +655,15 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
         if memory.type in SECTION_OF_TYPE:
             pool.setdefault(memory.id, memory)
     session_ids: set[str] = set()
-    standing_lists = [state_memories(store, project, at),
-                      core_memories(store, project, at, limit=30, types=("procedure",)),
-                      core_memories(store, project, at, limit=30, types=("preference",)),
-                      state_memories(store, project, at, types=("fact",), limit=12)]
+    # Enough rows of each kind to fill the whole budget with short lines, should the others
+    # have nothing to say.
+    rows = max(MIN_ROWS, max_tokens // ROW_TOKENS)
+    standing_lists = [state_memories(store, project, at, limit=rows),
+                      core_memories(store, project, at, limit=rows, types=("procedure",)),
+                      core_memories(store, project, at, limit=rows, types=("preference",)),
+                      state_memories(store, project, at, types=("fact",), limit=rows)]
     if compacting and session_id:
-        recorded = state_memories(store, project, at, session_id=session_id, types=SESSION_TYPES, limit=40)
+        recorded = state_memories(store, project, at, session_id=session_id, types=SESSION_TYPES, limit=rows)
         session_ids = {m.id for m in recorded}
         standing_lists.append(recorded)
     for memories in standing_lists:

@@ -87,7 +87,7 @@ SECTION_OF_TYPE = {"decision": STATE, "project_state": STATE, "fact": FACTS, "ev
 # The same floor holds for the combined relevance: nothing weaker is injected.
 CONTEXT_MIN_RELEVANCE = 0.15
 SEARCH_LIMIT = 40  # hits of the one search: enough to rank every section by the session
-MIN_ROWS, ROW_TOKENS = 20, 25  # memories read of each kind: budget / ROW_TOKENS, at least MIN_ROWS
+MIN_ROWS, ROW_TOKENS = 20, 25  # memories read of each kind (see rows in assemble_context)
 # A memory's standing with no word of the session to go on: what its kind is worth at session
 # start. Decisions, procedures and preferences hold until replaced; a fact is background, an
 # episode (a piece of conversation) is worth a line only when the session's text finds it.
@@ -316,12 +316,6 @@ def relevant_hits(app, query: str, project: str | None, limit: int = SEARCH_LIMI
     # embedder redacts too, but FTS, logs and explain output see the query as given).
     result = searcher.search(store.redactor.text(query), opts)
     return [hit for hit in result.hits if hit.memory is not None], searcher
-
-
-def relevant_memories(app, query: str, project: str | None, limit: int = 15) -> list[Memory]:
-    """The memories of relevant_hits, best first."""
-    hits, _ = relevant_hits(app, query, project, limit)
-    return [hit.memory for hit in hits]
 
 
 @dataclass
@@ -608,9 +602,10 @@ def explain_text(explanation: dict) -> str:
             continue
         flow = s["used_tokens"] - s["budget_tokens"]
         moved = (f"{flow} more from room the others left" if flow > 0 else
-                 f"{-flow} left to the others" if flow < 0 else "exactly its share")
-        out.append(f"{s['section']}: {len(s['lines'])} lines, {s['used_tokens']} tokens (share "
-                   f"{s['share']:.0%} = {s['budget_tokens']} tokens; {moved})")
+                 f"{-flow} of them free for the others" if flow < 0 else "exactly its share")
+        count = len(s["lines"])
+        out.append(f"{s['section']}: {count} line{'' if count == 1 else 's'}, {s['used_tokens']} tokens "
+                   f"(share {s['share']:.0%} = {s['budget_tokens']} tokens; {moved})")
         out += [line(c) for c in s["lines"]]
         if s["left_out_for_budget"]:
             out.append(f"  left out for the budget: {len(s['left_out_for_budget'])}")
@@ -655,15 +650,20 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
         if memory.type in SECTION_OF_TYPE:
             pool.setdefault(memory.id, memory)
     session_ids: set[str] = set()
-    # Enough rows of each kind to fill the whole budget with short lines, should the others
-    # have nothing to say.
-    rows = max(MIN_ROWS, max_tokens // ROW_TOKENS)
-    standing_lists = [state_memories(store, project, at, limit=rows),
-                      core_memories(store, project, at, limit=rows, types=("procedure",)),
-                      core_memories(store, project, at, limit=rows, types=("preference",)),
-                      state_memories(store, project, at, types=("fact",), limit=rows)]
+    shares = COMPACTING_SHARES if compacting else START_SHARES
+
+    def rows(key: str) -> int:
+        # Enough memories of a kind to fill twice its share with short lines (room flows to it
+        # when the others have little to say); each row read costs on every session start.
+        return max(MIN_ROWS, int(max_tokens * min(1.0, 2 * shares[key]) / ROW_TOKENS))
+
+    standing_lists = [state_memories(store, project, at, limit=rows(STATE)),
+                      core_memories(store, project, at, limit=rows(PROCEDURES), types=("procedure",)),
+                      core_memories(store, project, at, limit=rows(PREFERENCES), types=("preference",)),
+                      state_memories(store, project, at, types=("fact",), limit=rows(FACTS))]
     if compacting and session_id:
-        recorded = state_memories(store, project, at, session_id=session_id, types=SESSION_TYPES, limit=rows)
+        recorded = state_memories(store, project, at, session_id=session_id, types=SESSION_TYPES,
+                                  limit=rows(SESSION))
         session_ids = {m.id for m in recorded}
         standing_lists.append(recorded)
     for memories in standing_lists:
@@ -673,7 +673,6 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
     replaced = superseded_by(store.db, [*pool, *(lesson.memory.id for lesson in found_lessons)])
     replaced.update({hit.memory.id: hit.superseded_by for hit in hits if hit.superseded_by})
 
-    shares = COMPACTING_SHARES if compacting else START_SHARES
     sections = {key: Section(key, TITLES[key], share) for key, share in shares.items()}
     candidates: list[Candidate] = []
     for memory in pool.values():

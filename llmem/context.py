@@ -269,17 +269,17 @@ def core_memories(store, project: str | None, at: float, limit: int = 60,
                   types=CORE_TYPES) -> list[Memory]:
     """Promoted memories and those of `types` (preferences and procedures): promoted first,
     the project's before global, then by confidence."""
-    from .db.queries import metadata_value
+    from .db.queries import metadata_flag_off
 
     Memory = store.models.Memory
     # Stale procedures (flagged by the dream) are left out in the query, before the LIMIT:
     # filtered after it, they would take the places of the memories the block should carry.
-    stale = metadata_value(Memory.metadata, "stale_procedure")
     kinds = Memory.promoted_at.is_null(False)
     if types:
         kinds = kinds | Memory.type.in_(types)
     query = (Memory.select()
-             .where(_valid(Memory, project, at) & kinds & (stale.is_null() | (stale == 0)))
+             .where(_valid(Memory, project, at) & kinds
+                    & metadata_flag_off(Memory.metadata, "stale_procedure"))
              .order_by(Memory.promoted_at.is_null(), Memory.project.is_null(),
                        Memory.confidence.desc(), Memory.updated_at.desc()))
     return list(query.limit(limit))

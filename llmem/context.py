@@ -151,16 +151,18 @@ class Section:
     # what it holds: what it left unused went to the best remaining lines of any section.
     granted_tokens: int = 0
 
+    @property
+    def heading(self) -> str:
+        return f"\n### {self.title}\n"
+
     def text(self, lines: list[Candidate] | None = None) -> str:
         lines = self.chosen if lines is None else lines
-        if not lines:
-            return ""
-        return f"\n### {self.title}\n" + "".join(c.line + "\n" for c in lines)
+        return self.heading + "".join(c.line + "\n" for c in lines) if lines else ""
 
     def chars(self, lines: list[Candidate] | None = None) -> int:
         """len(self.text(lines)), without building it."""
         lines = self.chosen if lines is None else lines
-        return len(self.title) + 6 + sum(len(c.line) + 1 for c in lines) if lines else 0
+        return len(self.heading) + sum(len(c.line) + 1 for c in lines) if lines else 0
 
     def tokens(self, lines: list[Candidate] | None = None) -> int:
         return _tokens(self.chars(lines))
@@ -511,7 +513,7 @@ def _grant(sections: list[Section], available: int) -> None:
 
 def _cost(section: Section, candidate: Candidate) -> int:
     """The characters `candidate` adds to `section`: its line, and the heading if it is the first."""
-    return len(candidate.line) + 1 + (0 if section.chosen else len(section.title) + 6)
+    return len(candidate.line) + 1 + (0 if section.chosen else len(section.heading))
 
 
 def _fill(sections: list[Section], available: int) -> None:

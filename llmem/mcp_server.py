@@ -441,8 +441,8 @@ def build_server(tools: MemoryTools):
         return await run("correct", tools.correct, id, content, reason)
 
     @server.tool(structured_output=False, annotations=reading, description=(
-        "The project's memory block as injected at session start: core memories, recent "
-        "decisions and state, lessons."))
+        "The project's memory block as injected at session start: decisions and project "
+        "state, facts, procedures, preferences, lessons."))
     async def context(project: Project = None, max_tokens: OptionalTokens = None) -> str:
         return await run("context", tools.context, project, max_tokens)
 

@@ -186,11 +186,17 @@ class ContextBlock:
     memory_ids: list[str] = field(default_factory=list)
     sections: dict[str, list[str]] = field(default_factory=dict)
     query: str = ""
-    explanation: dict = field(default_factory=dict)  # see explain()
+    # What explain() reads, kept to build the explanation only when someone asks for it.
+    fitted: list[Section] = field(default_factory=list, repr=False)
+    superseded: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def tokens(self) -> int:
         return estimate_tokens(self.text)
+
+    @property
+    def explanation(self) -> dict:
+        return explain(self.fitted, CONTEXT_MIN_RELEVANCE, self.superseded, self.max_tokens, self.query)
 
     def as_dict(self, explain: bool = False) -> dict:
         data = {"session_id": self.session_id, "project": self.project,
@@ -718,7 +724,7 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
         # Recorded as origin=context, for what went in only (never a user recall).
         searcher.record_recall(injected, store.redactor.text(query), "context", at)
     return ContextBlock(text, session_id, project, view.found, compacting, max_tokens, memory_ids,
-                        ids, query, explain(ordered, CONTEXT_MIN_RELEVANCE, replaced, max_tokens, query))
+                        ids, query, ordered, replaced)
 
 
 def cut_block(text: str, max_chars: int) -> str:

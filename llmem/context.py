@@ -71,7 +71,7 @@ TITLES = {
     PREFERENCES: "Preferences",
     LESSONS: "Lessons from past sessions",
 }
-EPISODES_TITLE = FACTS_TITLE = TITLES[FACTS]  # episodes share the facts' section
+EPISODES_TITLE = TITLES[FACTS]  # episodes share the facts' section
 # Each section's share of the block's budget, in the order the block shows them. A section
 # needing less gives the rest to those needing more, in proportion to their shares.
 START_SHARES = {STATE: 0.30, FACTS: 0.25, PROCEDURES: 0.20, PREFERENCES: 0.15, LESSONS: 0.10}

@@ -252,3 +252,15 @@ def test_an_agents_cap_cuts_the_least_relevant_lines_of_every_kind_not_the_last_
     assert all(line in block.splitlines() for line in cut.splitlines())
     assert cut_block(block, len(block)) == block
     assert cut_block(block, 40) == ""  # not even the header: no block rather than a broken one
+
+
+def test_the_mcp_context_tool_explains_on_request(app):
+    from llmem.mcp_server import MemoryTools
+
+    decision = add(app, "Orders are stored in Postgres 16", "decision")
+    tools = MemoryTools(app, default_project=PROJECT)
+    plain = tools.context()
+    assert plain.endswith(CLOSE_MARKER) and f"[{decision.id[:8]}]" in plain
+    block, why = tools.context(explain=True).split(CLOSE_MARKER + "\n\n")
+    assert block + CLOSE_MARKER == plain
+    assert f"{STATE}: 1 line," in why and f"[{decision.id[:8]}] " in why and "project match" in why

@@ -87,7 +87,7 @@ SECTION_OF_TYPE = {"decision": STATE, "project_state": STATE, "fact": FACTS, "ev
 # The same floor holds for the combined relevance: nothing weaker is injected.
 CONTEXT_MIN_RELEVANCE = 0.15
 SEARCH_LIMIT = 40  # hits of the one search: enough to rank every section by the session
-MIN_ROWS, ROW_TOKENS = 20, 25  # memories read of each kind (see rows in assemble_context)
+MIN_ROWS, ROW_TOKENS = 12, 40  # memories read of each kind (see rows in assemble_context)
 # A memory's standing with no word of the session to go on: what its kind is worth at session
 # start. Decisions, procedures and preferences hold until replaced; a fact is background, an
 # episode (a piece of conversation) is worth a line only when the session's text finds it.
@@ -273,10 +273,18 @@ def _meta(memory: Memory) -> dict:
     return {str(k).lower(): v for k, v in (memory.metadata or {}).items()}
 
 
+def _line_columns(Memory) -> tuple:
+    """The columns a memory's line and standing read: rows of these alone skip the rest (the
+    metadata's JSON above all) on every session start."""
+    return (Memory.seq, Memory.id, Memory.type, Memory.content, Memory.project, Memory.trust,
+            Memory.confidence, Memory.source, Memory.session_id, Memory.created_at,
+            Memory.updated_at, Memory.promoted_at)
+
+
 def core_memories(store, project: str | None, at: float, limit: int = 60,
                   types=CORE_TYPES) -> list[Memory]:
     """Promoted memories and those of `types` (preferences and procedures): promoted first,
-    the project's before global, then by confidence."""
+    the project's before global, then by confidence (the columns of _line_columns)."""
     from .db.queries import metadata_flag_off
 
     Memory = store.models.Memory
@@ -285,7 +293,7 @@ def core_memories(store, project: str | None, at: float, limit: int = 60,
     kinds = Memory.promoted_at.is_null(False)
     if types:
         kinds = kinds | Memory.type.in_(types)
-    query = (Memory.select()
+    query = (Memory.select(*_line_columns(Memory))
              .where(_valid(Memory, project, at) & kinds
                     & metadata_flag_off(Memory.metadata, "stale_procedure"))
              .order_by(Memory.promoted_at.is_null(), Memory.project.is_null(),
@@ -295,12 +303,13 @@ def core_memories(store, project: str | None, at: float, limit: int = 60,
 
 def state_memories(store, project: str | None, at: float, *, session_id: str | None = None,
                    types=STATE_TYPES, limit: int = 20) -> list[Memory]:
-    """Decisions and project state (optionally only those recorded in one session), newest first."""
+    """Decisions and project state (optionally only those recorded in one session), newest
+    first (the columns of _line_columns)."""
     Memory = store.models.Memory
     where = _valid(Memory, project, at) & Memory.type.in_(types)
     if session_id:
         where = where & (Memory.session_id == session_id)
-    query = (Memory.select().where(where)
+    query = (Memory.select(*_line_columns(Memory)).where(where)
              .order_by(Memory.project.is_null(), Memory.updated_at.desc()).limit(limit))
     return list(query)
 
@@ -347,7 +356,8 @@ def lessons(store, project: str | None, at: float, limit: int = 5, scan: int = 3
     taxonomy.enough_evidence); a stated assessment's directive wins over a guessed one.
     """
     Memory = store.models.Memory
-    rows = (Memory.select().where(_valid(Memory, project, at) & (Memory.type == "self_assessment"))
+    rows = (Memory.select(*_line_columns(Memory), Memory.summary, Memory.metadata)
+            .where(_valid(Memory, project, at) & (Memory.type == "self_assessment"))
             .order_by(Memory.created_at.desc()).limit(scan))
     groups: dict[str, list[tuple[Memory, dict]]] = {}
     for memory in rows:

@@ -161,7 +161,7 @@ def test_explain_says_why_each_line_is_in_and_what_was_left_out(app, state_dir, 
         Memory.id == faint.id).execute()
     crowd(app, 30, kinds=("procedure",))
 
-    block = assemble_context(app, session.id, max_tokens=600)
+    block = assemble_context(app, session.id, max_tokens=450)
     sections = explained(block)
     assert old.id not in block.memory_ids and gone.id not in block.memory_ids
     assert faint.id not in block.memory_ids
@@ -194,14 +194,14 @@ def test_explain_says_why_each_line_is_in_and_what_was_left_out(app, state_dir, 
     recalled = {r.memory_id for r in app.store.models.RecallEvent.select()}
     assert recalled and recalled <= set(block.memory_ids)
 
-    code, out, err = cli("context", "--session-id", session.id, "--max-tokens", "600", "--explain")
+    code, out, err = cli("context", "--session-id", session.id, "--max-tokens", "450", "--explain")
     assert code == 0, err
     text, why = out.split(CLOSE_MARKER)
     assert f"[{new.id[:8]}]" in text and f"[{old.id[:8]}]" not in text
     assert f"[{new.id[:8]}] " in why and "query match" in why and "left out for the budget" in why
     assert f"left out, superseded: [{old.id[:8]}] by [{new.id[:8]}]" in why
     assert "Preferences:" in why and "below the floor: 1" in why
-    code, out, err = cli("context", "--session-id", session.id, "--max-tokens", "600", "--explain", "--json")
+    code, out, err = cli("context", "--session-id", session.id, "--max-tokens", "450", "--explain", "--json")
     data = json.loads(out)
     assert [s["section"] for s in data["explain"]["sections"]] == list(TITLES.values())[1:]
     code, out, err = cli("context", "--session-id", session.id, "--json")

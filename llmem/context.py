@@ -230,7 +230,7 @@ def read_session(app, session_id: str | None, adapter_name: str | None = None, *
     # were joined (nested YAML), no longer matches its pattern.
     redact = app.store.redactor.text
     view.title = redact((transcript.title or "").strip()) or None
-    view.project = transcript.project_root or transcript.directory
+    view.project = transcript.project
 
     def said(message) -> str:
         if message.synthetic or message.kind != "message" or message.role not in ("user", "assistant"):

@@ -621,7 +621,7 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
     if start_cursor and not transcript.cursor_found:
         log.warning("session %s: cursor %s not found in the transcript; reading it whole "
                     "(exact duplicates are dropped)", session_id, start_cursor)
-    project = transcript.project_root or transcript.directory
+    project = transcript.project
     if transcript.is_subagent:
         log.info("session %s is a subagent's: its findings reach memory through its parent", session_id)
         return ExtractionReport(session_id=session_id, adapter=adapter.name, project=project,

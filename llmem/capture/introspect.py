@@ -392,7 +392,7 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
         # (ARCHITECTURE.md, "Subagents are not users").
         log.info("session %s is a subagent's: not introspected on its own", session_id)
         return []
-    project = transcript.project_root or transcript.directory
+    project = transcript.project
     context = f"session {session_id}" + (f" ({transcript.title})" if transcript.title else "")
     if project:
         context += f" in {project}"

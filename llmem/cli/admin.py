@@ -8,13 +8,14 @@ from pathlib import Path
 
 import click
 
+from .choices import config_adapter_choice, native_choice
 from .memory import catch_up_embeddings
 from .output import bounded_int, http_url, json_option, notice, print_json, progress_bar
 
 
 @click.command()
 @click.option("--ollama-url", callback=http_url, help="Ollama URL for embeddings and the LLM (default http://localhost:11434).")
-@click.option("--adapter", type=click.Choice(["auto", "opencode", "copilot", "claude", "codex", "none"]),
+@click.option("--adapter", type=config_adapter_choice(),
               help="Session adapter (default: auto-detected).")
 @click.option("--embedder", type=click.Choice(["auto", "builtin", "ollama", "openai", "local", "none"]),
               default="auto", show_default=True,
@@ -358,7 +359,7 @@ def config_check(app, as_json):
 
 
 @click.command("import-native")
-@click.argument("agent", type=click.Choice(["claude", "codex", "copilot", "opencode"]))
+@click.argument("agent", type=native_choice())
 @click.option("--project", "project_dir", type=click.Path(file_okay=False),
               help="Project folder whose instruction files to read (default: the current folder).")
 @click.option("--dry-run", is_flag=True, help="Show what would be added or retired; write nothing.")
@@ -373,17 +374,18 @@ def import_native(app, agent, project_dir, dry_run, as_json):
     from ..adapters.native import NativeHomes, native_files
     from ..capture.native import import_native as run_import
     from ..errors import UsageError
-    from ..paths import expand, project_root_of
+    from ..paths import expand, project_key, project_root_of
     from ..setup.agents import claude_home, codex_home, copilot_home
 
     folder = Path(project_dir or os.getcwd()).expanduser().resolve()
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder", hint="pass --project with a project folder")
-    project = project_root_of(str(folder))
+    root = project_root_of(str(folder))
+    project = project_key(root)
     config = app.config
     homes = NativeHomes(claude=claude_home(config), codex=codex_home(config), copilot=copilot_home(config),
                         opencode=expand(config.values["session"]["opencode"]["config_dir"]))
-    dirs = list(dict.fromkeys([Path(project), folder]))
+    dirs = list(dict.fromkeys([Path(root), folder]))
     refused: list = []
     files = native_files(agent, homes, dirs, project, refused)
     for path in refused:

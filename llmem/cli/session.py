@@ -11,16 +11,11 @@ import threading
 import click
 
 from ..pipeline.kinds import EventKind
-from .output import bounded_int, http_url, json_option, json_text, print_json
+from .choices import adapter_choice
+from .output import PROJECT, bounded_int, http_url, json_option, json_text, print_json
 
-ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "claude", "codex", "none"])
+ADAPTER_CHOICE = adapter_choice()
 HOOK_LOG = "hooks.log"
-# Claude Code spills injected context above 10,000 characters into a file the model only sees
-# a preview of: the block stays under this.
-CLAUDE_CONTEXT_CHARS = 9500
-# Codex spills a hook's context above ~2,500 tokens into a file the model only sees a preview
-# of: the block stays under this.
-CODEX_CONTEXT_CHARS = 9000
 
 log = logging.getLogger("llmem.hooks")
 # Set by cli/resident.py while a resident llmem answers a hook in this thread: the hook's
@@ -41,7 +36,7 @@ def _echo(text: str, err: bool = False) -> None:
 @click.option("--session-id", help="The agent's session id (its title and recent text guide the search).")
 @click.option("--compacting", is_flag=True, help="The block for a compaction: decisions and state to keep.")
 @click.option("--max-tokens", type=bounded_int(50), help="Token budget (default: context.max_tokens, 1500).")
-@click.option("--project", help="Project (repo root) whose memories to include (default: the session's).")
+@click.option("--project", type=PROJECT, help="Project (a folder: its repository) whose memories to include (default: the session's).")
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
 @click.option("--explain", is_flag=True, help="Say why each line is in (section, relevance, signal) "
               "and what was left out for the budget (after the block; with --json, under \"explain\").")
@@ -277,7 +272,7 @@ def _one_line(value, limit: int = 300) -> str:
 @click.command()
 @click.option("--type", "kind", type=click.Choice([kind.value for kind in EventKind]), required=True, help="The lifecycle moment.")
 @click.option("--session-id", help="The agent's session id (default: sessionId of the JSON on stdin).")
-@click.option("--project", help="Project (repo root) of the session (default: the transcript's, or cwd on stdin).")
+@click.option("--project", type=PROJECT, help="Project (a folder: its repository) of the session (default: the transcript's, or cwd on stdin).")
 @click.option("--sync", is_flag=True, help="Run the work inline and wait for it (default: enqueue for the worker).")
 @click.option("--detach", is_flag=True, help="Return at once; the work runs in a background process.")
 @click.option("--model", help="LLM model for extraction and introspection (default: llm.model).")
@@ -324,9 +319,9 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
                     return
                 turn_began = _turn_began(hook_input)
                 if not project and isinstance(hook_input.get("cwd"), str) and hook_input["cwd"]:
-                    from ..paths import project_root_of
+                    from ..paths import project_key
 
-                    project = project_root_of(hook_input["cwd"])
+                    project = project_key(hook_input["cwd"])
             if not session_id:
                 from ..errors import UsageError
 
@@ -385,9 +380,10 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
             # context.py (~10 ms to import) is loaded only for SessionStart.
             if kind != "created" or not result.get("context"):
                 return
+            from ..adapters.registry import get_agent
             from ..context import cut_block
 
-            cap = CLAUDE_CONTEXT_CHARS if fmt == "claude" else CODEX_CONTEXT_CHARS
+            cap = get_agent(fmt).context_cap  # the agent's unit: what its format carries unspilled
             block = cut_block(result["context"], cap)
             if block:
                 _echo(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
@@ -410,7 +406,7 @@ def install_group():
     """Connect llmem to an agent: its hooks (or plugin) and its MCP server `llmem mcp`."""
 
 
-_PART_LABELS = {"plugin": "the OpenCode plugin", "hooks": "the {label} hooks",
+_PART_LABELS = {"plugin": "the {label} plugin", "hooks": "the {label} hooks",
                 "notify": "Codex's notify program", "mcp": "the llmem MCP server for {label}"}
 
 
@@ -418,11 +414,11 @@ def _report(outcome, as_json: bool) -> None:
     if as_json:
         print_json(outcome.as_dict())
         return
-    from ..setup.agents import LABELS
+    from ..setup.agents import label
 
     shown_backups = set()
     for part in outcome.parts:
-        what = _PART_LABELS[part.part].format(label=LABELS[outcome.agent])
+        what = _PART_LABELS[part.part].format(label=label(outcome.agent))
         subject, be = what[0].upper() + what[1:], "are" if part.part == "hooks" else "is"
         where = part.path
         message = {

@@ -641,9 +641,14 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
                      max_tokens: int | None = None, project: str | None = None,
                      adapter_name: str | None = None) -> ContextBlock:
     """Build the context block and report what is in it (see build_context)."""
+    from .adapters.registry import agent_names, get_agent  # read_session loads adapters anyway
     from .db.queries import superseded_by
 
     max_tokens = int(max_tokens or app.config.values["context"]["max_tokens"])
+    if adapter_name in agent_names() and (cap := get_agent(adapter_name).context_cap):
+        # Within what the agent's hook answer carries unspilled: the budget is shared out
+        # inside it, instead of cut_block dropping lines from a bigger block.
+        max_tokens = min(max_tokens, cap // CHARS_PER_TOKEN)
     view = read_session(app, session_id, adapter_name, compacting=compacting)
     project = project or view.project
     at = now()
@@ -667,7 +672,6 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
             continue
         if memory.type in SECTION_OF_TYPE:
             pool.setdefault(memory.id, memory)
-    session_ids: set[str] = set()
     shares = COMPACTING_SHARES if compacting else START_SHARES
 
     def rows(key: str) -> int:
@@ -675,16 +679,23 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
         # when the others have little to say); each row read costs on every session start.
         return max(MIN_ROWS, int(max_tokens * min(1.0, 2 * shares[key]) / ROW_TOKENS))
 
-    standing_lists = [state_memories(store, project, at, limit=rows(STATE)),
-                      core_memories(store, project, at, limit=rows(PROCEDURES), types=("procedure",)),
-                      core_memories(store, project, at, limit=rows(PREFERENCES), types=("preference",)),
-                      state_memories(store, project, at, types=("fact",), limit=rows(FACTS))]
+    readers = {STATE: lambda n: state_memories(store, project, at, limit=n),
+               PROCEDURES: lambda n: core_memories(store, project, at, limit=n, types=("procedure",)),
+               PREFERENCES: lambda n: core_memories(store, project, at, limit=n, types=("preference",)),
+               FACTS: lambda n: state_memories(store, project, at, types=("fact",), limit=n)}
     if compacting and session_id:
-        recorded = state_memories(store, project, at, session_id=session_id, types=SESSION_TYPES,
-                                  limit=rows(SESSION))
-        session_ids = {m.id for m in recorded}
-        standing_lists.append(recorded)
-    for memories in standing_lists:
+        readers[SESSION] = lambda n: state_memories(store, project, at, session_id=session_id,
+                                                    types=SESSION_TYPES, limit=n)
+    lists = {key: read(rows(key)) for key, read in readers.items()}
+    # Short of the budget while a kind was read to its limit (a young store of one kind, a
+    # big budget): the room flows to that kind only if more of it is read, so read more, once.
+    shown = sum(min(len(m.content), LINE_CHARS) + 25 for memories in lists.values() for m in memories)
+    if shown < max_tokens * CHARS_PER_TOKEN:
+        for key, read in readers.items():
+            if len(lists[key]) == rows(key):
+                lists[key] = read(rows(key) * 4)
+    session_ids = {m.id for m in lists.get(SESSION, ())}
+    for memories in lists.values():
         for memory in memories:
             pool.setdefault(memory.id, memory)
     found_lessons = lessons(store, project, at)

@@ -253,6 +253,16 @@ def test_an_agents_cap_cuts_the_least_relevant_lines_of_every_kind_not_the_last_
     assert cut_block(block, len(block)) == block
     assert cut_block(block, 40) == ""  # not even the header: no block rather than a broken one
 
+    # Built for an agent with a cap (its unit's context_cap), the budget is shared inside it.
+    from llmem.adapters.registry import get_agent
+
+    for agent in ("claude", "codex"):
+        cap = get_agent(agent).context_cap
+        capped = assemble_context(app, None, project=PROJECT, max_tokens=4000, adapter_name=agent)
+        assert capped.max_tokens == cap // 4 and cap - 2 * LINE_TOKENS * 4 < len(capped.text) <= cap
+        assert list(capped.sections) == [STATE, FACTS, PROCEDURES, PREFERENCES, LESSONS]
+        assert cut_block(capped.text, cap) == capped.text
+
 
 def test_the_mcp_context_tool_explains_on_request(app):
     from llmem.mcp_server import MemoryTools

@@ -322,7 +322,7 @@ def relevant_hits(app, query: str, project: str | None, limit: int = SEARCH_LIMI
 
     store = app.store
     has_vectors = vec.index_state(store.db)[0] is not None
-    embedding_on = app.config.values["embedding"]["provider"] != "none"
+    embedding_on = app.config.embedding.provider != "none"
     # No vector was ever stored: the query embedding would be wasted time (and a network
     # call on every session start), so search with FTS alone.
     searcher = app.searcher() if (has_vectors and embedding_on) else Searcher(store, None)
@@ -644,7 +644,7 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
     from .adapters.registry import agent_names, get_agent  # read_session loads adapters anyway
     from .db.queries import superseded_by
 
-    max_tokens = int(max_tokens or app.config.values["context"]["max_tokens"])
+    max_tokens = int(max_tokens or app.config.context.max_tokens)
     if adapter_name in agent_names() and (cap := get_agent(adapter_name).context_cap):
         # Within what the agent's hook answer carries unspilled: the budget is shared out
         # inside it, instead of cut_block dropping lines from a bigger block.

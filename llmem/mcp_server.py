@@ -202,7 +202,7 @@ class MemoryTools:
 
     def context(self, project: str | None = None, max_tokens: int | None = None,
                 explain: bool = False) -> str:
-        configured = self.app.config.values["context"]["max_tokens"]
+        configured = self.app.config.context.max_tokens
         budget = max_tokens or min(configured, MAX_TOKENS)
         block = assemble_context(self.app, None, project=self._project(project), max_tokens=budget)
         return block.text + ("\n\n" + explain_text(block.explanation) if explain else "")

@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmem.config import Config, defaults  # noqa: E402
+from llmem.config import Config  # noqa: E402
 from llmem.db.derived import text_hash  # noqa: E402
 from llmem.db.fts import identifier_hints  # noqa: E402
 from llmem.db.settings import set_setting  # noqa: E402
@@ -82,14 +82,15 @@ def build(path: Path, n: int, new: int, dim: int, seed: int = 7) -> float:
         memory_id = str(uuid.uuid4())
         # No summary, no metadata: the embedded text is the content.
         memory_rows.append((i + 1, memory_id, mtype, content, identifier_hints(content), 0.7, "extraction",
-                            None, "{}", content_hash(content), text_hash(content), created, created, 0, 1, "agent"))
+                            None, "{}", content_hash(content), text_hash(content), created, created, 0, 1, "agent",
+                            "private"))
         embedding_rows.append((memory_id, MODEL, dim, vectors[i].tobytes(), text_hash(content),
                                created if not is_new else watermark + 60))
     with db.atomic():
         db.cursor().executemany(
             "INSERT INTO memory(seq, id, type, content, hints, confidence, source, project, metadata,"
-            " content_hash, embed_hash, created_at, updated_at, access_count, version, trust)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " content_hash, embed_hash, created_at, updated_at, access_count, version, trust, visibility)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             memory_rows)
         db.cursor().executemany(
             "INSERT INTO embedding(memory_id, model, dim, vector, content_hash, created_at) VALUES (?,?,?,?,?,?)",
@@ -117,8 +118,9 @@ def build(path: Path, n: int, new: int, dim: int, seed: int = 7) -> float:
 DERIVED = ("hints", "embed_hash", "content_hash", "version")
 
 
-def journaled_floor(applied_db, floor_path: Path, run_id: str) -> tuple[float, float, int]:
-    """(apply floor, undo floor, rows): the run's memory updates done the fastest way SQLite
+def journaled_floor(applied_db, floor_path: Path, run_id: str) -> tuple[tuple[float, float], tuple[float, float], int]:
+    """((apply floor wall, CPU), (undo floor wall, CPU), rows) in seconds: the run's memory
+    updates done the fastest way SQLite
     can, on a copy of the store taken before the run: one executemany UPDATE per shape of
     the changed (non-derived) columns plus one executemany INSERT of journal rows holding the
     old and new values, in one transaction; then the old values put back the same way.
@@ -143,7 +145,7 @@ def journaled_floor(applied_db, floor_path: Path, run_id: str) -> tuple[float, f
         undo.setdefault(names, []).append([*before.values(), memory_id])
         journal.append((run_id, "deep", "decay", "update", memory_id, json.dumps(before, sort_keys=True),
                         json.dumps(after, sort_keys=True), time.time()))
-    started = time.perf_counter()
+    started, used = time.perf_counter(), time.process_time()
     conn.execute("BEGIN IMMEDIATE")
     for names, rows in shapes.items():
         sets = ", ".join(f"{n} = ?" for n in names)
@@ -151,14 +153,14 @@ def journaled_floor(applied_db, floor_path: Path, run_id: str) -> tuple[float, f
     conn.executemany("INSERT INTO dream_action(run_id, phase, kind, op, memory_id, before, after, created_at) "
                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", journal)
     conn.execute("COMMIT")
-    apply_floor = time.perf_counter() - started
-    started = time.perf_counter()
+    apply_floor = (time.perf_counter() - started, time.process_time() - used)
+    started, used = time.perf_counter(), time.process_time()
     conn.execute("BEGIN IMMEDIATE")
     for names, rows in undo.items():
         sets = ", ".join(f"{n} = ?" for n in names)
         conn.executemany(f"UPDATE memory SET {sets}, version = version + 1 WHERE id = ?", rows)
     conn.execute("COMMIT")
-    undo_floor = time.perf_counter() - started
+    undo_floor = (time.perf_counter() - started, time.process_time() - used)
     conn.close()
     return apply_floor, undo_floor, len(updates)
 
@@ -167,9 +169,7 @@ def make_config(home: Path) -> Config:
     paths = default_paths()
     paths = type(paths)(**{**vars(paths), "proposed_changes_path": home / "proposed-changes.md",
                            "memory_md_path": home / "MEMORY.md", "diary_path": home / "dream-diary.md"})
-    values = defaults()
-    values["dream"]["auto_link_threshold"] = 0.85
-    return Config(values, None, paths)
+    return Config(paths=paths).with_values({"dream": {"auto_link_threshold": 0.85}})
 
 
 def measure(label: str, fn, trace: bool):
@@ -230,22 +230,25 @@ def main() -> None:
     print(f"    {json.dumps(deep.counts())}")
     if args.apply:
         shutil.copy(db_path, tmp / "floor.db")  # the store as the run finds it
-        started = time.perf_counter()
+        started, used = time.perf_counter(), time.process_time()
         outcome = run_dream(store, config, apply=True, use_llm=False)
-        total = time.perf_counter() - started
-        print(f"  applied sweep (journaled)    {total:8.2f} s   phases {json.dumps(outcome.phase_seconds)}")
+        total, total_cpu = time.perf_counter() - started, time.process_time() - used
+        print(f"  applied sweep (journaled)    {total:8.2f} s   CPU {total_cpu:.2f} s   phases {json.dumps(outcome.phase_seconds)}")
         print(f"    actions {sum(sum(c.values()) for c in outcome.action_counts().values())}")
-        started = time.perf_counter()
+        started, used = time.perf_counter(), time.process_time()
         undone = undo_run(store, outcome.run_id)
-        undo_seconds = time.perf_counter() - started
-        print(f"  undo of that run             {undo_seconds:8.2f} s   "
+        undo_seconds, undo_cpu = time.perf_counter() - started, time.process_time() - used
+        print(f"  undo of that run             {undo_seconds:8.2f} s   CPU {undo_cpu:.2f} s   "
               f"({undone.restored} rows restored, {undone.deleted} removed)")
         apply_floor, undo_floor, rows = journaled_floor(store.db, tmp / "floor.db", outcome.run_id)
         deep = outcome.phase_seconds.get("deep", 0.0)
-        print(f"  floor: {rows} journaled updates in {apply_floor:.2f} s, put back in {undo_floor:.2f} s")
-        print(f"  deep phase (plan + apply)    {deep:8.2f} s   {deep / apply_floor:6.2f}× the floor")
-        print(f"  applied sweep, all phases    {total:8.2f} s   {total / apply_floor:6.2f}× the floor")
-        print(f"  undo                         {undo_seconds:8.2f} s   {undo_seconds / undo_floor:6.2f}× the floor")
+        print(f"  floor: {rows} journaled updates in {apply_floor[0]:.2f} s (CPU {apply_floor[1]:.2f} s), "
+              f"put back in {undo_floor[0]:.2f} s (CPU {undo_floor[1]:.2f} s)")
+        print(f"  deep phase (plan + apply)    {deep:8.2f} s   {deep / apply_floor[0]:6.2f}× the floor")
+        print(f"  applied sweep, all phases    {total:8.2f} s   {total / apply_floor[0]:6.2f}× the floor, "
+              f"CPU {total_cpu / apply_floor[1]:6.2f}× the floor's")
+        print(f"  undo                         {undo_seconds:8.2f} s   {undo_seconds / undo_floor[0]:6.2f}× the floor, "
+              f"CPU {undo_cpu / undo_floor[1]:6.2f}× the floor's")
     print(f"  max RSS of the process       {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.0f} MiB")
     store.close()
     if args.keep:

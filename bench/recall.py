@@ -37,6 +37,10 @@ R@5 (share of the gold turns among the top 5's turns) and MRR, beside t/top5, ho
 the top 5 stand for (a chunk of several turns credits each of them). AUROC: how well the top
 result's score separates answerable from unanswerable questions (1.0: always higher for the
 answerable ones; 0.5: no separation).
+Store growth: the store's files (memory.db, its WAL, the vector file memory.vectors) over a
+freshly created store's, per byte of transcript text written (text, tool commands and their
+output), and where it went: per table and index from SQLite's dbstat, the FTS index's shadow
+tables together.
 Baselines, in the same run over the same messages (user and assistant text; tool output left
 out): BM25 over turns and over whole sessions, and dense over turns and sessions with (b)'s
 embedder when there is one. Example:
@@ -512,6 +516,7 @@ class Kept:
     by_type: Counter
     by_rule: Counter
     store_bytes: int
+    by_part: dict = field(default_factory=dict)  # structure -> bytes (dbstat), plus the vector file
 
     def line(self, text_bytes: int) -> str:
         types = ", ".join(f"{t} {n}" for t, n in self.by_type.most_common()) or "nothing"
@@ -521,22 +526,73 @@ class Kept:
                 f"{self.store_bytes / 1e6:.2f} MB, {grown / 1e6:.2f} MB over an empty one = "
                 f"{grown / max(1, text_bytes):.1f}x the {text_bytes / 1e6:.2f} MB of transcript text")
 
+    def growth(self, text_bytes: int, top: int = 8) -> str:
+        """Where the growth over an empty store went, largest first, each as a multiple of the
+        transcript text (the table with its indexes, the FTS index's shadow tables together)."""
+        empty = empty_store_parts()
+        grown: Counter = Counter()
+        for name, size in self.by_part.items():
+            grown[_part_group(name)] += size - empty.get(name, 0)
+        parts = [(n, b) for n, b in grown.most_common() if b > 0][:top]
+        return "grown by: " + ", ".join(f"{n} {b / 1e3:.0f} KB ({b / max(1, text_bytes):.2f}x)" for n, b in parts)
 
-_EMPTY_STORE: list[int] = []
+
+STORE_FILES = ("memory.db", "memory.db-wal", "memory.vectors")  # the store: SQLite file, WAL, vector file
 
 
-def empty_store_bytes() -> int:
-    """The size of a freshly created store (schema, indexes), measured once."""
+def _part_group(name: str) -> str:
+    if name.startswith("memory_fts"):
+        return "FTS index"
+    if name.startswith("memory_vec"):
+        return "vec0 mirror"
+    return name
+
+
+def store_parts(folder: Path) -> dict[str, int]:
+    """Bytes per table and index (SQLite's dbstat; free pages as `(free)`) and per file beside."""
+    path = folder / "memory.db"
+    parts: dict[str, int] = {}
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        try:
+            for name, size in conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
+                parts[name] = size
+        except sqlite3.OperationalError:  # a SQLite built without dbstat: the files only
+            pass
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
+        parts["(free pages)"] = page * conn.execute("PRAGMA freelist_count").fetchone()[0]
+    for name in STORE_FILES[1:]:
+        if (folder / name).exists():
+            parts[name] = (folder / name).stat().st_size
+    return parts
+
+
+def store_bytes(folder: Path) -> int:
+    return sum((folder / name).stat().st_size for name in STORE_FILES if (folder / name).exists())
+
+
+_EMPTY_STORE: list[tuple[int, dict]] = []
+
+
+def _empty_store() -> tuple[int, dict]:
+    """The size of a freshly created store (schema, indexes) and its parts, measured once."""
     if not _EMPTY_STORE:
         from llmem.store import Store
 
         with tempfile.TemporaryDirectory(prefix="llmem-recall-empty-") as folder:
             path = Path(folder) / "memory.db"
             Store.open(path).close()
-            with sqlite3.connect(path) as conn:
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            _EMPTY_STORE.append(sum(p.stat().st_size for p in Path(folder).glob("memory.db*")))
+            parts = store_parts(Path(folder))
+            _EMPTY_STORE.append((store_bytes(Path(folder)), parts))
     return _EMPTY_STORE[0]
+
+
+def empty_store_bytes() -> int:
+    return _empty_store()[0]
+
+
+def empty_store_parts() -> dict:
+    return _empty_store()[1]
 
 
 def kept(home: Home) -> Kept:
@@ -550,10 +606,8 @@ def kept(home: Home) -> Kept:
         except ValueError:
             by_rule["?"] += 1
     # Our own temp store, with llmem stopped: fold the WAL in so the size is what is held.
-    with sqlite3.connect(home.db_path) as conn:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    size = sum(p.stat().st_size for p in home.llmem_home.glob("memory.db*"))
-    return Kept(len(rows), by_type, by_rule, size)
+    parts = store_parts(home.llmem_home)
+    return Kept(len(rows), by_type, by_rule, store_bytes(home.llmem_home), parts)
 
 
 # ---- scoring ------------------------------------------------------------------------------
@@ -867,9 +921,12 @@ def run_corpus(corpus: Corpus, args, tmp: Path, embedding_b: dict | None, embedd
                                            "ingest_s": ingestion.seconds, "kept": what.total,
                                            "by_type": dict(what.by_type), "store_bytes": what.store_bytes,
                                            "grown_x": max(0, what.store_bytes - empty_store_bytes())
-                                           / max(1, home.writer.written.text_bytes)}
+                                           / max(1, home.writer.written.text_bytes),
+                                           "text_bytes": home.writer.written.text_bytes,
+                                           "parts": what.by_part}
                 out(f"  {label}: ingested in {ingestion.seconds:.1f} s ({ingestion.note}); "
                     + what.line(home.writer.written.text_bytes))
+                out(f"    {what.growth(home.writer.written.text_bytes)}")
                 out(f"    hits located: {dict(turn_map.how)}; search p50 {extra['p50_ms']:.1f} ms"
                     + (f"; {extra['cli']}" if "cli" in extra else ""))
     finally:

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Search latency on synthetic memories: FTS, semantic, hybrid, fresh CLI, each beside its floor.
 
-The floors, measured in the same run: FTS alone, and an exact numpy scan over a matrix
-already in RAM. "before" is the KNN llmem ran until the vector file (vec0, re-run with a
-deeper k when a filter left too few hits; or a numpy matrix loaded from the BLOBs).
+The floors, measured in the same run: FTS alone, and an exact numpy scan over a float32
+matrix already in RAM. "before" is the KNN llmem ran until the vector file (vec0, re-run with
+a deeper k when a filter left too few hits; or a numpy matrix loaded from the BLOBs): the
+store no longer keeps a vec0 table, so the bench builds one from the same vectors to measure
+it against (when sqlite-vec loads).
 Prints figures; it is not a test. Example:
     python bench/search.py --memories 10000 --dim 384
     python bench/search.py --memories 100000 --dim 384 --queries 200
@@ -112,32 +114,49 @@ def report(name: str, ms: list[float], floor: list[float] | float | None = None,
     return p50
 
 
+VEC0_TABLE = "bench_vec0"
+MAX_KNN = 4096  # vec0's limit on k
+
+
+def build_vec0(db, seqs, matrix) -> None:
+    """A vec0 table of the stored vectors (as float32), as llmem kept until migration 0017."""
+    db.execute_sql(f"DROP TABLE IF EXISTS {VEC0_TABLE}")
+    db.execute_sql(f"CREATE VIRTUAL TABLE {VEC0_TABLE} USING vec0("
+                   f"seq INTEGER PRIMARY KEY, embedding float[{matrix.shape[1]}] distance_metric=cosine)")
+    with db.atomic():
+        db.cursor().executemany(f"INSERT INTO {VEC0_TABLE}(seq, embedding) VALUES (?, ?)",
+                                [(int(s), vec.to_blob(v)) for s, v in zip(seqs, matrix, strict=True)])
+
+
+def knn_vec0(db, query, k):
+    rows = db.execute_sql(f"SELECT seq, distance FROM {VEC0_TABLE} WHERE embedding MATCH ? AND k = ? "
+                          "ORDER BY distance", (vec.to_blob(query), min(k, MAX_KNN))).fetchall()
+    return [(int(seq), float(dist)) for seq, dist in rows]
+
+
 class BeforeSearcher(Searcher):
     """The KNN as it was before the vector file, kept here to measure against."""
 
     def _nearest(self, query_vector, depth, where, params):
-        model, dim = vec.index_state(self.db)
         k = depth
         while True:
-            nearest = vec.knn_vec0(self.db, query_vector, k)
+            nearest = knn_vec0(self.db, query_vector, k)
             if where == "1" or not nearest:
                 return nearest[:depth]
             allowed = seqs_passing(self.db, [s for s, _ in nearest], where, params)
             kept = [(s, d) for s, d in nearest if s in allowed]
-            if len(kept) >= depth or len(nearest) < k or k >= vec.MAX_KNN:
+            if len(kept) >= depth or len(nearest) < k or k >= MAX_KNN:
                 return kept[:depth]
-            k = min(k * 4, vec.MAX_KNN)
+            k = min(k * 4, MAX_KNN)
 
 
 def load_matrix(db, model: str, dim: int):
-    """The old per-process load: every BLOB into one numpy matrix (the exact-scan floor's input)."""
+    """The old per-process load: every BLOB into one float32 numpy matrix (the exact-scan
+    floor's input)."""
     rows = db.execute_sql("SELECT m.seq, e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
                           "WHERE e.model = ? AND e.dim = ?", (model, dim)).fetchall()
     seqs = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    matrix = np.empty((len(rows), dim), dtype=np.float32)
-    for i, (_, blob) in enumerate(rows):
-        matrix[i] = np.frombuffer(blob, dtype=np.float32)
-    return seqs, matrix
+    return seqs, vec.decode_rows([r[1] for r in rows], dim)
 
 
 def exact_scan(seqs, matrix, query, k):
@@ -192,7 +211,7 @@ def main() -> None:
         store_vectors(store, embedder, memories[i:i + 2000], vectors[i:i + 2000])
     took = time.perf_counter() - start
     if not reuse:
-        print(f"  store vectors (+ vec0 index)       {args.memories / took:8.0f} vectors/s   ({took:.1f} s)")
+        print(f"  store vectors                      {args.memories / took:8.0f} vectors/s   ({took:.1f} s)")
     print(f"  sqlite-vec: {'loaded' if store.db.vec_loaded else 'unavailable'}")
 
     queries = [" ".join(rng.sample(texts[rng.randrange(len(texts))].split(), 3)) for _ in range(args.queries)]
@@ -224,12 +243,20 @@ def main() -> None:
     vector_file.nearest(store.db, qvectors[0], depth, model, args.dim, "1", [])
     print(f"  {'after: map the file + first scan':<40} {(time.perf_counter() - start) * 1000:8.0f} ms")
 
-    recall = []
+    recall, recall_f32 = [], []
+    by_seq = np.argsort(seqs)
     for v in qvectors:
         truth = {s for s, _ in exact_scan(seqs, matrix, v, 10)}
+        # the vectors as embedded, before the store encoded them (int8 and a scale, db/vec.py)
+        truth_f32 = {s for s, _ in exact_scan(seqs[by_seq], vectors, v, 10)}
         got = {s for s, _ in vector_file.nearest(store.db, v, 10, model, args.dim, "1", [])}
         recall.append(len(truth & got) / 10)
-    print(f"  recall@10 of the vector file against the exact scan: {statistics.mean(recall):.3f}")
+        recall_f32.append(len(truth_f32 & got) / 10)
+    print(f"  recall@10 of the vector file against the exact scan of the stored vectors: "
+          f"{statistics.mean(recall):.3f}; against float32 of the vectors as embedded: "
+          f"{statistics.mean(recall_f32):.3f}")
+    if store.db.vec_loaded:
+        build_vec0(store.db, seqs, matrix)
 
     def run_search(engine, project=None, track=False):
         def go(pair):
@@ -246,7 +273,7 @@ def main() -> None:
         "project after": (run_search(searcher, "/p/rare"), pairs),
     }
     if store.db.vec_loaded:
-        cases.update({"knn before": (lambda v: vec.knn_vec0(store.db, v, depth), qvectors),
+        cases.update({"knn before": (lambda v: knn_vec0(store.db, v, depth), qvectors),
                       "hybrid before": (run_search(before), pairs),
                       "project before": (run_search(before, "/p/rare"), pairs)})
     ms = interleaved(cases, args.queries)

@@ -20,7 +20,7 @@ import peewee as pw
 from .db import vec
 from .db.connection import open_store_database
 from .db.derived import text_hash, text_to_embed
-from .db.fts import index_hints, metadata_text
+from .db.fts import DESCRIPTIVE_METADATA, index_hints, metadata_text
 from .db.models import (
     EPISODE_SOURCE,
     MEMORY_TYPES,
@@ -75,8 +75,13 @@ DERIVED_COLUMNS = frozenset({"hints", "embed_hash", "content_hash", "version"})
 def text_changed(current: dict[str, Any], text: dict[str, Any]) -> bool:
     """Whether `text` (content, summary, metadata) differs from the row `current` in what
     derived_fields reads: metadata only through its descriptive values."""
-    return (text["content"] != current["content"] or text["summary"] != current["summary"]
-            or metadata_text(text["metadata"]) != metadata_text(current["metadata"]))
+    if text["content"] != current["content"] or text["summary"] != current["summary"]:
+        return True
+    new, old = text["metadata"], current["metadata"]
+    if new is old or (isinstance(new, dict) and isinstance(old, dict)
+                      and tuple(map(new.get, DESCRIPTIVE_METADATA)) == tuple(map(old.get, DESCRIPTIVE_METADATA))):
+        return False  # the same descriptive values make the same text (a decay's stamp is not one)
+    return metadata_text(new) != metadata_text(old)
 
 
 def check_type(memory_type: str) -> str:

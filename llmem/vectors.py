@@ -51,8 +51,8 @@ def store_vectors(store, embedder: Embedder, memories: list[Memory], vectors,
         # One prepared upsert for the batch (db/bulk.py): a peewee insert per row was most
         # of `embed --pending`'s time with a fast embedder.
         bulk.upsert_embeddings(store.db, [
-            (memory.id, identity, dim, vec.to_blob(vector), text_hash(text), stamp)
-            for memory, vector, text in zip(memories, vectors, texts, strict=True)])
+            (memory.id, identity, dim, blob, text_hash(text), stamp)
+            for memory, blob, text in zip(memories, vec.vector_blobs(store.db, vectors), texts, strict=True)])
         vec.put_vectors(store.db, [(memory.seq, vector) for memory, vector in zip(memories, vectors, strict=True)])
 
 

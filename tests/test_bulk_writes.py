@@ -95,6 +95,50 @@ def test_the_pages_top_candidates_and_counts_are_those_of_scoring_every_one(home
         assert ranked.ready == sum(1 for c in every if c.passes) > 0
 
 
+def test_kept_promotion_bounds_give_the_fresh_ranking_after_every_kind_of_write(store_url):
+    """The viewer keeps the bounds (reading them aggregates every recall) while the store's
+    promotion_generation holds; each write that can move a bound bumps it (triggers of
+    0019_viewer_indexes, pg0005_viewer_indexes), so the kept ranking is always the one a
+    fresh read gives."""
+    from llmem.config import section_type
+    from llmem.db.queries import promotion_generation
+    from llmem.store import Store
+
+    store = Store.open(store_url)
+    cfg = section_type("dream")(min_recall_count=2, min_unique_queries=2, min_score=0.3)
+    memories = [add(store, f"memory {i} about the deploy of service {i}", age_days=10) for i in range(12)]
+    for i, memory in enumerate(memories):
+        recall(store, memory, [f"q{k}" for k in range(1 + i % 4)], score=0.5 + i / 40)
+    kept: dict = {}
+    Memory = store.models.Memory
+
+    def same_as_fresh(expect_new_generation: bool) -> None:
+        before = kept.get("entry", (None,))[0]
+        at = now()
+        ranked = ranked_top(store, cfg, top=5, at=at, kept=kept)
+        fresh = ranked_top(store, cfg, top=5, at=at)
+        assert [c.memory_id for c in ranked.top] == [c.memory_id for c in fresh.top]
+        assert (ranked.total, ranked.ready) == (fresh.total, fresh.ready)
+        assert (kept["entry"][0] != before) == expect_new_generation
+
+    same_as_fresh(True)
+    same_as_fresh(False)  # nothing written: the kept bounds serve
+    recall(store, memories[0], ["q1", "q2", "q3", "q4", "q5"])  # a recall added
+    same_as_fresh(True)
+    store.invalidate(memories[11].id, "wrong")  # a memory invalidated
+    same_as_fresh(True)
+    Memory.update(promoted_at=now()).where(Memory.id == memories[10].id).execute()  # promoted
+    same_as_fresh(True)
+    store.delete(memories[9].id)  # deleted, its recalls with it
+    same_as_fresh(True)
+    generation = promotion_generation(store.db)
+    Memory.update(confidence=0.2, metadata={"decayed_at": 1.0}).where(Memory.id == memories[1].id).execute()
+    store.update(memories[2].id, content="memory 2 about the release of service 2")  # scored fresh
+    assert promotion_generation(store.db) == generation  # no bound moved
+    same_as_fresh(False)
+    store.close()
+
+
 def test_dream_json_lists_a_bounded_number_of_actions_unless_asked(home):
     store, _ = open_store(home)
     for i in range(12):

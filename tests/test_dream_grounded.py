@@ -33,8 +33,10 @@ def tables(home: Path) -> dict[str, list]:
                  if n not in JOURNAL_TABLES and not n.startswith(("memory_fts", "vec", "sqlite_"))]
         out = {n: sorted(map(repr, db.execute(f'SELECT * FROM "{n}"'))) for n in names}
         # Deleting a memory bumps the vector cache's generation (vec.drop_vectors), a counter
-        # telling other processes to reload their vectors, not data.
-        out["setting"] = [r for r in out["setting"] if "'vec_generation'" not in r]
+        # telling other processes to reload their vectors, not data; so does a recall added or
+        # removed to promotion_generation (the viewer's kept promotion bounds, 0019).
+        out["setting"] = [r for r in out["setting"]
+                          if "'vec_generation'" not in r and "'promotion_generation'" not in r]
         return out
     finally:
         db.close()

@@ -131,6 +131,9 @@ def test_backfill_then_search_without_and_with_the_fake_llm(corpus, tmp_path):
     assert any(path == "/api/chat" for path, _ in server.requests)
     what = kept(with_llm)
     assert what.total >= 10 and what.by_rule["llm"] >= 10, what
+    # The growth is told per structure (dbstat): the memory table and the FTS index grew.
+    growth = what.growth(with_llm.writer.written.text_bytes)
+    assert "memory " in growth and "FTS index" in growth, growth
     scores, turn_map, extra = search_llmem(with_llm, corpus, cli_check=2)
     figures = scores.figures()
     # The fake LLM keeps the agent's answers, where these questions' answers are: llmem finds

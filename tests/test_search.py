@@ -1,16 +1,15 @@
 import math
 
-import numpy as np
 import pytest
 from conftest import free_port_url
 from fakes import FakeEmbedder
 
 from llmem import search as search_module
 from llmem.config import load_config
-from llmem.db import vec, vector_file
+from llmem.db import vec
 from llmem.errors import EmbedderUnavailable, UsageError
 from llmem.providers import make_embedder
-from llmem.providers.embedders import Embedder, NoEmbedder, OllamaEmbedder
+from llmem.providers.embedders import NoEmbedder, OllamaEmbedder
 from llmem.search import Searcher, SearchOptions, memory_signal
 from llmem.store import Store
 from llmem.vectors import embed_memories, embed_pending
@@ -78,67 +77,6 @@ def test_signal_follows_the_seed_formula(store):
     signal, parts = memory_signal(memory, at)
     assert parts["recency"] == pytest.approx(math.exp(-0.02))
     assert parts["frequency"] == pytest.approx(math.log(1 + 4 / 2))
-
-
-def test_vector_file_returns_the_same_top_k_as_vec0(tmp_path):
-    rng = np.random.default_rng(7)
-    path = tmp_path / "m.db"
-    store = Store.open(path)
-    embedder = FakeEmbedder(dim=32)
-    memories = [store.add(f"memory number {i} about topic {i % 17}").memory for i in range(300)]
-    vectors = rng.normal(size=(300, 32)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    from llmem.vectors import store_vectors
-    store_vectors(store, embedder, memories, vectors)
-    assert store.db.vec_loaded, "sqlite-vec must load on this machine"
-    query = vectors[5] + 0.1 * rng.normal(size=32).astype(np.float32)
-    query /= np.linalg.norm(query)
-    via_vec0 = vec.knn_vec0(store.db, query, 20)
-    store.close()
-    plain = Store.open(path, vec_enabled=False)
-    assert not plain.db.vec_loaded
-    via_numpy = vector_file.nearest(plain.db, query, 20, embedder.identity, 32, "1", [])
-    assert [s for s, _ in via_vec0] == [s for s, _ in via_numpy]
-    assert np.allclose([d for _, d in via_vec0], [d for _, d in via_numpy], atol=1e-5)
-    # and a whole search agrees too
-    opts = SearchOptions(limit=10, mode="semantic", track=False)
-    plain_hits = [h.memory.id for h in Searcher(plain, _Fixed(query, embedder)).search("q", opts).hits]
-    plain.close()
-    loaded = Store.open(path)
-    vec_hits = [h.memory.id for h in Searcher(loaded, _Fixed(query, embedder)).search("q", opts).hits]
-    loaded.close()
-    assert plain_hits == vec_hits
-
-
-class _Fixed(Embedder):
-    provider = "fake"
-
-    def __init__(self, vector, like):
-        super().__init__(like.model)
-        self.vector = vector
-
-    def embed_query(self, text):
-        return self.vector
-
-
-def test_writes_without_vec0_are_repaired_when_vec0_is_back(tmp_path):
-    path = tmp_path / "m.db"
-    embedder = FakeEmbedder()
-    with Store.open(path) as store:
-        store.add("alpha beta gamma")
-        embed_pending(store, embedder)
-    with Store.open(path, vec_enabled=False) as plain:
-        plain.add("delta epsilon")
-        embed_pending(plain, embedder)
-        assert vec.get_setting(plain.db, "vec_dirty") == "1"
-    with Store.open(path) as store:
-        hits = Searcher(store, embedder).search("delta epsilon", SearchOptions(mode="semantic", track=False)).hits
-        assert hits and hits[0].memory.content == "delta epsilon"  # numpy path while dirty
-        store.add("zeta")
-        embed_pending(store, embedder)  # the next write through vec0 rebuilds the index
-        assert vec.get_setting(store.db, "vec_dirty") == "0"
-        count = store.db.execute_sql("SELECT COUNT(*) FROM memory_vec").fetchone()[0]
-        assert count == 3
 
 
 def test_model_or_dimension_change_rebuilds_the_index(store):

@@ -11,6 +11,7 @@ import pytest
 from fakes import FakeEmbedder
 
 from llmem import search as search_module
+from llmem.db import vec
 from llmem.db.fts import semantic_text
 from llmem.search import Searcher, SearchOptions
 from llmem.store import Store
@@ -92,9 +93,7 @@ def test_hybrid_feeds_the_lexical_top_hit_into_the_semantic_query(chat_store):
     fts_top = searcher.fts_candidates("pottery", 5, "1", [])[0][0]
     moved = searcher._with_feedback(query_vector, fts_top, search_module.FEEDBACK_WEIGHT)
     assert np.linalg.norm(moved) == pytest.approx(1.0, abs=1e-5)
-    target = np.frombuffer(chat_store.db.execute_sql(
-        "SELECT e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id WHERE m.seq = ?",
-        (fts_top,)).fetchone()[0], dtype=np.float32)
+    target = vec.stored_vector(chat_store.db, fts_top, FakeEmbedder(dim=256).identity, 256)
     assert float(moved @ target) > float(query_vector @ target)
     result = searcher.search("pottery", SearchOptions(limit=3, track=False))
     assert result.mode == "hybrid" and "pottery" in result.hits[0].memory.content

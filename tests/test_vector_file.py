@@ -1,4 +1,5 @@
-"""The memory-mapped vector file: exact, one scan, caught up under concurrent writers."""
+"""The memory-mapped vector file: exact over the stored vectors, one scan, caught up under
+concurrent writers."""
 
 import os
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 from fakes import FakeEmbedder
 
-from llmem.db import vector_file
+from llmem.db import vec, vector_file
 from llmem.db.queries import memory_filter
 from llmem.store import Store
 from llmem.vectors import store_vectors
@@ -27,6 +28,17 @@ def unit(rows):
     return rows / np.linalg.norm(rows, axis=-1, keepdims=True)
 
 
+def as_stored(rows):
+    """The vectors as the store holds them (int8 and a scale, db/vec.py), as float32."""
+    rows = np.atleast_2d(rows)
+    return vec.decode_rows(vec.compact_blobs(rows), rows.shape[1])
+
+
+def file_size(count):
+    """Header, int8 rows (DIM is a multiple of 8), scales padded to 8 bytes, int64 seqs."""
+    return vector_file.HEADER_BYTES + count * DIM + -(-count * 4 // 8) * 8 + count * 8
+
+
 def build(path, count, *, seed=1, projects=None):
     rng = np.random.default_rng(seed)
     store = Store.open(path)
@@ -34,7 +46,7 @@ def build(path, count, *, seed=1, projects=None):
                 for i in range(count)]
     vectors = unit(rng.normal(size=(count, DIM)))
     store_vectors(store, FakeEmbedder(dim=DIM), memories, vectors)
-    return store, memories, vectors
+    return store, memories, as_stored(vectors)
 
 
 def exact(store, vectors_by_seq, query, k, where="m.invalidated_at IS NULL", params=()):
@@ -60,7 +72,7 @@ def test_the_file_is_written_beside_the_store_and_answers_exactly(tmp_path):
     assert found[0][1] == pytest.approx(1 - float(vectors[7] @ query), abs=1e-5)
     path = tmp_path / "memory.vectors"
     assert path.is_file() and path.stat().st_uid == os.getuid()
-    assert path.stat().st_size == vector_file.HEADER_BYTES + 400 * DIM * 4 + 400 * 8
+    assert path.stat().st_size == file_size(400)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     store.close()
 
@@ -82,8 +94,8 @@ def test_another_writer_is_seen_at_once_without_rewriting_the_file(tmp_path):
     gone = memories[4]
     writer.models.Memory.delete().where(writer.models.Memory.id == gone.id).execute()
     writer.close()
-    by_seq[fresh.seq] = unit(query)
-    by_seq[moved.seq] = unit(query + 0.01)
+    by_seq[fresh.seq] = as_stored(unit(query))[0]
+    by_seq[moved.seq] = as_stored(unit(query + 0.01))[0]
     del by_seq[gone.seq]
 
     found = vector_file.nearest(reader.db, query, 10, MODEL, DIM, "1", [])
@@ -205,7 +217,7 @@ def test_a_damaged_file_is_rebuilt(tmp_path):
     vector_file._indexes.clear()
     found = vector_file.nearest(store.db, query, 5, MODEL, DIM, "1", [])
     assert found[0][0] == memories[3].seq
-    assert path.stat().st_size == vector_file.HEADER_BYTES + 80 * DIM * 4 + 80 * 8
+    assert path.stat().st_size == file_size(80)
     store.close()
 
 
@@ -243,5 +255,5 @@ def test_embed_pending_leaves_the_file_written_for_the_next_search(tmp_path):
         store.add(f"note {i} about sqlite")
     assert embed_pending(store, FakeEmbedder(dim=DIM)) == 5
     path = tmp_path / "memory.vectors"
-    assert path.stat().st_size == vector_file.HEADER_BYTES + 5 * DIM * 4 + 5 * 8
+    assert path.stat().st_size == file_size(5)
     store.close()

@@ -46,6 +46,20 @@ def memory_rows_by_id(db, names: Sequence[str], memory_ids: Sequence[str]) -> di
     return found
 
 
+def valid_memories_by_hash(db, hashes: Sequence[str]) -> dict[tuple[str, str | None], str]:
+    """(content hash, project) → the id of the oldest valid memory with that text in that
+    project, for the hashes among `hashes` that a valid memory has."""
+    found: dict[tuple[str, str | None], str] = {}
+    unique = list(dict.fromkeys(hashes))
+    for start in range(0, len(unique), READ_CHUNK):
+        chunk = unique[start:start + READ_CHUNK]
+        sql = (f"SELECT id, content_hash, project FROM memory WHERE content_hash IN ({', '.join('?' * len(chunk))})"
+               " AND invalidated_at IS NULL ORDER BY seq")
+        for memory_id, text_hash, project in db.execute_sql(sql, chunk):
+            found.setdefault((text_hash, project), memory_id)
+    return found
+
+
 def existing_memory_ids(db, memory_ids: Sequence[str]) -> set[str]:
     """The ids among `memory_ids` that name a stored memory."""
     return set(memory_rows_by_id(db, (), memory_ids)) if memory_ids else set()
@@ -66,6 +80,15 @@ def insert_relations(db, rows: Iterable[tuple[str, str, str, float]]) -> int:
     cursor = db.cursor()
     cursor.executemany("INSERT OR IGNORE INTO relation(source_id, target_id, type, created_at) VALUES (?, ?, ?, ?)",
                        rows)
+    return cursor.rowcount
+
+
+def delete_relations(db, rows: Sequence[tuple[str, str, str]]) -> int:
+    """DELETE the relations (source_id, target_id, type); return how many were there."""
+    if not rows:
+        return 0
+    cursor = db.cursor()
+    cursor.executemany("DELETE FROM relation WHERE source_id = ? AND target_id = ? AND type = ?", rows)
     return cursor.rowcount
 
 

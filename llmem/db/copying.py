@@ -16,9 +16,10 @@ from .settings import get_setting, set_setting
 
 BATCH = 2000
 PROGRESS_PREFIX = "store_copy:"
-# Settings that belong to the source's processes or are derived: never copied.
+# Settings that belong to the source's processes or are derived: never copied
+# (promotion_generation counts the target's own writes: migration 0019).
 TRANSIENT_SETTINGS = ("vec_", "vector_change", "dream_lock", "dream_slot:", "worker_", "watcher_alive",
-                      PROGRESS_PREFIX)
+                      "promotion_generation", PROGRESS_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -229,6 +230,31 @@ def _bulk_indexes(db) -> None:
     db.execute_sql("CREATE INDEX IF NOT EXISTS memory_promoted ON memory(promoted_at) WHERE promoted_at IS NOT NULL")
 
 
+def _viewer_indexes(db) -> None:
+    # The viewer at 100k memories (bench/ui.py). Its "valid" count subtracts the expiring and
+    # the superseded memories from the current ones (ui/pages/memories.py): few rows carry
+    # valid_until, and the supersedes links are read by type, not by scanning every relation.
+    db.execute_sql("CREATE INDEX IF NOT EXISTS memory_expiring ON memory(invalidated_at, valid_until) WHERE valid_until IS NOT NULL")
+    db.execute_sql("CREATE INDEX IF NOT EXISTS relation_type_target ON relation(type, target_id, source_id)")
+    # The overview's recalls per day by origin, from the index alone.
+    db.execute_sql("CREATE INDEX IF NOT EXISTS recall_event_day ON recall_event(created_at, origin)")
+    # promotion_generation: a counter every write that can move a promotion bound bumps (a
+    # recall added, changed or removed; a memory invalidated, promoted or deleted: the bounds
+    # read nothing else), so the viewer keeps the bounds of 63k recalled memories (aggregating
+    # every recall: ~0.1 s of CPU at 100k) until they may have changed
+    # (queries.promotion_generation). A decay, which rewrites confidence and metadata of
+    # most memories, bumps nothing.
+    db.execute_sql("INSERT OR IGNORE INTO setting(key, value) VALUES ('promotion_generation', '0')")
+    bump = "UPDATE setting SET value = CAST(value AS INTEGER) + 1 WHERE key = 'promotion_generation';"
+    for name, event in (("recall_event_generation_ai", "AFTER INSERT ON recall_event"),
+                        ("recall_event_generation_au", "AFTER UPDATE ON recall_event"),
+                        ("recall_event_generation_ad", "AFTER DELETE ON recall_event"),
+                        ("memory_generation_ad", "AFTER DELETE ON memory"),
+                        ("memory_generation_au", "AFTER UPDATE OF invalidated_at, promoted_at ON memory"
+                                                 " WHEN old.invalidated_at IS NOT new.invalidated_at"
+                                                 " OR old.promoted_at IS NOT new.promoted_at")):
+        db.execute_sql(f"CREATE TRIGGER IF NOT EXISTS {name} {event} BEGIN {bump} END")
+
 
 def _key_by_machine(db) -> None:
     # Several machines may share a store: an event, and the watcher's state of a session,
@@ -279,6 +305,22 @@ def _record_authors_and_visibility(db) -> None:
     db.execute_sql("CREATE TABLE IF NOT EXISTS shared_project (project TEXT NOT NULL, "
                    "author TEXT NOT NULL DEFAULT '', shared_at REAL NOT NULL, PRIMARY KEY (project, author))")
 
+
+def _compact_vectors(db) -> None:
+    # Each vector was stored three times: float32 in `embedding`, again in the sqlite-vec
+    # mirror `memory_vec` (which searches stopped reading when the vector file came; its
+    # chunks preallocate 1024 vectors each) and in the vector file. Now the table holds int8
+    # components and a scale (db/vec.py), the file the same, and the mirror is dropped. The
+    # re-encoding logs every vector as changed: no file on disk can hold the new encoding
+    # (another VERSION), so the log is dropped too. The space comes back by VACUUM (migrate).
+    from .vec import compact_stored_vectors, drop_legacy_index
+    from .vector_file import forget_changes
+
+    compact_stored_vectors(db)
+    drop_legacy_index(db)
+    forget_changes(db)
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -297,10 +339,14 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0012_episodes", _add_episodes),
     ("0016_vector_file", _log_vector_changes),
     ("0015_bulk_indexes", _bulk_indexes),
+    ("0019_viewer_indexes", _viewer_indexes),
     ("0020_machines", _key_by_machine),
     ("0021_project_identity", _key_projects_by_remote),
     ("0022_authors_visibility", _record_authors_and_visibility),
+    ("0017_compact_vectors", _compact_vectors),
 ]
+# Steps that free much of the file: a VACUUM after them gives the space back to the disk.
+RECLAIMING = {"0017_compact_vectors"}
 
 
 def applied_migrations(db) -> list[str]:
@@ -324,4 +370,23 @@ def migrate(db) -> list[str]:
             db.execute_sql("INSERT INTO schema_migration(name, applied_at) VALUES (?, ?)",
                            (name, time.time()))
         ran.append(name)
+    if RECLAIMING & set(ran):
+        _reclaim_space(db)
     return ran
+
+
+def _reclaim_space(db, share: float = 0.25) -> bool:
+    """VACUUM when free pages are more than `share` of the file (after migration 0017 drops
+    most of a store's vector bytes); True when it ran. Best effort: a reader holding the
+    file open, or a disk without room for the copy, leaves the free pages for later writes."""
+    pages = db.execute_sql("PRAGMA page_count").fetchone()[0]
+    free = db.execute_sql("PRAGMA freelist_count").fetchone()[0]
+    if not pages or free <= share * pages:
+        return False
+    try:
+        db.execute_sql("VACUUM")
+    except Exception as exc:  # the driver's error family: busy, full disk
+        logging.getLogger(__name__).warning("the store was not vacuumed (%s): its %d free pages stay for later writes", exc, free)
+        return False
+    return True
+

@@ -81,7 +81,7 @@ class _Codes:
 
 
 def _matrix(blobs: list[bytes], dim: int) -> np.ndarray:
-    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dim)
+    return vec.decode_rows(blobs, dim)
 
 
 def _embed_hint(embedder_provider: str | None) -> str:

@@ -33,7 +33,13 @@ from zoneinfo import ZoneInfo
 from ..capture.taxonomy import enough_evidence, is_heuristic
 from ..db.bulk import memory_rows_by_id
 from ..db.models import EPISODE_SOURCE, USER_ORIGINS
-from ..db.queries import metadata_equals, recall_bounds, recall_counts_outside, recall_rows
+from ..db.queries import (
+    metadata_equals,
+    promotion_generation,
+    recall_bounds,
+    recall_counts_outside,
+    recall_rows,
+)
 from ..times import days_between, now
 from ..trust import EXTERNAL
 from .artefacts import artefact_reason
@@ -289,7 +295,8 @@ SHORTEST_DAY = 23 * 3600
 SCORED_PER_PLACE = 3
 
 
-def ranked_top(store, cfg: DreamSettings, *, top: int, at: float | None = None) -> RankedTop:
+def ranked_top(store, cfg: DreamSettings, *, top: int, at: float | None = None,
+               kept: dict[str, Any] | None = None) -> RankedTop:
     """The first `top` places of `candidates`, and its counts, scoring only the memories
     that can matter (the Dreams page: scoring every one of 63k recalled memories at 100k took
     seconds). SQL bounds each recalled memory's score from above from its recall aggregates
@@ -302,16 +309,17 @@ def ranked_top(store, cfg: DreamSettings, *, top: int, at: float | None = None) 
     SCORED_PER_PLACE × `top` were scored: held memories whose bounds cannot tell them apart
     (they differ in conceptual richness alone) are listed as the best of those scored. The
     counts are exact: every memory whose raw counts and bound can pass the gates is scored.
+
+    `kept` (a dict the caller keeps between calls: the viewer's) holds the bounds from one
+    call to the next while the store's promotion_generation is unchanged: reading them
+    aggregates every recall. Bounds read earlier stay bounds later, as recency only falls
+    with time and nothing else in them moves without a new generation (the text, type and
+    metadata of a memory are read fresh when it is scored), so the places and counts are as
+    exact as from a fresh read.
     """
     at = at or now()
     budget = max(SCORED_PER_PLACE * top, 150)
-    frequency = [min(1.0, math.log1p(r) / math.log1p(FREQUENCY_SATURATION)) for r in range(FREQUENCY_SATURATION + 1)]
-    total, bounds = recall_bounds(
-        store.db, COUNTED_ORIGINS, at=at, weights=WEIGHTS, frequency=frequency, burst=float(BURST_WINDOW),
-        shortest_day=float(SHORTEST_DAY), diversity=DIVERSITY_SATURATION, consolidation=CONSOLIDATION_DAYS,
-        recency_half_life=RECENCY_HALF_LIFE_DAYS,
-        constant=WEIGHTS["conceptual_richness"] + PHASE_BOOST_MAX + max(ORDER_SHIFT.values()) + 1e-9,
-        top=budget, gates=(cfg.min_recall_count, cfg.min_unique_queries, cfg.min_score))
+    total, bounds = _bounds(store, cfg, at, budget, kept)
     hits = recent_phase_hits(store, at)
     scored: dict[str, Candidate] = {}
 
@@ -334,6 +342,27 @@ def ranked_top(store, cfg: DreamSettings, *, top: int, at: float | None = None) 
     live = sorted((c for c in scored.values() if not c.invalidated_at and not c.promoted_at),
                   key=lambda c: c.order_key)
     return RankedTop(top=live[:top], total=total, ready=sum(1 for c in live if c.passes))
+
+
+def _bounds(store, cfg: DreamSettings, at: float, budget: int,
+            kept: dict[str, Any] | None) -> tuple[int, list[tuple[str, float, bool]]]:
+    """recall_bounds for ranked_top, from `kept` when they still hold (see ranked_top)."""
+    gates = (cfg.min_recall_count, cfg.min_unique_queries, cfg.min_score)
+    generation = promotion_generation(store.db) if kept is not None else None
+    key = (str(store.db.database), generation, budget, gates)
+    entry = kept.get("entry") if kept is not None else None  # one tuple: the viewer's threads share it
+    if generation is not None and entry is not None and entry[0] == key and entry[1] <= at:
+        return entry[2]
+    frequency = [min(1.0, math.log1p(r) / math.log1p(FREQUENCY_SATURATION)) for r in range(FREQUENCY_SATURATION + 1)]
+    found = recall_bounds(
+        store.db, COUNTED_ORIGINS, at=at, weights=WEIGHTS, frequency=frequency, burst=float(BURST_WINDOW),
+        shortest_day=float(SHORTEST_DAY), diversity=DIVERSITY_SATURATION, consolidation=CONSOLIDATION_DAYS,
+        recency_half_life=RECENCY_HALF_LIFE_DAYS,
+        constant=WEIGHTS["conceptual_richness"] + PHASE_BOOST_MAX + max(ORDER_SHIFT.values()) + 1e-9,
+        top=budget, gates=gates)
+    if generation is not None:
+        kept["entry"] = (key, at, found)
+    return found
 
 
 def category_evidence(store, category: str, project: str | None) -> bool:

@@ -360,3 +360,35 @@ def test_a_recall_shows_the_query_that_found_the_memory_not_its_hash(viewer):
     cell = page.split("<th>query</th>")[1].split("</tr>")[1]
     assert "which port does the api listen on" in cell
     assert f">{recall.query_hash}<" not in cell
+
+
+def test_the_valid_count_is_the_filters_own_count(viewer):
+    """The "valid" total is counted from indexes (the current ones less the expired and the
+    superseded), not by the filter: it must still say how many the filter lists, whatever
+    scope, and count a memory superseded twice once, and one superseded by an invalid one not."""
+    store = viewer.store
+    at = now()
+    old = store.add("the api listens on 8080", "fact", project="/work/api").memory
+    first = store.add("the api listens on 9090", "fact", project="/work/api").memory
+    second = store.add("the api listens on 9191", "fact", project="/work/api").memory
+    store.relate(first.id, old.id, "supersedes")
+    store.relate(second.id, old.id, "supersedes")
+    kept = store.add("the blog uses hugo", "fact", project="/work/blog").memory
+    withdrawn = store.add("the blog uses jekyll", "decision", project="/work/blog").memory
+    store.relate(withdrawn.id, kept.id, "supersedes")
+    store.invalidate(withdrawn.id, "never happened")
+    store.add("the freeze lasts until friday", "event", project="/work/api", valid_until=at - 60)
+    store.add("the freeze is lifted on monday", "event", project="/work/api", valid_until=at + 86400)
+    gone = store.add("the cache is redis", "fact", project="/work/api").memory
+    store.invalidate(gone.id, "moved to memcached")
+    store.relate(first.id, gone.id, "supersedes")
+
+    def total(**params):
+        text = viewer.get("/memories", params={"validity": "valid", **params}).text
+        return int(re.search(r"(\d+) memor(?:y|ies), newest first", text).group(1)), len(ids_on(text))
+
+    assert total() == (4, 4)  # first, second, kept, the freeze lifted on monday
+    assert total(project="/work/api") == (3, 3)
+    assert total(project="/work/blog") == (1, 1)
+    assert total(type="event") == (1, 1)
+    assert total(type="decision") == (0, 0)

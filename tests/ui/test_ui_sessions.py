@@ -164,3 +164,31 @@ def test_sessions_show_the_agents_title_and_wrap_nothing(configure, tmp_path):
             assert "<h1>Fix flaky pagination test" in viewer.get(f"/sessions/{titled}").text
     finally:
         app.close()
+
+
+def test_sessions_are_paged_in_order_with_one_total(viewer):
+    """The list is merged (events and cursors of a session are one row), ordered and cut to
+    the page in SQL: every session once, latest activity first, across pages."""
+    from llmem.ui.pages.sessions import PAGE_SIZE
+
+    store = viewer.store
+    count = PAGE_SIZE + 7
+    for n in range(count):
+        event(store, f"ses_{n:03d}", at=1000.0 + n)
+        if n % 2:  # a cursor newer than the session's event moves it up
+            store.models.SessionCursor.create(adapter="copilot", session_id=f"ses_{n:03d}", project=f"/p{n}",
+                                              updated_at=5000.0 + n)
+    store.models.SessionCursor.create(adapter="claude", session_id="cl-only", updated_at=9000.0)
+
+    def listed(page):
+        text = viewer.get("/sessions", params={"page": page}).text
+        return re.findall(r'href="/sessions/([\w-]+)"', text), text
+
+    first, text = listed(1)
+    second, _ = listed(2)
+    expected = (["cl-only"] + [f"ses_{n:03d}" for n in range(count - 1, -1, -1) if n % 2]
+                + [f"ses_{n:03d}" for n in range(count - 1, -1, -1) if not n % 2])
+    assert first + second == expected
+    assert len(first) == PAGE_SIZE
+    assert f"{count + 1} sessions, latest activity first" in text  # the total over every page
+    assert listed(9)[0] == []

@@ -245,6 +245,36 @@ MIGRATIONS = [
         "ALTER TABLE session_cursor ADD COLUMN episode_cursor TEXT",
         "CREATE INDEX memory_source_created ON memory(source, created_at)",
     ))),
+    # The SQLite store's 0015_bulk_indexes and 0019_viewer_indexes: the viewer's lists in
+    # order under each filter, its counts from indexes, promotion's recall aggregates, and
+    # the promotion_generation counter (a statement trigger bumps it once per writing statement).
+    ("pg0005_viewer_indexes", _run((
+        "CREATE INDEX memory_created ON memory(created_at, seq)",
+        "CREATE INDEX memory_current_created ON memory(invalidated_at, created_at, seq)",
+        "CREATE INDEX memory_type_created ON memory(type, invalidated_at, created_at, seq)",
+        "CREATE INDEX memory_project_created ON memory(project, invalidated_at, created_at, seq)",
+        "CREATE INDEX memory_current_type ON memory(invalidated_at, type)",
+        "CREATE INDEX memory_promoted ON memory(promoted_at) WHERE promoted_at IS NOT NULL",
+        "CREATE INDEX memory_expiring ON memory(invalidated_at, valid_until) WHERE valid_until IS NOT NULL",
+        "CREATE INDEX relation_type_target ON relation(type, target_id, source_id)",
+        "CREATE INDEX recall_event_signals ON recall_event(memory_id, origin, query_hash, created_at, score)",
+        "CREATE INDEX recall_event_day ON recall_event(created_at, origin)",
+        "INSERT INTO setting(key, value) VALUES ('promotion_generation', '0') ON CONFLICT (key) DO NOTHING",
+        """CREATE FUNCTION llmem_bump_promotion_generation() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+               UPDATE setting SET value = (value::bigint + 1)::text WHERE key = 'promotion_generation';
+               RETURN NULL;
+           END $$""",
+        "CREATE TRIGGER recall_event_generation AFTER INSERT OR UPDATE OR DELETE ON recall_event "
+        "FOR EACH STATEMENT EXECUTE FUNCTION llmem_bump_promotion_generation()",
+        "CREATE TRIGGER memory_generation_delete AFTER DELETE ON memory "
+        "FOR EACH STATEMENT EXECUTE FUNCTION llmem_bump_promotion_generation()",
+        # A row trigger with its condition: a save writes every column, changed or not.
+        "CREATE TRIGGER memory_generation_update AFTER UPDATE OF invalidated_at, promoted_at ON memory "
+        "FOR EACH ROW WHEN (OLD.invalidated_at IS DISTINCT FROM NEW.invalidated_at "
+        "OR OLD.promoted_at IS DISTINCT FROM NEW.promoted_at) "
+        "EXECUTE FUNCTION llmem_bump_promotion_generation()",
+    ))),
     ("pg0006_machines", _key_by_machine),
     # The SQLite store's 0021_project_identity: projects keyed by their repository's remote.
     ("pg0007_project_identity", _key_projects_by_remote),

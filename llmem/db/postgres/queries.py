@@ -67,3 +67,12 @@ def decay_rows(db, *, except_source: str | None = None) -> list[tuple]:
         "FROM (SELECT *, CAST(metadata AS jsonb) AS meta FROM memory) m "
         "WHERE invalidated_at IS NULL AND promoted_at IS NULL AND source IS DISTINCT FROM ?",
         (except_source,)).fetchall()
+
+
+def recall_bounds(db, origins: tuple[str, ...], **terms) -> tuple[int, list[tuple[str, float, bool]]]:
+    # LEAST and GREATEST are Postgres's min and max of values; its CAST rounds, so the
+    # integer part is floor's (the numbers are never negative).
+    from ..queries import bounds_of_recalls
+
+    return bounds_of_recalls(db, origins, least="LEAST", greatest="GREATEST", whole="CAST(floor({}) AS INTEGER)",
+                             **terms)

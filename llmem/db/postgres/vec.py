@@ -22,6 +22,19 @@ def _vec_table_exists(db) -> bool:
     return db.execute_sql("SELECT to_regclass(?) IS NOT NULL", (VEC_TABLE,)).fetchone()[0]
 
 
+def _index_missing(db) -> bool:
+    from ..settings import get_setting
+
+    return get_setting(db, "vec_dirty") == "1" or not _vec_table_exists(db)
+
+
+def vector_blobs(db, vectors) -> list[bytes]:
+    """float32 bytes: pgvector's index is built from them at full precision."""
+    from ..vec import to_blob
+
+    return [to_blob(vector) for vector in vectors]
+
+
 def rebuild_index(db, model: str, dim: int) -> int:
     from ..vec import _bump_generation
 
@@ -34,15 +47,15 @@ def rebuild_index(db, model: str, dim: int) -> int:
     db.execute_sql(f"CREATE INDEX {VEC_TABLE}_hnsw ON {VEC_TABLE} USING hnsw (embedding vector_cosine_ops)")
     rows = db.execute_sql("SELECT m.seq, e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
                           "WHERE e.model = ? AND e.dim = ?", (model, dim)).fetchall()
-    _insert(db, [(seq, _from_blob(blob)) for seq, blob in rows])
+    _insert(db, [(seq, _from_blob(blob, dim)) for seq, blob in rows])
     set_setting(db, "vec_dirty", "0")
     return len(rows)
 
 
-def _from_blob(blob):
-    from ..vec import from_blob
+def _from_blob(blob, dim: int):
+    from ..vec import decode
 
-    return from_blob(bytes(blob))
+    return decode(bytes(blob), dim)
 
 
 def _insert(db, rows) -> None:

@@ -51,7 +51,10 @@ def dreams_page(request):
     counts = {run.id: change_counts(run, action_counts(current_store, run.id)) for run in runs}
     # Scored once: the status counts and the list below both come from it; only the
     # candidates that can reach the list or pass the gates are scored (ranked_top).
-    ranked = ranked_top(current_store, config.dream, top=CANDIDATES)
+    state = request.app.state
+    if not hasattr(state, "promotion_bounds"):
+        state.promotion_bounds = {}  # kept while the store's promotion_generation holds
+    ranked = ranked_top(current_store, config.dream, top=CANDIDATES, kept=state.promotion_bounds)
     status = dream_status(current_store, config, recent=0, ranked=ranked)
     diary, diary_cut = _tail(config.diary_path)
     # The file the dream writes (it picks DREAMS.md or an existing lower-case dreams.md).

@@ -30,8 +30,9 @@ def sessions(request):
     those an extraction read without one (a backfill, an inline hook), with their event
     counts (failed and waiting apart) and memory counts.
 
-    Sessions number in the thousands, not millions: the two grouped reads are merged here
-    rather than in a UNION the storage boundary would have to say for every backend."""
+    One grouped read of the events beside the cursors, merged, ordered and cut to the page
+    in SQL (standard SQL, the same on both backends): merging every session in Python built
+    one peewee row per session (0.3 s at 100k memories)."""
     current_store = store(request)
     Event, Memory = current_store.models.Event, current_store.models.Memory
     Cursor = current_store.models.SessionCursor
@@ -39,25 +40,33 @@ def sessions(request):
     page = page_number(request)
     failed = pw.fn.SUM(pw.Case(None, [(Event.status == "failed", 1)], 0))
     waiting = pw.fn.SUM(pw.Case(None, [(Event.status.in_(("pending", "running")), 1)], 0))
-    grouped = (Event.select(Event.adapter, Event.session_id, pw.fn.COUNT(Event.id).alias("events"),
-                            failed.alias("failed"), waiting.alias("waiting"),
-                            pw.fn.MAX(Event.detected_at).alias("last_seen"))
+    grouped = (Event.select(Event.adapter.alias("adapter"), Event.session_id.alias("session_id"),
+                            pw.fn.COUNT(Event.id).alias("events"), failed.alias("failed"),
+                            waiting.alias("waiting"), pw.fn.MAX(Event.detected_at).alias("last_seen"),
+                            pw.Value(None).alias("project"))
                .group_by(Event.adapter, Event.session_id))
-    cursors = Cursor.select(Cursor.adapter, Cursor.session_id, Cursor.project, Cursor.updated_at)
+    cursors = Cursor.select(Cursor.adapter.alias("adapter"), Cursor.session_id.alias("session_id"),
+                            pw.Value(0).alias("events"), pw.Value(0).alias("failed"), pw.Value(0).alias("waiting"),
+                            Cursor.updated_at.alias("last_seen"), Cursor.project.alias("project"))
     if agent:
         grouped = grouped.where(Event.adapter == agent)
         cursors = cursors.where(Cursor.adapter == agent)
-    known: dict[tuple[str, str], dict] = {}
-    for row in grouped.dicts():
-        known[(row["adapter"], row["session_id"])] = {**row, "project": None}
-    for adapter, session_id, project, updated_at in cursors.tuples():
-        row = known.setdefault((adapter, session_id), {
-            "adapter": adapter, "session_id": session_id, "events": 0, "failed": 0, "waiting": 0,
-            "last_seen": updated_at})
-        row["project"] = project
-        row["last_seen"] = max(row["last_seen"] or 0, updated_at or 0)
-    ordered = sorted(known.values(), key=lambda r: (-(r["last_seen"] or 0), r["session_id"]))
-    rows = ordered[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
+    known = (grouped + cursors).alias("known")  # UNION ALL (`|`, UNION, would drop equal rows)
+    last_seen = pw.fn.COALESCE(pw.fn.MAX(known.c.last_seen), 0)
+    merged = (pw.Select([known], [known.c.adapter, known.c.session_id,
+                                  pw.fn.SUM(known.c.events).alias("events"),
+                                  pw.fn.SUM(known.c.failed).alias("failed"),
+                                  pw.fn.SUM(known.c.waiting).alias("waiting"),
+                                  last_seen.alias("last_seen"), pw.fn.MAX(known.c.project).alias("project"),
+                                  pw.fn.COUNT(pw.SQL("*")).over().alias("total")])
+              .group_by(known.c.adapter, known.c.session_id)
+              .order_by(last_seen.desc(), known.c.session_id)
+              .limit(PAGE_SIZE).offset((page - 1) * PAGE_SIZE)
+              .bind(current_store.db))
+    rows = list(merged.dicts())
+    total = rows[0]["total"] if rows else (
+        0 if page == 1 else pw.Select([known], [known.c.session_id]).group_by(
+            known.c.adapter, known.c.session_id).bind(current_store.db).count())
     ids = [row["session_id"] for row in rows]
     memory_counts = dict(Memory.select(Memory.session_id, pw.fn.COUNT(Memory.id))
                          .where(Memory.session_id.in_(ids)).group_by(Memory.session_id).tuples()) if ids else {}
@@ -66,7 +75,7 @@ def sessions(request):
     _add_titles(request, rows)
     agents = {row[0] for row in Event.select(Event.adapter).distinct().tuples()}
     agents |= {row[0] for row in Cursor.select(Cursor.adapter).distinct().tuples()}
-    return render(request, "sessions.html", rows=rows, total=len(ordered), agent=agent, page=page,
+    return render(request, "sessions.html", rows=rows, total=total, agent=agent, page=page,
                   page_size=PAGE_SIZE, agents=sorted(agents | set(agent_names())))
 
 

@@ -34,7 +34,7 @@ from .capture.heuristics import Candidate
 from .capture.introspect import CATEGORIES, introspect_manual
 from .capture.introspect import learn as learn_lesson
 from .capture.markers import CHARS_PER_TOKEN
-from .context import assemble_context
+from .context import assemble_context, explain_text
 from .errors import LlmemError, UsageError, store_failure
 from .memories import AlreadyInvalid
 from .paths import project_key, project_root_of
@@ -200,11 +200,12 @@ class MemoryTools:
             items.append(item)
         return _fit_memories(items, _budget_chars(max_tokens))
 
-    def context(self, project: str | None = None, max_tokens: int | None = None) -> str:
+    def context(self, project: str | None = None, max_tokens: int | None = None,
+                explain: bool = False) -> str:
         configured = self.app.config.context.max_tokens
         budget = max_tokens or min(configured, MAX_TOKENS)
-        return assemble_context(self.app, None, project=self._project(project),
-                                max_tokens=budget).text
+        block = assemble_context(self.app, None, project=self._project(project), max_tokens=budget)
+        return block.text + ("\n\n" + explain_text(block.explanation) if explain else "")
 
     # ---- writing ---------------------------------------------------------------------------
 
@@ -445,10 +446,11 @@ def build_server(tools: MemoryTools):
         return await run("correct", tools.correct, id, content, reason)
 
     @server.tool(structured_output=False, annotations=reading, description=(
-        "The project's memory block as injected at session start: core memories, recent "
-        "decisions and state, lessons."))
-    async def context(project: Project = None, max_tokens: OptionalTokens = None) -> str:
-        return await run("context", tools.context, project, max_tokens)
+        "The project's memory block as injected at session start: decisions and project "
+        "state, facts, procedures, preferences, lessons. explain: add why each line is in."))
+    async def context(project: Project = None, max_tokens: OptionalTokens = None,
+                      explain: bool = False) -> str:
+        return await run("context", tools.context, project, max_tokens, explain)
 
     @server.tool(structured_output=False, annotations=adding, description=(
         "Record a mistake you made as a self_assessment, so it is not repeated. category: "

@@ -345,7 +345,7 @@ def test_context_adds_relevant_episodes_after_the_typed_memories_within_the_budg
     block = assemble_context(app, new.id, max_tokens=400)
     assert block.tokens <= 400
     assert EPISODES_TITLE in block.sections
-    assert block.text.index("Relevant to this session") < block.text.index(EPISODES_TITLE)
+    assert block.text.index("fact: The orders API uses FastAPI") < block.text.index("said on ")
     shown = app.store.models.Memory.select().where(app.store.models.Memory.id.in_(block.sections[EPISODES_TITLE]))
     assert {m.session_id for m in shown} == {old.id}  # never the session's own turns
     assert "said on " in block.text and "assistant: Agreed." in block.text and "pool size to 20" in block.text

@@ -38,11 +38,13 @@ def _echo(text: str, err: bool = False) -> None:
 @click.option("--max-tokens", type=bounded_int(50), help="Token budget (default: context.max_tokens, 1500).")
 @click.option("--project", type=PROJECT, help="Project (a folder: its repository) whose memories to include (default: the session's).")
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
+@click.option("--explain", is_flag=True, help="Say why each line is in (section, relevance, signal) "
+              "and what was left out for the budget (after the block; with --json, under \"explain\").")
 @json_option("Print the block and the ids in it as JSON.")
 @click.pass_obj
-def context(app, session_id, compacting, max_tokens, project, adapter, as_json):
+def context(app, session_id, compacting, max_tokens, project, adapter, explain, as_json):
     """Print the memory context block injected into a session."""
-    from ..context import assemble_context
+    from ..context import assemble_context, explain_text
 
     app.reads_only()  # recalls are recorded when the store can be written
     if session_id:
@@ -52,7 +54,12 @@ def context(app, session_id, compacting, max_tokens, project, adapter, as_json):
         adapter = resolve_adapter(app.config, session_id, adapter).name
     block = assemble_context(app, session_id, compacting=compacting, max_tokens=max_tokens,
                              project=project, adapter_name=adapter)
-    _echo(json_text(block.as_dict()) if as_json else block.text)
+    if as_json:
+        _echo(json_text(block.as_dict(explain=explain)))
+        return
+    _echo(block.text)
+    if explain:
+        _echo("\n" + explain_text(block.explanation))
 
 
 # ---- hooks -----------------------------------------------------------------------------

@@ -172,16 +172,19 @@ def test_every_front_end_corrects_and_invalidates_through_one_service(front_end,
             ("create", "the api listens on 9090"), ("relate", "the api listens on 9090"), ("update", API)]
 
 
-def test_a_remember_over_mcp_is_journaled_as_the_agents_and_the_page_says_so(configure, llmem_home, repo, tmp_path):
+def test_a_remember_over_mcp_is_journaled_as_the_agents_and_the_page_says_so(configure, repo):
+    # The MCP tools in-process (the parametrised test above runs the real server): a remember
+    # goes through the service and is journaled as the agent's; a repeat changes nothing.
+    from llmem.mcp_server import MemoryTools
+
     configure("embedding:\n  provider: none\nllm:\n  provider: none\n")
-    env = {**os.environ, "LLMEM_HOME": str(llmem_home), "HOME": str(tmp_path / "user-home")}
-    client = McpClient(env, cwd=repo).start()
+    tools = MemoryTools(App(), default_project=project_root_of(str(repo)))
     try:
-        said = client.call("remember", content="the api listens on 8080")
-        again = client.call("remember", content="The api listens on  8080")
+        said = tools.remember("the api listens on 8080")
+        again = tools.remember("The api listens on  8080")
     finally:
-        client.close()
-    assert "Stored fact" in said.content[0].text and "Already stored" in again.content[0].text
+        tools.close()
+    assert said.startswith("Stored fact") and again.startswith("Already stored")
     with closing(App()) as app:
         memory = app.store.list()[0]
         assert [(e.what, e.op, e.phase) for e in memory_journal(app.store, memory.id)] == [("add", "create", "mcp")]

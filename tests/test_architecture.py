@@ -30,7 +30,7 @@ LAYERS = [
     ("db", "adapters"),
     ("store", "cursors"),
     ("providers",),
-    ("vectors", "search", "exchange"),
+    ("vectors", "search", "exchange", "transfer"),
     ("memories",),
     ("capture", "app"),
     ("context", "dream"),

@@ -35,6 +35,8 @@ COMMANDS = {
     "export": ("admin", "export"),
     "import": ("admin", "import_memories"),
     "import-native": ("admin", "import_native"),
+    "share": ("team", "share"),
+    "store": ("team", "store_group"),
     "metrics": ("admin", "metrics"),
     "embed": ("admin", "embed"),
     "doctor": ("admin", "doctor"),

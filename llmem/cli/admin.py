@@ -8,13 +8,14 @@ from pathlib import Path
 
 import click
 
+from .choices import config_adapter_choice, native_choice
 from .memory import catch_up_embeddings
 from .output import bounded_int, http_url, json_option, notice, print_json, progress_bar
 
 
 @click.command()
 @click.option("--ollama-url", callback=http_url, help="Ollama URL for embeddings and the LLM (default http://localhost:11434).")
-@click.option("--adapter", type=click.Choice(["auto", "opencode", "copilot", "claude", "codex", "none"]),
+@click.option("--adapter", type=config_adapter_choice(),
               help="Session adapter (default: auto-detected).")
 @click.option("--embedder", type=click.Choice(["auto", "builtin", "ollama", "openai", "local", "none"]),
               default="auto", show_default=True,
@@ -358,7 +359,7 @@ def config_check(app, as_json):
 
 
 @click.command("import-native")
-@click.argument("agent", type=click.Choice(["claude", "codex", "copilot", "opencode"]))
+@click.argument("agent", type=native_choice())
 @click.option("--project", "project_dir", type=click.Path(file_okay=False),
               help="Project folder whose instruction files to read (default: the current folder).")
 @click.option("--dry-run", is_flag=True, help="Show what would be added or retired; write nothing.")

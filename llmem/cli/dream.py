@@ -7,6 +7,7 @@ import re
 
 import click
 
+from .choices import agent_choice
 from .dream_lane import print_deep_status, rem_backfill, rem_harness, shadow
 from .memory import catch_up_embeddings
 from .output import (
@@ -381,7 +382,7 @@ def _search_ids(app, text: str, limit: int) -> list[str]:
 
 
 @click.command(name="backfill")
-@click.option("--adapter", "adapter_name", type=click.Choice(["opencode", "copilot", "claude", "codex"]),
+@click.option("--adapter", "adapter_name", type=agent_choice(),
               help="Which agent's sessions (default: session.adapter; auto reads every agent found).")
 @click.option("--since", help="Only sessions active since this date (ISO, e.g. 2026-10-01).")
 @limit_option("At most N sessions (oldest first).")

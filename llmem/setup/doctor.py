@@ -162,9 +162,9 @@ def run_doctor(app) -> dict[str, Any]:
     adapter = detect_adapter_name(config)
     checks.append(_check("adapter", "ok" if adapter != "none" else "warn",
                          f"{config.values['session']['adapter']} → {adapter}"))
-    from .agents import AGENTS, agent_status
+    from .agents import agent_status, installable_agents
 
-    for agent in AGENTS:
+    for agent in installable_agents():
         checks.append(_agent_check(agent_status(config, agent)))
     existing = config.queue_path.parent  # the queue's folder is made on first use
     while not existing.exists() and existing != existing.parent:
@@ -205,10 +205,12 @@ def _agent_check(status: dict[str, Any]) -> dict[str, Any]:
     if status["error"]:
         said.append(status["error"])
     else:
-        hooks = "plugin" if agent == "opencode" else "hooks"
+        from .agents import RECIPES
+
+        hooks = RECIPES[agent].owned_part  # what llmem wires its moments through: a plugin or hooks
         said.append(_trust_said(trust) if trust else f"{hooks} installed" if status["hooks"] else f"no {hooks}")
-        if agent == "codex":
-            said.append("notify set" if status.get("notify") else "no notify")
+        if "notify" in status:  # an agent that also runs a notify program (Codex)
+            said.append("notify set" if status["notify"] else "no notify")
         said.append("MCP registered" if status["mcp"] else "MCP not registered")
         if status.get("mcp_env_missing"):
             said[-1] += f" without {', '.join(status['mcp_env_missing'])} as set here"

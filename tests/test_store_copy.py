@@ -11,6 +11,7 @@ from dream_support import add, open_store, recall
 from fakes import FakeEmbedder
 
 from llmem import transfer
+from llmem.db import copying
 from llmem.dream import run_dream
 from llmem.exchange import export_data
 from llmem.pipeline.events import record_event
@@ -69,7 +70,7 @@ def copy_both_ways(home, tmp_path, target_url, cli):
     code, out, err = cli("store", "copy", "--to", target_url, "--merge", "--json")
     assert code == 0, err
     again = json.loads(out)
-    assert again["ok"] and {t["table"]: t["copied"] for t in again["tables"]} == {t.name: 0 for t in transfer.TABLES}
+    assert again["ok"] and {t["table"]: t["copied"] for t in again["tables"]} == {t.name: 0 for t in copying.TABLES}
     source.close()
 
 
@@ -91,7 +92,7 @@ def test_a_sqlite_store_copies_onto_postgres_and_back(home, tmp_path, cli, confi
 
 def test_a_copy_killed_midway_resumes_and_adds_nothing_twice(home, tmp_path, monkeypatch):
     source, _ = build(home)
-    monkeypatch.setattr(transfer, "BATCH", 25)
+    monkeypatch.setattr(copying, "BATCH", 25)
     target = Store.open(tmp_path / "target" / "memory.db")
 
     def killed(table, copied):

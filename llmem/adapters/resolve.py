@@ -67,7 +67,7 @@ def resolve_adapter(config, session_id: str, name: str | None = None) -> Session
     session may well be in it.
     """
     validate_session_id(session_id)
-    chosen = name or config.values["session"]["adapter"]  # config: session.adapter
+    chosen = name or config.session.adapter  # config: session.adapter
     if chosen != registry.AUTO:
         return adapter_from_config(config, chosen)
     agents = [agent for agent in registry.all_agents() if agent.present(config)]
@@ -138,7 +138,7 @@ def get_adapter(name: str, stores: Mapping[str, str | Path | None] | None = None
 
 def adapter_from_config(config, name: str | None = None) -> SessionAdapter:
     """The adapter a config selects (or `name`, overriding session.adapter), over its folders."""
-    name = name or config.values["session"]["adapter"]  # config: session.adapter
+    name = name or config.session.adapter  # config: session.adapter
     if name == registry.AUTO:
         name = detect_from_config(config)
     if name == registry.NONE:

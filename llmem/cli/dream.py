@@ -195,7 +195,7 @@ def _switch(app, enabled: bool, as_json: bool) -> None:
         print_json(switch.as_dict())
         return
     if enabled:
-        click.echo(f"Dreaming is on ({switch.source}): the schedule {app.config.values['dream']['schedule']!r} runs it.")
+        click.echo(f"Dreaming is on ({switch.source}): the schedule {app.config.dream.schedule!r} runs it.")
     else:
         click.echo(f"Dreaming is off ({switch.source}): the worker's periodic dream and the systemd timer do nothing; "
                    "`llmem dream --apply` still runs when you ask.")
@@ -349,7 +349,7 @@ def promote_explain(app, target, limit, as_json):
         ids = _search_ids(app, text, limit)
         if not ids:
             raise NotFound(f"no memory matches {text!r}", hint="give a memory id, or another query")
-    explained = candidates(app.store, app.config.values["dream"], memory_ids=ids)
+    explained = candidates(app.store, app.config.dream, memory_ids=ids)
     explained.sort(key=lambda c: ids.index(c.memory_id))
     if as_json:
         print_json([c.as_dict() for c in explained])

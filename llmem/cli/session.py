@@ -70,19 +70,19 @@ def _hook_logging(app):
         handler.setLevel(logging.CRITICAL + 1)
     old_level = root.level
     try:
-        settings = app.config.values["logging"]
+        settings = app.config.logging
         log_dir = app.config.log_dir
     except Exception:  # a broken config is reported by the hook itself; log where we can
-        from ..config import defaults
+        from ..config import Config
 
-        settings, log_dir = defaults()["logging"], default_paths().log_dir
+        settings, log_dir = Config().logging, default_paths().log_dir
     file_handler = None
     try:
         ensure_private_dir(log_dir)
         # Rotated by hand: logging.handlers (and the socket module it pulls in) costs a
         # hook ~10 ms of start-up on every agent turn.
-        _rotate_if_big(log_dir / HOOK_LOG, settings["max_bytes"], settings["backups"])
-        level = getattr(logging, settings["level"], logging.INFO)
+        _rotate_if_big(log_dir / HOOK_LOG, settings.max_bytes, settings.backups)
+        level = getattr(logging, settings.level, logging.INFO)
         # Opened without following a planted symlink; a failed write (full disk) costs the line only.
         file_handler = own_log_file(log_dir / HOOK_LOG, level)
         root.addHandler(file_handler)

@@ -173,15 +173,15 @@ class SessionWatcher:
     (ARCHITECTURE.md, "Subagents are not users")."""
 
     def __init__(self, config, emit: Callable[[str, str, str], None], *, store=None, clock=time.time):
-        session = config.values["session"]
-        pipeline = config.values["pipeline"]
+        session = config.session
+        pipeline = config.pipeline
         self.config = config
-        self.adapter_setting = session["adapter"]
+        self.adapter_setting = session.adapter
         self.emit_callback = emit
         self.clock = clock
-        self.use_polling = pipeline["use_polling"]
-        self.idle_debounce_ms = int(pipeline["idle_debounce_seconds"] * 1000)
-        self.inactivity_ms = int(pipeline["ending_inactivity_minutes"] * 60_000)
+        self.use_polling = pipeline.use_polling
+        self.idle_debounce_ms = int(pipeline.idle_debounce_seconds * 1000)
+        self.inactivity_ms = int(pipeline.ending_inactivity_minutes * 60_000)
         self.states: dict[tuple[str, str], SessionState] = {}
         self.saved = SavedStates(store) if store is not None else None
         self._unsaved: set[tuple[str, str]] = set()

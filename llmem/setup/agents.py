@@ -87,13 +87,13 @@ def codex_home(config) -> Path:
 
 
 def copilot_home(config) -> Path:
-    return _env_or("COPILOT_HOME", config.values["session"]["copilot"]["home"])
+    return _env_or("COPILOT_HOME", config.session.copilot.home)
 
 
 def opencode_config_file(config) -> Path:
     """OpenCode's global config: opencode.jsonc wins over opencode.json when both exist (it
     is merged last), and a fresh folder gets opencode.json."""
-    folder = expand(config.values["session"]["opencode"]["config_dir"])
+    folder = config.session.opencode.config_dir
     jsonc = folder / "opencode.jsonc"
     return jsonc if jsonc.exists() else folder / "opencode.json"
 

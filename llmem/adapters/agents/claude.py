@@ -105,9 +105,8 @@ class Claude(Agent):
     def config_home(self, config) -> Path:
         """$CLAUDE_CONFIG_DIR when set (Claude Code itself obeys it), else session.claude.config_dir."""
         from llmem.adapters.detect import claude_config_dir
-        from llmem.paths import expand
 
-        return claude_config_dir(expand(config.values["session"]["claude"]["config_dir"]))  # config: session.claude.config_dir
+        return claude_config_dir(config.session.claude.config_dir)  # config: session.claude.config_dir
 
     def store_dir(self, config) -> Path:
         from llmem.adapters.detect import CLAUDE_PROJECTS_DIR

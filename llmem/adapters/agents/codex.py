@@ -75,9 +75,8 @@ class Codex(Agent):
     def home(self, config) -> Path:
         """$CODEX_HOME when set (Codex itself obeys it), else session.codex.home."""
         from llmem.adapters.detect import codex_home_dir
-        from llmem.paths import expand
 
-        return codex_home_dir(expand(config.values["session"]["codex"]["home"]))  # config: session.codex.home
+        return codex_home_dir(config.session.codex.home)  # config: session.codex.home
 
     def store_dir(self, config) -> Path:
         from llmem.adapters.detect import CODEX_SESSIONS_DIR

@@ -85,9 +85,7 @@ class Copilot(Agent):
     mcp_env_filtered = True  # Copilot's docs promise only PATH
 
     def store_dir(self, config) -> Path:
-        from llmem.paths import expand
-
-        return expand(config.values["session"]["copilot"]["state_dir"])  # config: session.copilot.state_dir
+        return config.session.copilot.state_dir  # config: session.copilot.state_dir
 
     def holds_sessions(self, store_dir: Path) -> bool:
         from llmem.adapters.detect import has_sessions
@@ -99,9 +97,7 @@ class Copilot(Agent):
 
         share_dir = None
         if config is not None:
-            from llmem.paths import expand
-
-            share_dir = expand(config.values["session"]["copilot"]["share_dir"])  # config: session.copilot.share_dir
+            share_dir = config.session.copilot.share_dir  # config: session.copilot.share_dir
         return CopilotAdapter(store_dir, share_dir)
 
     def watch(self, config, context) -> CopilotWatch:

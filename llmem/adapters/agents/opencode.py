@@ -91,9 +91,7 @@ class OpenCode(Agent):
     hook_format = "text"  # the plugin reads the block from stdout
 
     def store_dir(self, config) -> Path:
-        from llmem.paths import expand
-
-        return expand(config.values["session"]["opencode"]["data_dir"])  # config: session.opencode.data_dir
+        return config.session.opencode.data_dir  # config: session.opencode.data_dir
 
     def present_in(self, store_dir: Path) -> bool:
         from llmem.adapters.detect import has_opencode_data

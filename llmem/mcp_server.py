@@ -230,7 +230,7 @@ class MemoryTools:
         # added and embedded. source "user": the user's agent asked for it (not inferred).
         result = self.memories.add(content, memory_type, confidence=confidence, source="user",
                                    project=project, metadata={"origin": "mcp"},
-                                   near_duplicates=self.app.config.values["dream"]["similarity_threshold"])
+                                   near_duplicates=self.app.config.dream.similarity_threshold)
         shown = result.memory.id[:ID_CHARS]
         if isinstance(result, Restated):
             return (f"Updated [{shown}], a near-duplicate, to this text "

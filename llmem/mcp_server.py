@@ -29,17 +29,16 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from .capture.extract import EXTRACT_TYPES, INFERRED, ExtractionReport, store_candidates
-from .capture.heuristics import Candidate
+from .capture.extract import EXTRACT_TYPES, INFERRED
 from .capture.introspect import CATEGORIES, introspect_manual
 from .capture.introspect import learn as learn_lesson
 from .capture.markers import CHARS_PER_TOKEN
 from .context import assemble_context, explain_text
 from .errors import LlmemError, UsageError, store_failure
-from .memories import AlreadyInvalid
+from .memories import AlreadyInvalid, Restated
 from .paths import project_key, project_root_of
 from .search import Searcher, kind_label
-from .store import check_confidence, check_type, content_hash, memory_to_dict
+from .store import check_confidence, check_type, memory_to_dict
 from .text import one_line
 from .trust import AGENT
 
@@ -106,6 +105,11 @@ class MemoryTools:
         self.default_project = default_project
         self._searcher: Searcher | None = None
         self._notice_said: str | None = None  # the search notice the agent was last told
+
+    @property
+    def memories(self):
+        """The memory service, its writes journaled as the agent's, through MCP."""
+        return self.app.memories.via("mcp")
 
     def open(self) -> None:
         """Open the store, the embedder and the Searcher, for the server's life."""
@@ -222,22 +226,17 @@ class MemoryTools:
         confidence = INFERRED if confidence is None else check_confidence(confidence)
         project = self._write_project(project)
         self.open()
-        candidate = Candidate(memory_type, content, confidence=confidence, rule="mcp")
-        report = ExtractionReport(session_id=None, project=project)
-        # Extraction's own path: an exact duplicate is dropped, a near-duplicate (by the
-        # embedder) updated in place with its previous text kept, the rest added and embedded.
-        # source "user": the user's agent asked for it, as `llmem add` does (not inferred).
-        store_candidates(self.app, [candidate], report, project=project, session_id=None,
-                         source="user", metadata={"origin": "mcp"})
-        if report.memory_ids:
-            return f"Stored {memory_type} [{report.memory_ids[0][:ID_CHARS]}]"
-        if report.updated_ids:
-            return (f"Updated [{report.updated_ids[0][:ID_CHARS]}], a near-duplicate, to this text "
+        # Through the memory service, as `llmem add`: an exact duplicate is kept once, a
+        # near-duplicate (by the embedder) restated with its previous text kept, the rest
+        # added and embedded. source "user": the user's agent asked for it (not inferred).
+        result = self.memories.add(content, memory_type, confidence=confidence, source="user",
+                                   project=project, metadata={"origin": "mcp"},
+                                   near_duplicates=self.app.config.dream.similarity_threshold)
+        shown = result.memory.id[:ID_CHARS]
+        if isinstance(result, Restated):
+            return (f"Updated [{shown}], a near-duplicate, to this text "
                     "(its previous text is kept in its metadata)")
-        # store_candidates redacted the candidate in place: its hash is the stored one's.
-        existing = self.app.store.find_duplicate(content_hash(candidate.content), project)
-        shown = f" as [{existing.id[:ID_CHARS]}]" if existing is not None else ""
-        return f"Already stored{shown}"
+        return f"Stored {memory_type} [{shown}]" if result.created else f"Already stored as [{shown}]"
 
     def correct(self, memory_id: str, content: str | None = None, reason: str | None = None) -> str:
         content = one_line(self._redacted(content)) or None
@@ -249,12 +248,12 @@ class MemoryTools:
         if old.project != self.default_project:
             self._refuse_scope(old.project)
         if content is None:
-            result = self.app.memories.invalidate(old.id, reason)
+            result = self.memories.invalidate(old.id, reason)
             if isinstance(result, AlreadyInvalid):
                 return (f"Already invalidated [{old.id[:ID_CHARS]}] ({one_line(result.reason, LINE_CHARS)}); "
                         "left as it was")
             return f"Invalidated [{old.id[:ID_CHARS]}]"
-        new = self.app.memories.correct(old.id, content, reason=reason, metadata={"origin": "mcp"}).memory
+        new = self.memories.correct(old.id, content, reason=reason, metadata={"origin": "mcp"}).memory
         return f"Stored [{new.id[:ID_CHARS]}], which supersedes [{old.id[:ID_CHARS]}] (now invalid)"
 
     def introspect(self, category: str, what_happened: str, context: str | None = None,
@@ -262,14 +261,14 @@ class MemoryTools:
                    project: str | None = None) -> str:
         memory = introspect_manual(self.app, category, what_happened, context=context,
                                    caught_by=caught_by, proposed_fix=proposed_fix,
-                                   project=self._write_project(project))[0]
+                                   project=self._write_project(project), memories=self.memories)[0]
         meta = memory.metadata or {}
         return (f"Stored self_assessment [{memory.id[:ID_CHARS]}] ({meta.get('category')}, "
                 f"recurring: {meta.get('recurring', 'no')})")
 
     def learn(self, wrong: str, right: str, context: str | None = None) -> str:
         memory = learn_lesson(self.app, wrong, right, context, project=self.default_project,
-                              trust=AGENT)[0]
+                              trust=AGENT, memories=self.memories)[0]
         return f"Stored {memory.type} [{memory.id[:ID_CHARS]}]"
 
 

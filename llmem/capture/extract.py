@@ -25,6 +25,7 @@ from ..db.derived import text_to_embed
 from ..db.models import MEMORY_TYPES, Memory
 from ..db.queries import metadata_equals
 from ..errors import BudgetExhausted, EmbedderUnavailable, LLMReplyInvalid, LLMUnavailable
+from ..memories import near_duplicate, previous_text
 from ..providers.llm import step_llm
 from ..redact import redact
 from ..store import content_hash
@@ -383,17 +384,6 @@ def _embedding_text(content: str, summary: str | None) -> str:
     return text_to_embed(content, summary, None)
 
 
-def _near_duplicate(searcher, vector, memory_type: str, project: str | None,
-                    threshold: float) -> tuple[int, float] | None:
-    where = "m.invalidated_at IS NULL AND m.type = ? AND " + (
-        "m.project IS NULL" if project is None else "m.project = ?")
-    params = [memory_type] if project is None else [memory_type, project]
-    nearest = searcher.vector_candidates(vector, 1, where, params)
-    if nearest and 1.0 - nearest[0][1] >= threshold:
-        return nearest[0][0], 1.0 - nearest[0][1]
-    return None
-
-
 def _embed_candidates(app, candidates: list[Candidate]):
     """Unit vectors of the candidates, or None when no embedder answers."""
     embedder = app.embedder
@@ -456,11 +446,11 @@ def store_candidates(app, candidates: list[Candidate], report: ExtractionReport,
                 report.duplicates += 1  # a near-duplicate of one added in this same run
                 continue
             else:
-                near = _near_duplicate(searcher, vector, candidate.type, project, threshold) \
+                near = near_duplicate(searcher, vector, candidate.type, project, threshold) \
                     if vector is not None else None
                 if near is not None:
                     old = store.models.Memory.get(store.models.Memory.seq == near[0])
-                    meta = {"previous_content": _cut(old.content, 500), "near_duplicate_of_session": session_id,
+                    meta = {"previous_content": previous_text(old.content), "near_duplicate_of_session": session_id,
                             "similarity": round(near[1], 4)}
                     target = store.revise(old.id, candidate.content,
                                           summary=candidate.summary if candidate.summary else None,

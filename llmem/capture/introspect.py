@@ -124,8 +124,9 @@ def _checked_fields(app, fields: dict) -> dict:
 
 
 def _write_assessment(store, fields: dict, *, source: str, confidence: float, origin: str,
-                      project: str | None, session_id: str | None, extra: dict | None):
-    """Fill Recurring (metadata only) and add the assessment; an AddResult (call in a txn)."""
+                      project: str | None, session_id: str | None, extra: dict | None, add=None):
+    """Fill Recurring (metadata only) and add the assessment (`add`: the memory service's, for
+    a single write; by default the store's, in the caller's transaction); its result."""
     category = fields["Category"]
     recurring_ids: list[str] = []
     if category != "REVIEW_PASSED":
@@ -136,21 +137,20 @@ def _write_assessment(store, fields: dict, *, source: str, confidence: float, or
     summary = f"{category}: {' '.join(fields['What_happened'].split())}"
     if len(summary) > 140:
         summary = summary[:139] + "…"
-    return store.add(format_self_assessment(fields), "self_assessment", summary=summary,
-                     confidence=confidence, source=source, project=project,
-                     session_id=session_id, metadata=metadata)
+    return (add or store.add)(format_self_assessment(fields), "self_assessment", summary=summary,
+                              confidence=confidence, source=source, project=project,
+                              session_id=session_id, metadata=metadata)
 
 
 def store_assessment(app, fields: dict, *, source: str, confidence: float, origin: str,
                      project: str | None = None, session_id: str | None = None,
-                     extra: dict | None = None) -> Memory:
-    """Store one self_assessment (content and metadata carry the fields), then embed it."""
-    result = _write_assessment(app.store, _checked_fields(app, fields), source=source,
-                               confidence=confidence, origin=origin, project=project,
-                               session_id=session_id, extra=extra)
-    if result.created:
-        app.memories.embed([result.memory])
-    return result.memory
+                     extra: dict | None = None, memories=None) -> Memory:
+    """Store one self_assessment (content and metadata carry the fields) through the memory
+    service (`memories`; by default the App's), which journals and embeds it."""
+    return _write_assessment(app.store, _checked_fields(app, fields), source=source,
+                             confidence=confidence, origin=origin, project=project,
+                             session_id=session_id, extra=extra,
+                             add=(memories or app.memories).add).memory
 
 
 # ---- manual ---------------------------------------------------------------------------------
@@ -182,8 +182,9 @@ def introspect_manual(app, category: str, what_happened: str, *, context: str | 
                       caught_by: str | None = None, proposed_fix: str | None = None,
                       outcomes: str | None = None, estimates_vs_actual: str | None = None,
                       iteration_count: int | None = None, llm=None,
-                      project: str | None = None) -> list[Memory]:
-    """Store one self_assessment from fields given by hand (an LLM may propose the fix)."""
+                      project: str | None = None, memories=None) -> list[Memory]:
+    """Store one self_assessment from fields given by hand (an LLM may propose the fix),
+    through `memories` (the memory service of the surface asking; by default the App's)."""
     category = check_category(category)
     if not (what_happened or "").strip():
         raise UsageError("--what-happened is empty", hint="describe the behaviour, e.g. 'missing null check'")
@@ -195,7 +196,7 @@ def introspect_manual(app, category: str, what_happened: str, *, context: str | 
         "Proposed_update": proposed_fix or DEFAULT_UPDATES[category], "Iteration_count": iteration_count,
     }
     return [store_assessment(app, fields, source="introspection", confidence=MANUAL_CONFIDENCE,
-                             origin="manual", project=project)]
+                             origin="manual", project=project, memories=memories)]
 
 
 # ---- automatic --------------------------------------------------------------------------------
@@ -432,9 +433,10 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
 
 
 def learn(app, wrong: str, right: str, context: str | None = None, *, project: str | None = None,
-          trust: str | None = None) -> list[Memory]:
+          trust: str | None = None, memories=None) -> list[Memory]:
     """Store a lesson from a wrong → right correction as a procedure memory (global unless
-    `project`; `trust`: whose words, by default the user's, who ran `llmem learn`)."""
+    `project`; `trust`: whose words, by default the user's, who ran `llmem learn`), through
+    `memories` (the memory service of the surface asking; by default the App's)."""
     if not (wrong or "").strip() or not (right or "").strip():
         raise UsageError("learn needs both --wrong and --right",
                          hint='e.g. --wrong "called wrong function" --right "call correctFunction() instead"')
@@ -445,11 +447,9 @@ def learn(app, wrong: str, right: str, context: str | None = None, *, project: s
         content += f"\nContext: {fields['context']}"
     summary = " ".join(fields["right"].split())
     summary = summary if len(summary) <= 120 else summary[:119] + "…"
-    result = app.store.add(content, "procedure", summary=summary, confidence=MANUAL_CONFIDENCE,
-                           source="learn", project=project, metadata={**fields, "origin": "learn"},
-                           trust=trust)
-    if result.created:
-        app.memories.embed([result.memory])
+    result = (memories or app.memories).add(content, "procedure", summary=summary,
+                                            confidence=MANUAL_CONFIDENCE, source="learn", project=project,
+                                            metadata={**fields, "origin": "learn"}, trust=trust)
     return [result.memory]
 
 
@@ -465,7 +465,7 @@ def clean_reviews(app) -> int:
     """Invalidate every track-review memory; return how many."""
     stale = review_memories(app.store)
     for memory in stale:
-        app.store.invalidate(memory.id, "cleaned by track-review --clean")
+        app.memories.invalidate(memory.id, "cleaned by track-review --clean")
     return len(stale)
 
 

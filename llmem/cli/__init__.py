@@ -29,6 +29,7 @@ COMMANDS = {
     "invalidate": ("memory", "invalidate"),
     "correct": ("memory", "correct"),
     "delete": ("memory", "delete"),
+    "history": ("memory", "history"),
     "search": ("search", "search"),
     "stats": ("admin", "stats"),
     "export": ("admin", "export"),

@@ -15,6 +15,7 @@ from .output import (
     parse_json_object,
     print_json,
     progress_bar,
+    short,
     terminal_text,
 )
 
@@ -209,3 +210,60 @@ def delete(app, memory_id):
     """Delete a memory for good, with its relations on both sides."""
     deleted = app.memories.delete(memory_id)
     click.echo(f"Deleted {deleted}")
+
+
+@click.command()
+@click.argument("memory_id", required=False)
+@limit_option(default=30)
+@click.option("--all", "include_runs", is_flag=True,
+              help="Without MEMORY_ID: the dream, promotion and backfill runs' changes too.")
+@json_option()
+@click.pass_obj
+def history(app, memory_id, limit, include_runs, as_json):
+    """The journal of changes: your edits (add, update, invalidate, correct, delete through the
+    CLI, your agent's MCP tools or the viewer), newest first; with MEMORY_ID, everything that
+    changed that memory, the dream's runs included. An edit's run id undoes it with
+    `llmem dream undo` (a delete cannot be undone)."""
+    app.reads_only()
+    from ..errors import NotFound
+    from ..memories import EDIT_RUN, memory_journal
+    from ..times import utc_minute
+
+    shown_id = None
+    if memory_id:
+        try:
+            shown_id = app.store.resolve_id(memory_id)
+        except NotFound:
+            shown_id = memory_id.strip()  # a memory deleted for good: its journal rows remain
+    entries = memory_journal(app.store, shown_id, limit=limit or 30,
+                             edits_only=shown_id is None and not include_runs)
+    if memory_id and not entries and shown_id == memory_id.strip():
+        raise NotFound(f"no memory with id {memory_id!r}, and no journal entry for it",
+                       hint="`llmem history` lists recent edits with their ids")
+    if as_json:
+        print_json([entry.as_dict() for entry in entries])
+        return
+    if not entries:
+        click.echo("No changes recorded." if shown_id else "No edits recorded.", err=True)
+    for entry in entries:
+        who = f"via {entry.phase}" if entry.run_kind == EDIT_RUN else f"{entry.run_kind} {entry.phase}"
+        changes = "; ".join(f"{name}: {_shown(name, old)} → {_shown(name, new)}"
+                            for name, old, new in entry.changes)
+        line = (f"{utc_minute(entry.at)}  {entry.run_id}  {who:<12} {entry.what:<10} "
+                f"{(entry.memory_id or '-')[:8]}  {changes}")
+        click.echo(terminal_text(line.rstrip()))
+
+
+def _shown(name: str, value) -> str:
+    """A journaled value on one line: text quoted and cut, a time in UTC, numbers as they are."""
+    if isinstance(value, int | float) and (name.endswith("_at") or name.startswith("valid_")):
+        from ..times import to_iso
+
+        return to_iso(value)
+    if isinstance(value, str):
+        return repr(short(value, 60))
+    if isinstance(value, dict):
+        import json
+
+        return short(json.dumps(value, ensure_ascii=False, sort_keys=True), 60)
+    return "-" if value is None else str(value)

@@ -175,81 +175,6 @@ def _unknown_codex_thread(app, payload: dict, session_id: str) -> bool:
     return not adapter_from_config(app.config, "codex").has_session(session_id)
 
 
-def dispatch_hook(app, kind, session_id, *, sync=False, detach=False, project=None, adapter=None,
-                  model=None, base_url=None, config_path=None, run_lock_fd=None,
-                  compaction_block=True, turn_began=None) -> dict:
-    """Decide how a hook's work runs: inline (--sync, and `created`), queued, or detached.
-
-    By default the event is recorded in the store and enqueued for the worker, so the agent
-    waits only for that. A compacting hook still prints its compaction block inline. With
-    no worker alive (none seen for a few minutes), or with per-hook --model/--base-url
-    (which a queued event does not carry), the work runs in a detached process instead: one
-    per session at a time, later hooks coalesce into it (llmem.pipeline.detached).
-    `compaction_block=False` skips that block when nobody reads it (see _prints_block).
-    `turn_began` (epoch s): when the turn the hook is about began; the same moment already
-    recorded since then (Codex tells a turn's end to its Stop hook and to notify) is not
-    queued again.
-    """
-
-    def run_inline(run_kind):
-        from ..pipeline.handlers import handle_session_event
-
-        return handle_session_event(app, run_kind, session_id, adapter_name=adapter, model=model,
-                                    base_url=base_url, project=project, fail_open=True).as_json()
-
-    if sync and run_lock_fd is not None and kind != "created":
-        from ..pipeline.detached import run_coalesced
-
-        return run_coalesced(app.config, kind, session_id, run_lock_fd, run_inline)
-    if sync or kind == "created":
-        return run_inline(kind)
-    result = {"kind": kind, "session_id": session_id, "steps": {}, "errors": []}
-    if detach or model or base_url or not _worker_alive(app):
-        from ..pipeline.detached import start_detached
-
-        hook_args = []
-        for flag, value in (("--project", project), ("--adapter", adapter), ("--model", model),
-                            ("--base-url", base_url)):
-            if value:
-                hook_args += [flag, value]
-        how, pid = start_detached(app.config, kind, session_id, hook_args, config_path)
-        result[how] = pid
-        log.info("%s %s: %s", kind, session_id, _status_line(result))
-    else:
-        from ..adapters import resolve_adapter
-        from .queueing import submit_event
-
-        # Recorded under the agent that owns the session, so the worker reads the right store.
-        owner = resolve_adapter(app.config, session_id, adapter).name
-        result["event_id"] = submit_event(app, owner, session_id, kind, since=turn_began)
-        log.info("%s %s: %s", kind, session_id, _status_line(result))
-    if kind == "compacting" and compaction_block:
-        from ..context import build_context
-
-        result["context"] = build_context(app, session_id, compacting=True, project=project,
-                                          adapter_name=adapter)
-    return result
-
-
-def _status_line(result: dict) -> str | None:
-    """What a hook that did not run its work inline did with it (None when it ran inline)."""
-    if "event_id" in result:
-        return f"queued as event {result['event_id']}"
-    if "detached" in result:
-        return f"running in the background (pid {result['detached']})"
-    if "coalesced" in result:
-        pid = result["coalesced"]
-        return ("joined the background run already going for this session"
-                + (f" (pid {pid})" if pid else ""))
-    return None
-
-
-def _worker_alive(app) -> bool:
-    from ..pipeline.events import worker_seen_recently
-
-    return worker_seen_recently(app.store)
-
-
 def _summary(result: dict) -> str:
     steps = ", ".join(f"{name} {info['result'] if isinstance(info['result'], str) else 'done'}"
                       for name, info in result["steps"].items())
@@ -329,11 +254,15 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
             from ..adapters.base import validate_session_id
 
             validate_session_id(session_id)
+            from ..pipeline.routing import HookCall, dispatch_hook
+            from .queueing import submit_event
+
+            call = HookCall(kind, session_id, project=project, adapter=adapter, model=model,
+                            base_url=base_url, turn_began=turn_began)
             config_path = ctx.find_root().params.get("config_path")
-            result = dispatch_hook(app, kind, session_id, sync=sync, detach=detach, project=project,
-                                   adapter=adapter, model=model, base_url=base_url,
+            result = dispatch_hook(app, call, submit=submit_event, sync=sync, detach=detach,
                                    config_path=config_path, run_lock_fd=run_lock_fd,
-                                   compaction_block=_prints_block(kind, fmt), turn_began=turn_began)
+                                   compaction_block=_prints_block(kind, fmt))
         except Exception as exc:
             log.error("hook %s %s failed: %s", kind, session_id or "-", exc,
                       exc_info=not _is_expected(exc))
@@ -344,7 +273,9 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
             more = f" (+{len(result['errors']) - 1} more)" if len(result["errors"]) > 1 else ""
             where = f"; log: {log_path}" if log_path else ""
             _echo(f"llmem hook {kind}: {_one_line(result['errors'][0])}{more}{where}", err=True)
-        status = _status_line(result)
+        from ..pipeline.routing import status_line
+
+        status = status_line(result)
         if status:
             _echo(f"llmem hook {kind}: {status}", err=True)
         _print_result(kind, result, fmt)
@@ -366,6 +297,12 @@ def _prints_block(kind: str, fmt: str) -> bool:
     OpenCode's plugin reads it from the text format.
     """
     return fmt in ("text", "json") or kind == "created"
+
+
+def _ran_inline(result: dict) -> bool:
+    from ..pipeline.routing import status_line
+
+    return status_line(result) is None
 
 
 def _print_result(kind: str, result: dict, fmt: str) -> None:
@@ -393,7 +330,7 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
         elif kind in ("created", "compacting"):
             if result.get("context"):  # stdout is the agent's input: the block or nothing
                 _echo(result["context"])
-        elif _status_line(result) is None:  # queued or detached: the line on stderr says so
+        elif _ran_inline(result):  # queued or detached: the line on stderr says so
             _echo(_summary(result))
     except BrokenPipeError:  # the agent stopped reading: nothing to fail about
         pass

@@ -12,14 +12,24 @@ def insert_action(db, run_id: str, phase: str, kind: str, op: str, memory_id: st
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (run_id, phase, kind, op, memory_id, before, after, at))
 
 
-def later_runs_on_same_memories(db, run_id: str, started_at: float) -> list[str]:
+def later_runs_on_same_memories(db, run_id: str, started_at: float,
+                                except_kind: str = "") -> list[str]:
     """The ids of the runs started after `started_at`, not undone, that changed a memory run
-    `run_id` changed, sorted."""
+    `run_id` changed, sorted; runs of `except_kind` left out."""
     return [r[0] for r in db.execute_sql(
         "SELECT DISTINCT a.run_id FROM dream_action a JOIN dream_run r ON r.id = a.run_id "
-        "WHERE r.started_at > ? AND r.status != 'undone' AND a.memory_id IN "
+        "WHERE r.started_at > ? AND r.status != 'undone' AND r.kind <> ? AND a.memory_id IN "
         "(SELECT memory_id FROM dream_action WHERE run_id = ? AND memory_id IS NOT NULL) ORDER BY 1",
-        (started_at, run_id))]
+        (started_at, except_kind, run_id))]
+
+
+def forget_images(db, memory_id: str) -> int:
+    """Empty the before- and after-images the journal holds of a memory deleted for good (its
+    text and metadata must not outlive it there); the rows stay, saying what was done when.
+    An undo finds nothing to restore for it, as for any memory that is gone."""
+    cursor = db.execute_sql("UPDATE dream_action SET before = '{}', after = '{}' "
+                            "WHERE memory_id = ? AND op = 'update'", (memory_id,))
+    return cursor.rowcount
 
 
 def actions_newest_first(db, run_id: str):

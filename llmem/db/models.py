@@ -320,10 +320,16 @@ def _rebound_foreign_key(field: pw.ForeignKeyField, target: type[BaseModel]) -> 
 
 
 def bound_models(db: pw.Database) -> Models:
-    """Subclasses of every model bound to `db` (same tables, indexes and foreign keys).
+    """Subclasses of every model bound to `db` (same tables, indexes and foreign keys), built
+    once per database object and kept on it: a build costs ~2.5 ms (peewee copies every
+    field), and opening a fresh store asked for it six times (the migrations, then the Store)."""
+    models = getattr(db, "_llmem_bound_models", None)
+    if models is None:
+        models = db._llmem_bound_models = _build_bound_models(db)
+    return models
 
-    Each call builds a fresh set: a Store builds its set once and keeps it.
-    """
+
+def _build_bound_models(db: pw.Database) -> Models:
     bound: dict[str, type[BaseModel]] = {}
     for model in ALL_MODELS:  # targets of foreign keys come first in ALL_MODELS
         meta = type("Meta", (), {"database": db, "table_name": model._meta.table_name,

@@ -231,6 +231,18 @@ def memory_row(db, memory_id: str) -> tuple | None:
     return db.execute_sql(f"SELECT {_MEMORY_ROW_SQL} FROM memory WHERE id = ?", (memory_id,)).fetchone()
 
 
+def memory_snapshot(db, memory_id: str) -> dict[str, Any] | None:
+    """The memory's row as stored, metadata decoded (a journal's before- and after-images), or None."""
+    import json
+
+    row = memory_row(db, memory_id)
+    if row is None:
+        return None
+    snapshot = dict(zip(MEMORY_ROW_FIELDS, row, strict=True))
+    snapshot["metadata"] = json.loads(snapshot["metadata"] or "{}")
+    return snapshot
+
+
 def write_memory_columns(db, memory_id: str, values: dict[str, Any]) -> int:
     """Set columns of one memory from plain values (field name → value); return 1, or 0 when
     the memory is gone.

@@ -25,8 +25,9 @@ import peewee as pw
 
 from ..db import bulk, journal_rows
 from ..db.models import DreamRun, JSONText, Memory
-from ..db.queries import MEMORY_ROW_FIELDS, memory_row
+from ..db.queries import MEMORY_ROW_FIELDS, memory_snapshot
 from ..errors import NotFound, UsageError
+from ..memories import EDIT_RUN
 from ..paths import write_private_text
 from ..store import DERIVED_COLUMNS
 from ..times import now
@@ -62,11 +63,9 @@ def new_run_id() -> str:
 
 def row_snapshot(memory_id: str, db) -> dict[str, Any]:
     """The memory's row as stored (what `update` journals as its before-image)."""
-    row = memory_row(db, memory_id)
-    if row is None:
+    snapshot = memory_snapshot(db, memory_id)
+    if snapshot is None:
         raise NotFound(f"no memory with id {memory_id!r}")
-    snapshot = dict(zip(MEMORY_ROW_FIELDS, row, strict=True))
-    snapshot["metadata"] = json.loads(snapshot["metadata"] or "{}")
     return snapshot
 
 
@@ -301,8 +300,14 @@ def undo_run(store, run_id: str, *, force: bool = False) -> UndoResult:
     if run.status == "running":
         raise UsageError(f"run {run.id} is still running (or died: its lock is taken over by the next run)",
                          hint="wait for it to finish")
+    if run.kind == EDIT_RUN and store.models.DreamAction.select().where(
+            (store.models.DreamAction.run == run.id) & (store.models.DreamAction.op == "delete")).exists():
+        raise UsageError(f"run {run.id} deleted a memory for good: a delete cannot be undone",
+                         hint="add the memory again with `llmem add`")
     db = store.db
-    later_ids = journal_rows.later_runs_on_same_memories(db, run.id, run.started_at)
+    # A person's edit since the run is no reason to refuse it: the memory it changed is left
+    # as the person made it and reported (changed_since), as before edits were journaled.
+    later_ids = journal_rows.later_runs_on_same_memories(db, run.id, run.started_at, except_kind=EDIT_RUN)
     if later_ids:
         raise UsageError(f"run {run.id} cannot be undone alone: later runs changed the same memories ({', '.join(later_ids)})",
                          hint="undo those runs first, newest first")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..memories import EDIT_RUN
 from ..times import to_iso
 from .journal import action_counts, last_run
 from .lock import INTERRUPTED, lock_is_live, read_lock
@@ -77,7 +78,8 @@ def dream_status(store, config, *, recent: int = 5, ranked: list[Candidate] | Ra
     holder = read_lock(store.db)
     running = holder if lock_is_live(holder, store.db) else None
     live_run_id = running.get("run_id") if running else None
-    runs = DreamRun.select().order_by(DreamRun.started_at.desc()).limit(recent)
+    # A person's edits are journaled as runs too (memories.py): `llmem history` lists those.
+    runs = DreamRun.select().where(DreamRun.kind != EDIT_RUN).order_by(DreamRun.started_at.desc()).limit(recent)
     return {
         "enabled": switch.enabled,
         "enabled_by": switch.source,

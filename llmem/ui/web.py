@@ -58,6 +58,11 @@ class Viewer:
     def store(self):
         return self.llmem.store
 
+    @property
+    def memories(self):
+        """The memory service, its writes journaled as made through the viewer."""
+        return self.llmem.memories.via("viewer")
+
 
 def viewer(request: Request) -> Viewer:
     return request.app.state.viewer

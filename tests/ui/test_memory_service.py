@@ -17,6 +17,7 @@ from conftest import free_port_url
 from mcp_client import McpClient
 
 from llmem.app import App
+from llmem.memories import memory_journal
 from llmem.paths import project_root_of
 
 from .conftest import open_viewer
@@ -120,6 +121,10 @@ def state(store) -> list[tuple]:
     return rows + relations
 
 
+def text_of(store, memory_id):
+    return store.get(memory_id).content
+
+
 def test_every_front_end_corrects_and_invalidates_through_one_service(front_end, repo):
     project = project_root_of(str(repo))
     with closing(App()) as seeded:
@@ -157,3 +162,34 @@ def test_every_front_end_corrects_and_invalidates_through_one_service(front_end,
         correction = [m for m in store.list(limit=None) if m.content.endswith("9090")][0]
         # MCP's writes are the agent's words (llmem/trust.py); the CLI's and the viewer's the user's.
         assert correction.trust == ("agent" if front_end.name == "mcp" else "user")
+        # Each write that changed something is journaled once, as made through this front-end;
+        # the ones left as they were or refused are not.
+        edits = memory_journal(store, edits_only=True)
+        runs = list(dict.fromkeys((e.run_id, e.what, e.phase) for e in edits))
+        assert [(what, phase) for _, what, phase in runs] == [("invalidate", front_end.name),
+                                                              ("correct", front_end.name)]
+        assert sorted((e.op, text_of(store, e.memory_id)) for e in edits if e.what == "correct") == [
+            ("create", "the api listens on 9090"), ("relate", "the api listens on 9090"), ("update", API)]
+
+
+def test_a_remember_over_mcp_is_journaled_as_the_agents_and_the_page_says_so(configure, repo):
+    # The MCP tools in-process (the parametrised test above runs the real server): a remember
+    # goes through the service and is journaled as the agent's; a repeat changes nothing.
+    from llmem.mcp_server import MemoryTools
+
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\n")
+    tools = MemoryTools(App(), default_project=project_root_of(str(repo)))
+    try:
+        said = tools.remember("the api listens on 8080")
+        again = tools.remember("The api listens on  8080")
+    finally:
+        tools.close()
+    assert said.startswith("Stored fact") and again.startswith("Already stored")
+    with closing(App()) as app:
+        memory = app.store.list()[0]
+        assert [(e.what, e.op, e.phase) for e in memory_journal(app.store, memory.id)] == [("add", "create", "mcp")]
+        with open_viewer(app) as viewer:
+            viewer.post(f"/memories/{memory.id}/edit", content="the api listens on 8081", version=memory.version)
+            page = viewer.get(f"/memories/{memory.id}").text
+    assert "your agent, over MCP" in page and "you, in this viewer" in page
+    assert "the api listens on 8080" in page and "the api listens on 8081" in page

@@ -9,8 +9,12 @@ sibling module in this package. peewee's own queries already use `%s` and pass t
 from __future__ import annotations
 
 import logging
+import uuid
 
 import peewee
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.types.json import Json, Jsonb
 
 from ...errors import StoreError
 from ..backend import masked_url
@@ -70,10 +74,44 @@ class QmarkCursor:
         return getattr(self._cursor, name)
 
 
+class Psycopg3Adapter(peewee.Psycopg3Adapter):
+    """peewee's psycopg 3 adapter over the psycopg imported here: peewee itself is imported
+    without the drivers (llmem/__init__.py), so its own module-level psycopg names are None."""
+
+    txn_idle = TransactionStatus.IDLE
+    txn_inerror = TransactionStatus.INERROR
+    txn_unknown = TransactionStatus.UNKNOWN
+
+    def __init__(self):
+        super().__init__()
+        self.json_type, self.jsonb_type = Json, Jsonb
+
+    def check_driver(self):
+        pass  # imported above
+
+    def get_binary_type(self):
+        return psycopg.Binary
+
+    def connect(self, db, **params):
+        if db._encoding:
+            params.setdefault("client_encoding", db._encoding)
+        if db.database.startswith("postgresql://"):
+            params.setdefault("conninfo", db.database)
+        else:
+            params.setdefault("dbname", db.database)
+        return psycopg.connect(**params)
+
+    def server_side_cursor(self, conn):
+        in_txn = self.txn_status(conn) == TransactionStatus.INTRANS
+        return conn.cursor(name=str(uuid.uuid1()), withhold=not in_txn)
+
+
 class PostgresStoreDatabase(peewee.PostgresqlDatabase):
     """A Postgres store: the same attributes db/'s callers read of a SQLite one."""
 
     backend = "postgres"
+    # Whichever driver peewee found at its import (none, psycopg 2), the store runs on psycopg 3.
+    psycopg2_adapter = psycopg3_adapter = Psycopg3Adapter
 
     def __init__(self, url: str, **kwargs):
         self.url = url

@@ -17,6 +17,7 @@ from ...dream.promote import ranked_top
 from ...dream.review import DECISIONS, list_proposals, record_decision, reviewer
 from ...dream.status import change_counts, change_total
 from ...errors import UsageError
+from ...memories import EDIT_RUN
 from ..markdown import render_markdown
 from ..web import form, redirect, render, store, viewer
 
@@ -46,7 +47,8 @@ def _tail(path: Path) -> tuple[str | None, bool]:
 def dreams_page(request):
     current_store, config = store(request), viewer(request).llmem.config
     DreamRun = current_store.models.DreamRun
-    runs = list(DreamRun.select().order_by(DreamRun.started_at.desc()).limit(RUNS))
+    # A person's edits are journaled as runs too: each memory's page shows its own.
+    runs = list(DreamRun.select().where(DreamRun.kind != EDIT_RUN).order_by(DreamRun.started_at.desc()).limit(RUNS))
     # The changes each run made, counted as the CLI's preview and `dream status` count them.
     counts = {run.id: change_counts(run, action_counts(current_store, run.id)) for run in runs}
     # Scored once: the status counts and the list below both come from it; only the

@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from ...db.models import MEMORY_TYPES
 from ...errors import UsageError
-from ...memories import AlreadyInvalid, already_invalid
+from ...memories import AlreadyInvalid, already_invalid, memory_journal
 from ...store import StaleEdit
 from ...times import now
 from ..web import form, page_number, redirect, render, store, viewer
@@ -180,31 +180,12 @@ def _neighbours(current_store, memory) -> tuple[list[dict], list[dict]]:
     return first, second
 
 
-# Columns a journaled write re-derives from the text, and its clock: not what the run chose.
-_DERIVED = {"hints", "embed_hash", "content_hash", "updated_at"}
-
-
-def _journal(current_store, memory) -> list[dict]:
-    """The runs' writes to this memory, newest first, each with the fields it changed."""
-    DreamAction, DreamRun = current_store.models.DreamAction, current_store.models.DreamRun
-    actions = (DreamAction.select(DreamAction, DreamRun).join(DreamRun)
-               .where(DreamAction.memory_id == memory.id)
-               .order_by(DreamAction.created_at.desc(), DreamAction.id.desc()).limit(DETAIL_ROWS))
-    entries = []
-    for action in actions:
-        before, after = action.before or {}, action.after or {}
-        changes = [(name, before.get(name), value) for name, value in sorted(after.items())
-                   if name not in _DERIVED and isinstance(before, dict) and before.get(name) != value]
-        entries.append({"action": action, "run": action.run, "changes": changes})
-    return entries
-
-
 def memory_page(request):
     current_store = store(request)
     memory = _memory_or_404(request)
     RecallEvent = current_store.models.RecallEvent
     relations, second_hop = _neighbours(current_store, memory)
-    journal = _journal(current_store, memory)
+    journal = memory_journal(current_store, memory.id, limit=DETAIL_ROWS)
     recalls = RecallEvent.select().where(RecallEvent.memory == memory.id)
     shown = list(recalls.order_by(RecallEvent.created_at.desc()).limit(DETAIL_ROWS))
     # The query's words (kept, redacted, for the user's own searches), not its hash.
@@ -266,7 +247,7 @@ def edit(request):
     memory_type = _choice(fields.get("type"), MEMORY_TYPES, memory.type)
     version = _form_version(fields)
     try:
-        result = viewer(request).llmem.memories.update(
+        result = viewer(request).memories.update(
             memory.id, content=content, summary=summary, confidence=confidence,
             memory_type=memory_type, expected_version=version)
     except StaleEdit as exc:
@@ -281,7 +262,7 @@ def correct(request):
         return render(request, "memory_correct.html", memory=memory)
     fields = form(request)
     try:
-        result = viewer(request).llmem.memories.correct(
+        result = viewer(request).memories.correct(
             memory.id, fields.get("content", ""), reason=fields.get("reason"),
             expected_version=_form_version(fields))
     except StaleEdit as exc:
@@ -309,7 +290,7 @@ def invalidate(request):
                       hidden=[("version", memory.version)], button="Invalidate", back=_page_of(memory))
     fields = form(request)
     try:
-        result = viewer(request).llmem.memories.invalidate(memory.id, fields.get("reason", ""),
+        result = viewer(request).memories.invalidate(memory.id, fields.get("reason", ""),
                                                            expected_version=_form_version(fields))
     except StaleEdit as exc:
         return _conflict(request, exc, "invalidate", {"state": "invalidated", "reason": fields.get("reason", "")})
@@ -324,7 +305,7 @@ def delete(request):
         return render(request, "confirm.html", question="Delete this memory for good?", subject=memory.content,
                       detail="Its relations, vector and recalls go with it. Invalidating keeps it for reference.",
                       action=f"{_page_of(memory)}/delete", fields=[], button="Delete", back=_page_of(memory))
-    deleted = viewer(request).llmem.memories.delete(memory.id)
+    deleted = viewer(request).memories.delete(memory.id)
     return redirect(request, "/memories", f"Deleted {deleted[:8]}")
 
 

@@ -4,6 +4,15 @@ any failure by the click CLI."""
 
 import sys
 
+# The commands on the paths someone waits for (every agent turn, a search, an MCP server's
+# start), which only ever open the configured store and queue.
+_LEAN_COMMANDS = {"hook", "context", "search", "mcp"}
+# Database drivers peewee and huey import at their own import when installed, used or not:
+# psycopg costs a fresh process ~100 ms of CPU here (5× `python -c pass`), redis-py ~40 ms.
+# Each is left out of a process whose store (resp. queue) is not on a server.
+_STORE_DRIVERS = ("psycopg", "psycopg2", "psycopg2cffi")
+_QUEUE_DRIVERS = ("redis",)
+
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
@@ -16,9 +25,59 @@ def main(argv: list[str] | None = None) -> None:
             answered = False
         if answered:
             sys.exit(0)
+    if argv is None:  # a process of its own (tests call main() in theirs, with argv)
+        skip_unused_drivers(args)
     from llmem.cli import main as cli_main
 
     cli_main(args)
+
+
+def _command_and_config(args: list[str]) -> tuple[str | None, str | None]:
+    """The command `llmem args` runs and its --config (None: not given), read past the global
+    options the way click will (cli/__init__.py `cli`)."""
+    config_path, index = None, 0
+    while index < len(args):
+        word = args[index]
+        if word in ("-v", "--verbose"):
+            index += 1
+        elif word == "--config":
+            config_path = args[index + 1] if index + 1 < len(args) else None
+            index += 2
+        elif word.startswith("--config="):
+            config_path = word.split("=", 1)[1]
+            index += 1
+        elif word.startswith("-"):
+            return None, None  # --help, --version, an unknown option: the CLI says
+        else:
+            return word, config_path
+    return None, None
+
+
+def skip_unused_drivers(args: list[str]) -> list[str]:
+    """Keep peewee and huey from importing the PostgreSQL and Redis drivers in a process of
+    `_LEAN_COMMANDS` whose config names no server for them: each is marked absent in
+    sys.modules before anything imports it, as if it were not installed. Returns the drivers
+    left out. A config that does not load leaves everything as it is (the CLI reports it)."""
+    command, config_path = _command_and_config(args)
+    if command not in _LEAN_COMMANDS:
+        return []
+    try:
+        from llmem.config import load_config
+
+        config = load_config(config_path)
+        on_server = {"store": isinstance(config.store_location, str),
+                     "queue": bool(config.values["queue"]["url"])}
+    except Exception:
+        return []
+    skipped = []
+    for part, drivers in (("store", _STORE_DRIVERS), ("queue", _QUEUE_DRIVERS)):
+        if on_server[part]:
+            continue
+        for name in drivers:
+            if name not in sys.modules:
+                sys.modules[name] = None  # `import name` raises ImportError, as when absent
+                skipped.append(name)
+    return skipped
 
 
 if __name__ == "__main__":

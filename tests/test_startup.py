@@ -64,3 +64,65 @@ def test_a_server_in_the_config_keeps_its_driver(configure, tmp_path):
     assert skipped("init") == "[]" and skipped("--help") == "[]"
     configure("store: [not, a, mapping]\n")  # a broken config: the CLI reports it, nothing changes
     assert skipped("search", "x") == "[]"
+
+
+# ---- a session's context without a resident llmem: FTS alone ---------------------------------
+
+SESSION = "ses-startup-copilot"
+PROJECT = "/home/dev/acme-api"
+
+
+@pytest.fixture
+def embedded_store(tmp_path, configure, model_server):
+    """A Copilot session asking about pagination, and memories embedded through a fake Ollama."""
+    from session_writers import copilot_session
+
+    from llmem.app import App
+    from llmem.vectors import embed_pending
+
+    state = tmp_path / "copilot"
+    configure(f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\nllm:\n  provider: none\n"
+              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state}\n")
+    copilot_session(state, SESSION, cwd=PROJECT).user("Why does the orders pagination test fail?")
+    app = App()
+    try:
+        app.store.add("Orders pagination orders by (created_at, id)", "decision", project=PROJECT)
+        app.store.add("Prefer small commits", "preference", project=PROJECT)
+        assert embed_pending(app.store, app.embedder) == 2
+    finally:
+        app.close()
+    model_server.requests.clear()
+    return model_server
+
+
+def embeds(server) -> int:
+    return sum("embed" in path for path, _ in server.requests)
+
+
+def test_a_fresh_process_builds_the_context_with_fts_alone(embedded_store):
+    """No resident: embedding the session's text would cost the hook its whole budget (a model
+    load, or an HTTP client and numpy), so the search is lexical, and still finds the decision."""
+    argv = ["context", "--session-id", SESSION, "--project", PROJECT]
+    done, imported = imports_of(argv)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "created_at, id" in done.stdout and "Prefer small commits" in done.stdout
+    assert embeds(embedded_store) == 0
+    assert not loaded(imported, "httpx") and not loaded(imported, "numpy")
+
+
+def test_a_resident_still_embeds_the_sessions_text(embedded_store):
+    from llmem import hookclient
+    from llmem.app import App
+    from llmem.cli.resident import Resident
+
+    argv = ["context", "--session-id", SESSION, "--project", PROJECT]
+    served = Resident(App()).start()
+    assert served is not None
+    try:
+        assert hookclient.ask_resident(argv, None, reply_timeout=30) is not None  # warmed up by then
+        embedded_store.requests.clear()
+        reply = hookclient.ask_resident(argv, None, reply_timeout=30)
+    finally:
+        served.stop()
+    assert reply is not None and "created_at, id" in reply["stdout"]
+    assert embeds(embedded_store) == 1

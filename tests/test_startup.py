@@ -126,3 +126,24 @@ def test_a_resident_still_embeds_the_sessions_text(embedded_store):
         served.stop()
     assert reply is not None and "created_at, id" in reply["stdout"]
     assert embeds(embedded_store) == 1
+
+
+# ---- llmem mcp: warmed up while the client initialises -----------------------------------------
+
+def test_the_mcp_warm_up_searches_once_and_records_nothing(embedded_store):
+    """serve() runs warm_up on the tools' thread at start: it embeds one query (the model is
+    loaded, the HTTP client built, the vector file mapped) and leaves no recall behind."""
+    from llmem.app import App
+    from llmem.mcp_server import MemoryTools
+
+    tools = MemoryTools(App(), default_project=PROJECT)
+    try:
+        tools.warm_up()
+        assert embeds(embedded_store) == 1
+        store = tools.app.store
+        assert store.models.RecallEvent.select().count() == 0
+        assert {m.access_count for m in store.models.Memory.select()} == {0}
+        assert "created_at, id" in tools.search("orders pagination")
+        assert embeds(embedded_store) == 2
+    finally:
+        tools.close()

@@ -1,6 +1,6 @@
-"""The `llmem` console entry point and `python -m llmem`: a hook (or OpenCode's context) is
-answered by a resident llmem when one is alive (hookclient.py, stdlib only), anything else and
-any failure by the click CLI."""
+"""The `llmem` console entry point and `python -m llmem`: a hook, OpenCode's context or a search
+is answered by a resident llmem when one is alive (hookclient.py, stdlib only), anything else
+and any failure by the click CLI."""
 
 import sys
 
@@ -16,9 +16,9 @@ _QUEUE_DRIVERS = ("redis",)
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
-    if args[:1] in (["hook"], ["context"]):
-        from llmem.hookclient import run_hook
+    from llmem.hookclient import FORWARDED, run_hook  # stdlib only, and small
 
+    if args[:1] and args[0] in FORWARDED:
         try:
             answered = run_hook(args)
         except Exception:  # whatever went wrong here, the CLI still answers the hook

@@ -5,6 +5,7 @@ embedder's load)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -147,3 +148,48 @@ def test_the_mcp_warm_up_searches_once_and_records_nothing(embedded_store):
         assert embeds(embedded_store) == 2
     finally:
         tools.close()
+
+
+# ---- llmem search through a resident llmem ----------------------------------------------------
+
+def test_a_search_is_answered_by_the_resident_as_by_the_cli(embedded_store, cli):
+    """A fresh `llmem search` would load the model (or an HTTP client and numpy) for one query:
+    with a resident alive it forwards its words and prints the reply, the same bytes."""
+    from llmem.app import App
+    from llmem.cli.resident import Resident
+
+    argv = ["search", "orders", "pagination", "--no-track", "--limit", "3"]
+    code, expected, _ = cli(*argv)
+    assert code == 0 and "created_at, id" in expected
+    served = Resident(App()).start()
+    assert served is not None
+    try:
+        done, imported = imports_of(argv)
+        json_done, _ = imports_of([*argv, "--json"])
+    finally:
+        served.stop()
+    assert (done.returncode, done.stdout) == (0, expected)
+    assert not imported & {"click", "peewee", "numpy", "httpx"}, imported & {"click", "peewee", "numpy", "httpx"}
+    assert json_done.returncode == 0 and "created_at, id" in json.loads(json_done.stdout)[0]["content"]
+    # Nothing found: the CLI's line on stderr, through the resident too.
+    served = Resident(App()).start()
+    try:
+        empty, _ = imports_of(["search", "zzzqqq", "--fts-only", "--no-track"])
+    finally:
+        served.stop()
+    assert empty.returncode == 0 and empty.stdout == "" and "Nothing relevant" in empty.stderr
+
+
+def test_a_search_the_resident_cannot_answer_runs_in_process(embedded_store):
+    """A bad command line (the CLI's exit 2 and message) is never the resident's to say."""
+    from llmem.app import App
+    from llmem.cli.resident import Resident
+
+    served = Resident(App()).start()
+    try:
+        done, imported = imports_of(["search", "orders", "--limit", "0"])
+        both, _ = imports_of(["search", "orders", "--fts-only", "--semantic-only"])
+    finally:
+        served.stop()
+    assert done.returncode == 2 and "click" in imported
+    assert both.returncode == 2 and "exclude each other" in both.stderr

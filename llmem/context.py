@@ -117,7 +117,7 @@ def read_session(app, session_id: str | None, adapter_name: str | None = None) -
     # were joined (nested YAML), no longer matches its pattern.
     redact = app.store.redactor.text
     view.title = redact((transcript.title or "").strip()) or None
-    view.project = transcript.project_root or transcript.directory
+    view.project = transcript.project
     recent = []
     for message in reversed(transcript.messages):
         if message.role != "user" or message.synthetic or message.kind != "message":
@@ -148,16 +148,15 @@ def _meta(memory: Memory) -> dict:
 
 def core_memories(store, project: str | None, at: float, limit: int = 60) -> list[Memory]:
     """Promoted memories, preferences and procedures: promoted first, the project's before global."""
-    from .db.queries import metadata_value
+    from .db.queries import metadata_flag_off
 
     Memory = store.models.Memory
     # Stale procedures (flagged by the dream) are left out in the query, before the LIMIT:
     # filtered after it, they would take the places of the memories the block should carry.
-    stale = metadata_value(Memory.metadata, "stale_procedure")
     query = (Memory.select()
              .where(_valid(Memory, project, at)
                     & (Memory.promoted_at.is_null(False) | Memory.type.in_(CORE_TYPES))
-                    & (stale.is_null() | (stale == 0)))
+                    & metadata_flag_off(Memory.metadata, "stale_procedure"))
              .order_by(Memory.promoted_at.is_null(), Memory.project.is_null(),
                        Memory.confidence.desc(), Memory.updated_at.desc()))
     return list(query.limit(limit))

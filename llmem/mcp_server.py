@@ -37,7 +37,7 @@ from .capture.markers import CHARS_PER_TOKEN
 from .context import assemble_context
 from .errors import LlmemError, UsageError, store_failure
 from .memories import AlreadyInvalid
-from .paths import project_root_of
+from .paths import project_key, project_root_of
 from .search import Searcher, kind_label
 from .store import check_confidence, check_type, content_hash, memory_to_dict
 from .text import one_line
@@ -81,9 +81,10 @@ WriteProject = Annotated[str | None, Field(description="only this server's repo 
 
 
 def working_project(directory: str | os.PathLike) -> str | None:
-    """The repository (the nearest folder with .git) holding `directory`, or None (global)."""
+    """The project of the repository (the nearest folder with .git) holding `directory`
+    (paths.project_key), or None (global)."""
     root = project_root_of(str(directory))
-    return root if root and (Path(root) / ".git").exists() else None
+    return project_key(root) if root and (Path(root) / ".git").exists() else None
 
 
 def _budget_chars(max_tokens: int) -> int:
@@ -150,11 +151,14 @@ class MemoryTools:
                  "that repository")
 
     def _project(self, project: str | None) -> str | None:
-        """The project a call means: a folder inside a repository means the repository."""
+        """The project a call means: a folder means its repository's project (paths.project_key);
+        anything else is a project key as given (`github.com/acme/api`)."""
         if project is None:
             return self.default_project
         project = project.strip()
-        return project_root_of(project) if project else None
+        if not project:
+            return None
+        return project_key(project) if Path(project).expanduser().is_dir() else project
 
     # ---- reading ---------------------------------------------------------------------------
 

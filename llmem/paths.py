@@ -208,6 +208,71 @@ def project_root_of(directory: str | None) -> str | None:
     return str(path)
 
 
+
+def project_key(directory: str | None) -> str | None:
+    """The project a folder belongs to, as memories are keyed by it: its repository's remote,
+    normalised (`git@github.com:acme/api.git` and `https://github.com/acme/api` are both
+    `github.com/acme/api`), so one project is one project on every machine; else the
+    repository root's path (project_root_of), as before remotes were read.
+
+    Read from the repository's config file, not by running git: a hook asks on every turn."""
+    root = project_root_of(directory)
+    if root is None:
+        return None
+    remote = _remote_url(Path(root))
+    return (_normalised_remote(remote) if remote else None) or root
+
+
+def _remote_url(root: Path) -> str | None:
+    """`origin`'s URL in the repository's config (else its first remote's), or None."""
+    git = root / ".git"
+    try:
+        if git.is_file():  # a worktree or submodule: `gitdir: …`, whose commondir holds the config
+            text = git.read_text(encoding="utf-8", errors="replace").strip()
+            if not text.startswith("gitdir:"):
+                return None
+            gitdir = (root / text[len("gitdir:"):].strip()).resolve()
+            common = gitdir / "commondir"
+            if common.is_file():
+                gitdir = (gitdir / common.read_text(encoding="utf-8").strip()).resolve()
+            git = gitdir
+        config = (git / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    remotes: dict[str, str] = {}
+    section = None
+    for raw in config.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            head = line.strip("[]").strip()
+            section = head[len("remote"):].strip().strip('"') if head.startswith("remote ") else None
+        elif section is not None and "=" in line:
+            key, _, value = line.partition("=")
+            if key.strip().lower() == "url" and section not in remotes:
+                remotes[section] = value.strip().strip('"')
+    return remotes.get("origin") or next(iter(remotes.values()), None)
+
+
+def _normalised_remote(url: str) -> str | None:
+    """`host/path` of a network remote (scheme, user, port and `.git` dropped, the host in
+    lower case); None for a remote on this machine's disk, which names no shared project."""
+    from urllib.parse import urlsplit
+
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme == "file" or not parts.hostname:
+            return None
+        host, path = parts.hostname, parts.path
+    elif ":" in url.split("/", 1)[0] and len(url.partition(":")[0].rpartition("@")[2]) > 1:
+        where, _, path = url.partition(":")  # scp-like: [user@]host:path (not a drive letter)
+        host = where.rpartition("@")[2]
+    else:
+        return None  # a path on this disk
+    path = path.strip("/")
+    if path.endswith(".git"):
+        path = path[:-len(".git")]
+    return f"{host.lower()}/{path.rstrip('/')}" if host and path else None
+
 # ---- llmem's own agent calls (llm.provider: agent) -------------------------------------------
 # llmem may ask an agent CLI the user has (`claude -p`, `codex exec`, …) to extract memories.
 # That call is a session of the agent's own, and must never come back as a user's session:

@@ -14,11 +14,14 @@ from llmem.vectors import store_vectors
 DAY = 86400.0
 
 
-def open_store(home: Path, config_text: str = "") -> tuple[Store, object]:
+def open_store(home: Path, config_text: str = "", store_url: str | None = None) -> tuple[Store, object]:
+    """The store of the home's config (on `store_url` when given: conftest.py's fixture of
+    that name runs a test on each backend)."""
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.yaml").write_text("embedding:\n  provider: none\nllm:\n  provider: none\n" + config_text)
+    where = f"store:\n  url: {store_url}\n" if store_url else ""
+    (home / "config.yaml").write_text("embedding:\n  provider: none\nllm:\n  provider: none\n" + where + config_text)
     config = load_config()
-    return Store.open(config.db_path), config
+    return Store.open(config.store_location), config
 
 
 def add(store: Store, content: str, memory_type: str = "fact", *, embedder: Embedder | None = None,

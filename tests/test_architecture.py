@@ -26,7 +26,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "architecture"
 LAYERS = [
     ("__init__", "errors", "times", "processes", "redact", "text", "tokens", "trust"),
     ("paths", "hookclient"),
-    ("config", "logconfig"),
+    ("config", "logconfig", "machine"),
     ("db", "adapters"),
     ("store", "cursors"),
     ("providers",),

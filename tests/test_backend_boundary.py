@@ -26,15 +26,14 @@ SQLITE_ONLY = re.compile(r"\bMATCH\b|\bbm25\(|json_extract|\bPRAGMA\b|\bvec0\b|s
                          r"\browid\b|\btext_factory\b")
 
 # db/ functions with SQLite-only SQL and no Postgres sibling yet: a Postgres store fails in
-# them. The store, search, embedding, export and import paths have none; these are the
-# dream's JSON-metadata reads and the SQLite-file tools (loading sqlite-vec, the damage check,
-# export's rescue of a damaged file). migrations.py is SQLite's own step list (Postgres has
+# them. The store, search, embedding, dream, export and import paths have none; these are
+# the SQLite-file tools (loading sqlite-vec, the damage check, export's rescue of a damaged
+# file), which a server's store does not need. migrations.py is SQLite's own step list (Postgres has
 # db/postgres/migrations.py), so it is not scanned.
 NOT_SCANNED = {"migrations.py"}
 NOT_YET_ON_POSTGRES = {
     "connection.py": {"_vec_extension_path", "file_damage"},
-    "queries.py": {"metadata_value", "insight_procedure_rows", "procedure_use_rows", "decay_rows",
-                   "readable_memory_rows", "readable_relation_rows"},
+    "queries.py": {"readable_memory_rows", "readable_relation_rows"},
 }
 
 

@@ -12,30 +12,40 @@ from html.parser import HTMLParser
 
 import pytest
 from dream_support import add, open_store, run_cli
-from fakes import FakeEmbedder
+from fakes import FakeEmbedder, wait_until
 
+from llmem.db.locks import server_lock_held
 from llmem.dream import DreamLock, DreamLocked, run_dream
-from llmem.dream.lock import LOCK_KEY, read_lock
+from llmem.dream.lock import LOCK_KEY, lock_is_live, read_lock, stale_lock
 from llmem.dream.schedule import CronSchedule
 from llmem.errors import UsageError
+from llmem.store import Store
 
 HOLD = """
-import sys, time
-from pathlib import Path
+import socket, sys
+if len(sys.argv) > 2:  # a run on another machine sharing the store
+    socket.gethostname = lambda: sys.argv[2]
 from llmem.store import Store
 from llmem.dream import DreamLock
-store = Store.open(Path(sys.argv[1]))
+store = Store.open(sys.argv[1])
 with DreamLock(store.db, "holder0000"):
     print("held", flush=True)
-    time.sleep(30)
+    sys.stdin.read()
 """
+
+
+def _hold_lock(location, *host: str) -> subprocess.Popen:
+    """A process holding the dream lock of the store at `location` until it is killed."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(location), *host],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
 
 
 def test_second_run_refused_while_another_process_holds_the_lock(home):
     store, config = open_store(home)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(config.db_path)], stdout=subprocess.PIPE, text=True)
+    holder = _hold_lock(config.db_path)
     try:
-        assert holder.stdout.readline().strip() == "held"
         with pytest.raises(DreamLocked, match="another dream run is in progress"):
             run_dream(store, config, apply=True)
         code, _, err = run_cli("dream", "--apply")
@@ -53,8 +63,8 @@ def test_second_run_refused_while_another_process_holds_the_lock(home):
     store.close()
 
 
-def test_lock_row_from_dead_pid_is_taken_over(home):
-    store, config = open_store(home)
+def test_lock_row_from_dead_pid_is_taken_over(home, store_url):
+    store, config = open_store(home, store_url=store_url)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     import socket
@@ -67,6 +77,41 @@ def test_lock_row_from_dead_pid_is_taken_over(home):
             DreamLock(store.db, "other0000000").acquire()
     assert read_lock(store.db) is None
     assert os.getpid() != dead.pid
+    store.close()
+
+
+def test_another_connection_waits_for_the_run_to_end(home, store_url):
+    first, _ = open_store(home, store_url=store_url)
+    second = Store.open(store_url)
+    with DreamLock(first.db, "first0000001"), pytest.raises(DreamLocked, match="first0000001"):
+        DreamLock(second.db, "second000001").acquire()
+    with DreamLock(second.db, "second000001") as lock:
+        assert lock.taken_over is None
+    assert read_lock(first.db) is None
+    first.close()
+    second.close()
+
+
+@pytest.mark.backend
+def test_on_a_shared_server_a_dead_machines_lock_is_free_at_once(home, postgres_url):
+    """Several machines share a Postgres store: a run on a laptop holds the lock for every
+    host while its connection lives, and the moment it dies (kill -9, the laptop gone) the
+    next run anywhere takes over, where a SQLite store trusts another host's row for hours."""
+    store, config = open_store(home, store_url=postgres_url)
+    laptop = _hold_lock(postgres_url, "laptop-b.invalid")
+    try:
+        with pytest.raises(DreamLocked, match="laptop-b.invalid"):
+            run_dream(store, config, apply=True)
+        assert lock_is_live(read_lock(store.db), store.db) and stale_lock(store.db) is None
+    finally:
+        laptop.kill()
+        laptop.wait()
+    # The server ends the dead client's session as soon as it sees the connection closed.
+    wait_until(lambda: not server_lock_held(store.db, LOCK_KEY), timeout=10, interval=0.02)
+    assert stale_lock(store.db)["host"] == "laptop-b.invalid"
+    outcome = run_dream(store, config, apply=True)
+    assert any("stale lock" in n for n in outcome.notes)
+    assert read_lock(store.db) is None and not server_lock_held(store.db, LOCK_KEY)
     store.close()
 
 

@@ -17,8 +17,8 @@ BASE = "the release checklist says bump the version tag the changelog and push t
 
 
 @pytest.fixture
-def env(home):
-    store, config = open_store(home, "dream:\n  auto_link_threshold: 0.6\n")
+def env(home, store_url):
+    store, config = open_store(home, "dream:\n  auto_link_threshold: 0.6\n", store_url)
     yield store, config, FakeEmbedder(dim=512)
     store.close()
 

@@ -15,9 +15,9 @@ from llmem.times import now
 CONFIG = "dream:\n  auto_link_threshold: 0.5\n"
 
 
-def build(home):
+def build(home, store_url=None):
     """A store where every phase has something to do."""
-    store, config = open_store(home, CONFIG)
+    store, config = open_store(home, CONFIG, store_url)
     emb = FakeEmbedder(dim=512)
     add(store, "the deploy script lives in scripts/deploy.sh and needs AWS_PROFILE set before running it",
         embedder=emb, age_days=3)
@@ -74,11 +74,11 @@ def _export(store):
     return data
 
 
-def test_apply_then_undo_restores_exactly(home):
-    config = build(home)
+def test_apply_then_undo_restores_exactly(home, store_url):
+    config = build(home, store_url)
     from llmem.store import Store
 
-    store = Store.open(config.db_path)
+    store = Store.open(config.store_location)
     DreamRun = store.models.DreamRun
     before_export = _export(store)
     before_files = {k: v for k, v in snapshot(home).items() if not k.startswith("memory.db")}

@@ -1,5 +1,6 @@
 """The huey instance, built from config: SqliteHuey on its own queue.db (never memory.db), or
-RedisHuey when `queue.url` names a Redis server (machines sharing one store and one queue)."""
+RedisHuey when `queue.url` names a Redis server (one server for the machines sharing a store,
+each machine on a queue of its own there: only it can read its sessions' transcripts)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ def build_huey(config) -> Huey:
         # The same settings as the file's queue; huey's Redis storage keeps no results either.
         # The connection pool connects on first use: a Redis that is down fails the enqueue,
         # which leaves the event row pending for reconcile (cli/queueing.py submit_event).
-        return RedisHuey("llmem", url=url, results=False, utc=False)
+        from llmem.machine import machine_id
+
+        return RedisHuey(f"llmem-{machine_id()}", url=url, results=False, utc=False)
     path = config.queue_path
     ensure_private_dir(path.parent)
     # results=False: nothing reads a task's return value (the store records each event's

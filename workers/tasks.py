@@ -99,15 +99,26 @@ def dream(apply: bool = True) -> dict:
     return {"run_id": getattr(outcome, "run_id", None)}
 
 
-def scheduled_dream() -> dict:
-    """The periodic dream: nothing while `llmem dream off` (or dream.enabled: false) holds."""
-    from llmem.dream.switch import dream_switch
+def scheduled_dream(at: datetime | None = None) -> dict:
+    """The periodic dream: nothing while `llmem dream off` (or dream.enabled: false) holds,
+    and nothing when another machine sharing the store has run this slot's dream."""
+    from llmem.dream.lock import claim_scheduled_slot
+    from llmem.dream.switch import dream_switch, dream_zone
+    from llmem.machine import machine_id
 
     app = current_app()
     switch = dream_switch(app.store, app.config)
     if not switch.enabled:
         log.info("task=dream skipped: dreaming is off (%s)", switch.source)
         return {"skipped": "dreaming is off"}
+    # huey runs this in the minute the schedule fires: that minute, read in the dream's
+    # zone, names the slot on every machine whatever its own zone.
+    moment = (at or datetime.now().astimezone()).astimezone(dream_zone(app.config))
+    slot = moment.replace(second=0, microsecond=0).isoformat(timespec="minutes")
+    taken_by = claim_scheduled_slot(app.store.db, slot, machine_id())
+    if taken_by is not None:
+        log.info("task=dream skipped: the %s dream ran on machine %s", slot, taken_by)
+        return {"skipped": f"the {slot} dream ran on machine {taken_by}"}
     return dream()
 
 

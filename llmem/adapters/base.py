@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from llmem.errors import LlmemError
+from llmem.paths import project_key
 
 log = logging.getLogger("llmem.adapters")
 
@@ -142,6 +143,12 @@ class Transcript:
         """A subagent's session: never extracted or introspected on its own (ARCHITECTURE.md,
         "Subagents are not users")."""
         return self.subagent or self.parent_session_id is not None
+
+    @property
+    def project(self) -> str | None:
+        """The project its memories belong to (paths.project_key: the repository's remote, the
+        same on every machine, else its root folder)."""
+        return project_key(self.project_root or self.directory)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from ..db.derived import text_to_embed
 from ..db.models import MEMORY_TYPES, Memory
-from ..db.queries import metadata_value
+from ..db.queries import metadata_equals
 from ..errors import BudgetExhausted, EmbedderUnavailable, LLMReplyInvalid, LLMUnavailable
 from ..providers.llm import step_llm
 from ..redact import redact
@@ -621,7 +621,7 @@ def _extract_session_once(app, adapter, session_id: str, *, llm, use_llm: bool,
     if start_cursor and not transcript.cursor_found:
         log.warning("session %s: cursor %s not found in the transcript; reading it whole "
                     "(exact duplicates are dropped)", session_id, start_cursor)
-    project = transcript.project_root or transcript.directory
+    project = transcript.project
     if transcript.is_subagent:
         log.info("session %s is a subagent's: its findings reach memory through its parent", session_id)
         return ExtractionReport(session_id=session_id, adapter=adapter.name, project=project,
@@ -722,7 +722,7 @@ def _settle_provisional(store, session_id: str, project: str | None, llm_content
     Memory = store.models.Memory
     waiting = list(Memory.select().where(
         (Memory.session_id == session_id) & Memory.invalidated_at.is_null()
-        & (metadata_value(Memory.metadata, PROVISIONAL) == True)))  # noqa: E712
+        & metadata_equals(Memory.metadata, PROVISIONAL, True)))
     for memory in waiting:
         restated_by = next((c for c in llm_contents if restates(c, memory.content)), None)
         newer = store.find_duplicate(content_hash(restated_by), project) if restated_by else None

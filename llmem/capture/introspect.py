@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from ..db.models import Memory
-from ..db.queries import metadata_value
+from ..db.queries import metadata_equals
 from ..errors import (
     BudgetExhausted,
     LLMReplyInvalid,
@@ -93,7 +93,7 @@ def earlier_assessments(store, category: str, project: str | None = None) -> lis
     Memory = store.models.Memory
     query = (Memory.select().where(
         (Memory.type == "self_assessment") & Memory.invalidated_at.is_null()
-        & (metadata_value(Memory.metadata, "category") == category)))
+        & metadata_equals(Memory.metadata, "category", category)))
     if project is not None:
         query = query.where((Memory.project == project) | Memory.project.is_null())
     return list(query.order_by(Memory.created_at.desc(), Memory.seq.desc()).limit(RECURRING_LOOKUP))
@@ -328,7 +328,7 @@ def _introspected_before(store, text_key: str) -> list[Memory]:
     Memory = store.models.Memory
     return list(Memory.select().where(
         Memory.invalidated_at.is_null() & (Memory.source == "introspection")
-        & (metadata_value(Memory.metadata, "text_key") == text_key)).order_by(Memory.seq))
+        & metadata_equals(Memory.metadata, "text_key", text_key)).order_by(Memory.seq))
 
 
 def introspect_text(app, text: str, *, llm=None, use_llm: bool = True,
@@ -392,7 +392,7 @@ def introspect_session(app, session_id: str, *, adapter_name: str | None = None,
         # (ARCHITECTURE.md, "Subagents are not users").
         log.info("session %s is a subagent's: not introspected on its own", session_id)
         return []
-    project = transcript.project_root or transcript.directory
+    project = transcript.project
     context = f"session {session_id}" + (f" ({transcript.title})" if transcript.title else "")
     if project:
         context += f" in {project}"
@@ -458,7 +458,7 @@ def review_memories(store) -> list[Memory]:
     Memory = store.models.Memory
     return list(Memory.select().where(
         (Memory.type == "self_assessment") & Memory.invalidated_at.is_null()
-        & (metadata_value(Memory.metadata, "origin") == TRACK_REVIEW)))
+        & metadata_equals(Memory.metadata, "origin", TRACK_REVIEW)))
 
 
 def clean_reviews(app) -> int:

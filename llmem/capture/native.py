@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..adapters.native import NativeFile, NativeNote, read_notes
-from ..db.queries import metadata_value
+from ..db.queries import metadata_equals
 from ..store import content_hash
 
 IMPORT_CONFIDENCE = 0.9  # the user wrote these down for their agent themselves
@@ -33,7 +33,7 @@ class NativeImport:
 
 def _imported_from(store, path: str) -> list:
     Memory = store.models.Memory
-    return list(Memory.select().where((metadata_value(Memory.metadata, "native_path") == path)
+    return list(Memory.select().where(metadata_equals(Memory.metadata, "native_path", path)
                                       & Memory.invalidated_at.is_null()).order_by(Memory.seq))
 
 
@@ -44,7 +44,7 @@ def _from_vanished_files(store, agent: str, project: str | None, read: set[str])
 
     Memory = store.models.Memory
     scope = Memory.project.is_null() if project is None else (Memory.project.is_null() | (Memory.project == project))
-    rows = Memory.select().where((metadata_value(Memory.metadata, "native_agent") == agent)
+    rows = Memory.select().where(metadata_equals(Memory.metadata, "native_agent", agent)
                                  & Memory.invalidated_at.is_null() & scope).order_by(Memory.seq)
     return [m for m in rows
             if (path := (m.metadata or {}).get("native_path")) not in read and not Path(str(path)).exists()]

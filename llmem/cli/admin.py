@@ -373,17 +373,18 @@ def import_native(app, agent, project_dir, dry_run, as_json):
     from ..adapters.native import NativeHomes, native_files
     from ..capture.native import import_native as run_import
     from ..errors import UsageError
-    from ..paths import expand, project_root_of
+    from ..paths import expand, project_key, project_root_of
     from ..setup.agents import claude_home, codex_home, copilot_home
 
     folder = Path(project_dir or os.getcwd()).expanduser().resolve()
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder", hint="pass --project with a project folder")
-    project = project_root_of(str(folder))
+    root = project_root_of(str(folder))
+    project = project_key(root)
     config = app.config
     homes = NativeHomes(claude=claude_home(config), codex=codex_home(config), copilot=copilot_home(config),
                         opencode=expand(config.values["session"]["opencode"]["config_dir"]))
-    dirs = list(dict.fromkeys([Path(project), folder]))
+    dirs = list(dict.fromkeys([Path(root), folder]))
     refused: list = []
     files = native_files(agent, homes, dirs, project, refused)
     for path in refused:

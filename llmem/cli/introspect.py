@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .output import bounded_int, http_url, json_option, notice, print_json
+from .output import PROJECT, bounded_int, http_url, json_option, notice, print_json
 from .session import ADAPTER_CHOICE
 
 
@@ -51,7 +51,7 @@ def _report(memories, as_json: bool, empty: str) -> None:
 @click.option("--text", help="Text to introspect (with --auto).")
 @click.option("--adapter", type=ADAPTER_CHOICE,
               help="Session adapter (default: session.adapter in config.yaml).")
-@click.option("--project", help="Repo root the lesson belongs to (default: global; a session's own with --session).")
+@click.option("--project", type=PROJECT, help="Project (a folder: its repository) the lesson belongs to (default: global; a session's own with --session).")
 @click.option("--model", help="LLM model for this run (overrides llm.model).")
 @click.option("--base-url", callback=http_url, help="LLM server URL for this run (overrides llm.base_url).")
 @json_option("Print the stored memories as JSON.")

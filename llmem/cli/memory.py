@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from .output import (
+    PROJECT,
     TEXT,
     json_option,
     limit_option,
@@ -50,7 +51,7 @@ def catch_up_embeddings(app, *, show: bool = True) -> None:
 @click.option("--summary", type=TEXT, help="A short summary.")
 @click.option("--confidence", type=click.FloatRange(0.0, 1.0),
               help="0.0–1.0 (default 0.9 for what you add yourself).")
-@click.option("--project", type=TEXT, help="Repo root this memory belongs to (default: global).")
+@click.option("--project", type=PROJECT, help="Project (a folder: its repository) this memory belongs to (default: global).")
 @click.option("--metadata", help="JSON object of extra fields.")
 @click.option("--valid-until", help="ISO date after which the memory no longer holds.")
 @json_option("Print the stored memory as JSON.")
@@ -108,7 +109,7 @@ def get(app, memory_id, as_json):
 
 @click.command("list")
 @click.option("--type", "-t", "memory_type", type=TYPE_CHOICE, help="Only this type.")
-@click.option("--project", help="Only this project.")
+@click.option("--project", type=PROJECT, help="Only this project.")
 @limit_option(default=50)
 @click.option("--all", "include_all", is_flag=True, help="Include invalidated and expired memories.")
 @json_option()

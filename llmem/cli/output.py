@@ -51,6 +51,25 @@ class UnicodeText(click.ParamType):
 TEXT = UnicodeText()
 
 
+class ProjectText(UnicodeText):
+    """A project: a folder means the project it belongs to (paths.project_key: its
+    repository's remote, else its root), anything else is taken as a project key as given
+    (`github.com/acme/api`, or a path from another machine)."""
+
+    name = "project"
+
+    def convert(self, value, param, ctx):
+        from pathlib import Path
+
+        from ..paths import project_key
+
+        value = super().convert(value, param, ctx)
+        return project_key(value) if value and Path(value).expanduser().is_dir() else value
+
+
+PROJECT = ProjectText()
+
+
 def unstorable(value: Any) -> str | None:
     """Why `value` (text, or JSON data) cannot be stored and read back, or None."""
     try:

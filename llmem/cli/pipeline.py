@@ -192,7 +192,7 @@ def queue(ctx, as_json, recent, clear_stale_locks, reset):
                "detected_at": to_iso(e.detected_at), "finished_at": to_iso(e.finished_at)}
               for e in Event.select().order_by(Event.id.desc()).limit(recent)]
     holder = read_lock(app.store.db)
-    locks = [_lock_info(holder, stale=not lock_is_live(holder))] if holder else []
+    locks = [_lock_info(holder, stale=not lock_is_live(holder, app.store.db))] if holder else []
     data = {"queue": {"pending": huey.pending_count(), "scheduled": huey.scheduled_count()},
             "events": counts, "recent": events, "locks": locks}
     if clear_stale_locks:

@@ -6,6 +6,7 @@ import click
 
 from .memory import TYPE_CHOICE
 from .output import (
+    PROJECT,
     TEXT,
     json_option,
     limit_option,
@@ -21,7 +22,7 @@ from .output import (
 @click.argument("query", nargs=-1, required=True, type=TEXT)
 @limit_option("Results (default: search.limit, 10).")
 @click.option("--type", "-t", "memory_type", type=TYPE_CHOICE, help="Only this type.")
-@click.option("--project", type=TEXT, help="This project's memories and the global ones.")
+@click.option("--project", type=PROJECT, help="This project's memories and the global ones (a folder: its repository).")
 @click.option("--fts-only", is_flag=True, help="Keyword search only (no embedder needed).")
 @click.option("--semantic-only", is_flag=True, help="Embedding search only (needs an embedder).")
 @click.option("--valid-only", is_flag=True, help="Drop expired and superseded memories too.")

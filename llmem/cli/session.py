@@ -11,7 +11,7 @@ import threading
 import click
 
 from ..pipeline.kinds import EventKind
-from .output import bounded_int, http_url, json_option, json_text, print_json
+from .output import PROJECT, bounded_int, http_url, json_option, json_text, print_json
 
 ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "claude", "codex", "none"])
 HOOK_LOG = "hooks.log"
@@ -41,7 +41,7 @@ def _echo(text: str, err: bool = False) -> None:
 @click.option("--session-id", help="The agent's session id (its title and recent text guide the search).")
 @click.option("--compacting", is_flag=True, help="The block for a compaction: decisions and state to keep.")
 @click.option("--max-tokens", type=bounded_int(50), help="Token budget (default: context.max_tokens, 1500).")
-@click.option("--project", help="Project (repo root) whose memories to include (default: the session's).")
+@click.option("--project", type=PROJECT, help="Project (a folder: its repository) whose memories to include (default: the session's).")
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
 @json_option("Print the block and the ids in it as JSON.")
 @click.pass_obj
@@ -282,7 +282,7 @@ def _one_line(value, limit: int = 300) -> str:
 @click.command()
 @click.option("--type", "kind", type=click.Choice([kind.value for kind in EventKind]), required=True, help="The lifecycle moment.")
 @click.option("--session-id", help="The agent's session id (default: sessionId of the JSON on stdin).")
-@click.option("--project", help="Project (repo root) of the session (default: the transcript's, or cwd on stdin).")
+@click.option("--project", type=PROJECT, help="Project (a folder: its repository) of the session (default: the transcript's, or cwd on stdin).")
 @click.option("--sync", is_flag=True, help="Run the work inline and wait for it (default: enqueue for the worker).")
 @click.option("--detach", is_flag=True, help="Return at once; the work runs in a background process.")
 @click.option("--model", help="LLM model for extraction and introspection (default: llm.model).")
@@ -330,9 +330,9 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
                     return
                 turn_began = _turn_began(hook_input)
                 if not project and isinstance(hook_input.get("cwd"), str) and hook_input["cwd"]:
-                    from ..paths import project_root_of
+                    from ..paths import project_key
 
-                    project = project_root_of(hook_input["cwd"])
+                    project = project_key(hook_input["cwd"])
             if not session_id:
                 from ..errors import UsageError
 

@@ -38,13 +38,15 @@ def is_postgres(db) -> bool:
 
 def per_backend(function):
     """Run `db/postgres/<module>.<name>` instead of `function` when its first argument (the
-    database) is a Postgres one; the SQLite body stays where it is."""
+    database, or a field of a model bound to one) is a Postgres one; the SQLite body stays
+    where it is."""
     module = function.__module__.rpartition(".")[2]
     name = function.__name__
 
     @functools.wraps(function)
     def dispatch(db, *args, **kwargs):
-        if getattr(db, "backend", "sqlite") == "postgres":
+        model = getattr(db, "model", None)  # a field: its expression is built for its model's database
+        if getattr(db if model is None else model._meta.database, "backend", "sqlite") == "postgres":
             sibling = importlib.import_module(f"{__package__}.postgres.{module}")
             return getattr(sibling, name)(db, *args, **kwargs)
         return function(db, *args, **kwargs)

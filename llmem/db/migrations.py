@@ -229,6 +229,43 @@ def _bulk_indexes(db) -> None:
     db.execute_sql("CREATE INDEX IF NOT EXISTS memory_promoted ON memory(promoted_at) WHERE promoted_at IS NOT NULL")
 
 
+
+def _key_by_machine(db) -> None:
+    # Several machines may share a store: an event, and the watcher's state of a session,
+    # belong to the machine whose agents wrote the session (llmem/machine.py). What is here
+    # was written by the machine opening the store now (a SQLite file has one).
+    from ..machine import machine_id
+
+    here = machine_id()
+    if "machine" not in {row[1] for row in db.execute_sql("PRAGMA table_info(event)")}:
+        db.execute_sql("ALTER TABLE event ADD COLUMN machine TEXT")
+    db.execute_sql("UPDATE event SET machine = ? WHERE machine IS NULL", (here,))
+    db.execute_sql("CREATE INDEX IF NOT EXISTS event_machine_status ON event(machine, status)")
+    # The key grows a column: SQLite cannot change a primary key in place.
+    db.execute_sql("""CREATE TABLE watch_session_by_machine (
+                          machine TEXT NOT NULL,
+                          adapter TEXT NOT NULL,
+                          session_id TEXT NOT NULL,
+                          idle_reply TEXT,
+                          compacting INTEGER NOT NULL DEFAULT 0,
+                          ended INTEGER NOT NULL DEFAULT 0,
+                          ended_turn TEXT,
+                          seen_compaction_id TEXT,
+                          updated_at REAL NOT NULL,
+                          PRIMARY KEY (machine, adapter, session_id))""")
+    db.execute_sql("INSERT INTO watch_session_by_machine SELECT ?, adapter, session_id, idle_reply, compacting, "
+                   "ended, ended_turn, seen_compaction_id, updated_at FROM watch_session", (here,))
+    db.execute_sql("DROP TABLE watch_session")
+    db.execute_sql("ALTER TABLE watch_session_by_machine RENAME TO watch_session")
+
+
+def _key_projects_by_remote(db) -> None:
+    # A project is keyed by its repository's remote (paths.project_key), one project on every
+    # machine. The memories and cursors of a repository on this machine's disk take its key.
+    from .project_keys import rekey_projects
+
+    rekey_projects(db)
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -247,6 +284,8 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0012_episodes", _add_episodes),
     ("0016_vector_file", _log_vector_changes),
     ("0015_bulk_indexes", _bulk_indexes),
+    ("0020_machines", _key_by_machine),
+    ("0021_project_identity", _key_projects_by_remote),
 ]
 
 

@@ -233,6 +233,10 @@ class Event(BaseModel):
     owner_pid = pw.IntegerField(null=True)  # the process that claimed it last
     owner_started_at = pw.FloatField(null=True)  # when that process started (a recycled pid is not it)
     owner_host = pw.TextField(null=True)
+    # The machine whose agents wrote the session (llmem/machine.py): only its worker can read
+    # the transcript, so only it runs the event (migration 0020). Null: written by an llmem
+    # older than machines, taken by any.
+    machine = pw.TextField(null=True)
 
     class Meta:
         table_name = "event"

@@ -15,9 +15,18 @@ from .backend import per_backend
 from .models import Memory
 
 
-def metadata_value(field: pw.Field, key: str) -> pw.Node:
-    """The expression for `key` of a JSON metadata column (for a peewee `where`)."""
-    return pw.fn.json_extract(field, f"$.{key}")
+@per_backend
+def metadata_equals(field: pw.Field, key: str, value: Any) -> pw.Node:
+    """The condition (for a peewee `where`) that `key` of a JSON column, a dotted path, holds
+    `value` (a string, a number or a bool)."""
+    return pw.fn.json_extract(field, f"$.{key}") == value
+
+
+@per_backend
+def metadata_flag_off(field: pw.Field, key: str) -> pw.Node:
+    """The condition that `key` of a JSON column is missing, null, false or 0."""
+    flag = pw.fn.json_extract(field, f"$.{key}")
+    return flag.is_null() | (flag == 0)
 
 
 def memory_filter(*, memory_type: str | None, project: str | None, include_invalid: bool,
@@ -155,6 +164,7 @@ def valid_assessments_since(db, since: float) -> list[tuple]:
         (since,)).fetchall()
 
 
+@per_backend
 def insight_procedure_rows(db) -> list[tuple]:
     """(id, metadata text, created_at) of the valid procedures that carry an `insight_key`."""
     return db.execute_sql(
@@ -162,6 +172,7 @@ def insight_procedure_rows(db) -> list[tuple]:
         "AND json_extract(metadata, '$.insight_key') IS NOT NULL").fetchall()
 
 
+@per_backend
 def procedure_use_rows(db) -> list[tuple]:
     """(id, access_count, created_at, metadata's stale_procedure) of the valid procedures."""
     return db.execute_sql(
@@ -169,6 +180,7 @@ def procedure_use_rows(db) -> list[tuple]:
         "WHERE type = 'procedure' AND invalidated_at IS NULL").fetchall()
 
 
+@per_backend
 def decay_rows(db, *, except_source: str | None = None) -> list[tuple]:
     """(id, type, confidence, accessed_at, created_at, access_count, and the metadata's
     decayed_at, boosted_at_count, stale_procedure) of the valid, unpromoted memories (but

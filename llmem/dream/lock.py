@@ -6,8 +6,11 @@ by a process that died (kill -9, power loss) is taken over: on this host we ask 
 whether its pid still lives (and, where /proc tells, whether that process is the one that
 took the lock rather than a later one given the same pid: the lock records the boot id and
 the process's start tick, which no jump of the wall clock changes); a lock from another
-host is trusted for STALE_AFTER seconds. `llmem queue` and `llmem doctor` show a stale lock, and
-`llmem queue --clear-stale-locks` removes it.
+host is trusted for STALE_AFTER seconds. On a PostgreSQL store, shared by several machines,
+the run also holds the server's advisory lock (db/locks.py) on its connection, which the
+server drops the moment the connection ends: there, who holds the lock is known exactly on
+every host, and the row only says who it is. `llmem queue` and `llmem doctor` show a stale
+lock, and `llmem queue --clear-stale-locks` removes it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ import os
 import socket
 
 from ..db.journal_rows import fail_running_run
-from ..db.settings import delete_setting, get_setting, set_setting
+from ..db.locks import release_server_lock, server_lock_held, take_server_lock
+from ..db.settings import (
+    claim_setting,
+    delete_setting,
+    delete_settings_before,
+    get_setting,
+    set_setting,
+)
 from ..errors import LlmemError
 from ..processes import process_identity, process_is, process_is_running
 from ..times import now, to_iso
@@ -45,10 +55,21 @@ def read_lock(db) -> dict | None:
     return holder if isinstance(holder, dict) else None
 
 
-def lock_is_live(holder: dict | None) -> bool:
-    """Whether a lock row belongs to a run that is still going."""
+def lock_is_live(holder: dict | None, db=None) -> bool:
+    """Whether a lock row belongs to a run that is still going (asking the store's server,
+    when `db` is given and its backend can tell)."""
     if not holder:
         return False
+    if db is not None and (holder.get("host") != socket.gethostname() or holder.get("pid") != os.getpid()):
+        held = server_lock_held(db, LOCK_KEY)
+        if held is not None:  # the server knows, for every host
+            return held
+    return _owner_is_live(holder)
+
+
+def _owner_is_live(holder: dict) -> bool:
+    """Whether the process a lock row names is still the run that took it (on this host), or
+    took it recently enough to be trusted (on another)."""
     try:
         pid, started_at = int(holder.get("pid", 0)), float(holder.get("started_at", 0))
     except (TypeError, ValueError):
@@ -70,7 +91,7 @@ def lock_is_live(holder: dict | None) -> bool:
 def stale_lock(db) -> dict | None:
     """The lock row when its owner is gone (it is taken over by the next run anyway)."""
     holder = read_lock(db)
-    return holder if holder and not lock_is_live(holder) else None
+    return holder if holder and not lock_is_live(holder, db) else None
 
 
 def clear_stale_lock(db) -> dict | None:
@@ -103,18 +124,38 @@ class DreamLock:
         self.taken_over: dict | None = None
 
     def acquire(self) -> DreamLock:
-        with self.db.atomic():
-            current = read_lock(self.db)
-            if current and lock_is_live(current) and not self._is_mine(current):
-                raise DreamLocked(
-                    f"another {current.get('what', 'dream')} run is in progress "
-                    f"(run {current.get('run_id')}, pid {current.get('pid')} on {current.get('host')}, "
-                    f"started {to_iso(current.get('started_at'))})",
-                    hint="wait for it to finish; a lock left by a dead process is taken over automatically")
-            self.taken_over = current if current and not self._is_mine(current) else None
-            set_setting(self.db, LOCK_KEY, json.dumps(self.holder))
+        server_lock = take_server_lock(self.db, LOCK_KEY)
+        if server_lock is False:  # another connection, on whichever host, holds it
+            raise self._locked(read_lock(self.db) or {})
+        try:
+            with self.db.atomic():
+                current = read_lock(self.db)
+                if current and not self._is_mine(current) and self._still_held(current, server_lock):
+                    raise self._locked(current)
+                self.taken_over = current if current and not self._is_mine(current) else None
+                set_setting(self.db, LOCK_KEY, json.dumps(self.holder))
+        except BaseException:
+            if server_lock:
+                release_server_lock(self.db, LOCK_KEY)
+            raise
         _HELD_HERE.add(self.holder["run_id"])
         return self
+
+    def _still_held(self, current: dict, server_lock: bool | None) -> bool:
+        if server_lock is None:
+            return lock_is_live(current, self.db)
+        # The server's lock is ours now: a row of anyone else is left by a run that ended,
+        # but for another run of this very process (advisory locks nest per connection).
+        same_process = current.get("host") == self.holder["host"] and current.get("pid") == self.holder["pid"]
+        return same_process and _owner_is_live(current)
+
+    @staticmethod
+    def _locked(current: dict) -> DreamLocked:
+        return DreamLocked(
+            f"another {current.get('what', 'dream')} run is in progress "
+            f"(run {current.get('run_id')}, pid {current.get('pid')} on {current.get('host')}, "
+            f"started {to_iso(current.get('started_at'))})",
+            hint="wait for it to finish; a lock left by a dead process is taken over automatically")
 
     def _is_mine(self, holder: dict) -> bool:
         return holder.get("pid") == self.holder["pid"] and holder.get("host") == self.holder["host"] \
@@ -124,13 +165,34 @@ class DreamLock:
         # Not held any more whether or not the row's removal can be written: a row left
         # behind is stale at once (see lock_is_live).
         _HELD_HERE.discard(self.holder["run_id"])
-        with self.db.atomic():
-            current = read_lock(self.db)
-            if current and self._is_mine(current):
-                delete_setting(self.db, LOCK_KEY)
+        try:
+            with self.db.atomic():
+                current = read_lock(self.db)
+                if current and self._is_mine(current):
+                    delete_setting(self.db, LOCK_KEY)
+        finally:
+            release_server_lock(self.db, LOCK_KEY)
 
     def __enter__(self):
         return self.acquire()
 
     def __exit__(self, *exc):
         self.release()
+
+
+SLOT_PREFIX = "dream_slot:"
+
+
+def claim_scheduled_slot(db, slot: str, machine: str) -> str | None:
+    """Claim the scheduled dream of `slot` (its minute, e.g. `2026-12-02T03:00+01:00`) for
+    `machine`: None when claimed, else the machine that claimed it first.
+
+    Every machine sharing a store runs the periodic dream at the same scheduled minute; the
+    lock alone lets a second one run once the first is done (a small store dreams in a
+    second), so the slot itself is claimed, and the night's dream runs once per store."""
+    key = SLOT_PREFIX + slot
+    with db.atomic():
+        if claim_setting(db, key, machine):
+            delete_settings_before(db, SLOT_PREFIX, key)
+            return None
+    return get_setting(db, key) or "another machine"

@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo
 from ..capture.taxonomy import enough_evidence, is_heuristic
 from ..db.bulk import memory_rows_by_id
 from ..db.models import EPISODE_SOURCE, USER_ORIGINS
-from ..db.queries import metadata_value, recall_bounds, recall_counts_outside, recall_rows
+from ..db.queries import metadata_equals, recall_bounds, recall_counts_outside, recall_rows
 from ..times import days_between, now
 from ..trust import EXTERNAL
 from .artefacts import artefact_reason
@@ -340,7 +340,7 @@ def category_evidence(store, category: str, project: str | None) -> bool:
         (Memory.project == project) | Memory.project.is_null())
     rows = (Memory.select(Memory.metadata, Memory.session_id).where(
         (Memory.type == "self_assessment") & Memory.invalidated_at.is_null() & scope
-        & (metadata_value(Memory.metadata, "category") == category)))
+        & metadata_equals(Memory.metadata, "category", category)))
     return enough_evidence((row.metadata, row.session_id) for row in rows)
 
 

@@ -75,7 +75,7 @@ def dream_status(store, config, *, recent: int = 5, ranked: list[Candidate] | Ra
     else:
         ready, total = sum(1 for c in ranked if c.passes), len(ranked)
     holder = read_lock(store.db)
-    running = holder if lock_is_live(holder) else None
+    running = holder if lock_is_live(holder, store.db) else None
     live_run_id = running.get("run_id") if running else None
     runs = DreamRun.select().order_by(DreamRun.started_at.desc()).limit(recent)
     return {

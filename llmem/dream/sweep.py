@@ -111,7 +111,7 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
     at = now()
     outcome = DreamOutcome(applied=apply, phases=chosen, started_at=at)
     holder = read_lock(store.db)
-    if not apply and lock_is_live(holder):
+    if not apply and lock_is_live(holder, store.db):
         outcome.notes.append(f"a dream run is in progress (run {holder.get('run_id')}); this preview may be out of date")
     outcome.confidence_before = list(_confidences(store).values())
     outcome.type_counts = type_counts(store.db)

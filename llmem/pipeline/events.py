@@ -1,7 +1,10 @@
 """Session events as rows: recorded before they are enqueued, claimed, finished, reconciled.
 
 Every task is idempotent (extraction works from a per-session cursor), so running an event
-twice — after a worker was killed, or by reconcile — adds nothing twice.
+twice — after a worker was killed, or by reconcile — adds nothing twice. An event belongs to
+the machine that recorded it (llmem/machine.py): on a store several machines share, each
+machine's worker claims, reconciles and retries only its own, since only it can read the
+session's transcript, and each machine's worker beats its own heartbeat.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 
 from ..db.models import Event  # for type hints; queries use store.models
 from ..errors import LlmemError, UsageError
+from ..machine import machine_id
 from ..processes import process_is_running, process_state
 from ..text import error_line
 from ..times import now
@@ -34,13 +38,19 @@ def record_event(store, adapter: str, session_id: str, kind: str, *,
         raise UsageError(f"unknown event kind {kind!r}", hint="use one of: " + ", ".join(EventKind))
     with store.db.atomic():
         waiting = (Event.select().where((Event.adapter == adapter) & (Event.session_id == session_id)
-                                        & (Event.kind == kind) & (Event.status == "pending"))
+                                        & (Event.kind == kind) & (Event.status == "pending") & _ours(Event))
                    .order_by(Event.id).first())
         if waiting is None and since is not None:
             waiting = recorded_since(store, adapter, session_id, kind, since)
         if waiting is not None:
             return waiting, False
-        return Event.create(adapter=adapter, session_id=session_id, kind=kind, detected_at=now()), True
+        return Event.create(adapter=adapter, session_id=session_id, kind=kind, detected_at=now(),
+                            machine=machine_id()), True
+
+
+def _ours(Event):
+    """The condition that an event is this machine's (or was recorded before machines were)."""
+    return (Event.machine == machine_id()) | Event.machine.is_null()
 
 
 def waits_for_later(event: Event) -> bool:
@@ -56,12 +66,13 @@ def recorded_since(store, adapter: str, session_id: str, kind: str, since: float
     Event = store.models.Event
     return (Event.select().where((Event.adapter == adapter) & (Event.session_id == session_id)
                                  & (Event.kind == kind) & (Event.detected_at >= since)
-                                 & (Event.status != "failed"))
+                                 & (Event.status != "failed") & _ours(Event))
             .order_by(Event.id).first())
 
 
 def claim_event(store, event_id: int, *, running_after: float | None = None) -> Event | None:
-    """Mark an event running (attempts + 1) by this process; None when it is done or unknown.
+    """Mark an event running (attempts + 1) by this process; None when it is done, unknown,
+    or another machine's (a task delivered through a queue that machines share).
 
     With `running_after` (seconds), an event another worker started less than that long ago
     is left to it (None): reconcile and a scheduled retry may deliver the same event twice,
@@ -70,7 +81,7 @@ def claim_event(store, event_id: int, *, running_after: float | None = None) -> 
     """
     Event = store.models.Event
     with store.db.atomic():
-        event = Event.get_or_none(Event.id == event_id)
+        event = Event.get_or_none((Event.id == event_id) & _ours(Event))
         if event is None or event.status == "done":
             return None
         orphaned = event.status == "running" and owner_died(event)
@@ -147,7 +158,7 @@ def release_orphaned_events(store) -> list[int]:
     released = []
     with store.db.atomic():
         for event in Event.select().where((Event.status == "running") & (Event.owner_host == host)
-                                          & Event.owner_pid.is_null(False)):
+                                          & Event.owner_pid.is_null(False) & _ours(Event)):
             if not owner_died(event):
                 continue
             Event.update(status="pending", attempts=Event.attempts - 1, not_before=now(),
@@ -161,27 +172,28 @@ def release_orphaned_events(store) -> list[int]:
 
 
 def events_to_reconcile(store, *, pending_after: float, running_after: float) -> list[Event]:
-    """Events whose task was lost: pending for long, running under a worker on this host that
-    died (released to pending first), or running longer than any task runs (a worker on
-    another host, or one whose death this host cannot see)."""
+    """This machine's events whose task was lost: pending for long, running under a worker
+    on this host that died (released to pending first), or running longer than any task runs
+    (a worker whose death this host cannot see)."""
     release_orphaned_events(store)
     Event = store.models.Event
     at = now()
-    return list(Event.select().where(
+    return list(Event.select().where(_ours(Event) & (
         # pending with no task for long, or released / deferred until a time now passed
         ((Event.status == "pending") & (
             (Event.not_before.is_null() & (Event.detected_at < at - pending_after))
             | (Event.not_before <= at)))
-        | ((Event.status == "running") & (Event.started_at < at - running_after))
+        | ((Event.status == "running") & (Event.started_at < at - running_after)))
     ).order_by(Event.id))
 
 
 def retry_events(store, event_ids: list[int] | None = None) -> list[Event]:
-    """Put failed events (or the given ones) back to pending; return them."""
+    """Put this machine's failed events (or the given ones of its events) back to pending;
+    return them."""
     Event = store.models.Event
     with store.db.atomic():
-        query = Event.select().where(Event.status == "failed") if event_ids is None else \
-            Event.select().where(Event.id.in_(event_ids))
+        query = Event.select().where((Event.status == "failed") if event_ids is None else Event.id.in_(event_ids))
+        query = query.where(_ours(Event))
         events = list(query)
         for event in events:
             event.status, event.attempts, event.not_before = "pending", 0, None
@@ -189,12 +201,14 @@ def retry_events(store, event_ids: list[int] | None = None) -> list[Event]:
     return events
 
 
+# Settings, each with ":<machine id>" after it: a worker on another machine sharing the store
+# runs none of this machine's events, so its beat must not make this machine's hooks queue.
 WORKER_HEARTBEAT_KEY = "worker_seen_at"
 WORKER_OWNER_KEY = "worker_owner"  # {"pid", "started_at", "host"} of the consumer that beat last
 WORKER_STALE_SECONDS = 180  # a live consumer beats every minute
 
 
-def worker_heartbeat(store) -> None:
+def worker_heartbeat(store, at: float | None = None) -> None:
     """Say a consumer is alive (hooks enqueue only when one is), and which process it is."""
     import json
 
@@ -202,8 +216,21 @@ def worker_heartbeat(store) -> None:
 
     pid, started_at, host = this_process()
     with store.db.atomic():
-        set_setting(store.db, WORKER_HEARTBEAT_KEY, repr(now()))
-        set_setting(store.db, WORKER_OWNER_KEY, json.dumps({"pid": pid, "started_at": started_at, "host": host}))
+        set_setting(store.db, _this_machines(WORKER_HEARTBEAT_KEY), repr(now() if at is None else at))
+        set_setting(store.db, _this_machines(WORKER_OWNER_KEY),
+                    json.dumps({"pid": pid, "started_at": started_at, "host": host}))
+
+
+def _this_machines(key: str) -> str:
+    return f"{key}:{machine_id()}"
+
+
+def worker_last_seen(store) -> float | None:
+    """When this machine's consumer last beat (None: never)."""
+    from ..db.settings import get_setting
+
+    seen = get_setting(store.db, _this_machines(WORKER_HEARTBEAT_KEY))
+    return float(seen) if seen is not None else None
 
 
 def worker_seen_recently(store) -> bool:
@@ -212,10 +239,10 @@ def worker_seen_recently(store) -> bool:
     it, rather than queueing for nobody until the heartbeat goes stale."""
     from ..db.settings import get_setting
 
-    seen = get_setting(store.db, WORKER_HEARTBEAT_KEY)
-    if seen is None or now() - float(seen) >= WORKER_STALE_SECONDS:
+    seen = worker_last_seen(store)
+    if seen is None or now() - seen >= WORKER_STALE_SECONDS:
         return False
-    return not _worker_died(get_setting(store.db, WORKER_OWNER_KEY))
+    return not _worker_died(get_setting(store.db, _this_machines(WORKER_OWNER_KEY)))
 
 
 def _worker_died(owner_text: str | None) -> bool:
@@ -290,7 +317,7 @@ def _next_llm_extraction(app, event: Event, at: float | None = None) -> float | 
     LLM by the size of the jump."""
     import peewee as pw
 
-    from ..db.queries import metadata_value
+    from ..db.queries import metadata_equals
 
     Event = app.store.models.Event
     interval = app.config.values["pipeline"]["min_extraction_interval_seconds"]
@@ -298,11 +325,11 @@ def _next_llm_extraction(app, event: Event, at: float | None = None) -> float | 
         return None
     # The interval spaces LLM passes: it runs from the last extraction that reached the LLM.
     # With no LLM reachable, each moment's heuristics-only pass runs at once.
-    used_llm = metadata_value(Event.result, "steps.extract.result.used_llm")
+    used_llm = metadata_equals(Event.result, "steps.extract.result.used_llm", True)
     last = (Event.select(pw.fn.MAX(Event.finished_at))
             .where((Event.adapter == event.adapter) & (Event.session_id == event.session_id)
                    & Event.kind.in_(("idle", "compacting")) & (Event.status == "done")
-                   & (used_llm == 1) & (Event.id != event.id)).scalar())
+                   & used_llm & (Event.id != event.id)).scalar())
     at = now() if at is None else at
     if last is None or at - last >= interval:
         return None

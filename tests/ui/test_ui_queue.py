@@ -10,8 +10,7 @@ import time
 import httpx
 
 from llmem.config import load_config
-from llmem.db.settings import set_setting
-from llmem.pipeline.events import WORKER_HEARTBEAT_KEY
+from llmem.pipeline.events import worker_heartbeat
 from llmem.times import now
 
 from .conftest import TOKEN, make_app
@@ -56,8 +55,7 @@ def test_events_by_status_huey_counts_and_heartbeat(viewer):
     assert f'id="event-{failed.id}"' in failed_rows and "LLM unreachable: &lt;refused&gt;" in failed_rows
     assert "2 tasks waiting, 0 scheduled" in page
     assert "not seen" in page and "no heartbeat ever recorded" in page
-    with store.db.atomic():
-        set_setting(store.db, WORKER_HEARTBEAT_KEY, repr(now() - 30))
+    worker_heartbeat(store, at=now() - 30)
     page = viewer.get("/queue").text
     assert 'class="beat-ok">alive' in page and "(30 s ago)" in page
 

@@ -172,6 +172,30 @@ SCHEMA_0001 = _TEXT_SEARCH + (
 )
 
 
+def _key_by_machine(db) -> None:
+    # The SQLite store's 0020_machines: events and the watcher's per-session state belong to
+    # the machine whose agents wrote the session (llmem/machine.py). Rows already here are
+    # given to the machine that migrates; an event of an llmem older than this step stays
+    # null, which any machine takes.
+    from ...machine import machine_id
+
+    here = machine_id()
+    for sql in ("ALTER TABLE event ADD COLUMN machine TEXT",
+                "CREATE INDEX event_machine_status ON event(machine, status)",
+                "ALTER TABLE watch_session ADD COLUMN machine TEXT"):
+        db.execute_sql(sql)
+    db.execute_sql("UPDATE event SET machine = ?", (here,))
+    db.execute_sql("UPDATE watch_session SET machine = ?", (here,))
+    db.execute_sql("ALTER TABLE watch_session ALTER COLUMN machine SET NOT NULL, "
+                   "DROP CONSTRAINT watch_session_pkey, ADD PRIMARY KEY (machine, adapter, session_id)")
+
+
+def _key_projects_by_remote(db) -> None:
+    from ..project_keys import rekey_projects
+
+    rekey_projects(db)
+
+
 def _run(statements):
     def step(db) -> None:
         for sql in statements:
@@ -188,6 +212,9 @@ MIGRATIONS = [
         "ALTER TABLE session_cursor ADD COLUMN episode_cursor TEXT",
         "CREATE INDEX memory_source_created ON memory(source, created_at)",
     ))),
+    ("pg0006_machines", _key_by_machine),
+    # The SQLite store's 0021_project_identity: projects keyed by their repository's remote.
+    ("pg0007_project_identity", _key_projects_by_remote),
 ]
 
 # Held for the whole migration, so two machines opening a new store at once do not both

@@ -1,6 +1,37 @@
-"""db/queries.py's functions whose SQL differs on Postgres."""
+"""db/queries.py's functions whose SQL differs on Postgres.
+
+JSON metadata is a text column on both backends; here it is read as jsonb. A value read with
+`->` comes back as the Python value psycopg loads from jsonb (a JSON null as None), as
+SQLite's json_extract gives it, with one difference the callers do not see: a JSON true is
+True here and 1 there.
+"""
 
 from __future__ import annotations
+
+import json
+from typing import Any
+
+import peewee as pw
+
+
+def _json_path(key: str) -> pw.Node:
+    return pw.NodeList((pw.SQL("CAST("), pw.Value("{" + ",".join(key.split(".")) + "}"), pw.SQL(" AS text[])")),
+                       glue="")
+
+
+def _json_at(field: pw.Field, key: str) -> pw.Node:
+    """`key` (a dotted path) of a JSON text column, as jsonb; SQL NULL when missing."""
+    return pw.NodeList((pw.SQL("(CAST("), field, pw.SQL(" AS jsonb) #> "), _json_path(key), pw.SQL(")")), glue="")
+
+
+def metadata_equals(field: pw.Field, key: str, value: Any) -> pw.Node:
+    return pw.NodeList((_json_at(field, key), pw.SQL(" = CAST("), pw.Value(json.dumps(value)), pw.SQL(" AS jsonb)")),
+                       glue="")
+
+
+def metadata_flag_off(field: pw.Field, key: str) -> pw.Node:
+    return pw.NodeList((pw.SQL("COALESCE("), _json_at(field, key),
+                        pw.SQL(" IN ('null'::jsonb, 'false'::jsonb, '0'::jsonb), TRUE)")), glue="")
 
 
 def seqs_passing(db, seqs: list[int], where: str, params: list) -> set[int]:
@@ -15,3 +46,24 @@ def seqs_passing(db, seqs: list[int], where: str, params: list) -> set[int]:
 def probe_write(db) -> None:
     with db.atomic():
         db.execute_sql("CREATE TEMP TABLE IF NOT EXISTS doctor_probe(x integer)")
+
+
+def insight_procedure_rows(db) -> list[tuple]:
+    return db.execute_sql(
+        "SELECT id, metadata, created_at FROM memory WHERE type = 'procedure' AND invalidated_at IS NULL "
+        "AND CAST(metadata AS jsonb) ->> 'insight_key' IS NOT NULL").fetchall()
+
+
+def procedure_use_rows(db) -> list[tuple]:
+    return db.execute_sql(
+        "SELECT id, access_count, created_at, CAST(metadata AS jsonb) -> 'stale_procedure' FROM memory "
+        "WHERE type = 'procedure' AND invalidated_at IS NULL").fetchall()
+
+
+def decay_rows(db, *, except_source: str | None = None) -> list[tuple]:
+    return db.execute_sql(
+        "SELECT id, type, confidence, accessed_at, created_at, access_count, "
+        "m.meta -> 'decayed_at', m.meta -> 'boosted_at_count', m.meta -> 'stale_procedure' "
+        "FROM (SELECT *, CAST(metadata AS jsonb) AS meta FROM memory) m "
+        "WHERE invalidated_at IS NULL AND promoted_at IS NULL AND source IS DISTINCT FROM ?",
+        (except_source,)).fetchall()

@@ -13,13 +13,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from ...db.settings import get_setting
 from ...errors import UsageError
 from ...logconfig import LEVELS, LogFollower, at_least, tail_entries
 from ...pipeline.events import (
-    WORKER_HEARTBEAT_KEY,
     WORKER_STALE_SECONDS,
     retry_events,
+    worker_last_seen,
     worker_seen_recently,
 )
 from ...times import now
@@ -67,14 +66,14 @@ def queue_page(request):
     counts = {"pending": Event.select().where(ready).count(), "scheduled": Event.select().where(deferred).count(),
               "running": by_status.get("running", 0), "failed": by_status.get("failed", 0),
               "done": by_status.get("done", 0)}
-    seen = get_setting(current_store.db, WORKER_HEARTBEAT_KEY)
+    seen = worker_last_seen(current_store)
     huey, huey_problem = _huey_counts(request)
     level = _level(request)
     entries = tail_entries(viewer(request).llmem.config, level, BACKLOG)
     return render(request, "queue.html", counts=counts,
                   lists={name: list(query.limit(ROWS)) for name, query in lists.items()},
                   rows=ROWS, huey=huey, huey_problem=huey_problem,
-                  heartbeat=float(seen) if seen else None, worker_alive=worker_seen_recently(current_store),
+                  heartbeat=seen, worker_alive=worker_seen_recently(current_store),
                   stale_after=WORKER_STALE_SECONDS, now=at, entries=entries, level=level, levels=LEVELS,
                   log_dir=viewer(request).llmem.config.log_dir,
                   queue_attached=viewer(request).queue is not None)

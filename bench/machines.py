@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Two machines, one store: the ingestion soak (bench/ingest.py) replayed on each machine at once.
+
+Each machine is a home of its own (its agents' session stores, its llmem home and so its
+machine id, its own `llmem run`, restarted once and killed with SIGKILL once), and both
+write to one shared store. Prints, per machine and in all: planted statements recovered,
+duplicates, events not done, and the events run by the wrong machine (an event whose
+machine is not the one whose agents wrote its session: the goal is 0), then the soak's own
+report for each machine. Example:
+    python bench/machines.py --sessions 100 --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ingest import Plant, Soak, report  # noqa: E402
+
+MACHINES = ("m1", "m2")
+
+
+class MachineSoak(Soak):
+    """The soak on one machine of several: its store is the shared one, and its planted
+    tokens carry the machine's name, so no two machines plant the same statement."""
+
+    def __init__(self, home: Path, shared_store: Path, name: str, **options):
+        super().__init__(home, **options)
+        self.shared_store = shared_store
+        self.name = name
+
+    def configure(self) -> None:
+        super().configure()
+        config = self.home / "llmem-home" / "config.yaml"
+        config.write_text(config.read_text() + f"store:\n  url: sqlite:///{self.shared_store}\n")
+        self.db_path = self.shared_store
+
+    def plant(self, session: str, adapter: str, kind: str, *tags: str) -> Plant:
+        plant = super().plant(session, adapter, kind, *tags)
+        token = self.name + plant.token
+        plant.text, plant.token = plant.text.replace(plant.token, token), token
+        return plant
+
+    def machine_id(self) -> str:
+        return (self.home / "llmem-home" / "machine-id").read_text().strip()
+
+
+def wrong_machine_events(soaks: list[MachineSoak], store: Path) -> dict:
+    """Events recorded or run by a machine other than the one whose agents wrote the session."""
+    owner = {key: soak.machine_id() for soak in soaks for key in soak.session_kinds}
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10) as conn:
+        events = conn.execute("SELECT adapter, session_id, machine, status FROM event").fetchall()
+    wrong = [e for e in events if (e[0], e[1]) in owner and e[2] != owner[(e[0], e[1])]]
+    return {"events": len(events), "events_not_done": sum(1 for e in events if e[3] != "done"),
+            "wrong_machine": len(wrong), "wrong_list": wrong[:10],
+            "by_machine": {soak.name: sum(1 for e in events if e[2] == soak.machine_id()) for soak in soaks}}
+
+
+def replay_on_machines(root: Path, *, sessions: int, seed: int, span: float, long_idle: float = 70.0,
+                       down: float = 4.0, idle_debounce: float = 2.0, settle: float = 120.0,
+                       workers: int = 1, log=print) -> dict:
+    """Run the soak on each machine at once over one store under `root`; return the figures."""
+    store = root / "shared" / "memory.db"
+    store.parent.mkdir(parents=True)
+    soaks = [MachineSoak(root / name, store, name, sessions=sessions, seed=seed + index, span=span,
+                         long_idle=long_idle, down=down, idle_debounce=idle_debounce, settle=settle,
+                         workers=workers, log=lambda *a, name=name: log(f"[{name}]", *a))
+             for index, name in enumerate(MACHINES)]
+    for soak in soaks:
+        soak.home.mkdir()
+    figures: dict[str, dict] = {}
+    failures: list[BaseException] = []
+
+    def run(soak: MachineSoak) -> None:
+        try:
+            figures[soak.name] = soak.run()
+        except BaseException as exc:  # reported below, with the other machine's figures
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(soak,)) for soak in soaks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    # Each machine's report counts the shared store's events whatever their machine: the
+    # events not done are counted once, below, over the store.
+    keys = ("planted", "recovered", "duplicates", "sessions_without_event")
+    total = {key: sum(figures[name][key] for name in MACHINES) for key in keys}
+    return {"machines": figures, "total": total, **wrong_machine_events(soaks, store), "store": str(store)}
+
+
+def summary(result: dict) -> str:
+    total = result["total"]
+    lines = [f"two machines, one store ({result['store']}):",
+             f"  recovered {total['recovered']}/{total['planted']} (goal all), duplicates {total['duplicates']} "
+             f"(goal 0), events not done {result['events_not_done']}, sessions without an event "
+             f"{total['sessions_without_event']} (goal 0)",
+             f"  events {result['events']} ({', '.join(f'{k} {v}' for k, v in result['by_machine'].items())}); "
+             f"recorded or run by the wrong machine: {result['wrong_machine']} (goal 0)"]
+    for name, figures in result["machines"].items():
+        lines.append(f"--- machine {name} ---")
+        lines.append(report(figures))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=100, help="Sessions per machine.")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--span", type=float, help="Seconds over which sessions start (default: sessions/2).")
+    parser.add_argument("--long-idle", type=float, default=70.0)
+    parser.add_argument("--settle", type=float, default=180.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="llmem-bench-machines-"))
+    log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    result = replay_on_machines(root, sessions=args.sessions, seed=args.seed,
+                                span=args.span or max(20.0, args.sessions * 0.5), long_idle=args.long_idle,
+                                settle=args.settle, log=log)
+    print(json.dumps(result, indent=2, default=str) if args.json else summary(result))
+
+
+if __name__ == "__main__":
+    main()

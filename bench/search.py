@@ -292,8 +292,10 @@ def main() -> None:
         lambda q: run(["search", q, "--fts-only", "--no-track"]), queries[:args.cli_runs]),
         start_floor, "python -c pass")
     # The stored vectors are the fake Ollama model's (FixedQuery's identity): the process
-    # embeds the query over HTTP and runs the KNN over them, as a real search does.
-    found = json.loads(subprocess.run([exe, "search", queries[0], "--no-track", "--explain", "--json"], env=env,
+    # embeds the query over HTTP and runs the KNN over them, as a real search does
+    # (--min-relevance 0: a synthetic query need not reach the default bar to show its ranks).
+    found = json.loads(subprocess.run([exe, "search", queries[0], "--no-track", "--explain", "--json",
+                                       "--min-relevance", "0"], env=env,
                                       check=True, capture_output=True, text=True).stdout)
     hits = found["results"] if isinstance(found, dict) else found
     assert any(hit["explain"]["vec_rank"] for hit in hits), "the HTTP-embed search ran no KNN"

@@ -25,6 +25,7 @@ from .db.models import (
     EPISODE_SOURCE,
     MEMORY_TYPES,
     RELATION_TYPES,
+    SHAREABLE_TYPES,
     SOURCES,
     Memory,
     Models,
@@ -32,6 +33,7 @@ from .db.models import (
     bound_models,
 )
 from .db.queries import insert_memory_rows, write_memory_columns
+from .db.visibility import set_project_shared, shares_project
 from .errors import AmbiguousId, NotFound, UsageError
 from .redact import Redactor
 from .times import now, to_iso
@@ -57,7 +59,8 @@ def derived_fields(content: str, summary: str | None, metadata: dict | None) -> 
 
 
 # The columns of a memory row, in declaration order (the bulk insert writes each of them).
-MEMORY_INSERT_FIELDS = tuple(f.name for f in Memory._meta.sorted_fields)
+# Every column but the author, which the database fills in (db/visibility.py).
+MEMORY_INSERT_FIELDS = tuple(f.name for f in Memory._meta.sorted_fields if f.name != "author")
 
 
 def _default(field: pw.Field) -> Any:
@@ -250,7 +253,7 @@ class Store:
             existing = self.find_duplicate(text_hash, project)
             if existing is not None:
                 return AddResult(existing, False)
-            memory = self.models.Memory.create(
+            memory = self.models.Memory.create(visibility=self._visibility(memory_type, project),
                 id=memory_id or str(uuid.uuid4()), type=memory_type, content=content,
                 summary=summary, **derived_fields(content, summary, metadata),
                 confidence=confidence, source=source, project=project, session_id=session_id,
@@ -284,6 +287,7 @@ class Store:
                 Memory.content_hash.in_(unique[start:start + 500]) & scope
                 & Memory.invalidated_at.is_null()).tuples())
         stamp = now()
+        visibility = self._visibility(memory_type, project)
         rows = []
         for content, metadata, key, trust in zip(contents, metadatas, hashes, trusts, strict=True):
             if not content or key in seen:
@@ -293,10 +297,23 @@ class Store:
                          **derived_fields(content, None, metadata), "confidence": confidence,
                          "source": source, "project": project, "session_id": session_id,
                          "metadata": metadata, "content_hash": key, "created_at": stamp,
-                         "updated_at": stamp, "access_count": 0, "version": 1, "trust": trust})
+                         "updated_at": stamp, "access_count": 0, "version": 1, "trust": trust,
+                         "visibility": visibility})
         with self.db.atomic():
             insert_memory_rows(self.db, rows)
         return [row["id"] for row in rows]
+
+    def _visibility(self, memory_type: str, project: str | None) -> str:
+        """A new memory's: shared when its author shares its project and its kind may be."""
+        shared = memory_type in SHAREABLE_TYPES and project is not None and shares_project(self.db, project)
+        return "shared" if shared else "private"
+
+    def share(self, project: str, shared: bool = True) -> int:
+        """Share this user's facts, decisions and procedures of `project` with everyone who
+        may read the store (those stored and those to come), or stop; return how many
+        memories changed."""
+        with self.db.atomic():
+            return set_project_shared(self.db, project, shared, now())
 
     def update(self, id_or_prefix: str, *, content: str | None = None, summary: str | None = None,
                confidence: float | None = None, metadata: dict | None = None,

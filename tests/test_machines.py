@@ -120,6 +120,7 @@ def test_a_store_from_before_machines_gives_its_rows_to_the_machine_that_opens_i
 
 def test_the_nights_dream_runs_once_per_store_whichever_machine_comes_first(machines):
     from llmem.db.settings import get_setting
+    from llmem.db.visibility import store_author
     from llmem.dream.lock import SLOT_PREFIX, claim_scheduled_slot
 
     on, store = machines
@@ -128,4 +129,5 @@ def test_the_nights_dream_runs_once_per_store_whichever_machine_comes_first(mach
     assert claim_scheduled_slot(store.db, night, b) is None
     assert claim_scheduled_slot(store.db, night, a) == b  # a's run of the same minute skips
     assert claim_scheduled_slot(store.db, "2026-12-03T03:00+01:00", a) is None
-    assert get_setting(store.db, SLOT_PREFIX + night) is None  # older claims are dropped
+    key = f"{SLOT_PREFIX}{store_author(store.db) or ''}:{night}"
+    assert get_setting(store.db, key) is None  # older claims are dropped

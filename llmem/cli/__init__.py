@@ -34,6 +34,7 @@ COMMANDS = {
     "export": ("admin", "export"),
     "import": ("admin", "import_memories"),
     "import-native": ("admin", "import_native"),
+    "share": ("team", "share"),
     "metrics": ("admin", "metrics"),
     "embed": ("admin", "embed"),
     "doctor": ("admin", "doctor"),

@@ -266,6 +266,19 @@ def _key_projects_by_remote(db) -> None:
 
     rekey_projects(db)
 
+
+def _record_authors_and_visibility(db) -> None:
+    # Who wrote each memory and who may read it (a team's store, issue 23). A SQLite file is
+    # one user's: its author column stays null; every memory is private until shared.
+    # shared_project: the projects whose facts, decisions and procedures a user shares.
+    columns = {row[1] for row in db.execute_sql("PRAGMA table_info(memory)")}
+    if "author" not in columns:
+        db.execute_sql("ALTER TABLE memory ADD COLUMN author TEXT")
+    if "visibility" not in columns:
+        db.execute_sql("ALTER TABLE memory ADD COLUMN visibility TEXT NOT NULL DEFAULT 'private'")
+    db.execute_sql("CREATE TABLE IF NOT EXISTS shared_project (project TEXT NOT NULL, "
+                   "author TEXT NOT NULL DEFAULT '', shared_at REAL NOT NULL, PRIMARY KEY (project, author))")
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -286,6 +299,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0015_bulk_indexes", _bulk_indexes),
     ("0020_machines", _key_by_machine),
     ("0021_project_identity", _key_projects_by_remote),
+    ("0022_authors_visibility", _record_authors_and_visibility),
 ]
 
 

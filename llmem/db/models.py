@@ -27,6 +27,9 @@ RECALL_ORIGINS = ("search", "context", "mcp", "dream", "grounded")
 # The recalls a user (or their agent) asked for: context injection and dream re-surface
 # memories without anyone asking.
 USER_ORIGINS = ("search", "mcp")
+# The kinds of memory `llmem share PROJECT` opts into the team's memory: what the project
+# knows. Preferences, self-assessments, episodes and events stay their author's.
+SHAREABLE_TYPES = ("fact", "decision", "procedure")
 
 
 class JSONText(pw.TextField):
@@ -103,6 +106,12 @@ class Memory(BaseModel):
     version = pw.IntegerField(default=1)
     # Whose words the memory holds: user | agent | external (llmem/trust.py); set by every writer.
     trust = pw.TextField(default="agent")
+    # Who wrote it, as the database knows them (migration 0022): on a PostgreSQL store its
+    # role (the column's default, current_user, which row-level security checks); on a
+    # SQLite file, the file's one user (null). llmem never sets it: the database says it.
+    author = pw.TextField(null=True)
+    # private: its author's only | shared: everyone with access to the store (`llmem share`).
+    visibility = pw.TextField(default="private")
 
     class Meta:
         table_name = "memory"

@@ -194,7 +194,8 @@ def decay_rows(db, *, except_source: str | None = None) -> list[tuple]:
 
 
 # The memory columns an undo restores: everything but the keys.
-MEMORY_ROW_FIELDS = tuple(f.name for f in Memory._meta.sorted_fields if f.name not in ("seq", "id"))
+# The author is the database's to say (db/visibility.py), never restored or copied.
+MEMORY_ROW_FIELDS = tuple(f.name for f in Memory._meta.sorted_fields if f.name not in ("seq", "id", "author"))
 _MEMORY_ROW_SQL = ", ".join(f'"{Memory._meta.fields[name].column_name}"' for name in MEMORY_ROW_FIELDS)
 
 

@@ -95,6 +95,7 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
     model, dim = vec.index_state(db)
     result = LightResult(since=since, model=model)
     result.exact_duplicates = exact_duplicate_groups(db)
+    _keep_within_one_audience(store, result, {})
     if not model or not dim:
         result.skipped = (f"0 memories embedded: {_embed_hint(embedder_provider)}; "
                           "only exact duplicates were looked for")
@@ -162,6 +163,7 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
                               "same_type": bool(c_type[a_idx] == s_type[b_idx]),
                               "type": rows[b_idx][2], "project": rows[b_idx][3]}
     _leave_episodes_out(store, result, found)
+    _keep_within_one_audience(store, result, found)  # the pairs (the groups are split already)
     exact_members = {m for group in result.exact_duplicates for m in group}
     for _key, pair in sorted(found.items(), key=lambda kv: (-kv[1]["similarity"], kv[0])):
         entry = {k: pair[k] for k in ("a", "b", "similarity", "type", "project")}
@@ -182,6 +184,35 @@ def _episode_ids(store, ids: set[str]) -> set[str]:
         found.update(m for (m,) in Memory.select(Memory.id).where(
             Memory.id.in_(wanted[start:start + 500]) & (Memory.source == EPISODE_SOURCE)).tuples())
     return found
+
+
+def _audiences(store, ids: set[str]) -> dict[str, tuple]:
+    """Who may read each memory: ("shared",), or ("private", its author)."""
+    Memory = store.models.Memory
+    wanted, found = list(ids), {}
+    for start in range(0, len(wanted), 500):
+        for memory_id, visibility, author in Memory.select(Memory.id, Memory.visibility, Memory.author).where(
+                Memory.id.in_(wanted[start:start + 500])).tuples():
+            found[memory_id] = ("shared",) if visibility == "shared" else ("private", author)
+    return found
+
+
+def _keep_within_one_audience(store, result: LightResult, found: dict) -> None:
+    """A merge keeps one of the memories: never a private memory into a shared one (its text
+    would reach the team) nor one author's into another's. Links stay: they copy no text."""
+    involved = {m for group in result.exact_duplicates for m in group}
+    involved |= {pair[k] for pair in found.values() for k in ("a", "b")}
+    audience = _audiences(store, involved) if involved else {}
+    if len(set(audience.values())) < 2:
+        return
+    split: dict[tuple, list[str]] = {}
+    for group in result.exact_duplicates:
+        for memory_id in group:
+            split.setdefault((tuple(group), audience.get(memory_id)), []).append(memory_id)
+    result.exact_duplicates = [ids for ids in split.values() if len(ids) > 1]
+    for pair in found.values():
+        if audience.get(pair["a"]) != audience.get(pair["b"]):
+            pair["same_type"] = False  # not a merge candidate; a link at most
 
 
 def _leave_episodes_out(store, result: LightResult, found: dict) -> None:

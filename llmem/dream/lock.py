@@ -28,6 +28,7 @@ from ..db.settings import (
     get_setting,
     set_setting,
 )
+from ..db.visibility import store_author
 from ..errors import LlmemError
 from ..processes import process_identity, process_is, process_is_running
 from ..times import now, to_iso
@@ -189,10 +190,12 @@ def claim_scheduled_slot(db, slot: str, machine: str) -> str | None:
 
     Every machine sharing a store runs the periodic dream at the same scheduled minute; the
     lock alone lets a second one run once the first is done (a small store dreams in a
-    second), so the slot itself is claimed, and the night's dream runs once per store."""
-    key = SLOT_PREFIX + slot
+    second), so the slot itself is claimed, and the night's dream runs once per store and
+    user (on a team's store each user's dream sees their own private memories)."""
+    mine = f"{SLOT_PREFIX}{store_author(db) or ''}:"
+    key = mine + slot
     with db.atomic():
         if claim_setting(db, key, machine):
-            delete_settings_before(db, SLOT_PREFIX, key)
+            delete_settings_before(db, mine, key)
             return None
     return get_setting(db, key) or "another machine"

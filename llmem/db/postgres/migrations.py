@@ -190,6 +190,39 @@ def _key_by_machine(db) -> None:
                    "DROP CONSTRAINT watch_session_pkey, ADD PRIMARY KEY (machine, adapter, session_id)")
 
 
+# A memory's author is the database role that wrote it (the default, current_user, and the
+# insert policy's check); it reads its own memories and the shared ones, changes those, and
+# deletes only its own. The dream's journal holds memories' text (its before-images): an
+# entry is readable where its memory is, and by the role whose run wrote it. The vectors
+# (embedding, memory_vec) stay readable by every role: they hold no text, a search's nearest
+# seqs are read back through `memory`, which hides the others' private rows, and an index
+# rebuilt by one role must hold every memory's vector, not only those it may read.
+# FORCE: the tables' owner is a user too. A superuser bypasses all of it, as Postgres does.
+VISIBILITY = (
+    "ALTER TABLE memory ADD COLUMN author TEXT NOT NULL DEFAULT current_user",
+    "ALTER TABLE memory ADD COLUMN visibility TEXT NOT NULL DEFAULT 'private'",
+    "CREATE INDEX memory_author_visibility ON memory(author, visibility)",
+    "ALTER TABLE dream_action ADD COLUMN author TEXT NOT NULL DEFAULT current_user",
+    """CREATE TABLE shared_project (
+        project TEXT NOT NULL,
+        author TEXT NOT NULL DEFAULT current_user,
+        shared_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (project, author))""",
+    *(f"ALTER TABLE {table} {change} ROW LEVEL SECURITY"
+      for table in ("memory", "dream_action", "shared_project") for change in ("ENABLE", "FORCE")),
+    "CREATE POLICY memory_read ON memory FOR SELECT USING (author = current_user OR visibility = 'shared')",
+    "CREATE POLICY memory_add ON memory FOR INSERT WITH CHECK (author = current_user)",
+    "CREATE POLICY memory_change ON memory FOR UPDATE USING (author = current_user OR visibility = 'shared') "
+    "WITH CHECK (author = current_user OR visibility = 'shared')",
+    "CREATE POLICY memory_remove ON memory FOR DELETE USING (author = current_user)",
+    "CREATE POLICY journal_of_visible ON dream_action USING (author = current_user OR "
+    "EXISTS (SELECT 1 FROM memory m WHERE m.id = dream_action.memory_id)) WITH CHECK (author = current_user)",
+    "CREATE POLICY shared_projects_read ON shared_project FOR SELECT USING (true)",
+    "CREATE POLICY shared_projects_own ON shared_project USING (author = current_user) "
+    "WITH CHECK (author = current_user)",
+)
+
+
 def _key_projects_by_remote(db) -> None:
     from ..project_keys import rekey_projects
 
@@ -215,6 +248,9 @@ MIGRATIONS = [
     ("pg0006_machines", _key_by_machine),
     # The SQLite store's 0021_project_identity: projects keyed by their repository's remote.
     ("pg0007_project_identity", _key_projects_by_remote),
+    # The SQLite store's 0022_authors_visibility, enforced here by the server: row-level
+    # security shows each database role its own memories and the shared ones, even in psql.
+    ("pg0008_authors_visibility", _run(VISIBILITY)),
 ]
 
 # Held for the whole migration, so two machines opening a new store at once do not both
@@ -223,8 +259,11 @@ _MIGRATION_LOCK = 0x6C6C6D656D0001
 
 
 def applied_migrations(db) -> list[str]:
-    db.execute_sql("CREATE TABLE IF NOT EXISTS schema_migration ("
-                   "name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
+    # Asked first: CREATE ... IF NOT EXISTS needs the right to create in the schema even when
+    # the table is there, and a teammate's role has no such right on a team's store.
+    if not db.execute_sql("SELECT to_regclass('schema_migration') IS NOT NULL").fetchone()[0]:
+        db.execute_sql("CREATE TABLE IF NOT EXISTS schema_migration ("
+                       "name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
     return [row[0] for row in db.execute_sql("SELECT name FROM schema_migration ORDER BY applied_at, name")]
 
 

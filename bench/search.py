@@ -270,6 +270,8 @@ def main() -> None:
     store.close()
 
     # ---- fresh processes ----------------------------------------------------------------
+    if args.builtin:
+        builtin_search(args.memories, args.cli_runs, queries[:args.cli_runs])
     from fakes import FakeModelServer
 
     server = FakeModelServer(dim=args.dim).start()
@@ -304,8 +306,6 @@ def main() -> None:
     resident_search("llmem search (HTTP embed), resident alive", workdir, run, queries[:args.cli_runs],
                     start_floor)
     server.stop()
-    if args.builtin:
-        builtin_search(args.memories, args.cli_runs, queries[:args.cli_runs])
 
 
 def resident_search(label: str, home: Path, run, queries: list[str], start_floor: float) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -46,18 +47,24 @@ def prepare(home: Path, size: int) -> None:
     print(f"  built in {time.perf_counter() - started:.0f} s")
 
 
-def floor_ms(runs: int) -> float:
-    timings = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        timings.append((time.perf_counter() - started) * 1000)
-    return statistics.median(timings)
+def floor_ms() -> tuple[float, float]:
+    """(wall ms, CPU ms) of one `python -c pass`."""
+    cpu = children_cpu_ms()
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    return (time.perf_counter() - started) * 1000, children_cpu_ms() - cpu
 
 
-def spawn_to_first(query: str, env: dict) -> tuple[float, float]:
-    """(ms to initialised, ms to the first search result), from the spawn."""
+def children_cpu_ms() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (used.ru_utime + used.ru_stime) * 1000
+
+
+def spawn_to_first(query: str, env: dict) -> tuple[float, float, float]:
+    """(ms to initialised, ms to the first search result, from the spawn; and the CPU ms the
+    server used in all, from its start to its exit after that one search)."""
     with open(os.devnull, "w") as errlog:
+        cpu = children_cpu_ms()
         started = time.perf_counter()
         client = McpClient(env, errlog=errlog).start()
         try:
@@ -66,7 +73,7 @@ def spawn_to_first(query: str, env: dict) -> tuple[float, float]:
             first = time.perf_counter()
         finally:
             client.close()
-    return (initialised - started) * 1000, (first - started) * 1000
+    return (initialised - started) * 1000, (first - started) * 1000, children_cpu_ms() - cpu
 
 
 def warm_searches(queries: list[str], env: dict) -> list[float]:
@@ -108,17 +115,21 @@ def measure(size: int, spawns: int, searches: int) -> dict:
     rng = random.Random(7)
     queries = [" ".join(rng.choices(WORDS, k=3)) for _ in range(spawns + searches)]
     spawn_to_first(queries[0], env)  # page cache, .pyc files
-    floors, inits, firsts = [], [], []
+    floors, floor_cpus, inits, firsts, cpus = [], [], [], [], []
     for n in range(spawns):  # the floor interleaved: the machine's load moves
-        floors.append(floor_ms(1))
-        initialised, first = spawn_to_first(queries[n], env)
+        wall, cpu = floor_ms()
+        floors.append(wall)
+        floor_cpus.append(cpu)
+        initialised, first, cpu = spawn_to_first(queries[n], env)
         inits.append(initialised)
         firsts.append(first)
+        cpus.append(cpu)
     warm = warm_searches(queries[spawns:], env)
     local = in_process_searches(queries[spawns:])
     return {"size": size, "floor": statistics.median(floors), "init": statistics.median(inits),
             "first": statistics.median(firsts), "warm": statistics.median(warm),
-            "local": statistics.median(local)}
+            "local": statistics.median(local), "cpu": statistics.median(cpus),
+            "floor_cpu": statistics.median(floor_cpus)}
 
 
 def main() -> None:
@@ -147,6 +158,10 @@ def main() -> None:
         print(f"{row['size']:>9} {row['floor']:>15.1f} {row['init']:>11.1f} ({row['init'] / row['floor']:4.1f}×) "
               f"{row['first']:>11.1f} ({row['first'] / row['floor']:4.1f}×) {row['warm']:>12.1f} "
               f"{row['local']:>11.1f} {row['warm'] / row['local']:>6.2f}×")
+    print("\nCPU of the server from its start to its exit after the first result (user+sys ms), "
+          "beside `python -c pass`'s")
+    for row in rows:
+        print(f"{row['size']:>9} {row['floor_cpu']:>15.1f} {row['cpu']:>11.1f} ({row['cpu'] / row['floor_cpu']:4.1f}×)")
 
 
 if __name__ == "__main__":

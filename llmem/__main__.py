@@ -91,9 +91,17 @@ def skip_unused_drivers(args: list[str]) -> list[str]:
     if command not in _LEAN_COMMANDS:
         return []
     try:
+        import logging
+
         from llmem.config import load_config
 
-        config = load_config(config_path)
+        # Its warnings (an unknown key) are the CLI's to say, once, when it loads the config.
+        config_log = logging.getLogger("llmem.config")
+        was_disabled, config_log.disabled = config_log.disabled, True
+        try:
+            config = load_config(config_path)
+        finally:
+            config_log.disabled = was_disabled
         on_server = {"store": isinstance(config.store_location, str),
                      "queue": bool(config.values["queue"]["url"])}
     except Exception:

@@ -193,3 +193,11 @@ def test_a_search_the_resident_cannot_answer_runs_in_process(embedded_store):
         served.stop()
     assert done.returncode == 2 and "click" in imported
     assert both.returncode == 2 and "exclude each other" in both.stderr
+
+
+def test_a_config_warning_is_said_once(configure):
+    """The entry point reads the config to choose the drivers; the CLI says what is wrong in it."""
+    configure("embedding:\n  provider: none\nbogus_key: 1\n")
+    done, _ = imports_of(["search", "anything", "--fts-only", "--no-track"])
+    said = [line for line in done.stderr.splitlines() if "bogus_key" in line]
+    assert done.returncode == 0 and len(said) == 1 and said[0].startswith("llmem: WARNING:"), said

@@ -205,15 +205,15 @@ def main() -> None:
     print(f"  build                        {time.perf_counter() - started:8.2f} s "
           f"({db_path.stat().st_size / 2**20:.0f} MiB)")
     config = make_config(tmp)
-    cfg = config.values["dream"]
+    cfg = config.dream
     store = Store.open(db_path)
     trace = not args.no_trace
     figures = {}
 
     light, figures["light"], peak_light = measure(
         "light (incremental)",
-        lambda: find_candidates(store, similarity_threshold=cfg["similarity_threshold"],
-                                auto_link_threshold=cfg["auto_link_threshold"], since=watermark), trace)
+        lambda: find_candidates(store, similarity_threshold=cfg.similarity_threshold,
+                                auto_link_threshold=cfg.auto_link_threshold, since=watermark), trace)
     print(f"    changed {light.changed}, compared with {light.compared_with}: "
           f"{len(light.near_duplicates)} near-duplicate pairs, {len(light.auto_links)} auto-links, "
           f"{len(light.exact_duplicates)} exact groups")

@@ -41,7 +41,7 @@ class App:
         from .redact import Redactor
         from .store import Store
 
-        redactor = Redactor.from_section(self.config.values["redaction"])
+        redactor = Redactor.from_section(self.config.redaction)
         try:
             return Store.open(self.config.store_location, redactor=redactor)
         except StoreError as exc:
@@ -81,10 +81,10 @@ class App:
         (an unset `--limit` takes search.limit)."""
         from .search import SearchOptions
 
-        section = self.config.values["search"]
-        configured = {"limit": section["limit"], "rrf_k": section["rrf_k"],
-                      "candidate_multiplier": section["candidate_multiplier"],
-                      "blend": section["rerank_blend"], "min_relevance": section["min_relevance"]}
+        section = self.config.search
+        configured = {"limit": section.limit, "rrf_k": section.rrf_k,
+                      "candidate_multiplier": section.candidate_multiplier,
+                      "blend": section.rerank_blend, "min_relevance": section.min_relevance}
         return SearchOptions(**configured | {k: v for k, v in chosen.items() if v is not None})
 
     def close(self) -> None:

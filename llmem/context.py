@@ -186,7 +186,7 @@ def relevant_memories(app, query: str, project: str | None, limit: int = 15) -> 
 
     store = app.store
     has_vectors = vec.index_state(store.db)[0] is not None
-    embedding_on = app.config.values["embedding"]["provider"] != "none"
+    embedding_on = app.config.embedding.provider != "none"
     # No vector was ever stored: the query embedding would be wasted time (and a network
     # call on every session start), so search with FTS alone.
     searcher = app.searcher() if (has_vectors and embedding_on) else Searcher(store, None)
@@ -377,7 +377,7 @@ def assemble_context(app, session_id: str | None = None, *, compacting: bool = F
                      max_tokens: int | None = None, project: str | None = None,
                      adapter_name: str | None = None) -> ContextBlock:
     """Build the context block and report what is in it (see build_context)."""
-    max_tokens = int(max_tokens or app.config.values["context"]["max_tokens"])
+    max_tokens = int(max_tokens or app.config.context.max_tokens)
     view = read_session(app, session_id, adapter_name)
     project = project or view.project
     at = now()

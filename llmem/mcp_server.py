@@ -210,7 +210,7 @@ class MemoryTools:
         return _fit_memories(items, _budget_chars(max_tokens))
 
     def context(self, project: str | None = None, max_tokens: int | None = None) -> str:
-        configured = self.app.config.values["context"]["max_tokens"]
+        configured = self.app.config.context.max_tokens
         budget = max_tokens or min(configured, MAX_TOKENS)
         return assemble_context(self.app, None, project=self._project(project),
                                 max_tokens=budget).text

@@ -446,11 +446,11 @@ class Redactor:
     patterns: tuple[str, ...] = ()
 
     @classmethod
-    def from_section(cls, section: dict | None) -> Redactor:
+    def from_section(cls, section) -> Redactor:
         """The redactor of a `redaction:` config section (None: built-in patterns, enabled)."""
         if section is None:
             return cls()
-        return cls(bool(section.get("enabled", True)), tuple(section.get("patterns") or ()))
+        return cls(section.enabled, section.patterns)
 
     def text(self, value: str) -> str:
         if not self.enabled or not value or not isinstance(value, str):

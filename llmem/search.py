@@ -78,8 +78,6 @@ SUPERSEDED_FACTOR = 0.6
 # a new decision on one subject 0.67-0.88, two distinct memories of one project and type ≤ 0.70.
 CONFLICT_COSINE = 0.75
 CONFLICT_BAND = 0.25
-# Below this relevance a hit is noise, for the consumers that must say "nothing" instead.
-DEFAULT_MIN_RELEVANCE = 0.35
 
 
 @dataclass

@@ -66,6 +66,15 @@ class PostgresServer:
         return subprocess.run([str(self.bin / "pg_ctl"), "-D", str(self.data), *args], user=self.user,
                               capture_output=True, text=True, timeout=timeout)
 
+    def start(self) -> None:
+        """Start the server on its data folder and port (again, after `stop`)."""
+        started = self._pg_ctl("-w", "-t", "60", "-l", str(self.data / "server.log"),
+                               "-o", f"-h 127.0.0.1 -p {self.port} -k {self.data} -F -c max_connections=200",
+                               "start", timeout=90)
+        if started.returncode:
+            log = (self.data / "server.log").read_text(errors="replace")[-800:] if (self.data / "server.log").exists() else ""
+            raise RuntimeError(f"postgres did not start: {started.stderr.strip()} {log}")
+
     def stop(self) -> None:
         self._pg_ctl("-w", "-m", "immediate", "stop")
 
@@ -118,12 +127,7 @@ def start_postgres() -> PostgresServer:
     if init.returncode:
         raise RuntimeError(f"initdb failed: {init.stderr.strip()[-500:]}")
     server = PostgresServer(data, free_port(), bin_dir, user)
-    started = server._pg_ctl("-w", "-t", "60", "-l", str(data / "server.log"),
-                             "-o", f"-h 127.0.0.1 -p {server.port} -k {data} -F -c max_connections=200",
-                             "start", timeout=90)
-    if started.returncode:
-        log = (data / "server.log").read_text(errors="replace")[-800:] if (data / "server.log").exists() else ""
-        raise RuntimeError(f"postgres did not start: {started.stderr.strip()} {log}")
+    server.start()
     return server
 
 

@@ -242,9 +242,10 @@ def test_auto_picks_claude_when_only_its_projects_folder_exists(config_dir, tmp_
     from llmem.adapters import detect_adapter, get_adapter
 
     nothing = tmp_path / "nothing"
-    assert detect_adapter(nothing, nothing, config_dir) == "claude"
-    assert detect_adapter(nothing, nothing, nothing) == "none"
-    assert get_adapter("auto", claude_dir=config_dir).name == "claude"
+    projects = config_dir / "projects"
+    assert detect_adapter({"opencode": nothing, "copilot": nothing, "claude": projects}) == "claude"
+    assert detect_adapter({"opencode": nothing, "copilot": nothing, "claude": nothing}) == "none"
+    assert get_adapter("auto", {"claude": projects}).name == "claude"
     with pytest.raises(AdapterError, match="config folder"):
         get_adapter("claude")
 

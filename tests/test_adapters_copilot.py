@@ -12,7 +12,6 @@ from llmem.adapters import (
     CopilotAdapter,
     InvalidSessionId,
     SessionNotFound,
-    get_adapter,
 )
 from llmem.adapters.base import TOOL_OUTPUT_CAP
 from llmem.adapters.copilot import (
@@ -238,9 +237,7 @@ def test_missing_session(adapter):
 
 def test_share_markdown_is_the_fallback_without_session_state(home):
     shutil.rmtree(home / "session-state" / DONE)
-    adapter = get_adapter(
-        "copilot", copilot_state_dir=home / "session-state", copilot_share_dir=home
-    )
+    adapter = CopilotAdapter(home / "session-state", home)
     transcript = adapter.read_transcript(DONE)
     assert transcript.source_path.endswith(f"copilot-session-{DONE}.md")
     assert [(m.role, m.kind) for m in transcript.messages] == [

@@ -379,20 +379,20 @@ def test_detect_and_get_adapter(tmp_path, data_dir):
     legacy_only = tmp_path / "legacy"
     (legacy_only / "storage").mkdir(parents=True)
 
-    assert detect_adapter(data_dir, copilot_state) == "opencode"
-    assert detect_adapter(legacy_only, copilot_state) == "opencode"
-    assert detect_adapter(empty, copilot_state) == "copilot"
-    assert detect_adapter(empty, empty) == "none"
-    assert detect_adapter(None, None) == "none"
+    assert detect_adapter({"opencode": data_dir, "copilot": copilot_state}) == "opencode"
+    assert detect_adapter({"opencode": legacy_only, "copilot": copilot_state}) == "opencode"
+    assert detect_adapter({"opencode": empty, "copilot": copilot_state}) == "copilot"
+    assert detect_adapter({"opencode": empty, "copilot": empty}) == "none"
+    assert detect_adapter({"opencode": None, "copilot": None}) == "none"
 
-    paths = {"opencode_data_dir": empty, "copilot_state_dir": copilot_state}
-    assert get_adapter("auto", **paths).name == "copilot"
-    assert get_adapter("opencode", **paths).name == "opencode"
+    paths = {"opencode": empty, "copilot": copilot_state}
+    assert get_adapter("auto", paths).name == "copilot"
+    assert get_adapter("opencode", paths).name == "opencode"
     none = get_adapter("none")
     assert none.list_sessions() == []
     with pytest.raises(NoTranscript, match="no_transcript"):
         none.read_transcript(MAIN)
     with pytest.raises(AdapterError, match="unknown session adapter 'windsurf'.*auto, opencode"):
-        get_adapter("windsurf", **paths)
+        get_adapter("windsurf", paths)
     with pytest.raises(AdapterError, match="needs"):
         get_adapter("copilot")

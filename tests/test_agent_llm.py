@@ -74,7 +74,7 @@ def ask_once(agent: str) -> None:
     """One call through a fresh App (the config was just rewritten for `agent`)."""
     application = App()
     try:
-        assert application.config.values["llm"]["agent"] == agent
+        assert application.config.llm.agent == agent
         ask(application)
     finally:
         application.close()
@@ -144,7 +144,7 @@ def test_llm_model_is_no_agent_model_but_an_explicit_one_is_passed(agents, confi
     the agent is not asked for `llama3.1:8b`."""
     agents["claude"].answer('{"items": []}')
     agent_config(configure, "claude")
-    for model in (app.config.values["llm"]["model"], "haiku"):
+    for model in (app.config.llm.model, "haiku"):
         llm = make_llm(app.config, model=model, store=app.store)
         try:
             llm.chat_json(MESSAGES, SCHEMA, task="dream_diary")
@@ -155,7 +155,7 @@ def test_llm_model_is_no_agent_model_but_an_explicit_one_is_passed(agents, confi
 
 
 def test_the_agent_is_off_by_default_and_a_wrong_agent_name_is_a_config_error(configure):
-    assert load_config().values["llm"]["provider"] != "agent"
+    assert load_config().llm.provider != "agent"
     configure("llm:\n  provider: agent\n  agent: gemini\n")
     with pytest.raises(ConfigError, match="llm.agent"):
         load_config()

@@ -24,13 +24,13 @@ FIXTURES = Path(__file__).parent / "fixtures" / "architecture"
 # Units: each top-level module or package of llmem, workers, and the `__main__` entry
 # points. Lowest first; a unit imports only units of lower layers, never one of its own.
 LAYERS = [
-    ("__init__", "errors", "times", "processes", "redact", "text", "tokens", "trust"),
+    ("__init__", "errors", "times", "processes", "redact", "text", "tokens", "trust", "svg"),
     ("paths", "hookclient"),
-    ("config", "logconfig", "machine"),
+    ("config", "logconfig", "logreader", "machine"),
     ("db", "adapters"),
     ("store", "cursors"),
     ("providers",),
-    ("vectors", "search", "exchange"),
+    ("vectors", "search", "exchange", "transfer"),
     ("memories",),
     ("capture", "app"),
     ("context", "dream"),
@@ -284,3 +284,27 @@ def test_a_reader_loads_no_other_agents_reader(reader):
             "if 'llmem.adapters.' + m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# A config section read as a dict: `config.values["dream"]["x"]`, `app.config.values.get("llm")`.
+CONFIG_AS_DICT = re.compile(r"""\bconfig\.values\b|\.values(\[["']|\.get\()""")
+
+
+def test_config_is_read_through_its_typed_sections():
+    """Every module and test reads `config.dream.report_path` (llmem/config.py builds the typed,
+    expanded sections once): a dict read skips the path expansion and the type."""
+    offenders = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+                 for folder in ("llmem", "workers", "bench", "tests") for path in sorted((ROOT / folder).rglob("*.py"))
+                 if path not in (ROOT / "llmem" / "config.py", Path(__file__).resolve())
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if CONFIG_AS_DICT.search(line)]
+    assert offenders == []
+
+
+def test_systemctl_is_run_in_one_place():
+    """`setup/systemd.py` `systemctl` runs it (PATH check, time-out, errors as LlmemError)."""
+    runs = [f"{path.relative_to(ROOT)}:{number}"
+            for path in sorted((ROOT / "llmem").rglob("*.py")) if path != ROOT / "llmem/setup/systemd.py"
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if re.search(r"""\[\s*["']systemctl["']""", line)]
+    assert runs == []

@@ -77,7 +77,7 @@ def test_undo_through_the_bulk_path_restores_each_row_and_bumps_its_version(home
 
 def test_the_pages_top_candidates_and_counts_are_those_of_scoring_every_one(home):
     store, config = open_store(home)
-    cfg = config.values["dream"]
+    cfg = config.dream
     rnd = random.Random(5)
     for i in range(90):
         memory = add(store, f"memory {i} on topic {rnd.choice('abcdefgh')} with words {i * 7}", age_days=30)

@@ -4,7 +4,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmem.config import defaults, load_config, render_example, validate_mapping
+from llmem.config import (
+    SCHEMA,
+    Config,
+    defaults,
+    load_config,
+    render_example,
+    section_type,
+    validate_mapping,
+)
 from llmem.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,8 +36,8 @@ def test_defaults_without_a_file_and_paths_follow_llmem_home(llmem_home):
     assert config.db_path == llmem_home / "memory.db"
     assert config.queue_path == llmem_home / "queue.db"
     assert config.diary_path == llmem_home / "dream-diary.md"
-    assert config.values["search"]["rrf_k"] == 60
-    assert config.values["dream"]["similarity_threshold"] == 0.92
+    assert config.search.rrf_k == 60
+    assert config.dream.similarity_threshold == 0.92
 
 
 def test_xdg_defaults_without_llmem_home(monkeypatch, tmp_path):
@@ -46,7 +54,7 @@ def test_unknown_key_warns_and_is_ignored(configure):
     config = load_config()
     assert any("search.limti" in w for w in config.warnings)
     assert any("'bogus'" in w for w in config.warnings)
-    assert config.values["search"]["limit"] == 10
+    assert config.search.limit == 10
 
 
 @pytest.mark.parametrize("text, key, allowed", [
@@ -107,11 +115,11 @@ def test_init_creates_private_files_and_is_idempotent(cli, llmem_home, configure
 def test_parsed_copy_follows_every_edit(configure, llmem_home):
     for limit in (7, 8, 9):  # same size, written within the same clock tick
         configure(f"search:\n  limit: {limit}\n")
-        assert load_config().values["search"]["limit"] == limit
+        assert load_config().search.limit == limit
     cache = llmem_home / ".config.yaml.parsed.json"
     assert cache.exists() and stat.S_IMODE(cache.stat().st_mode) == 0o600
     cache.write_text("{broken")
-    assert load_config().values["search"]["limit"] == 9
+    assert load_config().search.limit == 9
 
 
 @pytest.mark.parametrize("text, key", [
@@ -140,7 +148,7 @@ def test_non_finite_and_huge_numbers_are_rejected_naming_the_key(configure, text
 def test_base_urls_accept_only_http_and_https(configure, url, accepted):
     configure(f"embedding:\n  base_url: '{url}'\nllm:\n  base_url: '{url}'\n")
     if accepted:
-        assert load_config().values["llm"]["base_url"] == url
+        assert load_config().llm.base_url == url
     else:
         with pytest.raises(ConfigError, match="embedding.base_url"):
             load_config()
@@ -180,3 +188,100 @@ def test_config_check_leaves_a_shared_folder_as_it_was(cli, tmp_path):
     assert code == 0, err
     assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
     assert [p.name for p in shared.iterdir()] == ["c.yaml"]  # no parsed copy beside it
+
+
+def _path_keys(schema=SCHEMA, prefix=""):
+    for key, spec in schema.items():
+        if isinstance(spec, dict):
+            yield from _path_keys(spec, f"{prefix}{key}.")
+        elif spec.kind == "path":
+            yield f"{prefix}{key}"
+
+
+def _read(config, dotted):
+    value = config
+    for name in dotted.split("."):
+        value = getattr(value, name)
+    return value
+
+
+def _nested(dotted, value):
+    *sections, key = dotted.split(".")
+    tree = {key: value}
+    for name in reversed(sections):
+        tree = {name: tree}
+    return tree
+
+
+@pytest.mark.parametrize("dotted", list(_path_keys()))
+def test_every_path_key_expands_home_llmem_home_and_variables(dotted, configure, llmem_home, tmp_path,
+                                                              monkeypatch):
+    monkeypatch.setenv("LLMEM_TEST_DIR", str(tmp_path / "elsewhere"))
+    for written, expected in [("$LLMEM_HOME/x", llmem_home / "x"), ("~/x", tmp_path / "user-home" / "x"),
+                              ("${LLMEM_TEST_DIR}/x", tmp_path / "elsewhere" / "x")]:
+        configure(yaml.safe_dump(_nested(dotted, written)))
+        config = load_config()
+        assert _read(config, dotted) == expected, (dotted, written)
+        shown = config.as_dict()
+        for name in dotted.split("."):
+            shown = shown[name]
+        assert shown == written  # `config show` prints the file's own text
+
+
+def test_standard_locations_fill_null_paths_and_store_url_names_the_sqlite_file(configure, llmem_home,
+                                                                                tmp_path):
+    config = load_config()
+    assert config.pipeline.queue_path == config.queue_path == llmem_home / "queue.db"
+    assert config.logging.dir == config.log_dir == llmem_home / "logs"
+    assert config.dream.diary_path == config.diary_path == llmem_home / "dream-diary.md"
+    assert config.dream.report_path is None
+    configure(f"store:\n  url: sqlite://{tmp_path}/elsewhere.db\ndb_path: $LLMEM_HOME/ignored.db\n")
+    config = load_config()
+    assert config.db_path == config.store_location == tmp_path / "elsewhere.db"
+
+
+def test_sections_are_frozen_typed_and_their_defaults_match_the_schema(llmem_home):
+    import dataclasses
+
+    config = load_config()
+    assert Config() == config  # a section made without a file is the defaults, paths expanded
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.dream.report_path = "/tmp/x"  # type: ignore[misc]
+    assert section_type("session.claude") is type(config.session.claude)
+    assert config.capture.episode_roles == ("user", "assistant")
+    assert isinstance(config.session.copilot.share_dir, Path)
+    assert section_type("dream")().schedule == SCHEMA["dream"]["schedule"].default
+    hints = {f.name: f.type for f in dataclasses.fields(section_type("dream"))}
+    assert hints["decay_interval_days"] is int and hints["auto_link_threshold"] == float | None
+    changed = dataclasses.replace(config.dream, min_score=0.1)
+    assert changed.min_score == 0.1 and changed != config.dream and config.dream.min_score == 0.6
+    assert hash(config) == hash(load_config()) and "min_score=0.6" in repr(config.dream)
+    with pytest.raises(TypeError, match="no field min_scor"):
+        section_type("dream")(min_scor=1)
+
+
+def test_with_values_validates_like_the_file(configure):
+    configure("search:\n  limit: 7\n")
+    config = load_config()
+    changed = config.with_values({"search": {"rrf_k": 30}, "dream": {"report_path": "$LLMEM_HOME/r.html"}})
+    assert (changed.search.limit, changed.search.rrf_k) == (7, 30)
+    assert changed.dream.report_path.name == "r.html" and "$" not in str(changed.dream.report_path)
+    assert config.search.rrf_k == 60  # the original is untouched
+    with pytest.raises(ConfigError, match="'search.limit'"):
+        config.with_values({"search": {"limit": 0}})
+
+
+def test_config_show_prints_the_values_as_written_with_passwords_masked(cli, configure):
+    configure("dream:\n  report_path: $LLMEM_HOME/r.html\nqueue:\n  url: redis://:hunter2@127.0.0.1:6379/0\n")
+    code, out, err = cli("config", "show", "--json")
+    assert code == 0, err
+    import json
+
+    shown = json.loads(out)
+    assert shown["values"]["dream"]["report_path"] == "$LLMEM_HOME/r.html"
+    assert shown["values"]["logging"]["dir"] is None
+    assert "hunter2" not in out and shown["values"]["queue"]["url"].startswith("redis://")
+    assert yaml.safe_load(render_example(values=shown["values"] | {"queue": {"url": None}}))["dream"] == \
+        {**defaults()["dream"], "report_path": "$LLMEM_HOME/r.html"}
+    code, out, _ = cli("config", "show")
+    assert code == 0 and "report_path: $LLMEM_HOME/r.html" in out

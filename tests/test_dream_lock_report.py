@@ -212,3 +212,38 @@ def test_the_confidence_histogram_axis_labels_never_overlap():
     spans.sort()
     assert spans[0][0] >= 0 and spans[-1][1] <= width
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))
+
+
+def test_a_report_path_naming_llmem_home_is_written_there(home, tmp_path, monkeypatch):
+    """dream.report_path expands ~ and $VARIABLES as every other path key does: the report of an
+    applied run lands in $LLMEM_HOME, not in a folder literally named `$LLMEM_HOME`."""
+    monkeypatch.chdir(tmp_path)
+    store, _ = open_store(home, "dream:\n  report_path: $LLMEM_HOME/reports/report.html\n")
+    store.close()
+    reports = home / "reports"
+    reports.mkdir()
+    code, out, err = run_cli("dream", "--apply")
+    assert code == 0, err
+    assert (reports / "report.html").is_file()
+    assert not (tmp_path / "$LLMEM_HOME").exists()
+
+
+def test_a_long_report_legend_wraps_inside_the_chart_instead_of_overlapping():
+    import re
+
+    from llmem.dream.report import grouped_chart
+
+    names = ["error rate before the insight", "error rate after the insight", "sessions counted"]
+    svg = grouped_chart(["NULL_SAFETY", "TESTS"], [(name, [1, 2]) for name in names], "Calibration")
+    width = int(re.search(r'<svg[^>]* width="(\d+)"', svg).group(1))
+    height = float(re.search(r'<svg[^>]* height="([\d.]+)"', svg).group(1))
+    char = 7.5  # pixels per character of the report's 12px chart text, generously
+    rows: dict[str, list[tuple[float, float]]] = {}
+    for x, y, text in re.findall(r'<text x="([\d.]+)" y="([\d.]+)">([^<]+)</text>', svg):
+        if text in names:
+            assert float(x) + char * len(text) <= width and float(y) <= height, text
+            rows.setdefault(y, []).append((float(x), float(x) + char * len(text)))
+    assert sum(len(row) for row in rows.values()) == len(names)
+    for row in rows.values():
+        row.sort()
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(row, row[1:], strict=False))

@@ -182,7 +182,7 @@ def test_promotion_counts_only_user_recalls(env):
     recall(store, by_context, ["dream"], origin="dream")
     by_user = add(store, "the staging URL is https://staging.example.test; log in with the VPN profile ops")
     recall(store, by_user, ["staging url", "vpn profile", "staging login", "staging url"], days_ago=[0, 1, 2, 3])
-    ranked = {c.memory_id: c for c in candidates(store, config.values["dream"],
+    ranked = {c.memory_id: c for c in candidates(store, config.dream,
                                                  memory_ids=[by_context.id, by_user.id])}
     assert ranked[by_context.id].recalls == 0 and ranked[by_context.id].excluded_recalls == 9
     assert not ranked[by_context.id].passes
@@ -198,7 +198,7 @@ def test_promotion_gates(home):
     store, config = open_store(home, "dream:\n  min_recall_count: 5\n")
     memory = add(store, "use uv to manage the python environments of this project")
     recall(store, memory, ["uv", "python env", "venv"], days_ago=[0, 1, 2])
-    (c,) = candidates(store, config.values["dream"], memory_ids=[memory.id])
+    (c,) = candidates(store, config.dream, memory_ids=[memory.id])
     assert c.gates["min_recall_count"]["passed"] is False and c.gates["min_unique_queries"]["passed"]
     assert c.verdict == "hold: fails min_recall_count"
     assert abs(sum(v["contribution"] for v in c.as_dict()["signals"].values()) - c.score) < 1e-3
@@ -279,7 +279,7 @@ def test_heuristic_guesses_from_one_session_make_no_insight_promotion_or_lesson(
     assert not config.paths.proposed_changes_path.exists()
     assert not Memory.select().where(Memory.type == "procedure").exists()
     assert outcome.deep.promote == []
-    (held,) = candidates(store, config.values["dream"], memory_ids=[guesses[0].id])
+    (held,) = candidates(store, config.dream, memory_ids=[guesses[0].id])
     assert held.verdict == "hold: fails evidence" and held.gates["min_recall_count"]["passed"]
     assert Memory.get(Memory.id == guesses[0].id).promoted_at is None
     assert lessons(store, None, now()) == []
@@ -324,7 +324,7 @@ def test_nothing_is_promoted_or_proposed_from_untrusted_origins_alone(env):
     for memory in (planted, trusted):
         recall(store, memory, ["release steps", "before release", "release script", "tagging"],
                days_ago=[0, 1, 2, 3])
-    ranked = {c.memory_id: c for c in candidates(store, config.values["dream"],
+    ranked = {c.memory_id: c for c in candidates(store, config.dream,
                                                  memory_ids=[planted.id, trusted.id])}
     assert ranked[trusted.id].passes
     assert ranked[planted.id].gates["trusted_origin"]["passed"] is False

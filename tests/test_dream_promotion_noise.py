@@ -71,7 +71,7 @@ def test_the_same_query_repeated_in_one_day_counts_once_and_days_count_apart(hom
         for hours in (0, 3, 6):
             RecallEvent.create(memory=memory.id, query_hash="same", rank=1, score=0.8, origin="search",
                                created_at=at - day * DAY - hours * 3600)
-    [c] = candidates(store, config.values["dream"], memory_ids=[memory.id])
+    [c] = candidates(store, config.dream, memory_ids=[memory.id])
     assert (c.searches, c.recalls, c.unique_queries, c.recall_days) == (6, 2, 1, 2)
     store.close()
 
@@ -81,7 +81,7 @@ def test_context_and_dream_recalls_do_not_count(home):
     memory = add(store, "the VPN profile is named corp-west")
     recall(store, memory, ["a", "b", "c"], origin="context", days_ago=[0, 1, 2])
     recall(store, memory, ["d"], origin="dream")
-    [c] = candidates(store, config.values["dream"], memory_ids=[memory.id])
+    [c] = candidates(store, config.dream, memory_ids=[memory.id])
     assert (c.recalls, c.excluded_recalls) == (0, 4)
     store.close()
 
@@ -121,7 +121,7 @@ def test_memory_md_lines_are_cut_to_the_configured_budget_and_show_a_lesson(home
 
 def test_deep_skips_candidates_changed_invalidated_or_deleted_since_ranking(home):
     store, config = open_store(home)
-    cfg = config.values["dream"]
+    cfg = config.dream
     kept = add(store, "the docs site is built with mkdocs material")
     edited = add(store, "the api listens on port 8080 behind nginx")
     invalid = add(store, "the queue is redis streams")
@@ -149,7 +149,7 @@ def test_a_planned_deep_promotion_of_a_memory_edited_since_is_skipped(home):
     store, config = open_store(home)
     memory = add(store, "the cache is memcached on port 11211")
     recall(store, memory, ["cache", "memcached port", "cache host"], days_ago=[2, 1, 0])
-    deep = plan_deep(store, config.values["dream"], near_duplicates=[], exact_duplicates=[], auto_links=[],
+    deep = plan_deep(store, config.dream, near_duplicates=[], exact_duplicates=[], auto_links=[],
                      stale_ids=set(), phase_hits={})
     [action] = [a for a in deep.actions if a.kind == "promote"]
     store.update(memory.id, content="the cache is redis on port 6379")

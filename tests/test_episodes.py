@@ -407,7 +407,7 @@ def test_the_dream_never_merges_or_promotes_an_episode(configure, state_dir, mod
             for query in range(4):
                 RecallEvent.create(memory=episode.id, query_hash=f"q{query}", rank=1, score=0.95, origin="search",
                                    created_at=now() - day * 86400 - query * 3600)
-        (candidate,) = candidates(application.store, application.config.values["dream"], memory_ids=[episode.id])
+        (candidate,) = candidates(application.store, application.config.dream, memory_ids=[episode.id])
         assert not candidate.gates["typed"]["passed"] and not candidate.passes
         assert candidate.verdict.startswith("hold")
     finally:

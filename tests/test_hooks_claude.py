@@ -16,9 +16,11 @@ from fakes import wait_until
 from session_writers import ClaudeSession, copilot_session
 from test_pipeline import events, run_cli, start, stop, wait_started
 
+from llmem.adapters.registry import get_agent
 from llmem.app import App
-from llmem.cli.session import CLAUDE_CONTEXT_CHARS
 from llmem.store import Store
+
+CLAUDE_CONTEXT_CHARS = get_agent("claude").context_cap
 
 FIXTURE = Path(__file__).parent / "fixtures" / "claude"
 SESSION = "4f1c8e2a-9b3d-4e6f-a1c2-7d8e9f0a1b2c"

@@ -15,8 +15,10 @@ import pytest
 from session_writers import CodexRollout, uuid7
 from test_hooks import BASE, one_line, seed
 
+from llmem.adapters.registry import get_agent
 from llmem.app import App
-from llmem.cli.session import CODEX_CONTEXT_CHARS
+
+CODEX_CONTEXT_CHARS = get_agent("codex").context_cap
 
 PROJECT = "/work/acme"
 

@@ -162,7 +162,7 @@ def test_search_lists_one_line_per_hit_and_records_mcp_recalls(served, app):
     origins = [e.origin for e in RecallEvent.select().where(RecallEvent.memory == full_id)]
     assert origins == ["mcp"]
     # Promotion counts it as the user's own recall.
-    [scored] = candidates(app.store, app.config.values["dream"], memory_ids=[full_id])
+    [scored] = candidates(app.store, app.config.dream, memory_ids=[full_id])
     assert (scored.recalls, scored.excluded_recalls) == (1, 0)
 
 

@@ -247,3 +247,19 @@ def test_a_server_older_than_llmem_supports_is_named(cli, configure, servers, mo
     code, _, err = cli("list")
     assert code == 1 and "runs PostgreSQL 18." in err and "upgrade the server" in err
     no_password(err)
+
+
+@backend
+def test_a_connection_the_server_dropped_is_opened_again_for_the_next_statement(servers):
+    """A long-lived process (llmem run) outlives a server restart: the statement after the
+    drop runs on a new connection instead of failing with "the connection is closed" for ever."""
+    from llmem.store import Store
+
+    url = servers.fresh_database()
+    with Store.open(url) as store:
+        store.add("before the server went away")
+        database = url.rsplit("/", 1)[1]
+        servers.postgres().psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                f"WHERE datname = '{database}' AND pid <> pg_backend_pid()")
+        store.add("after it came back")
+        assert store.models.Memory.select().count() == 2

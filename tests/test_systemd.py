@@ -179,3 +179,15 @@ def test_the_timer_fires_when_the_worker_would(cli, configure, tmp_path, monkeyp
         moment = cron.next_after(moment)
         expected.append(moment)
     assert sorted(fired)[:12] == expected
+
+
+def test_doctor_reads_the_services_through_the_same_systemctl(cli, tmp_path, monkeypatch, configure):
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\n")
+    log = fake_systemctl(tmp_path, monkeypatch)
+    (tmp_path / "bin" / "systemctl").write_text(
+        f'#!/bin/sh\necho "$@" >> {log}\ncase "$3" in llmem-worker.service) echo active;; *) echo inactive;; esac\n')
+    code, out, err = cli("doctor", "--json")
+    (check,) = [c for c in json.loads(out)["checks"] if c["name"] == "services"]
+    assert check["status"] == "ok" and "llmem-worker.service: active" in check["detail"]
+    assert "llmem-watch.service: inactive" in check["detail"]
+    assert log.read_text().splitlines()[0] == "--user is-active llmem-watch.service"

@@ -81,7 +81,7 @@ def test_old_rollouts_are_a_baseline_and_a_late_sessions_folder_is_attached(code
         assert "not there yet" in driven.watcher.describe()
         shutil.copytree(Path(__file__).parent / "fixtures" / "codex", codex_home)
         driven.run(watcher_module.DIR_CHECK_SECONDS + 1)
-        assert driven.watcher.codex_dir in driven.watcher._watched
+        assert driven.watcher.folder("codex") in driven.watcher._watched
         assert recorder.events == []  # the fixture's threads are from 2026-11-29/30: old
         rollout = CodexRollout(codex_home)
         rollout.turn("a new thread")

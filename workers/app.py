@@ -11,7 +11,7 @@ from llmem.paths import ensure_private_dir, private_file
 
 def build_huey(config) -> Huey:
     """A huey on the configured queue (file, or Redis); tasks are attached by workers.tasks.register."""
-    url = config.values["queue"]["url"]
+    url = config.queue.url
     if url:
         from huey import RedisHuey
 

@@ -127,9 +127,9 @@ def reconcile(enqueue_event=None) -> dict:
     from llmem.pipeline.events import events_to_reconcile
 
     app = current_app()
-    pipeline = app.config.values["pipeline"]
-    stuck = events_to_reconcile(app.store, pending_after=pipeline["reconcile_pending_seconds"],
-                                running_after=pipeline["running_timeout_minutes"] * 60)
+    pipeline = app.config.pipeline
+    stuck = events_to_reconcile(app.store, pending_after=pipeline.reconcile_pending_seconds,
+                                running_after=pipeline.running_timeout_minutes * 60)
     for event in stuck:
         enqueue_event(event.id)
     if stuck:
@@ -146,7 +146,7 @@ def heartbeat() -> None:
 
 def register(huey, config) -> SimpleNamespace:
     """Attach llmem's tasks and periodic jobs to `huey`; return them by name."""
-    pipeline = config.values["pipeline"]
+    pipeline = config.pipeline
     tasks = SimpleNamespace()
     def process_event_and_reschedule(event_id: int) -> dict:
         outcome = process_event(event_id)
@@ -162,7 +162,7 @@ def register(huey, config) -> SimpleNamespace:
     # run_dream's DreamLock records its owner (pid, host, start) and takes over a dead one's.
     tasks.dream = huey.task(name="dream")(dream)
     tasks.reconcile = huey.task(name="reconcile")(lambda: reconcile(tasks.process_event))
-    every = max(1, int(pipeline["reconcile_interval_minutes"]))
+    every = max(1, int(pipeline.reconcile_interval_minutes))
     tasks.reconcile_periodic = huey.periodic_task(crontab(minute=f"*/{every}"), name="reconcile_periodic")(
         lambda: reconcile(tasks.process_event))
     tasks.embed_catch_up = huey.periodic_task(crontab(minute=f"*/{every}"), name="embed_catch_up")(
@@ -181,7 +181,7 @@ def register(huey, config) -> SimpleNamespace:
     from llmem.dream.schedule import ZonedTrigger
     from llmem.dream.switch import dream_zone
 
-    trigger = ZonedTrigger(config.values["dream"]["schedule"], dream_zone(config))
+    trigger = ZonedTrigger(config.dream.schedule, dream_zone(config))
     tasks.dream_periodic = huey.periodic_task(trigger, name="dream_periodic")(scheduled_dream)
     return tasks
 

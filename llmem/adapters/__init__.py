@@ -17,12 +17,13 @@ from llmem.adapters.base import (
     UnknownAdapter,
     validate_session_id,
 )
-from llmem.adapters.detect import detect_adapter, find_databases, has_legacy_storage, has_sessions
+from llmem.adapters.detect import find_databases, has_legacy_storage, has_sessions
 from llmem.adapters.resolve import (
     ADAPTER_NAMES,
     CONFIG_CHOICES,
     NoneAdapter,
     adapter_from_config,
+    detect_adapter,
     get_adapter,
     id_shape,
     present_adapters,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -347,3 +348,52 @@ def messages_after(
         if message.id == after:
             return list(messages[position + 1 :]), True
     return list(messages), False
+
+
+@dataclass(frozen=True)
+class TailChunk:
+    """The complete lines appended to a followed file since the last read."""
+
+    raw: bytes  # whole lines only, each ending with its newline
+    start: int  # the byte offset of raw[0] in the file
+    first_index: int  # the line number (from 0) of the first line in raw
+    # The file was read again from its start (it is new, shrank or was replaced): what the
+    # follower kept of earlier reads no longer describes it.
+    restarted: bool
+    mtime_ms: int
+
+
+class JsonlTail:
+    """One append-only JSONL file followed by byte offset, the one tail every JSONL agent's
+    watcher uses (Copilot's events.jsonl, Claude Code's transcripts, Codex's rollouts): each
+    read returns only the complete lines written since the last one; a last line without its
+    newline is still being written and waits for the next read. A file that shrank or was
+    replaced (another inode: an agent rewrote or rotated it) is read again from its start.
+    `bytes_read` counts what was read, so a test can tell a tail from a re-read."""
+
+    def __init__(self, path: Path, what: str = "transcript"):
+        self.path = path
+        self.what = what
+        self.identity: tuple[int, int] | None = None
+        self.offset = 0
+        self.next_index = 0
+        self.bytes_read = 0
+
+    def read(self) -> TailChunk:
+        try:
+            with self.path.open("rb") as handle:
+                status = os.fstat(handle.fileno())
+                identity = (status.st_dev, status.st_ino)
+                restarted = identity != self.identity or status.st_size < self.offset
+                if restarted:
+                    self.identity, self.offset, self.next_index = identity, 0, 0
+                handle.seek(self.offset)
+                raw = handle.read()
+        except OSError as error:
+            raise AdapterError(f"cannot read {self.what} {self.path}: {error}") from error
+        self.bytes_read += len(raw)
+        complete = raw[: raw.rfind(b"\n") + 1]
+        chunk = TailChunk(complete, self.offset, self.next_index, restarted, int(status.st_mtime * 1000))
+        self.offset += len(complete)
+        self.next_index += complete.count(b"\n")
+        return chunk

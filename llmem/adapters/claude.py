@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from llmem.adapters.base import (
     AdapterError,
     Cursor,
+    JsonlTail,
     SessionInfo,
     SessionNotFound,
     ToolCall,
@@ -145,39 +145,24 @@ def lifecycle_view(line: dict[str, Any]) -> dict[str, Any]:
 
 
 class ClaudeTail:
-    """One transcript followed by byte offset: each read parses only the lines appended since
-    the last, and keeps their lifecycle view. A file that shrank or was replaced is read again
-    from the start (Claude Code may rewrite its own transcript, §2.1)."""
+    """One transcript followed by byte offset (base.JsonlTail): each read parses only the
+    lines appended since the last, and keeps their lifecycle view. A file that shrank or was
+    replaced is read again from the start (Claude Code may rewrite its own transcript, §2.1)."""
 
     def __init__(self, path: Path):
         self.path = path
-        self._reset(None)
-
-    def _reset(self, identity: tuple[int, int] | None) -> None:
-        self.identity = identity
-        self.offset = 0
-        self.next_index = 0
-        self.log = ClaudeLog(path=str(self.path))
+        self.tail = JsonlTail(path, "Claude Code transcript")
+        self.log = ClaudeLog(path=str(path))
 
     def read(self) -> ClaudeLog:
         """The lifecycle view of every complete line so far."""
-        try:
-            with self.path.open("rb") as handle:
-                status = os.fstat(handle.fileno())
-                identity = (status.st_dev, status.st_ino)
-                if identity != self.identity or status.st_size < self.offset:
-                    self._reset(identity)
-                handle.seek(self.offset)
-                raw = handle.read()
-        except OSError as error:
-            raise AdapterError(f"cannot read Claude Code transcript {self.path}: {error}") from error
-        consumed = raw.rfind(b"\n") + 1
-        new = parse_lines(raw[:consumed], f"Claude Code transcript {self.path}", self.next_index)
-        self.offset += consumed
-        self.next_index += raw.count(b"\n", 0, consumed)
+        chunk = self.tail.read()
+        if chunk.restarted:
+            self.log = ClaudeLog(path=str(self.path))
+        new = parse_lines(chunk.raw, f"Claude Code transcript {self.path}", chunk.first_index)
         self.log.lines += [(index, lifecycle_view(line)) for index, line in new.lines]
         self.log.skipped_malformed += new.skipped_malformed
-        self.log.mtime_ms = int(status.st_mtime * 1000)
+        self.log.mtime_ms = chunk.mtime_ms
         return self.log
 
 

@@ -12,7 +12,6 @@ the cursor is `offset:<n>` and a half-written last line waits for the next read.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,6 +21,7 @@ from typing import Any
 from llmem.adapters.base import (
     AdapterError,
     Cursor,
+    JsonlTail,
     SessionInfo,
     SessionNotFound,
     ToolCall,
@@ -160,37 +160,28 @@ def mark_of(offset: int, item: dict[str, Any]) -> CodexMark:
 
 
 class CodexTail:
-    """One rollout followed by byte offset for the watcher: each read parses only the lines
-    appended since the last and keeps their lifecycle view. A file that shrank or was
-    replaced (`codex migrate-rollouts --apply`) is read again from the start."""
+    """One rollout followed by byte offset for the watcher (base.JsonlTail): each read parses
+    only the lines appended since the last and keeps their lifecycle view. A file that shrank
+    or was replaced (`codex migrate-rollouts --apply`) is read again from the start."""
 
     def __init__(self, path: Path):
         self.path = path
-        self._reset(None)
-
-    def _reset(self, identity: tuple[int, int] | None) -> None:
-        self.identity = identity
-        self.offset = 0
+        self.tail = JsonlTail(path, "Codex rollout")
         self.marks: list[CodexMark] = []
         self.subagent = False
         self.mtime_ms: int | None = None
 
     def read(self) -> list[CodexMark]:
         """The marks of every complete line so far."""
-        try:
-            status = os.stat(self.path)
-        except OSError as error:
-            raise AdapterError(f"cannot read Codex rollout {self.path}: {error}") from error
-        identity = (status.st_dev, status.st_ino)
-        if identity != self.identity or status.st_size < self.offset:
-            self._reset(identity)
-        new = read_lines(self.path, self.offset)
+        chunk = self.tail.read()
+        if chunk.restarted:
+            self.marks, self.subagent = [], False
+        new = parse_lines(chunk.raw, chunk.start, f"Codex rollout {self.path}")
         for offset, item in new.lines:
             if offset == 0 and item["type"] == "session_meta":
                 self.subagent = is_subagent_meta(_dict(item.get("payload")))
             self.marks.append(mark_of(offset, item))
-        self.offset = new.end
-        self.mtime_ms = int(status.st_mtime * 1000)
+        self.mtime_ms = chunk.mtime_ms
         return self.marks
 
 

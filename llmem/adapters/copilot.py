@@ -12,6 +12,7 @@ from llmem.adapters.base import (
     NOT_JSON,
     AdapterError,
     Cursor,
+    JsonlTail,
     SessionInfo,
     SessionNotFound,
     ToolCall,
@@ -91,11 +92,12 @@ class CopilotEventLog:
         return [event for _, event in self.events]
 
 
-def parse_events(text: str, source: str = "Copilot events") -> CopilotEventLog:
-    """Parse JSON lines; skip and count malformed lines, including a truncated last line."""
+def parse_events(text: str, source: str = "Copilot events", first_index: int = 0) -> CopilotEventLog:
+    """Parse JSON lines (numbered from `first_index`); skip and count malformed lines,
+    including a truncated last line."""
     log = CopilotEventLog()
     lines = text.split("\n")
-    for index, line in enumerate(lines):
+    for index, line in enumerate(lines, first_index):
         if not line.strip():
             continue
         event, problem = read_json_object(line)
@@ -123,6 +125,46 @@ def read_events_file(path: str | Path) -> CopilotEventLog:
     log = parse_events(raw.decode("utf-8", errors="replace"), f"Copilot events file {path}")
     log.path = str(path)
     return log
+
+
+# What the lifecycle rules read of an event (adapters/lifecycle.py, Copilot): a followed
+# session keeps only this, so a long one costs kilobytes, not its megabytes of tool output.
+_LIFECYCLE_KEYS = ("type", "id", "timestamp", "agentId")
+_LIFECYCLE_DATA_KEYS = ("parentToolCallId", "hookInvocationId", "hookType", "toolCallId", "turnId", "success")
+
+
+def lifecycle_view(event: dict[str, Any]) -> dict[str, Any]:
+    """The part of an event the lifecycle rules look at."""
+    view = {key: event[key] for key in _LIFECYCLE_KEYS if key in event}
+    data = _data(event)
+    view["data"] = {key: data[key] for key in _LIFECYCLE_DATA_KEYS if key in data}
+    if data.get("toolRequests"):
+        view["data"]["toolRequests"] = True
+    return view
+
+
+class CopilotTail:
+    """One session's events.jsonl followed by byte offset for the watcher (base.JsonlTail):
+    each read parses only the events appended since the last (the last line once Copilot has
+    finished it) and keeps their lifecycle view. A file that shrank or was replaced is read
+    again from the start."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.tail = JsonlTail(path, "Copilot events file")
+        self.log = CopilotEventLog(path=str(path))
+
+    def read(self) -> CopilotEventLog:
+        """The lifecycle view of every complete event so far."""
+        chunk = self.tail.read()
+        if chunk.restarted:
+            self.log = CopilotEventLog(path=str(self.path))
+        # The chunk ends with a newline: its last "line" is empty, not a truncated record.
+        new = parse_events(chunk.raw.decode("utf-8", errors="replace"), f"Copilot events file {self.path}",
+                           chunk.first_index)
+        self.log.events += [(index, lifecycle_view(event)) for index, event in new.events]
+        self.log.skipped_malformed += new.skipped_malformed
+        return self.log
 
 
 def _data(event: dict[str, Any]) -> dict[str, Any]:

@@ -46,23 +46,6 @@ def has_sessions(state_dir: str | Path) -> bool:
     return False
 
 
-def detect_adapter(
-    opencode_data_dir: str | Path | None, copilot_state_dir: str | Path | None,
-    claude_dir: str | Path | None = None, codex_home: str | Path | None = None,
-) -> str:
-    """Pick `opencode`, `copilot`, `claude`, `codex` or `none` from what exists on disk
-    (session.adapter: auto)."""
-    if opencode_data_dir is not None and has_opencode_data(opencode_data_dir):
-        return "opencode"
-    if copilot_state_dir is not None and has_sessions(copilot_state_dir):
-        return "copilot"
-    if claude_dir is not None and has_claude_projects(claude_dir):
-        return "claude"
-    if codex_home is not None and has_codex_sessions(codex_home):
-        return "codex"
-    return "none"
-
-
 # ---- Claude Code
 
 CLAUDE_PROJECTS_DIR = "projects"

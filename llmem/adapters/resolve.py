@@ -8,9 +8,10 @@ the Copilot adapter even when OpenCode is installed too.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from pathlib import Path
 
+from llmem.adapters import registry
 from llmem.adapters.base import (
     AdapterError,
     Cursor,
@@ -22,65 +23,31 @@ from llmem.adapters.base import (
     UnknownAdapter,
     validate_session_id,
 )
-from llmem.adapters.detect import (
-    claude_config_dir,
-    codex_home_dir,
-    detect_adapter,
-    has_claude_projects,
-    has_codex_sessions,
-    has_opencode_data,
-)
 
-# OpenCode ids are `ses_` + 26 characters; Copilot's are UUID v4, and so are Claude Code's:
-# a UUID is looked up in both stores. Codex thread ids are UUID v7 (v4 in older releases, looked up like Copilot's).
-_OPENCODE_ID_RE = re.compile(r"ses_[0-9A-Za-z]+")
-_COPILOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
-_CODEX_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
-
-_LABELS = {"opencode": "OpenCode", "copilot": "Copilot", "claude": "Claude Code", "codex": "Codex"}
-# Agents whose session ids have the shape id_shape() names.
-_SHAPE_OWNERS = {"opencode": ("opencode",), "codex": ("codex",), "copilot": ("copilot", "claude", "codex")}
-
-ADAPTER_NAMES = ("opencode", "copilot", "claude", "codex", "none")
+# The names as llmem ships them; registry.adapter_names() / config_choices() read the live list.
+ADAPTER_NAMES = registry.adapter_names()
 # `auto` is a config value, resolved by detect_adapter() to one of ADAPTER_NAMES.
-CONFIG_CHOICES = ("auto", *ADAPTER_NAMES)
+CONFIG_CHOICES = registry.config_choices()
 
 
 def id_shape(session_id: str) -> str | None:
-    """The id shape: `opencode` (ses_…), `codex` (a UUID v7), `copilot` (another UUID, which
-    Claude Code and older Codex releases use too), or None."""
-    if _OPENCODE_ID_RE.fullmatch(session_id):
-        return "opencode"
-    if _CODEX_ID_RE.fullmatch(session_id):
-        return "codex"
-    if _COPILOT_ID_RE.fullmatch(session_id):
-        return "copilot"
-    return None
+    """The agent whose ids have this shape: the one that alone makes it (`opencode` for ses_…,
+    `codex` for a UUID v7), else the first that could have made it (`copilot` for another
+    UUID, which Claude Code and older Codex releases use too), or None."""
+    ranked = [(agent.id_rank(session_id), agent.name) for agent in registry.all_agents()]
+    best = max((rank for rank, _ in ranked), default=0)
+    return next((name for rank, name in ranked if rank == best), None) if best else None
 
 
-def _store_paths(config) -> dict[str, Path]:
-    from llmem.paths import expand
-
-    session = config.values["session"]
-    return {"opencode": expand(session["opencode"]["data_dir"]),
-            "copilot": expand(session["copilot"]["state_dir"]),
-            "claude": claude_config_dir(expand(session["claude"]["config_dir"])),
-            "codex": codex_home_dir(expand(session["codex"]["home"]))}
+def detect_from_config(config) -> str:
+    """The first agent in the registry whose store holds sessions, or `none` (session.adapter:
+    auto, where a single reader is wanted)."""
+    return detect_adapter({agent.name: agent.store_dir(config) for agent in registry.all_agents()})
 
 
 def present_agents(config) -> list[str]:
-    """The agents whose stores exist on this machine (what `auto` reads), OpenCode first."""
-    paths = _store_paths(config)
-    present = []
-    if has_opencode_data(paths["opencode"]):
-        present.append("opencode")
-    if paths["copilot"].is_dir():
-        present.append("copilot")
-    if has_claude_projects(paths["claude"]):
-        present.append("claude")
-    if has_codex_sessions(paths["codex"]):
-        present.append("codex")
-    return present
+    """The agents whose stores exist on this machine (what `auto` reads), in registry order."""
+    return [agent.name for agent in registry.all_agents() if agent.present(config)]
 
 
 def present_adapters(config) -> list[SessionAdapter]:
@@ -92,25 +59,24 @@ def resolve_adapter(config, session_id: str, name: str | None = None) -> Session
     """The adapter that owns `session_id`.
 
     A name given here (`--adapter`, an event's recorded adapter) or a session.adapter other
-    than auto is used as it is. Under auto the present stores are asked in turn, the one whose
-    id shape matches first, and the first that holds the session wins. With no store present
-    the `none` adapter answers (nothing to read). When stores are present but none holds the
-    id, SessionNotFound names every store looked in; a store that could not be read (locked,
-    damaged) raises its own error instead, since the session may well be in it.
+    than auto is used as it is. Under auto the present stores are asked in turn, those whose
+    id shape matches first (adapters/agent.py `id_rank`), and the first that holds the
+    session wins. With no store present the `none` adapter answers (nothing to read). When
+    stores are present but none holds the id, SessionNotFound names every store looked in; a
+    store that could not be read (locked, damaged) raises its own error instead, since the
+    session may well be in it.
     """
     validate_session_id(session_id)
-    chosen = name or config.values["session"]["adapter"]
-    if chosen != "auto":
+    chosen = name or config.session.adapter  # config: session.adapter
+    if chosen != registry.AUTO:
         return adapter_from_config(config, chosen)
-    agents = present_agents(config)
+    agents = [agent for agent in registry.all_agents() if agent.present(config)]
     if not agents:
-        return adapter_from_config(config, "none")
-    owners = _SHAPE_OWNERS.get(id_shape(session_id) or "", ())
-    agents.sort(key=lambda agent: agent not in owners)
-    paths = _store_paths(config)
+        return adapter_from_config(config, registry.NONE)
+    agents.sort(key=lambda agent: -agent.id_rank(session_id))
     unreadable: AdapterError | None = None
     for agent in agents:
-        adapter = adapter_from_config(config, agent)
+        adapter = agent.reader(config)
         try:
             if adapter.has_session(session_id):
                 return adapter
@@ -118,9 +84,9 @@ def resolve_adapter(config, session_id: str, name: str | None = None) -> Session
             unreadable = unreadable or exc
     if unreadable is not None:
         raise unreadable
-    looked_in = " and ".join(f"{_LABELS[agent]} ({paths[agent]})" for agent in agents)
+    looked_in = " and ".join(f"{agent.label} ({agent.store_dir(config)})" for agent in agents)
     raise SessionNotFound(f"session {session_id} not found: looked in {looked_in}",
-                          hint="check the id, or name the agent with --adapter opencode|copilot|claude|codex")
+                          hint="check the id, or name the agent with --adapter " + "|".join(registry.agent_names()))
 
 
 class NoneAdapter:
@@ -141,57 +107,44 @@ class NoneAdapter:
         raise NoTranscript("no_transcript: session.adapter is 'none'")
 
 
-def get_adapter(
-    name: str,
-    *,
-    opencode_data_dir: str | Path | None = None,
-    copilot_state_dir: str | Path | None = None,
-    copilot_share_dir: str | Path | None = None,
-    claude_dir: str | Path | None = None,
-    codex_home: str | Path | None = None,
-) -> SessionAdapter:
-    """The adapter called `name` (or `auto`), built from the paths it needs; others are ignored."""
-    if name == "auto":
-        name = detect_adapter(opencode_data_dir, copilot_state_dir, claude_dir, codex_home)
-    if name == "opencode":
-        if opencode_data_dir is None:
-            raise AdapterError(
-                "the opencode adapter needs the OpenCode data dir (session.opencode)"
-            )
-        from llmem.adapters.opencode import OpenCodeAdapter
+def detect_adapter(stores: Mapping[str, str | Path | None]) -> str:
+    """The first agent, in registry order, whose store (agent name → the folder of its
+    sessions, adapters/agent.py `store_dir`) holds sessions, or `none`."""
+    for agent in registry.all_agents():
+        store = stores.get(agent.name)
+        if store is not None and agent.holds_sessions(Path(store).expanduser()):
+            return agent.name
+    return registry.NONE
 
-        return OpenCodeAdapter(opencode_data_dir)
-    if name == "copilot":
-        if copilot_state_dir is None:
-            raise AdapterError("the copilot adapter needs copilot.state_dir (session-state dir)")
-        from llmem.adapters.copilot import CopilotAdapter
 
-        return CopilotAdapter(copilot_state_dir, copilot_share_dir)
-    if name == "claude":
-        if claude_dir is None:
-            raise AdapterError("the claude adapter needs Claude Code's config folder (session.claude.config_dir)")
-        from llmem.adapters.claude import ClaudeAdapter
-
-        return ClaudeAdapter(claude_dir)
-    if name == "codex":
-        if codex_home is None:
-            raise AdapterError("the codex adapter needs Codex's home folder (session.codex.home)")
-        from llmem.adapters.codex import CodexAdapter
-
-        return CodexAdapter(codex_home)
-    if name == "none":
+def get_adapter(name: str, stores: Mapping[str, str | Path | None] | None = None) -> SessionAdapter:
+    """The adapter called `name` (or `auto`) over the store folder given for it in `stores`
+    (agent name → folder); the other folders are ignored."""
+    stores = stores or {}
+    if name == registry.AUTO:
+        name = detect_adapter(stores)
+    if name == registry.NONE:
         return NoneAdapter()
-    raise UnknownAdapter(
-        f"unknown session adapter {name!r}; choose one of: {', '.join(CONFIG_CHOICES)}"
-    )
+    if name not in registry.AGENT_MODULES:
+        raise UnknownAdapter(
+            f"unknown session adapter {name!r}; choose one of: {', '.join(registry.config_choices())}"
+        )
+    agent = registry.get_agent(name)
+    store = stores.get(name)
+    if store is None:
+        raise AdapterError(f"the {name} adapter needs {agent.label}'s {agent.folder_name} ({agent.config_key})")
+    return agent.reader_at(Path(store).expanduser())
 
 
 def adapter_from_config(config, name: str | None = None) -> SessionAdapter:
-    """The adapter a config selects (or `name`, overriding session.adapter), with its paths."""
-    from llmem.paths import expand
-
-    session = config.values["session"]
-    paths = _store_paths(config)
-    return get_adapter(name or session["adapter"], opencode_data_dir=paths["opencode"],
-                       copilot_state_dir=paths["copilot"], copilot_share_dir=expand(session["copilot"]["share_dir"]),
-                       claude_dir=paths["claude"], codex_home=paths["codex"])
+    """The adapter a config selects (or `name`, overriding session.adapter), over its folders."""
+    name = name or config.session.adapter  # config: session.adapter
+    if name == registry.AUTO:
+        name = detect_from_config(config)
+    if name == registry.NONE:
+        return NoneAdapter()
+    if name not in registry.AGENT_MODULES:
+        raise UnknownAdapter(
+            f"unknown session adapter {name!r}; choose one of: {', '.join(registry.config_choices())}"
+        )
+    return registry.get_agent(name).reader(config)

@@ -115,10 +115,10 @@ class _Turn:
 
 def episode_roles(config) -> tuple[str, ...]:
     """The roles written as episodes (capture.episodes, capture.episode_roles); () when off."""
-    section = config.values["capture"]
-    if not section["episodes"]:
+    section = config.capture
+    if not section.episodes:
         return ()
-    return tuple(role for role in ("user", "assistant") if role in section["episode_roles"])
+    return tuple(role for role in ("user", "assistant") if role in section.episode_roles)
 
 
 def clean_text(text: str) -> str:

@@ -114,8 +114,8 @@ class PreparedSlice:
 
 def redactor(config):
     """apply(text, tally): `text` redacted as config `redaction` says, counts added to `tally`."""
-    section = config.values["redaction"]
-    enabled, patterns = section["enabled"], tuple(section["patterns"])
+    section = config.redaction
+    enabled, patterns = section.enabled, section.patterns
 
     def apply(text: str, tally: dict[str, int]) -> str:
         if not enabled or not text:
@@ -147,10 +147,10 @@ _SEPARATOR = "\n\u241e\u241e\n"
 
 
 def _redact_batch(config, texts: list[str], tally: dict[str, int]) -> list[str]:
-    section = config.values["redaction"]
-    if not section["enabled"] or not texts:
+    section = config.redaction
+    if not section.enabled or not texts:
         return list(texts)
-    patterns = tuple(section["patterns"])
+    patterns = section.patterns
     if not any(_SEPARATOR.strip() in text for text in texts):
         result = redact(_SEPARATOR.join(texts), patterns)
         pieces = result.text.split(_SEPARATOR)
@@ -419,7 +419,7 @@ def store_candidates(app, candidates: list[Candidate], report: ExtractionReport,
     from ..search import Searcher
 
     store = app.store
-    threshold = app.config.values["dream"]["similarity_threshold"]
+    threshold = app.config.dream.similarity_threshold
     redact_again = redactor(app.config)
     tally: dict[str, int] = {}
     # The model saw only redacted text, but may still invent a secret-shaped string.

@@ -35,6 +35,7 @@ COMMANDS = {
     "import": ("admin", "import_memories"),
     "import-native": ("admin", "import_native"),
     "share": ("team", "share"),
+    "store": ("team", "store_group"),
     "metrics": ("admin", "metrics"),
     "embed": ("admin", "embed"),
     "doctor": ("admin", "doctor"),

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import click
 
+from .choices import config_adapter_choice, native_choice
 from .memory import catch_up_embeddings
 from .output import bounded_int, http_url, json_option, notice, print_json, progress_bar
 
 
 @click.command()
 @click.option("--ollama-url", callback=http_url, help="Ollama URL for embeddings and the LLM (default http://localhost:11434).")
-@click.option("--adapter", type=click.Choice(["auto", "opencode", "copilot", "claude", "codex", "none"]),
+@click.option("--adapter", type=config_adapter_choice(),
               help="Session adapter (default: auto-detected).")
 @click.option("--embedder", type=click.Choice(["auto", "builtin", "ollama", "openai", "local", "none"]),
               default="auto", show_default=True,
@@ -34,7 +35,7 @@ def init(app, ollama_url, adapter, embedder, store_url, as_json):
 
     config = app.config
     file = config.source or (Path(app._config_path) if app._config_path else config.paths.config_file)
-    values = config.values
+    values = config.as_dict()
     overrides = {}
     if ollama_url:
         overrides[("embedding", "base_url")] = ollama_url.rstrip("/")
@@ -73,7 +74,7 @@ def init(app, ollama_url, adapter, embedder, store_url, as_json):
     outcome = {
         "config": str(file), "config_written": config_written,
         "store": shown_store, "store_created": not store_existed,
-        "adapter": config.values["session"]["adapter"], "detected_adapter": detected,
+        "adapter": config.session.adapter, "detected_adapter": detected,
         "embedder": embedder_status, "llm": llm, "sqlite_vec": stats["sqlite_vec"],
     }
     if as_json:
@@ -319,8 +320,9 @@ def config_show(app, as_json):
                 "db_path": str(config.db_path), "queue_path": str(config.queue_path),
                 "log_dir": str(config.log_dir), "diary_path": str(config.diary_path)}
     # A password in store.url or queue.url is never printed.
-    values = {**config.values, **{section: {**config.values[section], "url": masked_url(config.values[section]["url"])}
-                                  for section in ("store", "queue")}}
+    values = config.as_dict()
+    for section in ("store", "queue"):
+        values[section]["url"] = masked_url(values[section]["url"])
     if as_json:
         print_json({"values": values, "paths": resolved})
         return
@@ -358,7 +360,7 @@ def config_check(app, as_json):
 
 
 @click.command("import-native")
-@click.argument("agent", type=click.Choice(["claude", "codex", "copilot", "opencode"]))
+@click.argument("agent", type=native_choice())
 @click.option("--project", "project_dir", type=click.Path(file_okay=False),
               help="Project folder whose instruction files to read (default: the current folder).")
 @click.option("--dry-run", is_flag=True, help="Show what would be added or retired; write nothing.")
@@ -373,7 +375,7 @@ def import_native(app, agent, project_dir, dry_run, as_json):
     from ..adapters.native import NativeHomes, native_files
     from ..capture.native import import_native as run_import
     from ..errors import UsageError
-    from ..paths import expand, project_key, project_root_of
+    from ..paths import project_key, project_root_of
     from ..setup.agents import claude_home, codex_home, copilot_home
 
     folder = Path(project_dir or os.getcwd()).expanduser().resolve()
@@ -383,7 +385,7 @@ def import_native(app, agent, project_dir, dry_run, as_json):
     project = project_key(root)
     config = app.config
     homes = NativeHomes(claude=claude_home(config), codex=codex_home(config), copilot=copilot_home(config),
-                        opencode=expand(config.values["session"]["opencode"]["config_dir"]))
+                        opencode=config.session.opencode.config_dir)
     dirs = list(dict.fromkeys([Path(root), folder]))
     refused: list = []
     files = native_files(agent, homes, dirs, project, refused)

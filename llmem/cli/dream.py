@@ -7,6 +7,7 @@ import re
 
 import click
 
+from .choices import agent_choice
 from .dream_lane import print_deep_status, rem_backfill, rem_harness, shadow
 from .memory import catch_up_embeddings
 from .output import (
@@ -194,7 +195,7 @@ def _switch(app, enabled: bool, as_json: bool) -> None:
         print_json(switch.as_dict())
         return
     if enabled:
-        click.echo(f"Dreaming is on ({switch.source}): the schedule {app.config.values['dream']['schedule']!r} runs it.")
+        click.echo(f"Dreaming is on ({switch.source}): the schedule {app.config.dream.schedule!r} runs it.")
     else:
         click.echo(f"Dreaming is off ({switch.source}): the worker's periodic dream and the systemd timer do nothing; "
                    "`llmem dream --apply` still runs when you ask.")
@@ -348,7 +349,7 @@ def promote_explain(app, target, limit, as_json):
         ids = _search_ids(app, text, limit)
         if not ids:
             raise NotFound(f"no memory matches {text!r}", hint="give a memory id, or another query")
-    explained = candidates(app.store, app.config.values["dream"], memory_ids=ids)
+    explained = candidates(app.store, app.config.dream, memory_ids=ids)
     explained.sort(key=lambda c: ids.index(c.memory_id))
     if as_json:
         print_json([c.as_dict() for c in explained])
@@ -381,7 +382,7 @@ def _search_ids(app, text: str, limit: int) -> list[str]:
 
 
 @click.command(name="backfill")
-@click.option("--adapter", "adapter_name", type=click.Choice(["opencode", "copilot", "claude", "codex"]),
+@click.option("--adapter", "adapter_name", type=agent_choice(),
               help="Which agent's sessions (default: session.adapter; auto reads every agent found).")
 @click.option("--since", help="Only sessions active since this date (ISO, e.g. 2026-10-01).")
 @limit_option("At most N sessions (oldest first).")

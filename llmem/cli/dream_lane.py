@@ -170,7 +170,7 @@ def print_deep_status(app, as_json: bool) -> None:
     from ..dream.verdicts import verdict_line
 
     # Scored once for both: scoring reads every recall.
-    ranked = candidates(app.store, app.config.values["dream"])
+    ranked = candidates(app.store, app.config.dream)
     data = deep_status(app.store, app.config, ranked=ranked)
     if as_json:
         print_json({**dream_status(app.store, app.config, ranked=ranked), "deep": data})

@@ -71,7 +71,7 @@ def worker(app, workers):
     from .resident import start_resident
 
     setup_file_logging(app.config, "worker")
-    consumer = _consumer(app, workers or app.config.values["pipeline"]["workers"])
+    consumer = _consumer(app, workers or app.config.pipeline.workers)
     resident = start_resident(app)
     try:
         consumer.run()  # handles SIGINT (finish in-flight tasks, up to the grace) and SIGTERM itself
@@ -93,7 +93,7 @@ def run(app, workers, with_ui, port, no_browser):
     log_path = setup_file_logging(app.config, "run")
     from .resident import start_resident
 
-    consumer = _consumer(app, workers or app.config.values["pipeline"]["workers"])
+    consumer = _consumer(app, workers or app.config.pipeline.workers)
     watcher = viewer = resident = None
     try:
         watcher = _start_watcher(app)
@@ -267,7 +267,7 @@ def logs(app, follow, lines, level, as_json):
     """Show the watcher's, workers' and hooks' log entries (newest last)."""
     import json
 
-    from ..logconfig import LogFollower, at_least, read_entries
+    from ..logreader import LogFollower, at_least, read_entries
 
     def show(entries):
         for entry in entries:
@@ -317,9 +317,9 @@ def install_systemd(app, uninstall, unit_dir, no_enable, dream_timer, as_json):
     if uninstall:
         outcome = systemd.uninstall(target=target, disable=not no_enable)
     else:
-        dream = app.config.values["dream"]
+        dream = app.config.dream
         outcome = systemd.install(target=target, enable=not no_enable, dream_timer=dream_timer,
-                                  schedule=dream["schedule"], timezone=dream.get("timezone"))
+                                  schedule=dream.schedule, timezone=dream.timezone)
     if as_json:
         print_json(vars(outcome))
         return

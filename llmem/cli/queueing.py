@@ -7,7 +7,7 @@ _queues: dict[str, tuple] = {}
 
 def open_queue(config):
     """(huey, tasks) for this config's queue (its file, or its Redis URL), built once per process."""
-    key = config.values["queue"]["url"] or str(config.queue_path)
+    key = config.queue.url or str(config.queue_path)
     if key not in _queues:
         from workers.app import build_huey
         from workers.tasks import register
@@ -25,7 +25,7 @@ def reset_queue(app) -> tuple[str | None, list[int]]:
     from ..pipeline.events import events_to_reconcile
 
     path = app.config.queue_path
-    url = app.config.values["queue"]["url"]
+    url = app.config.queue.url
     _queues.pop(url or str(path), None)
     moved = None
     if url:
@@ -42,7 +42,7 @@ def reset_queue(app) -> tuple[str | None, list[int]]:
             if side.exists():
                 side.rename(moved.with_name(moved.name + suffix))
     _, tasks = open_queue(app.config)
-    running_after = app.config.values["pipeline"]["running_timeout_minutes"] * 60
+    running_after = app.config.pipeline.running_timeout_minutes * 60
     events = events_to_reconcile(app.store, pending_after=0, running_after=running_after)
     for event in events:
         tasks.process_event(event.id)

@@ -162,10 +162,10 @@ class Resident:
         from .session import HOOK_LOG
 
         try:
-            settings = self.app.config.values["logging"]
+            settings = self.app.config.logging
             ensure_private_dir(self.app.config.log_dir)
             self._hook_log = file_handler(self.app.config.log_dir / HOOK_LOG,
-                                          getattr(logging, settings["level"], logging.INFO))
+                                          getattr(logging, settings.level, logging.INFO))
             logging.getLogger("llmem.hooks").addHandler(self._hook_log)
         except OSError as exc:
             log.warning("resident: not logging hooks to hooks.log: %s", exc)
@@ -319,7 +319,7 @@ def _same_user(conn: socket.socket) -> bool:
 def start_resident(app, run_on=None) -> Resident | None:
     """Serve hooks from this process for its life when `pipeline.resident_hooks` is on (None: not)."""
     try:
-        if not app.config.values["pipeline"]["resident_hooks"]:
+        if not app.config.pipeline.resident_hooks:
             return None
         config_path = click.get_current_context().find_root().params.get("config_path")
         return Resident(app, config_path, run_on=run_on).start()

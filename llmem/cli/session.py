@@ -11,16 +11,11 @@ import threading
 import click
 
 from ..pipeline.kinds import EventKind
+from .choices import adapter_choice
 from .output import PROJECT, bounded_int, http_url, json_option, json_text, print_json
 
-ADAPTER_CHOICE = click.Choice(["opencode", "copilot", "claude", "codex", "none"])
+ADAPTER_CHOICE = adapter_choice()
 HOOK_LOG = "hooks.log"
-# Claude Code spills injected context above 10,000 characters into a file the model only sees
-# a preview of: the block stays under this.
-CLAUDE_CONTEXT_CHARS = 9500
-# Codex spills a hook's context above ~2,500 tokens into a file the model only sees a preview
-# of: the block stays under this.
-CODEX_CONTEXT_CHARS = 9000
 
 log = logging.getLogger("llmem.hooks")
 # Set by cli/resident.py while a resident llmem answers a hook in this thread: the hook's
@@ -87,19 +82,19 @@ def _hook_logging(app):
         handler.setLevel(logging.CRITICAL + 1)
     old_level = root.level
     try:
-        settings = app.config.values["logging"]
+        settings = app.config.logging
         log_dir = app.config.log_dir
     except Exception:  # a broken config is reported by the hook itself; log where we can
-        from ..config import defaults
+        from ..config import Config
 
-        settings, log_dir = defaults()["logging"], default_paths().log_dir
+        settings, log_dir = Config().logging, default_paths().log_dir
     file_handler = None
     try:
         ensure_private_dir(log_dir)
         # Rotated by hand: logging.handlers (and the socket module it pulls in) costs a
         # hook ~10 ms of start-up on every agent turn.
-        _rotate_if_big(log_dir / HOOK_LOG, settings["max_bytes"], settings["backups"])
-        level = getattr(logging, settings["level"], logging.INFO)
+        _rotate_if_big(log_dir / HOOK_LOG, settings.max_bytes, settings.backups)
+        level = getattr(logging, settings.level, logging.INFO)
         # Opened without following a planted symlink; a failed write (full disk) costs the line only.
         file_handler = own_log_file(log_dir / HOOK_LOG, level)
         root.addHandler(file_handler)
@@ -391,9 +386,10 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
             # context.py (~10 ms to import) is loaded only for SessionStart.
             if kind != "created" or not result.get("context"):
                 return
+            from ..adapters.registry import get_agent
             from ..context import cut_block
 
-            cap = CLAUDE_CONTEXT_CHARS if fmt == "claude" else CODEX_CONTEXT_CHARS
+            cap = get_agent(fmt).context_cap  # the agent's unit: what its format carries unspilled
             block = cut_block(result["context"], cap)
             if block:
                 _echo(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
@@ -416,7 +412,7 @@ def install_group():
     """Connect llmem to an agent: its hooks (or plugin) and its MCP server `llmem mcp`."""
 
 
-_PART_LABELS = {"plugin": "the OpenCode plugin", "hooks": "the {label} hooks",
+_PART_LABELS = {"plugin": "the {label} plugin", "hooks": "the {label} hooks",
                 "notify": "Codex's notify program", "mcp": "the llmem MCP server for {label}"}
 
 
@@ -424,11 +420,11 @@ def _report(outcome, as_json: bool) -> None:
     if as_json:
         print_json(outcome.as_dict())
         return
-    from ..setup.agents import LABELS
+    from ..setup.agents import label
 
     shown_backups = set()
     for part in outcome.parts:
-        what = _PART_LABELS[part.part].format(label=LABELS[outcome.agent])
+        what = _PART_LABELS[part.part].format(label=label(outcome.agent))
         subject, be = what[0].upper() + what[1:], "are" if part.part == "hooks" else "is"
         where = part.path
         message = {

@@ -237,3 +237,19 @@ def open_store_database(location, *, vec: bool = True, read_only: bool = False):
         return open_postgres(location, vec=vec)
     path = sqlite_path(location)
     return open_read_only(path, vec=vec) if read_only else open_database(path, vec=vec)
+
+
+def names_this_store(db, location) -> bool:
+    """Whether `location` (a store URL or a SQLite path) names the store `db` is open on: a
+    file by its identity on disk, a server's database by its URL without the password."""
+    import os
+
+    from .backend import is_server_url, masked_url, sqlite_path
+
+    if is_server_url(location):
+        return masked_url(location) == str(db.location)
+    target = sqlite_path(location)
+    try:
+        return target.exists() and os.path.samefile(target, str(db.location))
+    except OSError:
+        return False

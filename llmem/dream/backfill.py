@@ -58,7 +58,7 @@ def backfill_adapters(config, adapter_name: str | None = None) -> list:
     """The adapters a backfill reads: the one named (or configured), else every present agent's."""
     from ..adapters import adapter_from_config, present_adapters
 
-    name = adapter_name or config.values["session"]["adapter"]
+    name = adapter_name or config.session.adapter
     return present_adapters(config) if name == "auto" else [adapter_from_config(config, name)]
 
 

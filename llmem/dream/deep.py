@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..db.models import EPISODE_SOURCE, Memory
 from ..db.queries import decay_rows
@@ -21,6 +21,9 @@ from ..trust import AGENT, least_trusted
 from .journal import Action, Journal
 from .promote import Candidate, promotable, recheck, recheck_many
 from .text import distinct_terms
+
+if TYPE_CHECKING:
+    from ..config import DreamSettings
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,7 @@ def llm_merge(llm, contents: list[str]) -> tuple[str | None, str]:
     return text.strip(), f"LLM merge kept {1 - loss:.0%} of the originals' terms"
 
 
-def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any]],
+def plan_deep(store, cfg: DreamSettings, *, near_duplicates: list[dict[str, Any]],
               exact_duplicates: list[list[str]], auto_links: list[dict[str, Any]],
               stale_ids: set[str], phase_hits: dict[str, float], at: float | None = None,
               promote_limit: int | None = None) -> DeepResult:
@@ -160,7 +163,7 @@ def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any
                                          f"related_to {pair['a'][:8]} → {pair['b'][:8]} (cosine {pair['similarity']:.3f})",
                                          detail={"target": pair["b"], "similarity": pair["similarity"]}))
 
-    interval = float(cfg["decay_interval_days"]) * 86400
+    interval = float(cfg.decay_interval_days) * 86400
     # Episodes are kept by their own retention (light.plan_episode_retention), not by
     # confidence: what was said does not grow less true by not being recalled.
     rows = decay_rows(db, except_source=EPISODE_SOURCE)
@@ -171,24 +174,24 @@ def plan_deep(store, cfg: dict[str, Any], *, near_duplicates: list[dict[str, Any
         new_conf = confidence
         reference = max(accessed_at or created_at, float(decayed_at or 0))
         steps = math.floor((at - reference) / interval) if interval > 0 else 0
-        if steps >= 1 and confidence > cfg["decay_floor"]:
+        if steps >= 1 and confidence > cfg.decay_floor:
             doubled = mtype == "procedure" and (bool(stale) or memory_id in stale_ids)
-            rate = cfg["decay_rate"] * (2 if doubled else 1)
-            new_conf = round(max(cfg["decay_floor"], confidence - rate * steps), 6)
+            rate = cfg.decay_rate * (2 if doubled else 1)
+            new_conf = round(max(cfg.decay_floor, confidence - rate * steps), 6)
             result.actions.append(Action(
                 "deep", "decay", memory_id,
                 f"decay {confidence:.2f} → {new_conf:.2f} (idle {steps} interval{'s' if steps > 1 else ''}"
                 f"{', stale procedure ×2' if doubled else ''})",
                 changes={"confidence": new_conf, "metadata": {"decayed_at": reference + steps * interval}}))
-        elif (access_count or 0) >= cfg["boost_threshold"] and \
-                (access_count or 0) >= int(boosted_at or 0) + cfg["boost_threshold"] and confidence < 1.0:
-            new_conf = round(min(1.0, confidence + cfg["boost_amount"]), 6)
+        elif (access_count or 0) >= cfg.boost_threshold and \
+                (access_count or 0) >= int(boosted_at or 0) + cfg.boost_threshold and confidence < 1.0:
+            new_conf = round(min(1.0, confidence + cfg.boost_amount), 6)
             result.actions.append(Action(
                 "deep", "boost", memory_id, f"boost {confidence:.2f} → {new_conf:.2f} ({access_count} accesses)",
                 changes={"confidence": new_conf, "metadata": {"boosted_at_count": access_count}}))
-        if new_conf <= cfg["confidence_floor"]:
+        if new_conf <= cfg.confidence_floor:
             invalidated.add(memory_id)
-            reason = f"dream: confidence {new_conf:.2f} at or below confidence_floor {cfg['confidence_floor']}"
+            reason = f"dream: confidence {new_conf:.2f} at or below confidence_floor {cfg.confidence_floor}"
             result.actions.append(Action("deep", "invalidate", memory_id, reason,
                                          changes={"invalidated_at": at, "metadata": {"invalidation_reason": reason}}))
 

@@ -190,7 +190,7 @@ class BackfillOutcome:
 
 
 def preview(config, folder: Path) -> BackfillOutcome:
-    notes, ignored = read_notes(folder, Redactor.from_section(config.values.get("redaction")))
+    notes, ignored = read_notes(folder, Redactor.from_section(config.redaction))
     return BackfillOutcome(None, str(folder), str(dreams_path(config)), notes, ignored)
 
 
@@ -220,7 +220,7 @@ def run_rem_backfill(store, config, folder: Path, *, stage: bool) -> BackfillOut
 
 
 def _stage(store, config, journal: Journal, notes: list[GroundedNote], outcome: BackfillOutcome) -> None:
-    zone = recall_zone(config.values["dream"])
+    zone = recall_zone(config.dream)
     RecallEvent = store.models.RecallEvent
     with store.db.atomic():
         for note in notes:

@@ -16,14 +16,14 @@ HELD_SHOWN = 10
 
 def rem_harness(store, config) -> dict[str, Any]:
     outcome = run_dream(store, config, apply=False, use_llm=False)
-    max_tokens = config.values["dream"]["max_promoted_snippet_tokens"]
+    max_tokens = config.dream.max_promoted_snippet_tokens
     rem = outcome.rem.as_dict() if outcome.rem else {}
     truths = [a.detail.get("content") for a in outcome.actions if a.kind == "insight" and a.detail.get("content")]
     deep = outcome.deep
     chosen = deep.promote if deep else []
     Memory = store.models.Memory
     rows = {m.id: m for m in Memory.select().where(Memory.id.in_([c.memory_id for c in chosen]))} if chosen else {}
-    held = [c for c in candidates(store, config.values["dream"]) if not c.passes][:HELD_SHOWN]
+    held = [c for c in candidates(store, config.dream) if not c.passes][:HELD_SHOWN]
     return {
         "rem": {"themes": rem.get("themes", []), "clusters": rem.get("clusters", []),
                 "categories": rem.get("categories", {}), "insights": rem.get("insights", []),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import peewee as pw
@@ -23,6 +23,9 @@ from ..db.queries import shared_content_rows
 from ..times import to_iso
 from ..vectors import pending_query
 from .journal import Action
+
+if TYPE_CHECKING:
+    from ..config import CaptureSettings
 
 log = logging.getLogger(__name__)
 
@@ -233,19 +236,19 @@ def _leave_episodes_out(store, result: LightResult, found: dict) -> None:
         # else: an episode beside a typed memory: an auto-link candidate, nothing more
 
 
-def plan_episode_retention(store, capture: dict, at: float) -> list[Action]:
+def plan_episode_retention(store, capture: CaptureSettings, at: float) -> list[Action]:
     """Invalidations that keep the episodes within capture.episode_max_age_days (by when they
     were stored) and capture.episode_max_total_mb (of their text, the oldest go first)."""
     Memory = store.models.Memory
     valid = (Memory.source == EPISODE_SOURCE) & Memory.invalidated_at.is_null()
     chosen: dict[str, str] = {}
-    max_days = int(capture["episode_max_age_days"])
+    max_days = int(capture.episode_max_age_days)
     if max_days > 0:
         reason = f"dream: episode older than capture.episode_max_age_days ({max_days})"
         rows = (Memory.select(Memory.id).where(valid & (Memory.created_at < at - max_days * 86400))
                 .order_by(Memory.created_at, Memory.seq).limit(MAX_PRUNED).tuples())
         chosen.update((memory_id, reason) for (memory_id,) in rows)
-    max_mb = float(capture["episode_max_total_mb"])
+    max_mb = float(capture.episode_max_total_mb)
     if max_mb > 0 and len(chosen) < MAX_PRUNED:
         budget, held = max_mb * 1_000_000, 0
         reason = f"dream: episodes past capture.episode_max_total_mb ({max_mb:g}), the oldest go first"

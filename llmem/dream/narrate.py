@@ -287,8 +287,8 @@ class Narrator:
         self.problems: list[str] = []
         self.refused = False
         self._given = llm
-        dream_model = config.values["dream"].get("model")
-        default = config.values["llm"]["model"]
+        dream_model = config.dream.model
+        default = config.llm.model
         self.models = [dream_model, default] if dream_model and dream_model != default else [default]
         self._made: dict[str, Any] = {}
 

@@ -27,7 +27,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from ..capture.taxonomy import enough_evidence, is_heuristic
@@ -39,6 +39,9 @@ from ..trust import EXTERNAL
 from .artefacts import artefact_reason
 from .text import distinct_terms
 from .verdicts import ORDER_SHIFT, latest_verdicts
+
+if TYPE_CHECKING:
+    from ..config import DreamSettings
 
 WEIGHTS = {"relevance": 0.30, "frequency": 0.24, "query_diversity": 0.15, "recency": 0.15,
            "consolidation": 0.10, "conceptual_richness": 0.06}
@@ -152,10 +155,10 @@ def fold_recalls(rows: list[tuple], zone: tzinfo | None = None) -> Evidence:
                     last=rows[-1][1], searches=len(rows), grounded=len(grounded))
 
 
-def recall_zone(cfg: dict[str, Any]) -> tzinfo | None:
+def recall_zone(cfg: DreamSettings) -> tzinfo | None:
     """The zone recall days are counted in: dream.timezone, None for the system's (its
     rules, DST included). Grounded staging dates its recalls in the same zone."""
-    name = cfg.get("timezone")
+    name = cfg.timezone
     return ZoneInfo(name) if name else None
 
 
@@ -172,7 +175,7 @@ def recent_phase_hits(store, at: float, window_days: float = 28.0) -> dict[str, 
     return hits
 
 
-def score_candidate(c: Candidate, at: float, cfg: dict[str, Any]) -> Candidate:
+def score_candidate(c: Candidate, at: float, cfg: DreamSettings) -> Candidate:
     recency = 0.0
     if c.last_recall:
         recency = 0.5 ** (days_between(at, c.last_recall) / RECENCY_HALF_LIFE_DAYS)
@@ -188,12 +191,12 @@ def score_candidate(c: Candidate, at: float, cfg: dict[str, Any]) -> Candidate:
     c.signals["phase_boost"] = boost
     c.score = min(1.0, sum(c.signals[k] * w for k, w in WEIGHTS.items()) + boost)
     c.gates = {
-        "min_score": {"value": round(c.score, 4), "required": cfg["min_score"],
-                      "passed": c.score >= cfg["min_score"]},
-        "min_recall_count": {"value": c.recalls, "required": cfg["min_recall_count"],
-                             "passed": c.recalls >= cfg["min_recall_count"]},
-        "min_unique_queries": {"value": c.unique_queries, "required": cfg["min_unique_queries"],
-                               "passed": c.unique_queries >= cfg["min_unique_queries"]},
+        "min_score": {"value": round(c.score, 4), "required": cfg.min_score,
+                      "passed": c.score >= cfg.min_score},
+        "min_recall_count": {"value": c.recalls, "required": cfg.min_recall_count,
+                             "passed": c.recalls >= cfg.min_recall_count},
+        "min_unique_queries": {"value": c.unique_queries, "required": cfg.min_unique_queries,
+                               "passed": c.unique_queries >= cfg.min_unique_queries},
     }
     if c.artefact:
         c.gates["grounded"] = {"value": c.artefact, "required": "a memory snippet, not diary or report text",
@@ -227,7 +230,7 @@ def score_candidate(c: Candidate, at: float, cfg: dict[str, Any]) -> Candidate:
     return c
 
 
-def candidates(store, cfg: dict[str, Any], *, at: float | None = None, memory_ids: list[str] | None = None,
+def candidates(store, cfg: DreamSettings, *, at: float | None = None, memory_ids: list[str] | None = None,
                phase_hits: dict[str, float] | None = None) -> list[Candidate]:
     """Scored candidates, best first: memories with counted recalls (or exactly `memory_ids`)."""
     at = at or now()
@@ -286,7 +289,7 @@ SHORTEST_DAY = 23 * 3600
 SCORED_PER_PLACE = 3
 
 
-def ranked_top(store, cfg: dict[str, Any], *, top: int, at: float | None = None) -> RankedTop:
+def ranked_top(store, cfg: DreamSettings, *, top: int, at: float | None = None) -> RankedTop:
     """The first `top` places of `candidates`, and its counts, scoring only the memories
     that can matter (the Dreams page: scoring every one of 63k recalled memories at 100k took
     seconds). SQL bounds each recalled memory's score from above from its recall aggregates
@@ -308,7 +311,7 @@ def ranked_top(store, cfg: dict[str, Any], *, top: int, at: float | None = None)
         shortest_day=float(SHORTEST_DAY), diversity=DIVERSITY_SATURATION, consolidation=CONSOLIDATION_DAYS,
         recency_half_life=RECENCY_HALF_LIFE_DAYS,
         constant=WEIGHTS["conceptual_richness"] + PHASE_BOOST_MAX + max(ORDER_SHIFT.values()) + 1e-9,
-        top=budget, gates=(cfg["min_recall_count"], cfg["min_unique_queries"], cfg["min_score"]))
+        top=budget, gates=(cfg.min_recall_count, cfg.min_unique_queries, cfg.min_score))
     hits = recent_phase_hits(store, at)
     scored: dict[str, Candidate] = {}
 
@@ -344,7 +347,7 @@ def category_evidence(store, category: str, project: str | None) -> bool:
     return enough_evidence((row.metadata, row.session_id) for row in rows)
 
 
-def promotable(store, cfg: dict[str, Any], *, limit: int | None = None, at: float | None = None,
+def promotable(store, cfg: DreamSettings, *, limit: int | None = None, at: float | None = None,
                phase_hits: dict[str, float] | None = None) -> tuple[list[Candidate], list[Candidate]]:
     """(to promote, held back) among unpromoted valid memories."""
     ranked = candidates(store, cfg, at=at, phase_hits=phase_hits)

@@ -14,7 +14,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..capture.taxonomy import POSITIVE_CATEGORIES, TAXONOMY, enough_evidence
 from ..db.queries import (
@@ -35,9 +35,11 @@ from .text import (
 )
 from .themes import theme_terms, themes
 
+if TYPE_CHECKING:
+    from ..config import DreamSettings
+
 log = logging.getLogger(__name__)
 
-TIER1_CONFIDENCE = 0.5
 TREND_MARGIN = 0.10  # a change within ±10 % is "stable"
 
 _CHECKLIST = {
@@ -287,13 +289,13 @@ def _procedure_text(key: str, info: dict[str, Any]) -> str:
             + "; ".join(steps) + ".")
 
 
-def plan_rem(store, cfg: dict[str, Any], *, pairs: list[dict[str, Any]], proposed_path: Path,
+def plan_rem(store, cfg: DreamSettings, *, pairs: list[dict[str, Any]], proposed_path: Path,
              at: float | None = None) -> RemResult:
     """Reflect on the store; return what REM found and the actions it would take."""
     at = at or now()
     db = store.db
     result = RemResult()
-    lookback = int(cfg["behavioral_lookback_days"])
+    lookback = int(cfg.behavioral_lookback_days)
     result.type_counts = type_counts(db)
     result.themes = themes(db, at - lookback * 86400)
     result.clusters = clusters(db, pairs)
@@ -318,8 +320,8 @@ def plan_rem(store, cfg: dict[str, Any], *, pairs: list[dict[str, Any]], propose
     existing_text = proposed_path.read_text(encoding="utf-8") if proposed_path.exists() else ""
     proposed = proposed_insights(db)
     additions: list[str] = []
-    threshold = int(cfg["behavioral_threshold"])
-    patch_threshold = int(cfg["skill_patch_threshold"])
+    threshold = int(cfg.behavioral_threshold)
+    patch_threshold = int(cfg.skill_patch_threshold)
     for key, info in sorted(by_category.items()):
         if key in POSITIVE_CATEGORIES or info["count"] < threshold:
             continue
@@ -369,7 +371,7 @@ def plan_rem(store, cfg: dict[str, Any], *, pairs: list[dict[str, Any]], propose
                 changes={"metadata": {"calibration_status": outcome["status"], "calibrated_at": at,
                                       "calibration": {k: outcome[k] for k in ("metric", "before", "after")}}}))
 
-    stale_before = at - int(cfg["stale_procedure_days"]) * 86400
+    stale_before = at - int(cfg.stale_procedure_days) * 86400
     rows = procedure_use_rows(db)
     for memory_id, access_count, created_at, flagged in rows:
         stale = (access_count or 0) == 0 and created_at < stale_before

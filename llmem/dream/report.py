@@ -1,15 +1,14 @@
 """The HTML dream report: one self-contained file, inline CSS and SVG, no script, no network.
 
-Every piece of text that comes from the store goes through `esc` (html.escape with quotes);
+Every piece of text that comes from the store goes through `esc` (svg.escape: html.escape with quotes);
 the Content-Security-Policy forbids scripts, images and any fetch as a second line of defence.
 """
 
 from __future__ import annotations
 
-import html
-import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .. import svg
 from ..times import utc_second
 from .text import one_line
 
@@ -31,8 +30,7 @@ th{background:#f3f3f3}code{font-size:12px;color:#555}.pill{display:inline-block;
 """
 
 
-def esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+esc = svg.escape  # html.escape with quotes, None as ""
 
 
 def _when(ts: float | None) -> str:
@@ -46,9 +44,7 @@ def bar_chart(items: list[tuple[str, float]], title: str, width: int = 480) -> s
     bar_h, gap, label_w = 18, 6, 150
     height = len(items) * (bar_h + gap) + 30
     top = max(v for _, v in items) or 1
-    parts = [f'<svg role="img" aria-label="{esc(title)}" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
-             f'<text x="0" y="14" font-weight="bold">{esc(title)}</text>']
+    parts = [svg.svg_root(title, width, height), f'<text x="0" y="14" font-weight="bold">{esc(title)}</text>']
     for i, (label, value) in enumerate(items):
         y = 24 + i * (bar_h + gap)
         w = (width - label_w - 60) * (value / top)
@@ -60,6 +56,7 @@ def bar_chart(items: list[tuple[str, float]], title: str, width: int = 480) -> s
 
 
 AXIS_CHAR = 7.5  # pixels a character of the report's 12px chart text takes, generously
+LEGEND_ROW = 16  # pixels per legend row
 
 
 def grouped_chart(labels: list[str], series: list[tuple[str, list[float]]], title: str,
@@ -71,14 +68,21 @@ def grouped_chart(labels: list[str], series: list[tuple[str, list[float]]], titl
     plot_h, base_y, left = height - 70, height - 40, 30
     slot = (width - left - 10) / len(labels)
     bar_w = max(2.0, slot * 0.8 / len(series))
-    parts = [f'<svg role="img" aria-label="{esc(title)}" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+    # The legend wraps onto more rows below the plot rather than overlap (long series names).
+    legend = svg.legend_rows([(name, COLORS[si % len(COLORS)]) for si, (name, _) in enumerate(series)],
+                             left, width - 10, AXIS_CHAR)
+    legend_y = height - 16
+    height += LEGEND_ROW * (len(legend) - 1)
+    parts = [svg.svg_root(title, width, height),
              f'<text x="0" y="14" font-weight="bold">{esc(title)}</text>',
              f'<line x1="{left}" y1="{base_y}" x2="{width - 10}" y2="{base_y}" stroke="#999"/>']
+    for row_index, row in enumerate(legend):
+        y = legend_y + LEGEND_ROW * row_index
+        for x, name, color in row:
+            parts.append(f'<rect x="{x:g}" y="{y}" width="10" height="10" fill="{color}"/>'
+                         f'<text x="{x + svg.LEGEND_SWATCH:g}" y="{y + 9}">{esc(name)}</text>')
     for si, (name, values) in enumerate(series):
         color = COLORS[si % len(COLORS)]
-        parts.append(f'<rect x="{left + si * 90}" y="{height - 16}" width="10" height="10" fill="{color}"/>'
-                     f'<text x="{left + si * 90 + 14}" y="{height - 7}">{esc(name)}</text>')
         for li, value in enumerate(values):
             h = plot_h * (value / top)
             x = left + li * slot + slot * 0.1 + si * bar_w
@@ -86,8 +90,7 @@ def grouped_chart(labels: list[str], series: list[tuple[str, list[float]]], titl
                          f'<title>{esc(labels[li])} {esc(name)}: {esc(_num(value))}</title></rect>')
     # Axis labels centred under their bars, and only every `step`-th when the widest would
     # reach its neighbour (ten "0.0–0.1" bins of a 480-wide chart overlapped one another).
-    widest = max(len(label[:10]) for label in labels) * AXIS_CHAR
-    step = max(1, math.ceil(widest / slot))
+    step = svg.label_step([label[:10] for label in labels], slot, AXIS_CHAR)
     for li, label in enumerate(labels):
         if li % step == 0:
             parts.append(f'<text x="{left + li * slot + slot / 2:.1f}" y="{base_y + 14}" '

@@ -122,12 +122,12 @@ def run_shadow_trial(store, config, *, llm: Any = None, limit: int = DEFAULT_LIM
     llm = llm if llm is not None else made
     if llm is None:
         return TrialOutcome(False, "no LLM is configured (llm.provider: none): the shadow trial needs one")
-    cfg = config.values["dream"]
+    cfg = config.dream
     try:
         chosen = [c for c in candidates(store, cfg) if not c.artefact][:limit]
         if not chosen:
             return TrialOutcome(False, "no promotion candidate to try (no memory has counted recalls)")
-        return _run(store, llm, chosen, cfg["max_promoted_snippet_tokens"])
+        return _run(store, llm, chosen, cfg.max_promoted_snippet_tokens)
     finally:
         if made is not None:
             made.close()

@@ -50,10 +50,10 @@ def dream_status(store, config, *, recent: int = 5, ranked: list[Candidate] | Ra
     caller has scored them already (scoring reads every recall: the Dreams page and
     `status --deep` list them too, and score once)."""
     DreamRun, Memory = store.models.DreamRun, store.models.Memory
-    cfg = config.values["dream"]
+    cfg = config.dream
     last_any = DreamRun.select().where(DreamRun.kind == "dream").order_by(DreamRun.started_at.desc()).first()
     last_applied = last_run(store, "dream")
-    schedule = cfg["schedule"]
+    schedule = cfg.schedule
     zone = dream_zone(config)
     switch = dream_switch(store, config)
     upcoming = next_run(schedule, zone=zone) if switch.enabled else None

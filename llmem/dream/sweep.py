@@ -106,7 +106,7 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
     is called as each phase is done (the CLI's bar: the library prints nothing).
 
     `llm` merges; `diary_llm` writes the narrative (default: dream.model, then llm.model)."""
-    cfg = config.values["dream"]
+    cfg = config.dream
     chosen = [p for p in PHASES if p in (phases or PHASES)]
     at = now()
     outcome = DreamOutcome(applied=apply, phases=chosen, started_at=at)
@@ -160,7 +160,7 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
             lock.release()
         except pw.DatabaseError as exc:  # a full disk: the row left is stale (dream/lock.py)
             log.warning("could not release the dream lock of run %s: %s", run_id, exc)
-    report = report_path or configured_report(cfg)
+    report = report_path or cfg.report_path
     if report:
         _write_report(store, report, outcome)
     return outcome
@@ -175,12 +175,12 @@ def _plan_all(store, config, cfg, outcome: DreamOutcome, at: float, promote_limi
     if "light" in outcome.phases:
         started = time.perf_counter()
         previous = last_run(store, "dream", "light")
-        light = find_candidates(store, similarity_threshold=cfg["similarity_threshold"],
-                                auto_link_threshold=cfg["auto_link_threshold"],
+        light = find_candidates(store, similarity_threshold=cfg.similarity_threshold,
+                                auto_link_threshold=cfg.auto_link_threshold,
                                 since=previous.started_at if previous else None,
-                                embedder_provider=config.values["embedding"]["provider"])
+                                embedder_provider=config.embedding.provider)
         outcome.light = light
-        pruned = plan_episode_retention(store, config.values["capture"], at)
+        pruned = plan_episode_retention(store, config.capture, at)
         if journal is not None:
             pruned, condensed = condense_episodes(store, journal, llm, pruned)
             outcome.actions += condensed
@@ -286,13 +286,13 @@ def _write_outputs(store, config, outcome: DreamOutcome, journal: Journal, *, di
     memory_md_path = config.paths.memory_md_path
     if (outcome.deep and outcome.deep.promote) or memory_md_path.exists():
         journal.write_file("deep", "memory_md", memory_md_path,
-                           memory_md.render(store, config.values["dream"]["max_promoted_snippet_tokens"]))
+                           memory_md.render(store, config.dream.max_promoted_snippet_tokens))
 
 
 def _write_dreams(store, config, outcome: DreamOutcome, journal: Journal, *, diary_llm: Any,
                   use_llm: bool) -> None:
     """The narratives, DREAMS.md's phase blocks, the phase reports and the diary entry."""
-    cfg = config.values["dream"]
+    cfg = config.dream
     zone = dream_zone(config)
     tales = stories(store, outcome)
     narrator = Narrator(config, store, llm=diary_llm) if use_llm else None
@@ -326,7 +326,7 @@ def _write_dreams(store, config, outcome: DreamOutcome, journal: Journal, *, dia
         outcome.notes.append(f"{exc.message}: {path.name} left as it is ({exc.hint})")
     else:
         journal.write_file(last_phase, "dreams_md", path, text)
-    if cfg["phase_reports"]:
+    if cfg.phase_reports:
         day = dreams_md.day_of(outcome.started_at, zone)
         for phase, story in tales.items():
             report = dreams_md.report_path(config, phase, day)
@@ -337,11 +337,6 @@ def _write_dreams(store, config, outcome: DreamOutcome, journal: Journal, *, dia
     old = diary_path.read_text(encoding="utf-8") if diary_path.exists() else None
     journal.write_file("rem" if outcome.rem else last_phase, "diary", diary_path,
                        diary.append_entry(old, diary.diary_entry(outcome, tales)))
-
-
-def configured_report(cfg: dict[str, Any]) -> Path | None:
-    """The file dream.report_path names, where each applied run writes its report (None: unset)."""
-    return Path(cfg["report_path"]).expanduser() if cfg.get("report_path") else None
 
 
 def _write_report(store, path: Path, outcome: DreamOutcome) -> None:
@@ -361,7 +356,7 @@ class PromoteOutcome:
 
 def run_promote(store, config, *, apply: bool = False, limit: int | None = None) -> PromoteOutcome:
     """Promotion on its own (the deep phase's gates), previewed or applied and journaled."""
-    cfg = config.values["dream"]
+    cfg = config.dream
     at = now()
     chosen, held = promotable(store, cfg, limit=limit, at=at)
     if not apply or not chosen:
@@ -375,7 +370,7 @@ def run_promote(store, config, *, apply: bool = False, limit: int | None = None)
             with store.db.atomic():
                 promoted, skipped = apply_promotions(store, journal, chosen, at)
             journal.write_file("deep", "memory_md", config.paths.memory_md_path,
-                               memory_md.render(store, cfg["max_promoted_snippet_tokens"]))
+                               memory_md.render(store, cfg.max_promoted_snippet_tokens))
         except Exception as exc:  # as a dream's: the run says it failed, the lock goes
             end_failed_run(store, run, lock, {}, f"{exc.__class__.__name__}: {exc}")
             raise

@@ -44,13 +44,13 @@ def dream_switch(store, config) -> DreamSwitch:
     if override is not None:
         return DreamSwitch(override["enabled"], f"llmem dream {'on' if override['enabled'] else 'off'}",
                            override.get("at"))
-    return DreamSwitch(bool(config.values["dream"]["enabled"]), "config")
+    return DreamSwitch(bool(config.dream.enabled), "config")
 
 
 def set_dream_enabled(store, config, enabled: bool) -> DreamSwitch:
     """Turn dreaming on or off for every process using this store."""
     with store.db.atomic():
-        if enabled == bool(config.values["dream"]["enabled"]):
+        if enabled == bool(config.dream.enabled):
             delete_setting(store.db, SWITCH_KEY)
         else:
             set_setting(store.db, SWITCH_KEY, json.dumps({"enabled": enabled, "at": now()}))
@@ -59,7 +59,7 @@ def set_dream_enabled(store, config, enabled: bool) -> DreamSwitch:
 
 def dream_zone(config) -> tzinfo:
     """dream.timezone, or the system's local zone when it is null."""
-    name = config.values["dream"].get("timezone")
+    name = config.dream.timezone
     if name:
         from zoneinfo import ZoneInfo
 
@@ -68,5 +68,5 @@ def dream_zone(config) -> tzinfo:
 
 
 def zone_name(config) -> str:
-    name = config.values["dream"].get("timezone")
+    name = config.dream.timezone
     return name or f"local ({datetime.now().astimezone().tzname()})"

@@ -278,7 +278,7 @@ def run_event(app, event_id: int, *, transient: tuple[type[BaseException], ...] 
 
     started = time.perf_counter()
     event = claim_event(app.store, event_id,
-                        running_after=app.config.values["pipeline"]["running_timeout_minutes"] * 60)
+                        running_after=app.config.pipeline.running_timeout_minutes * 60)
     if event is None:
         return EventOutcome(event_id, "skipped")
     scheduled_for = event.not_before  # a deferred event already has its retry scheduled then
@@ -320,8 +320,8 @@ def _next_llm_extraction(app, event: Event, at: float | None = None) -> float | 
     from ..db.queries import metadata_equals
 
     Event = app.store.models.Event
-    interval = app.config.values["pipeline"]["min_extraction_interval_seconds"]
-    if event.kind != "idle" or interval <= 0 or app.config.values["llm"]["provider"] == "none":
+    interval = app.config.pipeline.min_extraction_interval_seconds
+    if event.kind != "idle" or interval <= 0 or app.config.llm.provider == "none":
         return None
     # The interval spaces LLM passes: it runs from the last extraction that reached the LLM.
     # With no LLM reachable, each moment's heuristics-only pass runs at once.

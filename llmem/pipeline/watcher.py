@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..db.watch_sessions import last_watch_session_update, save_watch_session, watch_session_rows
-from ..paths import expand, is_agent_call_dir
+from ..paths import is_agent_call_dir
 
 log = logging.getLogger(__name__)
 
@@ -168,39 +168,25 @@ class FolderSnapshots:
 
 
 class SessionWatcher:
-    """Observe OpenCode's data folder, Copilot's session-state, Claude Code's projects folder
-    and Codex's sessions folder, emit lifecycle events. Subagents' sessions get none
+    """Observe each registered agent's folders (adapters/registry.py; how, each agent's
+    `AgentWatch` says) and emit lifecycle events. Subagents' sessions get none
     (ARCHITECTURE.md, "Subagents are not users")."""
 
     def __init__(self, config, emit: Callable[[str, str, str], None], *, store=None, clock=time.time):
-        session = config.values["session"]
-        pipeline = config.values["pipeline"]
-        self.opencode_dir = expand(session["opencode"]["data_dir"])
-        self.copilot_dir = expand(session["copilot"]["state_dir"])
-        from ..adapters.detect import (
-            CLAUDE_PROJECTS_DIR,
-            CLAUDE_SESSIONS_DIR,
-            CODEX_SESSIONS_DIR,
-            claude_config_dir,
-            codex_home_dir,
-        )
-
-        claude_dir = claude_config_dir(expand(session["claude"]["config_dir"]))
-        self.claude_dir = claude_dir / CLAUDE_PROJECTS_DIR
-        # Claude Code's live-process registry: a file removed there is a session that exited.
-        self.claude_registry = claude_dir / CLAUDE_SESSIONS_DIR
-        self.codex_dir = codex_home_dir(expand(session["codex"]["home"])) / CODEX_SESSIONS_DIR
-        self.adapter_setting = session["adapter"]
+        session = config.session
+        pipeline = config.pipeline
+        self.config = config
+        self.adapter_setting = session.adapter
         self.emit_callback = emit
         self.clock = clock
-        self.use_polling = pipeline["use_polling"]
-        self.idle_debounce_ms = int(pipeline["idle_debounce_seconds"] * 1000)
-        self.inactivity_ms = int(pipeline["ending_inactivity_minutes"] * 60_000)
+        self.use_polling = pipeline.use_polling
+        self.idle_debounce_ms = int(pipeline.idle_debounce_seconds * 1000)
+        self.inactivity_ms = int(pipeline.ending_inactivity_minutes * 60_000)
         self.states: dict[tuple[str, str], SessionState] = {}
         self.saved = SavedStates(store) if store is not None else None
         self._unsaved: set[tuple[str, str]] = set()
         self._recheck_at: dict[tuple[str, str], float] = {}  # idle debounce, inactivity, retries
-        self._dirty: dict[str, tuple[float, float]] = {}
+        self._dirty: dict[tuple[str, str], tuple[float, float]] = {}  # (agent, watch key) → first, last
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -209,15 +195,10 @@ class SessionWatcher:
         self._snapshots: FolderSnapshots | None = None  # begin() without start(): no observer
         self._watched: set[Path] = set()
         self._scan_again: dict[Path, bool] = {}  # polled folder → announce, at the next folder check
-        self._opencode_changes: dict = {}  # db path → ChangedSessions
         self._thread: threading.Thread | None = None
-        self._opencode = None
-        self._copilot = None
-        self._claude = None
-        self._claude_live: set[str] = set()  # Claude sessions last seen held by a running process
-        self._claude_tails: dict = {}  # session id → ClaudeTail: each look parses only the new lines
-        self._codex_tails: dict = {}  # thread id → CodexTail: each look parses only the new lines
-        self._codex_paths: dict = {}  # thread id → rollout file, from the events that named it
+        # agent name → its watch (adapters/agent.py AgentWatch), for the agents session.adapter wants.
+        self.watches = self._agent_watches()
+        self._readers: dict[str, object] = {}  # agent name → its reader, for _llmems_own_call
         # (adapter, session id) → whether llmem's own agent call ran it (llm.provider: agent).
         self._own_calls: dict[tuple[str, str], bool] = {}
         self.errors = 0
@@ -232,6 +213,21 @@ class SessionWatcher:
 
     def _wants(self, adapter: str) -> bool:
         return self.adapter_setting in ("auto", adapter)
+
+    def _agent_watches(self) -> dict:
+        from ..adapters import registry
+
+        watches = {}
+        for agent in registry.all_agents():
+            if self._wants(agent.name):
+                watch = agent.watch(self.config, self)
+                if watch is not None:
+                    watches[agent.name] = watch
+        return watches
+
+    def folder(self, agent: str) -> Path:
+        """The folder of the agent's sessions, as watched."""
+        return self.watches[agent].primary
 
     def start(self) -> None:
         """Watch on the wall clock: a watchdog observer marks paths dirty as they change and a
@@ -288,12 +284,10 @@ class SessionWatcher:
     def _recheck_known_sessions(self, now: float) -> None:
         """Look again at known sessions not ended yet: a turn may have finished (or the
         session gone quiet for good) while no watcher ran."""
-        folders = {"opencode": self.opencode_dir, "copilot": self.copilot_dir, "claude": self.claude_dir,
-                   "codex": self.codex_dir}
         for (adapter, session_id), state in list(self.states.items()):
-            folder = folders.get(adapter)
-            if not state.ended and self._wants(adapter) and folder in self._watched:
-                self._process_key(_process_key_for(adapter, session_id), now)
+            watch = self.watches.get(adapter)
+            if not state.ended and watch is not None and watch.primary in self._watched:
+                self._process_session(adapter, session_id, now)
 
     def stop(self) -> None:
         self._stop.set()
@@ -304,17 +298,14 @@ class SessionWatcher:
                 observer.join(timeout=5)
         if self._thread is not None:
             self._thread.join(timeout=5)
-        for changes in self._opencode_changes.values():
-            changes.close()
-        self._opencode_changes.clear()
+        for watch in self.watches.values():
+            watch.close()
 
     def describe(self) -> str:
         """What is watched, for the start-up line: each agent folder and whether it exists."""
         parts = []
-        for adapter, folder in (("opencode", self.opencode_dir), ("copilot", self.copilot_dir),
-                                ("claude", self.claude_dir), ("codex", self.codex_dir)):
-            if not self._wants(adapter):
-                continue
+        for adapter, watch in self.watches.items():
+            folder = watch.primary
             state = "watching" if folder in self._watched else "not there yet, will attach when it appears"
             parts.append(f"{adapter} {folder} ({state})")
         return "; ".join(parts) or f"nothing (session.adapter is {self.adapter_setting})"
@@ -327,27 +318,18 @@ class SessionWatcher:
         for folder, announce in self._scan_again.items():
             self._scan(folder, now, announce=announce)
         self._scan_again.clear()
-        targets = []
-        if self._wants("opencode"):
-            targets.append((self.opencode_dir, False))
-        if self._wants("copilot"):
-            targets.append((self.copilot_dir, True))
-        if self._wants("claude"):
-            # Recursive: a subagent's transcript sits two levels down, and is ignored by _key_for.
-            targets += [(self.claude_dir, True), (self.claude_registry, False)]
-        if self._wants("codex"):
-            # Recursive: rollouts sit in dated folders (YYYY/MM/DD) made as days go by.
-            targets.append((self.codex_dir, True))
-        for folder, recursive in targets:
-            if folder in self._watched or not folder.is_dir():
-                continue
-            polled = self._watch_folder(folder, recursive)
-            self._watched.add(folder)
-            log.info("watching %s", folder)
-            if folder != self.claude_registry:
-                self._scan(folder, now, announce=not initial)
-                if polled:
-                    self._scan_again[folder] = not initial
+        for watch in self.watches.values():
+            for target in watch.folders():
+                folder = target.path
+                if folder in self._watched or not folder.is_dir():
+                    continue
+                polled = self._watch_folder(folder, target.recursive)
+                self._watched.add(folder)
+                log.info("watching %s", folder)
+                if target.scan:
+                    self._scan(folder, now, announce=not initial)
+                    if polled:
+                        self._scan_again[folder] = not initial
 
     def _watch_folder(self, folder: Path, recursive: bool) -> bool:
         """Watch `folder`; True when a watchdog polling observer watches it."""
@@ -388,65 +370,20 @@ class SessionWatcher:
             self._dirty[key] = (first, at)
         self._wake.set()
 
-    def _key_for(self, path: Path) -> str | None:
-        name = path.name
-        if path.parent == self.opencode_dir and name.startswith("opencode"):
-            if name.endswith((".db", ".db-wal")):
-                return "opencode:" + str(self.opencode_dir / name.removesuffix("-wal"))
-            return None
-        if path.parent == self.claude_registry:
-            return "claude-registry:" if name.endswith(".json") else None
-        if path.is_relative_to(self.claude_dir):
-            from ..adapters.detect import claude_session_id
-
-            session_id = claude_session_id(path, self.claude_dir)
-            return "claude:" + session_id if session_id else None
-        if path.is_relative_to(self.codex_dir):
-            from ..adapters.codex import rollout_thread_id
-
-            thread_id = rollout_thread_id(name)
-            if thread_id is None or len(path.relative_to(self.codex_dir).parts) != 4:
-                return None
-            self._codex_paths[thread_id] = path
-            return "codex:" + thread_id
-        try:
-            relative = path.relative_to(self.copilot_dir)
-        except ValueError:
-            return None
-        parts = relative.parts
-        if len(parts) >= 1 and (len(parts) == 1 or parts[1] in ("events.jsonl", "workspace.yaml")
-                                or parts[1].startswith("inuse.")):
-            return "copilot:" + parts[0]
+    def _key_for(self, path: Path) -> tuple[str, str] | None:
+        """(agent, the key its watch gives the path), None for a path no watch wants."""
+        for name, watch in self.watches.items():
+            key = watch.key_for(path)
+            if key is not None:
+                return name, key
         return None
 
     def _scan(self, folder: Path, now: float, announce: bool) -> None:
         """Look at the sessions already there. Those whose activity predates the watch are
         remembered silently; the rest (written while no watcher ran) are caught up."""
-        if folder == self.opencode_dir:
-            for db in sorted(folder.glob("opencode*.db")):
-                self._safely(str(db), self._process_opencode, db, now)
-        elif folder == self.claude_dir:
-            from ..adapters.detect import claude_session_id
-
-            horizon = min(now - self.inactivity_ms / 1000, self.catch_up_from)
-            for path in sorted(folder.glob("*/*.jsonl")):
-                session_id = claude_session_id(path, folder)
-                if session_id and (announce or _modified_after(path, horizon)):
-                    self._safely(session_id, self._process_claude, session_id, now)
-        elif folder == self.codex_dir:
-            from ..adapters.codex import rollout_thread_id
-
-            horizon = min(now - self.inactivity_ms / 1000, self.catch_up_from)
-            for path in sorted(folder.glob("*/*/*/rollout-*.jsonl")):
-                thread_id = rollout_thread_id(path.name)
-                if thread_id and (announce or _modified_after(path, horizon)):
-                    self._codex_paths[thread_id] = path
-                    self._safely(thread_id, self._process_codex, thread_id, now)
-        else:
-            horizon = min(now - self.inactivity_ms / 1000, self.catch_up_from)
-            for child in sorted(folder.iterdir()):
-                if child.is_dir() and (announce or _modified_after(child, horizon)):
-                    self._safely(child.name, self._process_copilot, child.name, now)
+        for watch in self.watches.values():
+            if any(target.path == folder and target.scan for target in watch.folders()):
+                watch.scan(folder, now, announce)
 
     # ---- the loop ------------------------------------------------------------------------
 
@@ -488,7 +425,7 @@ class SessionWatcher:
         for session, due in list(self._recheck_at.items()):
             if due <= now and self._recheck_at.get(session) == due:
                 del self._recheck_at[session]
-                self._process_key(_process_key_for(*session), now)
+                self._process_session(*session, now)
         for session in list(self._unsaved):
             self._save(session, now)
         if self.saved is not None and now - self._alive_noted_at >= ALIVE_SECONDS:
@@ -510,22 +447,16 @@ class SessionWatcher:
             due.append(self._alive_noted_at + ALIVE_SECONDS)
         return max(min(due), now + MIN_STEP_SECONDS)
 
-    def _process_key(self, key: str, now: float) -> None:
-        kind, _, rest = key.partition(":")
-        if kind == "opencode":
-            self._safely(rest, self._process_opencode, Path(rest), now)
-        elif kind == "opencode-session":
-            self._safely(rest, self._evaluate_opencode, rest, now)
-        elif kind == "copilot":
-            self._safely(rest, self._process_copilot, rest, now)
-        elif kind == "claude":
-            self._safely(rest, self._process_claude, rest, now)
-        elif kind == "claude-registry":
-            # A Claude Code process started or exited: its session may have just ended.
-            for session_id in sorted(self._claude_live):
-                self._safely(session_id, self._process_claude, session_id, now)
-        elif kind == "codex":
-            self._safely(rest, self._process_codex, rest, now)
+    def _process_key(self, key: tuple[str, str], now: float) -> None:
+        agent, local = key
+        watch = self.watches.get(agent)
+        if watch is not None:
+            self._safely(local, watch.look, local, now)
+
+    def _process_session(self, agent: str, session_id: str, now: float) -> None:
+        watch = self.watches.get(agent)
+        if watch is not None:
+            self._process_key((agent, watch.session_key(session_id)), now)
 
     def _safely(self, what: str, step, *args, **kwargs) -> None:
         """Run one read; a locked DB or an unknown schema is logged and the watcher goes on."""
@@ -535,132 +466,34 @@ class SessionWatcher:
             self.errors += 1
             log.warning("watch: could not read %s: %s", what, exc)
 
-    # ---- OpenCode --------------------------------------------------------------------------
+    # ---- what an agent's watch asks (adapters/agent.py WatchContext) ----------------------
 
-    def _opencode_adapter(self):
-        if self._opencode is None:
-            from ..adapters import OpenCodeAdapter
+    def safely(self, what: str, step, *args) -> None:
+        self._safely(what, step, *args)
 
-            self._opencode = OpenCodeAdapter(self.opencode_dir)
-        return self._opencode
+    def horizon(self, now: float) -> float:
+        """Sessions quiet for longer than the inactivity timeout have ended already (unless
+        the watcher was down then): a folder scan leaves them, reading them costs time."""
+        return min(now - self.inactivity_ms / 1000, self.catch_up_from)
 
-    def _process_opencode(self, db_path: Path, now: float) -> None:
-        """Sessions changed since the last look at this DB."""
-        if not db_path.exists():
-            return
-        changes = self._opencode_changes.get(db_path)
-        if changes is None:
-            from ..adapters.opencode import ChangedSessions
+    def known(self, agent: str, session_id: str) -> bool:
+        return (agent, session_id) in self.states
 
-            # Sessions quiet for longer than the inactivity timeout have ended already
-            # (unless the watcher was down then): reading every old transcript costs time.
-            since_s = min(now - self.inactivity_ms / 1000, self.catch_up_from)
-            changes = ChangedSessions(db_path, int(since_s * 1000))
-            self._opencode_changes[db_path] = changes  # kept even if this read fails: one connection per DB
-        for session_id in changes.poll():
-            self._evaluate_opencode(session_id, now)
+    def seen_compaction_id(self, agent: str, session_id: str) -> str | None:
+        state = self.states.get((agent, session_id))
+        return state.seen_compaction_id if state else None
 
-    def _evaluate_opencode(self, session_id: str, now: float) -> None:
-        from ..adapters import SessionNotFound
-        from ..adapters.lifecycle import opencode_lifecycle
+    def apply(self, agent: str, session_id: str, lifecycle, now: float) -> None:
+        self._apply(agent, session_id, lifecycle, now)
 
-        adapter = self._opencode_adapter()
-        try:
-            transcript = adapter.read_transcript(session_id)
-        except SessionNotFound:
-            transcript = None
-        if transcript is not None and transcript.is_subagent:
-            return  # a task tool's child session: its result reaches the parent's transcript
-        if transcript is not None and transcript.directory:
-            self._own_calls.setdefault(("opencode", session_id), is_agent_call_dir(transcript.directory))
-        state = self.states.get(("opencode", session_id))
-        lifecycle = opencode_lifecycle(
-            transcript, int(now * 1000),
-            seen_compaction_id=state.seen_compaction_id if state else None,
-            idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
-        self._apply("opencode", session_id, lifecycle, now)
+    def created(self, agent: str, session_id: str, now: float) -> None:
+        self._created(agent, session_id, now)
 
-    # ---- Copilot ---------------------------------------------------------------------------
+    def own_call(self, agent: str, session_id: str) -> bool:
+        return self._llmems_own_call(agent, session_id)
 
-    def _process_copilot(self, session_id: str, now: float) -> None:
-        from ..adapters import CopilotAdapter
-        from ..adapters.base import is_valid_session_id
-        from ..adapters.lifecycle import copilot_lifecycle
-
-        if not is_valid_session_id(session_id):
-            return
-        if self._copilot is None:
-            self._copilot = CopilotAdapter(self.copilot_dir)
-        key = ("copilot", session_id)
-        if self._copilot.events_path(session_id) is None:
-            # Copilot writes no events before the first prompt: a new folder is a new session.
-            if key not in self.states and _modified_after(self.copilot_dir / session_id, self.catch_up_from) \
-                    and not self._llmems_own_call(*key):
-                self._created(*key, now)
-            return
-        log_ = self._copilot.read_events(session_id)
-        state = self.states.get(key)
-        lifecycle = copilot_lifecycle(
-            log_.event_objects, int(now * 1000), lock_alive=self._copilot.lock_alive(session_id),
-            seen_compaction_id=state.seen_compaction_id if state else None,
-            idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
-        self._apply("copilot", session_id, lifecycle, now)
-
-    # ---- Claude Code -----------------------------------------------------------------------
-
-    def _process_claude(self, session_id: str, now: float) -> None:
-        from ..adapters.claude import ClaudeAdapter, ClaudeTail
-        from ..adapters.lifecycle import claude_lifecycle
-
-        if self._claude is None:
-            self._claude = ClaudeAdapter(self.claude_dir.parent)
-        tail = self._claude_tails.get(session_id)
-        if tail is None or not tail.path.is_file():
-            path = self._claude.transcript_path(session_id)
-            if path is None:
-                # Removed by Claude Code's cleanup sweep: nothing to undo.
-                self._claude_live.discard(session_id)
-                self._claude_tails.pop(session_id, None)
-                return
-            tail = self._claude_tails[session_id] = ClaudeTail(path)
-        lines = tail.read()
-        alive = self._claude.process_alive(session_id)
-        if alive:
-            self._claude_live.add(session_id)
-        else:
-            self._claude_live.discard(session_id)
-        state = self.states.get(("claude", session_id))
-        lifecycle = claude_lifecycle(
-            lines.line_objects, int(now * 1000), process_alive=alive, mtime_ms=lines.mtime_ms,
-            seen_compaction_id=state.seen_compaction_id if state else None,
-            idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
-        self._apply("claude", session_id, lifecycle, now)
-
-    # ---- Codex CLI -------------------------------------------------------------------------
-
-    def _process_codex(self, thread_id: str, now: float) -> None:
-        from ..adapters.codex import CodexAdapter, CodexTail
-        from ..adapters.lifecycle import codex_lifecycle
-
-        tail = self._codex_tails.get(thread_id)
-        if tail is None or not tail.path.is_file():
-            path = self._codex_paths.get(thread_id)
-            if path is None or not path.is_file():
-                path = CodexAdapter(self.codex_dir.parent).rollout_path(thread_id)
-            if path is None:
-                self._codex_tails.pop(thread_id, None)  # deleted (an archived one is still found)
-                return
-            tail = self._codex_tails[thread_id] = CodexTail(path)
-        marks = tail.read()
-        if tail.subagent:
-            return  # a thread Codex spawned: its result reaches the parent's rollout
-        state = self.states.get(("codex", thread_id))
-        lifecycle = codex_lifecycle(
-            marks, int(now * 1000), mtime_ms=tail.mtime_ms,
-            seen_compaction_id=state.seen_compaction_id if state else None,
-            idle_debounce_ms=self.idle_debounce_ms, inactivity_ms=self.inactivity_ms)
-        self._apply("codex", thread_id, lifecycle, now)
-
+    def note_directory(self, agent: str, session_id: str, directory: str) -> None:
+        self._own_calls.setdefault((agent, session_id), is_agent_call_dir(directory))
 
     # ---- llmem's own agent calls -------------------------------------------------------------
 
@@ -687,18 +520,11 @@ class SessionWatcher:
         return own
 
     def _reader(self, adapter: str):
-        """The adapter that reads this watcher's `adapter` folder."""
-        from ..adapters import CopilotAdapter
-        from ..adapters.claude import ClaudeAdapter
-        from ..adapters.codex import CodexAdapter
-
-        if adapter == "opencode":
-            return self._opencode_adapter()
-        if adapter == "copilot":
-            return CopilotAdapter(self.copilot_dir)
-        if adapter == "claude":
-            return ClaudeAdapter(self.claude_dir.parent)
-        return CodexAdapter(self.codex_dir.parent)
+        """The reader of this watcher's `adapter` folder."""
+        reader = self._readers.get(adapter)
+        if reader is None:
+            reader = self._readers[adapter] = self.watches[adapter].agent.reader(self.config)
+        return reader
 
     # ---- turning moments into events -------------------------------------------------------
 
@@ -759,8 +585,8 @@ class SessionWatcher:
             # One idle per finished reply, whether or not the session was ever seen busy (a
             # whole turn in one transaction, a short turn between two looks). Every idle is
             # emitted at once: the worker holds the LLM pass to the extraction interval.
-            # An ended session has none: its ending covered the reply (an OpenCode session
-            # archived inside the idle debounce, looked at again after a restart).
+            # An ended session has none: its ending covered the reply (a session archived
+            # inside the idle debounce, looked at again after a restart).
             if not self._emit_unless_hooked(adapter, session_id, "idle", lifecycle):
                 return False
             state.idle_reply = lifecycle.reply_id
@@ -836,19 +662,3 @@ class SessionWatcher:
             self._unsaved.add(key)
             return
         self._unsaved.discard(key)
-
-
-def _process_key_for(adapter: str, session_id: str) -> str:
-    return f"{adapter}:{session_id}" if adapter in ("copilot", "claude", "codex") else f"opencode-session:{session_id}"
-
-
-def _modified_after(session_path: Path, horizon: float) -> bool:
-    """Was the session's folder or its events file (or its transcript or rollout file) written
-    after `horizon` (epoch s)?"""
-    for path in (session_path / "events.jsonl", session_path):
-        try:
-            if path.stat().st_mtime > horizon:
-                return True
-        except OSError:
-            continue
-    return False

@@ -27,7 +27,7 @@ import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMUnavailable
 from ..paths import (
@@ -38,6 +38,9 @@ from ..paths import (
     write_private_text,
 )
 from ..tokens import estimate_tokens
+
+if TYPE_CHECKING:
+    from ..config import LlmSettings
 
 log = logging.getLogger(__name__)
 
@@ -388,12 +391,12 @@ def render_prompt(messages: list[dict], schema: dict) -> tuple[str, str]:
     return system, "\n\n".join(turns)
 
 
-def agent_call(section: dict, model: str | None = None) -> AgentCall:
+def agent_call(section: LlmSettings, model: str | None = None) -> AgentCall:
     """The `llm:` section's agent; `model` (a hook's --model, dream.model) wins over
     llm.agent_model, unless it is just llm.model: that names the Ollama or OpenAI model
     (the dream's narrative falls back to it), which no agent CLI knows."""
-    agent, executable = find_agent(section["agent"])
-    chosen = model if model and model != section["model"] else section["agent_model"]
+    agent, executable = find_agent(section.agent)
+    chosen = model if model and model != section.model else section.agent_model
     return AgentCall(agent, executable, chosen)
 
 
@@ -401,13 +404,13 @@ def agent_status(config, tokens_today: int | None = None) -> dict[str, Any]:
     """What llm.provider: agent would run and what it has cost today (for `llmem doctor`).
 
     Makes no call: one would cost tokens, and signing in is the agent's own business."""
-    section = config.values["llm"]
+    section = config.llm
     call = agent_call(section)
     status = {"provider": "agent", "model": call.label, "agent": call.agent,
               "executable": call.executable, "command": call.command().shown(),
-              "daily_token_budget": section["daily_token_budget"], "tokens_today": tokens_today,
+              "daily_token_budget": section.daily_token_budget, "tokens_today": tokens_today,
               "status": "ok" if call.executable else "unavailable"}
     if not call.executable:
-        status["error"] = (f"`{call.agent}` is not on PATH" if section["agent"] != "auto"
+        status["error"] = (f"`{call.agent}` is not on PATH" if section.agent != "auto"
                            else "none of " + ", ".join(AGENTS) + " is on PATH")
     return status

@@ -362,18 +362,18 @@ def make_llm(config, *, model: str | None = None, base_url: str | None = None,
              store=None) -> LLM | None:
     """The chat LLM of the `llm:` config section (None when llm.provider is none); its token
     use is recorded in `store`, or in the store at config.store_location opened on first use."""
-    section = config.values["llm"]
-    provider = section["provider"]
+    section = config.llm
+    provider = section.provider
     if provider == "none":
         return None
-    common = dict(timeout=section["timeout"], daily_token_budget=section["daily_token_budget"],
+    common = dict(timeout=section.timeout, daily_token_budget=section.daily_token_budget,
                   db_path=config.store_location, store=store,
-                  redactor=Redactor.from_section(config.values.get("redaction")))
+                  redactor=Redactor.from_section(config.redaction))
     if provider == "ollama":
-        return OllamaLLM(model or section["model"], base_url or section["base_url"], **common)
+        return OllamaLLM(model or section.model, base_url or section.base_url, **common)
     if provider == "openai":
-        return OpenAILLM(model or section["model"], base_url or section["base_url"],
-                         api_key_env=section["api_key_env"], **common)
+        return OpenAILLM(model or section.model, base_url or section.base_url,
+                         api_key_env=section.api_key_env, **common)
     if provider == "agent":
         from .agent_cli import agent_call
 

@@ -26,22 +26,38 @@ from ..paths import expand, write_atomically
 from . import integrations, userfile
 from .environment import FOLDER_VARIABLES, folder_environment
 
-AGENTS = ("opencode", "copilot", "claude", "codex")
-LABELS = {"opencode": "OpenCode", "copilot": "Copilot CLI", "claude": "Claude Code", "codex": "Codex CLI"}
 SERVER_NAME = "llmem"
-# The agents that start an MCP server without passing their environment through (Codex
-# passes an allow-list, Copilot only PATH): their entry carries the folder variables in `env`.
-FILTERED_ENV_AGENTS = ("codex", "copilot")
 
-# Claude Code and Codex share the hooks schema; each lifecycle event → (llmem moment, timeout s).
-# SessionStart answers with the context block; the others queue their work and return.
-HOOK_EVENTS = {
-    "claude": {"SessionStart": ("created", 30), "PreCompact": ("compacting", 15),
-               "Stop": ("idle", 15), "SessionEnd": ("ending", 15)},
-    # Codex clamps SessionEnd hooks to 3 s, with a warning for a longer timeout.
-    "codex": {"SessionStart": ("created", 30), "PreCompact": ("compacting", 15),
-              "Stop": ("idle", 15), "SessionEnd": ("ending", 3)},
-}
+
+# ---- which agents, from the registry (adapters/registry.py) ----------------------------------
+
+def _unit(agent: str):
+    from ..adapters.registry import get_agent
+
+    return get_agent(agent)
+
+
+def installable_agents() -> tuple[str, ...]:
+    """The registered agents llmem installs into: those with a recipe (RECIPES, below)."""
+    from ..adapters.registry import agent_names
+
+    return tuple(name for name in agent_names() if name in RECIPES)
+
+
+def label(agent: str) -> str:
+    """The agent as its user knows it ("Codex CLI")."""
+    return _unit(agent).label
+
+
+def filters_mcp_env(agent: str) -> bool:
+    """Whether the agent starts an MCP server without passing its environment through (Codex
+    passes an allow-list, Copilot only PATH): its entry carries the folder variables in `env`."""
+    return _unit(agent).mcp_env_filtered
+
+
+def hook_events(agent: str) -> dict[str, tuple[str, int]]:
+    """The agent's hook events (Claude Code and Codex share the schema) → (llmem moment, timeout s)."""
+    return _unit(agent).hook_events
 
 
 # ---- where each agent keeps its files -----------------------------------------------------
@@ -52,9 +68,7 @@ def _env_or(variable: str, configured: str) -> Path:
 
 def claude_home(config) -> Path:
     """Claude Code's config home: $CLAUDE_CONFIG_DIR, else session.claude.config_dir."""
-    from ..adapters.detect import claude_config_dir
-
-    return claude_config_dir(expand(config.values["session"]["claude"]["config_dir"]))
+    return _unit("claude").config_home(config)
 
 
 def claude_json_path(config) -> Path:
@@ -69,19 +83,17 @@ def claude_json_path(config) -> Path:
 
 def codex_home(config) -> Path:
     """Codex's home: $CODEX_HOME, else session.codex.home."""
-    from ..adapters.detect import codex_home_dir
-
-    return codex_home_dir(expand(config.values["session"]["codex"]["home"]))
+    return _unit("codex").home(config)
 
 
 def copilot_home(config) -> Path:
-    return _env_or("COPILOT_HOME", config.values["session"]["copilot"]["home"])
+    return _env_or("COPILOT_HOME", config.session.copilot.home)
 
 
 def opencode_config_file(config) -> Path:
     """OpenCode's global config: opencode.jsonc wins over opencode.json when both exist (it
     is merged last), and a fresh folder gets opencode.json."""
-    folder = expand(config.values["session"]["opencode"]["config_dir"])
+    folder = config.session.opencode.config_dir
     jsonc = folder / "opencode.jsonc"
     return jsonc if jsonc.exists() else folder / "opencode.json"
 
@@ -105,12 +117,12 @@ def copilot_mcp_path(config) -> Path:
 # ---- what llmem writes ----------------------------------------------------------------------
 
 def hook_command(command: list[str], agent: str, kind: str) -> str:
-    return f"{shlex.join(command)} hook --adapter {agent} --format {agent} --type {kind}"
+    return f"{shlex.join(command)} hook --adapter {agent} --format {_unit(agent).hook_format} --type {kind}"
 
 
 def desired_hooks(command: list[str], agent: str) -> dict[str, dict]:
     return {event: {"type": "command", "command": hook_command(command, agent, kind), "timeout": timeout}
-            for event, (kind, timeout) in HOOK_EVENTS[agent].items()}
+            for event, (kind, timeout) in hook_events(agent).items()}
 
 
 def notify_argv(command: list[str]) -> list[str]:
@@ -121,16 +133,12 @@ def mcp_entry(agent: str, command: list[str]) -> dict:
     """The `llmem` server entry in the agent's own shape: always the llmem executable itself, never `python` (Copilot rewrites a bare
     `python -m` into `pipx run`); for an agent that filters the environment, with the folder
     variables set now in `env`."""
-    if agent == "opencode":
-        return {"type": "local", "command": [*command, "mcp"], "enabled": True}
-    if agent == "claude":
-        return {"type": "stdio", "command": command[0], "args": [*command[1:], "mcp"]}
-    if agent == "copilot":
-        entry = {"type": "local", "command": command[0], "args": [*command[1:], "mcp"], "tools": ["*"]}
-    else:
-        entry = {"command": command[0], "args": [*command[1:], "mcp"]}
+    recipe = RECIPES[agent]
+    entry = recipe.mcp_entry(command)
+    if not filters_mcp_env(agent):
+        return entry
     env = folder_environment()
-    if agent == "copilot":  # Copilot expands `$VAR` in env values: such a path would change
+    if recipe.env_expands_variables:  # `$VAR` in an env value would be expanded: such a path would change
         env = {name: value for name, value in env.items() if "$" not in value}
     return {**entry, "env": env} if env else entry
 
@@ -154,9 +162,8 @@ def _llmem_prefix(argv: Any) -> int:
     return flags + 2 if argv[flags:flags + 2] == ["-m", "llmem"] else 0
 
 
-def _entry_argv(agent: str, entry: dict) -> Any:
-    if agent == "opencode":
-        return entry.get("command")
+def _command_and_args(entry: dict) -> Any:
+    """The argv of an entry holding `command` and `args` (Claude Code, Copilot, Codex)."""
     args = entry.get("args", [])
     return [entry.get("command"), *args] if isinstance(args, list) else None
 
@@ -164,10 +171,10 @@ def _entry_argv(agent: str, entry: dict) -> Any:
 def is_llmem_server(agent: str, entry: Any, command: list[str]) -> bool:
     """An `llmem` server entry shaped as llmem install writes it (any llmem path): safe to
     update or remove. One with other keys or other arguments is the user's own."""
-    ours = set(mcp_entry(agent, command)) | ({"env"} if agent in FILTERED_ENV_AGENTS else set())
+    ours = set(mcp_entry(agent, command)) | ({"env"} if filters_mcp_env(agent) else set())
     if not isinstance(entry, dict) or not set(entry) <= ours or not _is_llmem_env(entry.get("env", {})):
         return False
-    argv = _entry_argv(agent, entry)
+    argv = RECIPES[agent].entry_argv(entry)
     prefix = _llmem_prefix(argv)
     return bool(prefix) and argv[prefix:] == ["mcp"]
 
@@ -182,7 +189,7 @@ def is_llmem_hook(entry: Any, agent: str) -> bool:
         return False
     text = entry.get("command")
     return isinstance(text, str) and " hook " in text and f"--adapter {agent}" in text \
-        and f"--format {agent}" in text
+        and f"--format {_unit(agent).hook_format}" in text
 
 
 # ---- reading and writing the user's files ---------------------------------------------------
@@ -247,7 +254,7 @@ def _refusal(path: Path, agent: str, exc: Exception) -> UsageError:
     elif isinstance(exc, TomlEditError):
         detail = f"not edited: {exc}"
     elif str(exc).startswith("'"):  # "'hooks' is not an object": the shape, not the syntax
-        detail = f"not shaped as {LABELS[agent]} reads it: {exc}"
+        detail = f"not shaped as {label(agent)} reads it: {exc}"
     else:
         detail = f"not valid JSON ({exc})"
     return UsageError(f"{path} is {detail}; nothing was changed",
@@ -326,7 +333,7 @@ def _kept_containers(real: Path):
 
 def _holds_llmem(data: dict) -> bool:
     """Whether a JSON config holds a member llmem installs (a backup made after an install)."""
-    if any(_our_hooks(data, agent) for agent in HOOK_EVENTS):
+    if any(_our_hooks(data, agent) for agent in installable_agents() if hook_events(agent)):
         return True
     return any(isinstance(data.get(key), dict) and SERVER_NAME in data[key] for key in ("mcpServers", "mcp"))
 
@@ -376,8 +383,8 @@ def _commit(file: _File, agent: str, uninstall: bool) -> None:
         file.before = now
         _plan(file, agent, uninstall)
     raise LlmemError(f"{file.path} kept changing while llmem wrote it (another program, likely "
-                     f"{LABELS[agent]} itself, rewrites it); llmem's change may be missing",
-                     hint=f"quit {LABELS[agent]}, then run the install again")
+                     f"{label(agent)} itself, rewrites it); llmem's change may be missing",
+                     hint=f"quit {label(agent)}, then run the install again")
 
 
 # ---- outcome --------------------------------------------------------------------------------
@@ -569,8 +576,9 @@ def _toml_file(path: Path, command: list[str], with_mcp: bool) -> _File:
 def install(config, agent: str, *, uninstall: bool = False, with_mcp: bool = True,
             command: list[str] | None = None) -> Outcome:
     """Install (or remove) llmem's hooks/plugin and MCP server for one agent."""
-    if agent not in AGENTS:
-        raise UsageError(f"unknown agent {agent!r}", hint="use one of: " + ", ".join(AGENTS))
+    recipe = RECIPES.get(agent)
+    if recipe is None:
+        raise UsageError(f"unknown agent {agent!r}", hint="use one of: " + ", ".join(installable_agents()))
     command = command or integrations.llmem_command()
     outcome = Outcome(agent)
     plan: list[_File] = []
@@ -583,18 +591,7 @@ def install(config, agent: str, *, uninstall: bool = False, with_mcp: bool = Tru
         return lambda doc, undo, notes, keep: {
             "mcp": _edit_json_server(doc, key_path, agent, command, undo, path, notes, keep)}
 
-    if agent == "claude":
-        plan.append(_json_file(settings_path(config), hooks))
-        if with_mcp:
-            plan.append(_json_file(claude_json_path(config), server(("mcpServers",), claude_json_path(config))))
-    elif agent == "codex":
-        plan.append(_json_file(codex_hooks_path(config), hooks))
-        plan.append(_toml_file(codex_config_path(config), command, with_mcp))
-    elif with_mcp:
-        path = opencode_config_file(config) if agent == "opencode" else copilot_mcp_path(config)
-        key = ("mcp",) if agent == "opencode" else ("mcpServers",)
-        fresh = {"$schema": "https://opencode.ai/config.json"} if agent == "opencode" else None
-        plan.append(_json_file(path, server(key, path), fresh))
+    plan = recipe.files(config, command, with_mcp, hooks, server)
     for file in plan:
         _plan(file, agent, uninstall)
     for file in plan:  # a read-only or foreign file stops the install before anything is written
@@ -603,50 +600,29 @@ def install(config, agent: str, *, uninstall: bool = False, with_mcp: bool = Tru
 
     # Files llmem owns whole: written (or refused) before the shared files are touched.
     first: list[Part] = []
-    if agent in ("opencode", "copilot"):
-        write = integrations.install_opencode if agent == "opencode" else integrations.install_copilot
-        result = write(config, uninstall=uninstall, command=command)
-        first.append(Part("plugin" if agent == "opencode" else "hooks", result.path, result.action))
+    if recipe.owned is not None:
+        result = recipe.owned(config, uninstall=uninstall, command=command)
+        first.append(Part(recipe.owned_part, result.path, result.action))
 
     for file in plan:
         _commit(file, agent, uninstall)
     outcome.parts = first + [Part(name, file.real, action, file)
                              for file in plan for name, action in file.actions.items()]
     outcome.notes = [note for file in plan for note in file.notes]
-    if agent == "codex" and not uninstall and plan[0].actions["hooks"] in ("created", "updated"):
-        outcome.notes.append(
-            f"Codex runs the hooks in {plan[0].real} only after you trust them, which an installer "
-            "cannot do for you: start `codex`, open /hooks and approve llmem's hooks. Until then "
-            "Codex's notify program tells llmem when each turn ends")
+    if recipe.installed_note is not None and not uninstall:
+        outcome.notes += [note for note in [recipe.installed_note(plan)] if note]
     if not uninstall and any(p.action in ("created", "updated") for p in outcome.parts):
-        outcome.notes.append(f"Restart {LABELS[agent]} to load the changes")
+        outcome.notes.append(f"Restart {label(agent)} to load the changes")
     return outcome
 
 
 # ---- doctor ---------------------------------------------------------------------------------
 
 def _detected(config, agent: str) -> tuple[bool, Path]:
-    from ..adapters.detect import (
-        CLAUDE_PROJECTS_DIR,
-        CODEX_SESSIONS_DIR,
-        has_claude_projects,
-        has_codex_sessions,
-        has_opencode_data,
-        has_sessions,
-    )
-
-    session = config.values["session"]
-    if agent == "opencode":
-        data_dir = expand(session["opencode"]["data_dir"])
-        return has_opencode_data(data_dir), data_dir
-    if agent == "copilot":
-        state_dir = expand(session["copilot"]["state_dir"])
-        return has_sessions(state_dir), state_dir
-    if agent == "claude":
-        home = claude_home(config)
-        return has_claude_projects(home), home / CLAUDE_PROJECTS_DIR
-    home = codex_home(config)
-    return has_codex_sessions(home), home / CODEX_SESSIONS_DIR
+    """Whether the agent's store holds sessions, and where it is (adapters/agent.py)."""
+    unit = _unit(agent)
+    store = unit.store_dir(config)
+    return unit.holds_sessions(store), store
 
 
 def _peek_text(path: Path) -> str | None:
@@ -718,36 +694,120 @@ def agent_status(config, agent: str) -> dict[str, Any]:
     status: dict[str, Any] = {"agent": agent, "detected": detected, "store": str(store),
                               "hooks": False, "mcp": False, "error": None}
     try:
-        if agent == "opencode":
-            plugin = _peek_text(integrations.opencode_plugin_path(config))
-            status["hooks"] = plugin is not None and integrations.is_llmem_plugin(plugin)
-            servers = (_peek_json(opencode_config_file(config)) or {}).get("mcp")
-        elif agent == "copilot":
-            hooks = _peek_text(integrations.copilot_hooks_path(config))
-            status["hooks"] = hooks is not None and integrations.is_llmem_hooks(hooks)
-            servers = (_peek_json(copilot_mcp_path(config)) or {}).get("mcpServers")
-        elif agent == "claude":
-            found = {event for event, *_ in _our_hooks(_peek_json(settings_path(config)), agent)}
-            status["hooks"] = found >= set(HOOK_EVENTS[agent])
-            servers = (_peek_json(claude_json_path(config)) or {}).get("mcpServers")
-        else:
-            import tomllib
-
-            hooks_path = codex_hooks_path(config)
-            ours = _our_hooks(_peek_json(hooks_path), agent)
-            status["hooks"] = {event for event, *_ in ours} >= set(HOOK_EVENTS[agent])
-            path = codex_config_path(config)
-            try:
-                codex_config = tomllib.loads(_peek_text(path) or "")
-            except tomllib.TOMLDecodeError as exc:
-                raise ValueError(f"{path} is not valid TOML ({exc})") from None
-            status["notify"] = is_llmem_notify(codex_config.get("notify"))
-            if status["hooks"]:
-                status["hook_trust"] = codex_hook_trust(ours, codex_config, hooks_path)
-            servers = codex_config.get("mcp_servers")
+        servers = RECIPES[agent].status(config, agent, status)
         status["mcp"] = isinstance(servers, dict) and isinstance(servers.get(SERVER_NAME), dict)
-        if status["mcp"] and agent in FILTERED_ENV_AGENTS:
+        if status["mcp"] and filters_mcp_env(agent):
             status["mcp_env_missing"] = _env_missing(agent, servers[SERVER_NAME])
     except ValueError as exc:
         status["error"] = str(exc)
     return status
+
+
+# ---- each agent's recipe --------------------------------------------------------------------
+# What differs between agents is said once per agent here: its MCP entry's shape, the files an
+# install edits (the shared ones, in place) or writes whole (integrations.py), what doctor reads
+# back. The agent itself (its label, hook events, whether it filters the environment) is its
+# unit's (adapters/agents/<name>.py); an agent without a recipe is read, never installed into.
+
+@dataclass(frozen=True)
+class Recipe:
+    """How `llmem install <agent>` wires llmem into one agent."""
+
+    # The `llmem` MCP server entry, without `env` (mcp_entry adds it where it is needed).
+    mcp_entry: Callable[[list[str]], dict]
+    # The argv an entry of that shape runs.
+    entry_argv: Callable[[dict], Any]
+    # files(config, command, with_mcp, hooks, server) → the shared files to edit, where `hooks`
+    # edits a hooks document and `server(key_path, path)` an MCP servers member.
+    files: Callable[..., list[_File]]
+    # status(config, agent, status) fills status["hooks"] (and the agent's own keys) from its
+    # files, and returns its MCP servers table.
+    status: Callable[[Any, str, dict], Any]
+    # A file llmem owns whole (integrations.install_*), and what an install outcome calls it.
+    owned: Callable[..., Any] | None = None
+    owned_part: str = "hooks"
+    # The agent expands `$VAR` in an MCP entry's env values.
+    env_expands_variables: bool = False
+    # A note after an install that changed something, from the planned files (None: none).
+    installed_note: Callable[[list[_File]], str | None] | None = None
+
+
+def _opencode_files(config, command, with_mcp, hooks, server) -> list[_File]:
+    if not with_mcp:
+        return []
+    path = opencode_config_file(config)
+    return [_json_file(path, server(("mcp",), path), {"$schema": "https://opencode.ai/config.json"})]
+
+
+def _opencode_status(config, agent: str, status: dict) -> Any:
+    plugin = _peek_text(integrations.opencode_plugin_path(config))
+    status["hooks"] = plugin is not None and integrations.is_llmem_plugin(plugin)
+    return (_peek_json(opencode_config_file(config)) or {}).get("mcp")
+
+
+def _copilot_files(config, command, with_mcp, hooks, server) -> list[_File]:
+    return [_json_file(copilot_mcp_path(config), server(("mcpServers",), copilot_mcp_path(config)))] if with_mcp else []
+
+
+def _copilot_status(config, agent: str, status: dict) -> Any:
+    hooks = _peek_text(integrations.copilot_hooks_path(config))
+    status["hooks"] = hooks is not None and integrations.is_llmem_hooks(hooks)
+    return (_peek_json(copilot_mcp_path(config)) or {}).get("mcpServers")
+
+
+def _claude_files(config, command, with_mcp, hooks, server) -> list[_File]:
+    plan = [_json_file(settings_path(config), hooks)]
+    if with_mcp:
+        plan.append(_json_file(claude_json_path(config), server(("mcpServers",), claude_json_path(config))))
+    return plan
+
+
+def _claude_status(config, agent: str, status: dict) -> Any:
+    found = {event for event, *_ in _our_hooks(_peek_json(settings_path(config)), agent)}
+    status["hooks"] = found >= set(hook_events(agent))
+    return (_peek_json(claude_json_path(config)) or {}).get("mcpServers")
+
+
+def _codex_files(config, command, with_mcp, hooks, server) -> list[_File]:
+    return [_json_file(codex_hooks_path(config), hooks), _toml_file(codex_config_path(config), command, with_mcp)]
+
+
+def _codex_status(config, agent: str, status: dict) -> Any:
+    import tomllib
+
+    hooks_path = codex_hooks_path(config)
+    ours = _our_hooks(_peek_json(hooks_path), agent)
+    status["hooks"] = {event for event, *_ in ours} >= set(hook_events(agent))
+    path = codex_config_path(config)
+    try:
+        codex_config = tomllib.loads(_peek_text(path) or "")
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path} is not valid TOML ({exc})") from None
+    status["notify"] = is_llmem_notify(codex_config.get("notify"))
+    if status["hooks"]:
+        status["hook_trust"] = codex_hook_trust(ours, codex_config, hooks_path)
+    return codex_config.get("mcp_servers")
+
+
+def _codex_installed_note(plan: list[_File]) -> str | None:
+    if plan[0].actions["hooks"] not in ("created", "updated"):
+        return None
+    return (f"Codex runs the hooks in {plan[0].real} only after you trust them, which an installer "
+            "cannot do for you: start `codex`, open /hooks and approve llmem's hooks. Until then "
+            "Codex's notify program tells llmem when each turn ends")
+
+
+RECIPES: dict[str, Recipe] = {
+    "opencode": Recipe(mcp_entry=lambda command: {"type": "local", "command": [*command, "mcp"], "enabled": True},
+                       entry_argv=lambda entry: entry.get("command"), files=_opencode_files,
+                       status=_opencode_status, owned=integrations.install_opencode, owned_part="plugin"),
+    "copilot": Recipe(mcp_entry=lambda command: {"type": "local", "command": command[0],
+                                                 "args": [*command[1:], "mcp"], "tools": ["*"]},
+                      entry_argv=_command_and_args, files=_copilot_files, status=_copilot_status,
+                      owned=integrations.install_copilot, env_expands_variables=True),
+    "claude": Recipe(mcp_entry=lambda command: {"type": "stdio", "command": command[0], "args": [*command[1:], "mcp"]},
+                     entry_argv=_command_and_args, files=_claude_files, status=_claude_status),
+    "codex": Recipe(mcp_entry=lambda command: {"command": command[0], "args": [*command[1:], "mcp"]},
+                    entry_argv=_command_and_args, files=_codex_files, status=_codex_status,
+                    installed_note=_codex_installed_note),
+}

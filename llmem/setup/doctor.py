@@ -8,7 +8,7 @@ from typing import Any
 
 def detect_adapter_name(config) -> str:
     """What `session.adapter` reads on this machine: under auto, every agent found ("none" if none)."""
-    configured = config.values["session"]["adapter"]
+    configured = config.session.adapter
     if configured != "auto":
         return configured
     from ..adapters.resolve import present_agents
@@ -24,32 +24,32 @@ def llm_status(config) -> dict[str, Any]:
     """Is the chat LLM reachable, and does it have the configured model? Never raises."""
     import httpx
 
-    section = config.values["llm"]
-    if section["provider"] == "none":
+    section = config.llm
+    if section.provider == "none":
         return {"provider": "none", "status": "disabled"}
-    if section["provider"] == "agent":
+    if section.provider == "agent":
         from ..providers.agent_cli import agent_status
 
         return agent_status(config)
-    base = section["base_url"].rstrip("/")
+    base = section.base_url.rstrip("/")
     try:
         with httpx.Client(timeout=3.0, trust_env=False) as client:
-            if section["provider"] == "ollama":
+            if section.provider == "ollama":
                 reply = client.get(base + "/api/tags")
                 reply.raise_for_status()
                 names = {m.get("name") for m in reply.json().get("models", [])}
-                model = section["model"]
+                model = section.model
                 present = model in names or f"{model}:latest" in names
             else:
                 path = "/models" if base.endswith("/v1") else "/v1/models"
-                key = os.environ.get(section["api_key_env"], "")
+                key = os.environ.get(section.api_key_env, "")
                 reply = client.get(base + path, headers={"Authorization": f"Bearer {key}"} if key else None)
                 reply.raise_for_status()
-                present = section["model"] in {m.get("id") for m in reply.json().get("data", [])}
+                present = section.model in {m.get("id") for m in reply.json().get("data", [])}
     except Exception as exc:
-        return {"provider": section["provider"], "model": section["model"], "status": "unavailable",
+        return {"provider": section.provider, "model": section.model, "status": "unavailable",
                 "error": f"{exc.__class__.__name__}: {exc}"[:200]}
-    return {"provider": section["provider"], "model": section["model"],
+    return {"provider": section.provider, "model": section.model,
             "status": "ok" if present else "model_missing"}
 
 
@@ -59,7 +59,7 @@ def pick_embedder(config, base_url: str | None = None) -> tuple[str, dict[str, A
     from ..providers import DEFAULT_MODELS
     from ..providers.embedders import OllamaEmbedder
 
-    url = base_url or config.values["embedding"]["base_url"]
+    url = base_url or config.embedding.base_url
     probe = OllamaEmbedder(DEFAULT_MODELS["ollama"], url, 3.0, 1)
     try:
         answer = probe.status()
@@ -161,10 +161,10 @@ def run_doctor(app) -> dict[str, Any]:
         checks.append(_check("llm", "warn", f"{llm['provider']}: {llm['error']} — extraction falls back to heuristics"))
     adapter = detect_adapter_name(config)
     checks.append(_check("adapter", "ok" if adapter != "none" else "warn",
-                         f"{config.values['session']['adapter']} → {adapter}"))
-    from .agents import AGENTS, agent_status
+                         f"{config.session.adapter} → {adapter}"))
+    from .agents import agent_status, installable_agents
 
-    for agent in AGENTS:
+    for agent in installable_agents():
         checks.append(_agent_check(agent_status(config, agent)))
     existing = config.queue_path.parent  # the queue's folder is made on first use
     while not existing.exists() and existing != existing.parent:
@@ -205,10 +205,12 @@ def _agent_check(status: dict[str, Any]) -> dict[str, Any]:
     if status["error"]:
         said.append(status["error"])
     else:
-        hooks = "plugin" if agent == "opencode" else "hooks"
+        from .agents import RECIPES
+
+        hooks = RECIPES[agent].owned_part  # what llmem wires its moments through: a plugin or hooks
         said.append(_trust_said(trust) if trust else f"{hooks} installed" if status["hooks"] else f"no {hooks}")
-        if agent == "codex":
-            said.append("notify set" if status.get("notify") else "no notify")
+        if "notify" in status:  # an agent that also runs a notify program (Codex)
+            said.append("notify set" if status["notify"] else "no notify")
         said.append("MCP registered" if status["mcp"] else "MCP not registered")
         if status.get("mcp_env_missing"):
             said[-1] += f" without {', '.join(status['mcp_env_missing'])} as set here"
@@ -238,19 +240,16 @@ def _trust_said(trust: dict[str, list[str]]) -> str:
 
 
 def _service_states() -> dict[str, str]:
-    import shutil
-    import subprocess
+    from ..errors import LlmemError
+    from .systemd import systemctl
 
-    if not shutil.which("systemctl"):
-        return {}
     states = {}
     for unit in ("llmem-watch.service", "llmem-worker.service", "llmem-dream.timer"):
         try:
-            out = subprocess.run(["systemctl", "--user", "is-active", unit], capture_output=True,
-                                 text=True, timeout=3)
-            states[unit] = out.stdout.strip() or "unknown"
-        except (OSError, subprocess.SubprocessError):
+            out = systemctl("is-active", unit, timeout=3)
+        except LlmemError:  # no systemctl, or it does not answer: nothing to report
             return {}
+        states[unit] = out.stdout.strip() or "unknown"
     return states
 
 
@@ -276,7 +275,7 @@ def embedding_metrics(store, config, sample: int = 2000) -> dict[str, Any]:
             np.fill_diagonal(sims, np.nan)
             nearest = np.nanmax(sims, axis=1)
             upper = sims[np.triu_indices(len(vectors), k=1)]
-            threshold = config.values["dream"]["similarity_threshold"]
+            threshold = config.dream.similarity_threshold
             out.update({
                 "sampled": len(vectors),
                 "mean_pairwise_cosine": round(float(np.nanmean(upper)), 4),

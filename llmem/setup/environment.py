@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 
-# llmem's own places (paths.py, config.py), then each agent's (adapters/detect.py, setup/agents.py).
+from ..adapters.registry import all_agents
+
+# llmem's own places (paths.py, config.py), then each agent's (its unit's folder_variables).
 FOLDER_VARIABLES = ("LLMEM_HOME", "LLMEM_CONFIG", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
-                    "CLAUDE_CONFIG_DIR", "CODEX_HOME", "COPILOT_HOME")
+                    *sorted({name for agent in all_agents() for name in agent.folder_variables}))
 
 
 def folder_environment() -> dict[str, str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..paths import expand, write_atomically
+from ..paths import write_atomically
 from ..processes import python_module_command
 from . import userfile
 
@@ -267,11 +267,11 @@ def _uninstall(agent: str, path: Path, ours) -> InstallResult:
 
 
 def opencode_plugin_path(config) -> Path:
-    return expand(config.values["session"]["opencode"]["plugins_dir"]) / PLUGIN_FILE
+    return config.session.opencode.plugins_dir / PLUGIN_FILE
 
 
 def copilot_hooks_path(config) -> Path:
-    return expand(config.values["session"]["copilot"]["hooks_dir"]) / HOOKS_FILE
+    return config.session.copilot.hooks_dir / HOOKS_FILE
 
 
 def install_opencode(config, *, uninstall: bool = False, command: list[str] | None = None) -> InstallResult:

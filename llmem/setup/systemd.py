@@ -123,13 +123,24 @@ class SystemdOutcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def _systemctl(outcome: SystemdOutcome, *args: str) -> None:
+def systemctl(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    """`systemctl --user ARGS`, its output captured: the one place llmem runs systemctl.
+    LlmemError when it is not on PATH, cannot be started or does not answer in time."""
     command = ["systemctl", "--user", *args]
-    outcome.commands.append(" ".join(command))
     if shutil.which("systemctl") is None:
         raise LlmemError(f"systemctl is not on PATH: `{' '.join(command)}` was not run",
                          hint="enable the written units by hand, or run llmem run in a terminal")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise LlmemError(f"`{' '.join(command)}` did not run: {exc}",
+                         hint="is a user systemd instance running? (loginctl enable-linger $USER)") from None
+
+
+def _systemctl(outcome: SystemdOutcome, *args: str) -> None:
+    command = ["systemctl", "--user", *args]
+    outcome.commands.append(" ".join(command))
+    done = systemctl(*args)
     if done.returncode != 0:
         raise LlmemError(f"`{' '.join(command)}` failed: {done.stderr.strip() or done.stdout.strip()}",
                          hint="is a user systemd instance running? (loginctl enable-linger $USER)")

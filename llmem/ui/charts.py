@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
+from .. import svg
+
 # Colour-blind-safe palette (Okabe–Ito), one per series in order.
 PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#999999")
 LIMIT_COLOUR = "#b3261e"
@@ -35,21 +37,6 @@ def _number(value: float) -> str:
     return str(int(value)) if value.is_integer() else f"{value:.2f}"
 
 
-def _nice_top(value: float) -> float:
-    """The axis top: the smallest of 1, 2, 2.5, 5 × 10^k at or above `value`."""
-    if value <= 0:
-        return 1.0
-    scale = 1.0
-    while scale * 10 <= value:
-        scale *= 10
-    while scale > value:
-        scale /= 10
-    for step in (1, 2, 2.5, 5, 10):
-        if step * scale >= value:
-            return step * scale
-    return 10 * scale
-
-
 def bars_by_day(labels: list[str], series: list[Series], *, title: str, limit: float | None = None,
                 limit_name: str = "limit", width: int = 720, height: int = 220) -> Markup:
     """Vertical bars, one per label (a day), the series stacked; `limit` draws a line across."""
@@ -59,17 +46,15 @@ def bars_by_day(labels: list[str], series: list[Series], *, title: str, limit: f
         legend.append((f"{limit_name} {_number(limit)}", LIMIT_COLOUR))
     # The legend wraps onto more rows rather than run past the right edge (eight memory types
     # do not fit on one row of 720): the chart grows by a row each, the plot keeps its height.
-    legend_rows = _legend_rows(legend, left, width - right)
+    legend_rows = svg.legend_rows(legend, left, width - right, LEGEND_CHAR)
     height += LEGEND_ROW * (len(legend_rows) - 1)
     plot_w, plot_h = width - left - right, height - top_pad - bottom - LEGEND_ROW * (len(legend_rows) - 1)
     base_y = top_pad + plot_h
     totals = [sum(s.values[i] for s in series) for i in range(len(labels))]
-    top = _nice_top(max([*totals, limit or 0, 0]))
+    top = svg.nice_top(max([*totals, limit or 0, 0]))
     slot = plot_w / max(1, len(labels))
     bar_w = max(1.0, slot * 0.78)
-    out = [f'<svg class="chart" role="img" aria-label="{escape(title)}" width="{width}" '
-           f'height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
-           f"<title>{escape(title)}</title>"]
+    out = [svg.svg_root(title, width, height, css_class="chart"), f"<title>{escape(title)}</title>"]
     for fraction in (0, 0.5, 1):
         y = base_y - plot_h * fraction
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" '
@@ -116,33 +101,13 @@ LEGEND_ROW = 16  # pixels per legend row
 LEGEND_CHAR = 7  # pixels a legend character takes at font-size 11 (generous: never clipped)
 
 
-def legend_width(name: str) -> int:
-    """The width of one legend entry: its swatch, the gap, its text."""
-    return 14 + LEGEND_CHAR * len(name)
-
-
-def _legend_rows(legend: list[tuple[str, str]], left: int, right_edge: int) -> list[list[tuple[int, str, str]]]:
-    """(x, name, colour) of each legend entry, in rows that end before `right_edge`."""
-    rows: list[list[tuple[int, str, str]]] = [[]]
-    x = left
-    for name, colour in legend:
-        if rows[-1] and x + legend_width(name) > right_edge:
-            rows.append([])
-            x = left
-        rows[-1].append((x, name, colour))
-        x += legend_width(name) + 10
-    return rows
-
-
 def coverage_bar(part: int, whole: int, *, title: str, width: int = 720) -> Markup:
     """One horizontal bar: `part` of `whole` filled, with the share written beside it."""
     share = part / whole if whole else 0.0
     bar_w = width - 140
     label = f"{part} of {whole} ({share:.0%})" if whole else "nothing to cover"
     return Markup(
-        f'<svg class="chart" role="img" aria-label="{escape(title)}: {escape(label)}" width="{width}" '
-        f'height="46" viewBox="0 0 {width} 46" xmlns="http://www.w3.org/2000/svg">'
-        f"<title>{escape(title)}</title>"
+        svg.svg_root(title, width, 46, css_class="chart", label=label) + f"<title>{escape(title)}</title>"
         f'<text x="0" y="14" font-size="13" font-weight="600" fill="#1d2530">{escape(title)}</text>'
         f'<rect x="0" y="22" width="{bar_w}" height="16" fill="#edf1f5"/>'
         f'<rect x="0" y="22" width="{bar_w * share:.1f}" height="16" fill="{PALETTE[2]}"/>'

@@ -187,9 +187,8 @@ def test_the_report_is_served_sandboxed(viewer):
 
 
 def test_the_report_file_of_the_last_run_is_served_when_configured(viewer, tmp_path):
-    config = viewer.llmem.config
     report_file = tmp_path / "report.html"
-    config.values["dream"]["report_path"] = str(report_file)
+    config = viewer.llmem.config = viewer.llmem.config.with_values({"dream": {"report_path": str(report_file)}})
     outcome = run_dream(viewer.store, config, apply=True, phases=["rem"])
     assert report_file.is_file()
     served = viewer.get("/dreams/report").text

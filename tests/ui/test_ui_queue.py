@@ -173,7 +173,7 @@ def test_an_open_log_stream_does_not_hold_the_server_at_shutdown(llmem_app):
 def test_the_tail_reads_only_the_end_of_a_long_log(fts_config):
     """The page refreshes every 5 s: it reads the last TAIL_BYTES of each file, starting at a
     whole record (a traceback cut at its top is left out, not shown as a stray line)."""
-    from llmem.logconfig import TAIL_BYTES, tail_entries
+    from llmem.logreader import TAIL_BYTES, tail_entries
 
     config = load_config()
     filler = "x" * 200

@@ -90,7 +90,47 @@ class PostgresStoreDatabase(peewee.PostgresqlDatabase):
         return masked_url(self.url)
 
     def cursor(self, named_cursor=None):
+        self._reconnect_if_lost()
         return QmarkCursor(super().cursor(named_cursor))
+
+    def execute_sql(self, sql, params=None, *args, **kwargs):
+        try:
+            return super().execute_sql(sql, params, *args, **kwargs)
+        except (peewee.OperationalError, peewee.InterfaceError):
+            # Lost outside a transaction: nothing ran on the dead connection, so the
+            # statement runs again, once, on a new one.
+            if self.in_transaction() or not self._lost():
+                raise
+            self._reconnect_if_lost()
+            return super().execute_sql(sql, params, *args, **kwargs)
+
+    def begin(self, *args, **kwargs):
+        try:
+            return super().begin(*args, **kwargs)
+        except (peewee.OperationalError, peewee.InterfaceError):
+            if not self._lost():
+                raise
+            self._reconnect_if_lost()
+            return super().begin(*args, **kwargs)
+
+    def _lost(self) -> bool:
+        conn = self._state.conn
+        return conn is not None and (conn.closed or conn.broken)
+
+    def _reconnect_if_lost(self) -> None:
+        """A connection the server dropped (restarted, or away and back) stays dead in
+        peewee's state, and every later statement of a long-lived process (`llmem run`'s
+        watcher and worker) would fail with "the connection is closed": open a new one, at the
+        start of a statement outside any transaction (inside one, the statement fails and its
+        transaction with it; the next one starts on a new connection)."""
+        if self.in_transaction() or not self._lost():
+            return
+        log.info("the connection to %s was lost; connecting again", self.location)
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - a dead connection may refuse even its close
+            self._state.reset()
+        self.connect()
 
 
 def _connect_error(exc: Exception, url: str) -> StoreError:

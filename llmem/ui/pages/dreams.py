@@ -16,7 +16,6 @@ from ...dream.journal import action_counts, find_run, new_run_id
 from ...dream.promote import ranked_top
 from ...dream.review import DECISIONS, list_proposals, record_decision, reviewer
 from ...dream.status import change_counts, change_total
-from ...dream.sweep import configured_report
 from ...errors import UsageError
 from ..markdown import render_markdown
 from ..web import form, redirect, render, store, viewer
@@ -52,7 +51,7 @@ def dreams_page(request):
     counts = {run.id: change_counts(run, action_counts(current_store, run.id)) for run in runs}
     # Scored once: the status counts and the list below both come from it; only the
     # candidates that can reach the list or pass the gates are scored (ranked_top).
-    ranked = ranked_top(current_store, config.values["dream"], top=CANDIDATES)
+    ranked = ranked_top(current_store, config.dream, top=CANDIDATES)
     status = dream_status(current_store, config, recent=0, ranked=ranked)
     diary, diary_cut = _tail(config.diary_path)
     # The file the dream writes (it picks DREAMS.md or an existing lower-case dreams.md).
@@ -67,7 +66,7 @@ def dreams_page(request):
                   proposals_path=proposals_path,
                   candidates=[c.as_dict() for c in ranked.top], candidate_total=ranked.total,
                   ready=status["candidates"]["promotion_ready"],
-                  report_file=configured_report(config.values["dream"]))
+                  report_file=config.dream.report_path)
 
 
 def proposal_body(text: str):
@@ -114,7 +113,7 @@ def report(request):
     from ...dream.report import render_report
 
     current_store, config = store(request), viewer(request).llmem.config
-    path = configured_report(config.values["dream"])
+    path = config.dream.report_path
     if path is not None and path.is_file() and not request.query_params.get("preview"):
         html = path.read_text(encoding="utf-8", errors="replace")
     else:

@@ -76,7 +76,7 @@ def overview(request):
         prompt[day], completion[day] = prompt_tokens or 0, completion_tokens or 0
     tokens = [Series("prompt", [prompt.get(d, 0) for d in days]),
               Series("completion", [completion.get(d, 0) for d in days])]
-    budget = config.values["llm"]["daily_token_budget"]
+    budget = config.llm.daily_token_budget
     today = days[-1]
 
     charts = {
@@ -90,7 +90,7 @@ def overview(request):
     DreamRun = models.DreamRun
     last_dream = (DreamRun.select().where(DreamRun.kind == "dream")
                   .order_by(DreamRun.started_at.desc()).first())
-    schedule = config.values["dream"]["schedule"]
+    schedule = config.dream.schedule
     try:
         upcoming = next_run(schedule)
         schedule_problem = None

@@ -14,7 +14,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from ...errors import UsageError
-from ...logconfig import LEVELS, LogFollower, at_least, tail_entries
+from ...logreader import LEVELS, LogFollower, at_least, tail_entries
 from ...pipeline.events import (
     WORKER_STALE_SECONDS,
     retry_events,

@@ -9,6 +9,7 @@ import time
 import peewee as pw
 from starlette.routing import Route
 
+from ...adapters.registry import agent_names
 from ...db.models import EPISODE_SOURCE
 from ...errors import NotFound, UsageError
 from ...pipeline.events import retry_events
@@ -22,7 +23,6 @@ PAGE_SIZE = 50
 # A session's page lists this many of its memories, newest first (the Memories page has the rest).
 SESSION_MEMORIES = 200
 SESSION_EPISODES = 300  # the session page shows the conversation's first episodes
-AGENTS = ("opencode", "copilot", "claude", "codex")
 
 
 def sessions(request):
@@ -67,7 +67,7 @@ def sessions(request):
     agents = {row[0] for row in Event.select(Event.adapter).distinct().tuples()}
     agents |= {row[0] for row in Cursor.select(Cursor.adapter).distinct().tuples()}
     return render(request, "sessions.html", rows=rows, total=len(ordered), agent=agent, page=page,
-                  page_size=PAGE_SIZE, agents=sorted(agents | set(AGENTS)))
+                  page_size=PAGE_SIZE, agents=sorted(agents | set(agent_names())))
 
 
 # A title is read from the agent's own store (its adapter) once and kept for the viewer's

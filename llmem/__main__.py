@@ -103,7 +103,7 @@ def skip_unused_drivers(args: list[str]) -> list[str]:
         finally:
             config_log.disabled = was_disabled
         on_server = {"store": isinstance(config.store_location, str),
-                     "queue": bool(config.values["queue"]["url"])}
+                     "queue": bool(config.queue.url)}
     except Exception:
         return []
     skipped = []

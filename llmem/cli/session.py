@@ -62,7 +62,7 @@ def _lexical_when_fresh(app) -> None:
     llmem, whose model is loaded, embeds."""
     if getattr(served, "streams", None) is None:
         try:
-            app.query_embeddings = bool(app.config.values["context"]["embed_without_resident"])
+            app.query_embeddings = bool(app.config.context.embed_without_resident)
         except Exception:  # a broken config is reported by the command itself
             app.query_embeddings = False
 

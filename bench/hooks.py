@@ -81,12 +81,21 @@ def seed_store(count: int, rng: random.Random) -> None:
     print(f"store: {count} memories ({embedded} embedded)")
 
 
-def time_command(args: list[str], runs: int, env: dict, stdin: str | None = None) -> list[float]:
+def time_command(args: list[str], runs: int, env: dict, stdin: str | None = None,
+                 cpu: list[float] | None = None) -> list[float]:
+    """Wall ms of each run; with `cpu`, also the process's user+sys ms appended to it (on a
+    shared machine the CPU a hook costs moves less with the load than its wall time)."""
+    import resource
+
     timings = []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         proc = subprocess.run(args, input=stdin, capture_output=True, text=True, env=env, timeout=120)
         timings.append((time.perf_counter() - started) * 1000)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cpu is not None:
+            cpu.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
         # A hook always exits 0 (fail open) and says in one stderr line what it did; more
         # than that line is a failure worth stopping for.
         if proc.returncode != 0 or ("hook" in args and len(proc.stderr.splitlines()) > 1):
@@ -319,6 +328,8 @@ def bench_table(sizes: list[int], runs: int) -> None:
     llmem = [str(Path(sys.executable).with_name("llmem"))]  # the console script the hooks run
     table: dict[tuple[str, int, str], float] = {}
     floors: dict[tuple[int, str], float] = {}
+    cpu_table: dict[tuple[str, int, str], float] = {}
+    cpu_floors: dict[tuple[int, str], float] = {}
     labels: list[str] = []
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="llmem-bench-table-") as tmp:
@@ -350,15 +361,17 @@ def bench_table(sizes: list[int], runs: int) -> None:
                     time.sleep(2.0)  # it opens the store and loads the model before it answers
                 floor = [sys.executable, "-c", "pass"]
                 time_command(floor, 2, env)
-                floor_times = []
+                floor_times, floor_cpu = [], []
                 for label, args, stdin in cases:
                     time_command([*llmem, *args], 1, env, stdin)  # warm the page cache and .pyc files
-                    timings = []
+                    timings, cpu = [], []
                     for _ in range(runs):  # the floor interleaved: the machine's load moves
-                        floor_times += time_command(floor, 1, env)
-                        timings += time_command([*llmem, *args], 1, env, stdin)
+                        floor_times += time_command(floor, 1, env, cpu=floor_cpu)
+                        timings += time_command([*llmem, *args], 1, env, stdin, cpu=cpu)
                     table[label, size, mode] = statistics.median(timings)
+                    cpu_table[label, size, mode] = statistics.median(cpu)
                 floors[size, mode] = statistics.median(floor_times)
+                cpu_floors[size, mode] = statistics.median(floor_cpu)
                 if resident is not None:
                     resident.stop()
             host.close()
@@ -371,6 +384,14 @@ def bench_table(sizes: list[int], runs: int) -> None:
                         for size in sizes for mode in ("without", "with"))
         print(f"{label:<34}{cells}")
     print(f"{'python -c pass (floor)':<34}" + "".join(f" {floors[size, mode]:7.1f} (1.0×)   "
+                                                       for size in sizes for mode in ("without", "with")))
+    print("\nthe same runs' CPU (user+sys ms of the hook process, and × that of `python -c pass`)")
+    print(header)
+    for label in labels:
+        cells = "".join(f" {cpu_table[label, size, mode]:7.1f} ({cpu_table[label, size, mode] / cpu_floors[size, mode]:4.1f}×)"
+                        for size in sizes for mode in ("without", "with"))
+        print(f"{label:<34}{cells}")
+    print(f"{'python -c pass (floor)':<34}" + "".join(f" {cpu_floors[size, mode]:7.1f} (1.0×)   "
                                                        for size in sizes for mode in ("without", "with")))
 
 

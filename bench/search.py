@@ -30,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from llmem.db import vec, vector_file  # noqa: E402
 from llmem.db.queries import seqs_passing  # noqa: E402
@@ -172,6 +173,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--cli-runs", type=int, default=10)
     parser.add_argument("--keep", help="Folder to build the store in (kept afterwards).")
+    parser.add_argument("--builtin", action="store_true",
+                        help="Also time fresh searches with the built-in ONNX model, in-process and by a resident.")
     parser.add_argument("--reuse", action="store_true",
                         help="Search the store a previous run left in --keep (same --memories, --dim).")
     args = parser.parse_args()
@@ -294,6 +297,8 @@ def main() -> None:
     store.close()
 
     # ---- fresh processes ----------------------------------------------------------------
+    if args.builtin:
+        builtin_search(args.memories, args.cli_runs, queries[:args.cli_runs])
     from fakes import FakeModelServer
 
     server = FakeModelServer(dim=args.dim).start()
@@ -326,7 +331,55 @@ def main() -> None:
     assert any(hit["explain"]["vec_rank"] for hit in hits), "the HTTP-embed search ran no KNN"
     report("llmem search (HTTP embed + KNN)", timed(
         lambda q: run(["search", q, "--no-track"]), queries[:args.cli_runs]), start_floor, "python -c pass")
+    resident_search("llmem search (HTTP embed), resident alive", workdir, run, queries[:args.cli_runs],
+                    start_floor)
     server.stop()
+
+
+def resident_search(label: str, home: Path, run, queries: list[str], start_floor: float) -> None:
+    """The same fresh `llmem search`, answered by a resident llmem (cli/resident.py) that this
+    process hosts, as a running worker, `llmem run` or `llmem mcp` would."""
+    from llmem.app import App
+    from llmem.cli.resident import Resident
+
+    os.environ["LLMEM_HOME"] = str(home)  # the resident answers the environment it was started in
+    host = App()
+    resident = Resident(host).start()
+    assert resident is not None, "the resident did not start"
+    try:
+        run(["search", "warm up", "--no-track"])  # it loads the model on its first request
+        report(label, timed(lambda q: run(["search", q, "--no-track"]), queries), start_floor, "python -c pass")
+    finally:
+        resident.stop()
+        host.close()
+
+
+def builtin_search(size: int, runs: int, queries: list[str]) -> None:
+    """Fresh `llmem search` with the built-in ONNX model (the default install): the model loads
+    in the process for its one query, or a resident answers it. The store: `size` memories with
+    random vectors under the built-in model's identity (bench/hooks.py seed_bulk)."""
+    from hooks import seed_bulk
+
+    home = Path(tempfile.mkdtemp(prefix="llmem-bench-builtin-"))
+    os.environ["LLMEM_HOME"] = str(home)
+    (home / "config.yaml").write_text("embedding:\n  provider: builtin\nllm:\n  provider: none\n")
+    started = time.perf_counter()
+    seed_bulk(size, random.Random(size))
+    print(f"fresh process, built-in model ({size} memories, built in {time.perf_counter() - started:.0f} s):")
+    env = {**os.environ, "LLMEM_HOME": str(home)}
+    exe = str(Path(sys.executable).parent / "llmem")
+
+    def run(argv):
+        subprocess.run([exe, *argv], env=env, check=True, capture_output=True)
+
+    run(["search", "warm the page cache", "--no-track"])
+    floor, fresh = [], []
+    for query in queries:  # the floor interleaved: the machine's load moves
+        floor += timed(lambda _: subprocess.run([sys.executable, "-c", "pass"], check=True), [0])
+        fresh += timed(lambda q: run(["search", q, "--no-track"]), [query])
+    start_floor = report("python -c pass", floor)
+    report("llmem search (model loaded in-process)", fresh, start_floor, "python -c pass")
+    resident_search("llmem search, resident alive", home, run, queries, start_floor)
 
 
 if __name__ == "__main__":

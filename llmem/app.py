@@ -21,6 +21,11 @@ class App:
         # cannot be opened for writing (a full disk, a read-only file system) is opened
         # read-only instead of failing (db/connection.py open_read_only).
         self.reading = False
+        # Whether this process's searches embed their query. A hook answered in a process of
+        # its own (no resident llmem) turns it off: loading the model (or importing an HTTP
+        # client) and the vector scan's numpy cost a fresh process 10-30x `python -c pass`,
+        # several times a hook's whole budget, so its context searches with FTS alone.
+        self.query_embeddings = True
 
     def reads_only(self) -> None:
         """Say, before the store is opened, that this command reads (see `reading`)."""
@@ -68,7 +73,7 @@ class App:
     def searcher(self):
         from .search import Searcher
 
-        return Searcher(self.store, self.embedder)
+        return Searcher(self.store, self.embedder if self.query_embeddings else None)
 
     def search_options(self, **chosen) -> SearchOptions:
         """The config's `search:` settings with the caller's choices on top: the one place the

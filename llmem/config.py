@@ -257,6 +257,7 @@ SCHEMA: dict[str, Any] = {
     },
     "context": {
         "max_tokens": _s(1500, "int", "Token budget of an injected context block", minimum=50),
+        "embed_without_resident": _s(False, "bool", "A hook or `llmem context` answered by a process of its own (no worker, `llmem run` or `llmem mcp` alive to answer it) embeds the session's text for its search too: closer matches, at the cost of a model load (~0.3 s) or an embedding call on each such hook. false: that process searches with FTS alone, in a fraction of the time; a resident llmem always embeds"),
     },
     # queue.url — the queue on a Redis server (workers/app.py); null: the queue_path file.
     "queue": {

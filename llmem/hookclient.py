@@ -28,13 +28,20 @@ REQUEST_LIMIT = 8 * 1024 * 1024
 ENV_KEYS = ("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "CLAUDE_CONFIG_DIR",
             "CODEX_HOME", "OPENCODE_CONFIG_CONTENT")
 # The commands a resident answers, each with its options that take a value and its flags
-# (cli/session.py): `hook` (every agent's hooks) and `context` (OpenCode's plugin asks for the
-# session-start block with it). An option not named here (say --help) goes to the CLI.
+# (cli/session.py, cli/search.py): `hook` (every agent's hooks), `context` (OpenCode's plugin
+# asks for the session-start block with it) and `search` (a fresh process would load the
+# embedding model for its one query). An option not named here (say --help) goes to the CLI.
 _COMMANDS = {
     "hook": ({"--type", "--session-id", "--project", "--model", "--base-url", "--adapter", "--format",
               "--run-lock-fd"}, {"--sync", "--detach"}),
     "context": ({"--session-id", "--max-tokens", "--project", "--adapter"}, {"--compacting", "--json"}),
+    "search": ({"--limit", "-n", "--type", "-t", "--project", "--min-relevance"},
+               {"--fts-only", "--semantic-only", "--valid-only", "--include-invalid", "--related",
+                "--explain", "--no-track", "--json"}),
 }
+FORWARDED = tuple(_COMMANDS)
+# Commands whose arguments are words (search's query), not one payload.
+_WORDS = {"search"}
 # --sync runs a session's whole extraction inline and --run-lock-fd hands a lock over: those
 # belong to the process that asked, never to the resident.
 _IN_PROCESS_ONLY = {"--sync", "--run-lock-fd"}
@@ -77,8 +84,13 @@ def _reads_stdin(argv: list[str]) -> bool | None:
         if word in flags:
             index += 1
             continue
-        if word.startswith("-") or payload or argv[0] != "hook":
-            return None  # an option this client does not know, or a second argument: the CLI says
+        if word.startswith("-"):
+            return None  # an option this client does not know (or `--`): the CLI says
+        if argv[0] in _WORDS:
+            index += 1
+            continue
+        if payload or argv[0] != "hook":
+            return None  # a second argument: the CLI says
         payload = True
         index += 1
     return argv[0] == "hook" and not session_id and not payload
@@ -150,8 +162,8 @@ def receive_all(conn, deadline: float | None = None) -> bytes | None:
 
 
 def run_hook(argv: list[str]) -> bool:
-    """Answer `llmem hook …` or `llmem context …` through the resident; False when the CLI must
-    run it (sys.stdin is then what the hook was given, read or not)."""
+    """Answer `llmem hook|context|search …` through the resident; False when the CLI must run
+    it (sys.stdin is then what the hook was given, read or not)."""
     if argv[0] == "hook" and os.environ.get(AGENT_CALL_ENV):
         return True  # the agent runs for llmem itself: no session of the user's (cli/session.py)
     reads = _reads_stdin(argv)

@@ -118,6 +118,15 @@ class MemoryTools:
             # (db/vector_file.py), caught up when another process writes embeddings.
             self._searcher = Searcher(self.app.store, self.app.embedder)
 
+    def warm_up(self) -> None:
+        """Open everything and run one search that records nothing, so the first call of the
+        agent finds the model loaded (~0.3-1 s for the built-in one), the vector file mapped
+        and paged in and the FTS index read, instead of paying for them itself."""
+        self.open()
+        opts = self.app.search_options(limit=1, project=self.default_project, valid_only=True,
+                                       origin="mcp", track=False)
+        self._searcher.search("warm up", opts)
+
     def close(self) -> None:
         self.app.close()
 
@@ -385,15 +394,14 @@ def _client_gone(exc: BaseException) -> bool:
                       | anyio.ClosedResourceError)
 
 
-def build_server(tools: MemoryTools):
-    """The MCPServer with the seven tools, and the one-thread executor they run on."""
+def build_server(tools: MemoryTools, executor: ThreadPoolExecutor):
+    """The MCPServer with the seven tools, which run on `executor` (one thread)."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
 
     from . import __version__
 
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmem-mcp")
     server = MCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
     log_path = tools.app.config.log_dir / f"{LOG_COMPONENT}.log"
 
@@ -465,7 +473,7 @@ def build_server(tools: MemoryTools):
     async def learn(wrong: str, right: str, context: str | None = None) -> str:
         return await run("learn", tools.learn, wrong, right, context)
 
-    return server, executor
+    return server
 
 
 def serve(app, beside=None) -> None:
@@ -479,10 +487,12 @@ def serve(app, beside=None) -> None:
     # has one already; the SDK's records go to mcp.log with llmem's instead.
     logging.getLogger().addHandler(logging.NullHandler())
     tools = MemoryTools(app, default_project=working_project(Path.cwd()))
-    server, executor = build_server(tools)
-    # Opened while the client initialises: the first call then finds them ready. A failure
-    # here (a damaged store) is reported by each call, which tries again.
-    executor.submit(_open_quietly, tools)
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmem-mcp")
+    # Warmed up on the tools' thread while the SDK is imported and the client initialises:
+    # the first call then finds the store, the model and the vectors ready. A failure here (a
+    # damaged store) is reported by each call, which tries again.
+    executor.submit(_warm_quietly, tools)
+    server = build_server(tools, executor)
     alongside = beside(executor) if beside is not None else None
     log.info("serving MCP over stdio (pid %d, project %s)", os.getpid(), tools.default_project)
     sys.stdin = _StdinFilter(sys.stdin.buffer).stream
@@ -502,8 +512,8 @@ def serve(app, beside=None) -> None:
         log.info("MCP client gone; stopped")
 
 
-def _open_quietly(tools: MemoryTools) -> None:
+def _warm_quietly(tools: MemoryTools) -> None:
     try:
-        tools.open()
+        tools.warm_up()
     except Exception as exc:
         log.warning("could not open the store yet: %s", exc)

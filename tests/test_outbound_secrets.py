@@ -29,11 +29,11 @@ SECRETS = all_secrets(PLANTED)
 COMMON = "deploy"  # in every seeded memory: semantic_text drops it from the embedded query
 
 
-def _configure(configure, tmp_path, model_server):
+def _configure(configure, tmp_path, model_server, extra: str = ""):
     state_dir = tmp_path / "session-state"
     configure(f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"
               f"llm:\n  provider: ollama\n  base_url: {model_server.url}\n"
-              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n")
+              f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n" + extra)
     return state_dir
 
 
@@ -90,7 +90,8 @@ def test_search_queries_never_send_a_secret(cli, configure, tmp_path, model_serv
 
 def test_session_text_cut_for_the_context_query_is_redacted_first(cli, configure, tmp_path, model_server):
     """Each secret sits across the 500-character cut of a turn, or the 1,200 of the query."""
-    state_dir = _configure(configure, tmp_path, model_server)
+    # Embedded in the hook's own process too (by default only a resident llmem embeds it).
+    state_dir = _configure(configure, tmp_path, model_server, "context:\n  embed_without_resident: true\n")
     _seed(cli, 3)
     sessions = []
     for start in range(0, len(PLANTED), 3):

@@ -175,7 +175,9 @@ def test_session_title_and_turns_never_reach_the_embedder(cli, configure, tmp_pa
               f"llm:\n  provider: none\n"
               f"session:\n  adapter: copilot\n  copilot:\n    state_dir: {state_dir}\n"
               f"  opencode:\n    data_dir: {opencode_dir}\n"
-              f"redaction:\n  patterns: ['ACME-INTERNAL-[0-9]{{8}}']\n")
+              f"redaction:\n  patterns: ['ACME-INTERNAL-[0-9]{{8}}']\n"
+              # Embedded in the hook's own process too (by default only a resident embeds).
+              f"context:\n  embed_without_resident: true\n")
     # A stored vector: from now on the session's query is embedded, not only matched by words.
     assert cli("add", "--content", "Deploys go out on Tuesdays")[0] == 0
 

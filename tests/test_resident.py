@@ -190,8 +190,9 @@ def test_a_resident_of_another_environment_declines(agents, resident, cli, monke
 def test_what_only_the_hook_process_may_run_is_not_sent(agents, resident):
     for argv in (["hook", "--type", "idle", "--session-id", "s", "--sync"],
                  ["hook", "--type", "idle", "--session-id", "s", "--run-lock-fd", "5"],
-                 ["hook", "--help"], ["search", "x"]):
+                 ["hook", "--help"], ["search", "x", "--help"], ["search", "--", "-x"], ["stats"]):
         assert hookclient._reads_stdin(argv) is None
+    assert hookclient._reads_stdin(["search", "two", "words", "--limit", "3", "--json"]) is False
     assert hookclient._reads_stdin(["hook", "--type", "idle"]) is True
     assert hookclient._reads_stdin(["hook", "--type", "idle", "--session-id", "s"]) is False
     assert hookclient._reads_stdin(["hook", "--type", "idle", '{"thread-id": "t"}']) is False

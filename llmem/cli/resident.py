@@ -21,6 +21,7 @@ import logging
 import os
 import socket
 import stat
+import sys
 import threading
 
 import click
@@ -60,12 +61,14 @@ class Resident:
     # ---- the socket ----------------------------------------------------------------------
 
     def start(self) -> Resident | None:
+        _route_std_streams()
         try:
             listener = self._bind()
         except OSError as exc:
             log.warning("not serving hooks on %s: %s", self.path, exc.strerror or exc)
-            return None
+            listener = None
         if listener is None:
+            _unroute_std_streams()
             return None
         self._listener = listener
         self._thread = threading.Thread(target=self._serve, name="llmem-resident", daemon=True)
@@ -120,8 +123,10 @@ class Resident:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=READ_TIMEOUT_SECONDS + ACCEPT_POLL_SECONDS)
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=READ_TIMEOUT_SECONDS + ACCEPT_POLL_SECONDS)
+            _unroute_std_streams()
         if self._listener is not None:
             self._listener.close()
         try:  # removed only while it is still ours (a newer resident may have replaced it)
@@ -203,9 +208,12 @@ class Resident:
             raise Declined("another protocol version")
         argv, stdin_text = request.get("argv"), request.get("stdin")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) \
-                or argv[:1] not in (["hook"], ["context"]):
-            raise Declined("neither a hook nor a context")
-        command = session.hook if argv[0] == "hook" else session.context
+                or argv[:1] not in (["hook"], ["context"], ["search"]):
+            raise Declined("neither a hook, a context nor a search")
+        if argv[0] == "search":
+            from .search import search as command
+        else:
+            command = session.hook if argv[0] == "hook" else session.context
         if stdin_text is not None and not isinstance(stdin_text, str):
             raise Declined("stdin is not text")
         if request.get("env") != self.environment:
@@ -214,6 +222,7 @@ class Resident:
         root = click.Context(click.Command("llmem"), info_name="llmem", obj=self.app)
         root.params = {"verbose": False, "config_path": self.config_path}
         served.streams, served.log_path = (stdin_text, out, err), self._hook_log_path()
+        _routed.streams = (out, err)  # what the command writes with click.echo (search's lines)
         try:
             with root:
                 try:
@@ -224,10 +233,67 @@ class Resident:
                     command.invoke(ctx)
         finally:
             served.streams = served.log_path = None
+            _routed.streams = None
         return {"stdout": out.getvalue(), "stderr": err.getvalue()}
 
     def _hook_log_path(self):
         return getattr(self._hook_log, "baseFilename", None) if self._hook_log else None
+
+
+# The request a thread of this process is answering: its (stdout, stderr) buffers.
+_routed = threading.local()
+
+
+class _ThreadRouted:
+    """sys.stdout or sys.stderr of a process that serves requests: a thread answering one
+    writes into that request's buffer (click.echo looks the stream up on every call), every
+    other thread, and everything else about the stream (`buffer`, which `llmem mcp`'s protocol
+    uses, `fileno`, `encoding`), is the process's own."""
+
+    def __init__(self, own, which: int):
+        self._own, self._which = own, which
+
+    def _target(self):
+        streams = getattr(_routed, "streams", None)
+        return self._own if streams is None else streams[self._which]
+
+    def write(self, text):
+        return self._target().write(text)
+
+    def flush(self):
+        return self._target().flush()
+
+    def isatty(self):
+        return self._target().isatty()
+
+    def __getattr__(self, name):
+        return getattr(self._own, name)
+
+
+_routing_lock = threading.Lock()
+_routing_users = [0]
+
+
+def _route_std_streams() -> None:
+    """Install _ThreadRouted as sys.stdout and sys.stderr while a resident runs here."""
+    with _routing_lock:
+        _routing_users[0] += 1
+        if not isinstance(sys.stdout, _ThreadRouted) and sys.stdout is not None:
+            sys.stdout = _ThreadRouted(sys.stdout, 0)
+        if not isinstance(sys.stderr, _ThreadRouted) and sys.stderr is not None:
+            sys.stderr = _ThreadRouted(sys.stderr, 1)
+
+
+def _unroute_std_streams() -> None:
+    """The process's own streams back, when the last resident here stops."""
+    with _routing_lock:
+        _routing_users[0] -= 1
+        if _routing_users[0] > 0:
+            return
+        if isinstance(sys.stdout, _ThreadRouted):
+            sys.stdout = sys.stdout._own
+        if isinstance(sys.stderr, _ThreadRouted):
+            sys.stderr = sys.stderr._own
 
 
 def _answers(path: str) -> bool:

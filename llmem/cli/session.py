@@ -47,6 +47,7 @@ def context(app, session_id, compacting, max_tokens, project, adapter, explain, 
     from ..context import assemble_context, explain_text
 
     app.reads_only()  # recalls are recorded when the store can be written
+    _lexical_when_fresh(app)
     if session_id:
         from ..adapters import resolve_adapter
 
@@ -60,6 +61,17 @@ def context(app, session_id, compacting, max_tokens, project, adapter, explain, 
     _echo(block.text)
     if explain:
         _echo("\n" + explain_text(block.explanation))
+
+
+def _lexical_when_fresh(app) -> None:
+    """A hook or context answered by a process of its own searches with FTS alone (see
+    App.query_embeddings) unless context.embed_without_resident; one served by a resident
+    llmem, whose model is loaded, embeds."""
+    if getattr(served, "streams", None) is None:
+        try:
+            app.query_embeddings = bool(app.config.context.embed_without_resident)
+        except Exception:  # a broken config is reported by the command itself
+            app.query_embeddings = False
 
 
 # ---- hooks -----------------------------------------------------------------------------
@@ -222,6 +234,7 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
     app = ctx.obj
     if kind == "created":
         app.reads_only()  # SessionStart injects the context even on a full disk
+    _lexical_when_fresh(app)
     undo, log_path = _hook_logging(app)
     turn_began = None
     try:

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""`llmem mcp` start-up and search, through the MCP SDK's own stdio client: spawn → initialised →
+first search result, at each store size, beside `python -c pass` measured in the same run (the
+start-up floor); then warm search round trips with the tool's options, beside the same search
+run in-process on the same store (the warm floor: the Searcher alone, without the protocol).
+
+The store holds `--sizes` memories with vectors under the built-in embedder's identity (random
+unit vectors: seeding does not embed 100k texts; the real model embeds every query). Prints
+figures; it is not a test. Everything lives in a temporary LLMEM_HOME, or in `--home` (kept:
+build once, measure again). Example:
+    python bench/mcp_startup.py --sizes 10000,100000 --spawns 5
+    python bench/mcp_startup.py --home /tmp/llmem-100k --spawns 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from hooks import PROJECT, WORDS, seed_bulk  # noqa: E402
+from mcp_client import McpClient  # noqa: E402
+
+
+def prepare(home: Path, size: int) -> None:
+    """A home with `size` memories (kept as it is when it holds a store already)."""
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["LLMEM_HOME"] = str(home)
+    if (home / "memory.db").exists():
+        print(f"store: reusing {home}")
+        return
+    (home / "config.yaml").write_text("embedding:\n  provider: builtin\nllm:\n  provider: none\n")
+    started = time.perf_counter()
+    seed_bulk(size, random.Random(size))
+    print(f"  built in {time.perf_counter() - started:.0f} s")
+
+
+def floor_ms() -> tuple[float, float]:
+    """(wall ms, CPU ms) of one `python -c pass`."""
+    cpu = children_cpu_ms()
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    return (time.perf_counter() - started) * 1000, children_cpu_ms() - cpu
+
+
+def children_cpu_ms() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (used.ru_utime + used.ru_stime) * 1000
+
+
+def spawn_to_first(query: str, env: dict) -> tuple[float, float, float]:
+    """(ms to initialised, ms to the first search result, from the spawn; and the CPU ms the
+    server used in all, from its start to its exit after that one search)."""
+    with open(os.devnull, "w") as errlog:
+        cpu = children_cpu_ms()
+        started = time.perf_counter()
+        client = McpClient(env, errlog=errlog).start()
+        try:
+            initialised = time.perf_counter()
+            client.text("search", query=query, project=PROJECT)
+            first = time.perf_counter()
+        finally:
+            client.close()
+    return (initialised - started) * 1000, (first - started) * 1000, children_cpu_ms() - cpu
+
+
+def warm_searches(queries: list[str], env: dict) -> list[float]:
+    with open(os.devnull, "w") as errlog:
+        client = McpClient(env, errlog=errlog).start()
+        try:
+            client.text("search", query="warm up", project=PROJECT)
+            timings = []
+            for query in queries:
+                started = time.perf_counter()
+                client.text("search", query=query, project=PROJECT)
+                timings.append((time.perf_counter() - started) * 1000)
+        finally:
+            client.close()
+    return timings
+
+
+def in_process_searches(queries: list[str]) -> list[float]:
+    """The tool's search (mcp_server.MemoryTools.search: its options, its recalls) without
+    the protocol: the floor a warm MCP search is measured against."""
+    from llmem.app import App
+    from llmem.mcp_server import MemoryTools
+
+    tools = MemoryTools(App(), default_project=PROJECT)
+    try:
+        tools.search("warm up")
+        timings = []
+        for query in queries:
+            started = time.perf_counter()
+            tools.search(query, project=PROJECT)
+            timings.append((time.perf_counter() - started) * 1000)
+    finally:
+        tools.close()
+    return timings
+
+
+def measure(size: int, spawns: int, searches: int) -> dict:
+    env = dict(os.environ)
+    rng = random.Random(7)
+    queries = [" ".join(rng.choices(WORDS, k=3)) for _ in range(spawns + searches)]
+    spawn_to_first(queries[0], env)  # page cache, .pyc files
+    floors, floor_cpus, inits, firsts, cpus = [], [], [], [], []
+    for n in range(spawns):  # the floor interleaved: the machine's load moves
+        wall, cpu = floor_ms()
+        floors.append(wall)
+        floor_cpus.append(cpu)
+        initialised, first, cpu = spawn_to_first(queries[n], env)
+        inits.append(initialised)
+        firsts.append(first)
+        cpus.append(cpu)
+    warm = warm_searches(queries[spawns:], env)
+    local = in_process_searches(queries[spawns:])
+    return {"size": size, "floor": statistics.median(floors), "init": statistics.median(inits),
+            "first": statistics.median(firsts), "warm": statistics.median(warm),
+            "local": statistics.median(local), "cpu": statistics.median(cpus),
+            "floor_cpu": statistics.median(floor_cpus)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--home", action="append", default=[],
+                        help="an LLMEM_HOME to build in or reuse (one per size, in order)")
+    parser.add_argument("--spawns", type=int, default=5)
+    parser.add_argument("--searches", type=int, default=30)
+    args = parser.parse_args()
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    for name in ("LLMEM_CONFIG", "CLAUDE_CONFIG_DIR", "CODEX_HOME"):
+        os.environ.pop(name, None)
+    sizes = [int(size) for size in args.sizes.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="llmem-bench-mcp-") as tmp:
+        os.environ.setdefault("PYTHONPYCACHEPREFIX", str(Path(tmp) / "pycache"))
+        for index, size in enumerate(sizes):
+            home = Path(args.home[index]) if index < len(args.home) else Path(tmp) / f"home-{size}"
+            prepare(home, size)
+            rows.append(measure(size, args.spawns, args.searches))
+    print(f"\nllmem mcp over stdio (SDK client): p50 of {args.spawns} spawns, {args.searches} warm searches (ms)")
+    print(f"{'memories':>9} {'python -c pass':>15} {'→ initialised':>20} {'→ first result':>20} "
+          f"{'warm search':>12} {'in-process':>11} {'warm ×':>7}")
+    for row in rows:
+        print(f"{row['size']:>9} {row['floor']:>15.1f} {row['init']:>11.1f} ({row['init'] / row['floor']:4.1f}×) "
+              f"{row['first']:>11.1f} ({row['first'] / row['floor']:4.1f}×) {row['warm']:>12.1f} "
+              f"{row['local']:>11.1f} {row['warm'] / row['local']:>6.2f}×")
+    print("\nCPU of the server from its start to its exit after the first result (user+sys ms), "
+          "beside `python -c pass`'s")
+    for row in rows:
+        print(f"{row['size']:>9} {row['floor_cpu']:>15.1f} {row['cpu']:>11.1f} ({row['cpu'] / row['floor_cpu']:4.1f}×)")
+
+
+if __name__ == "__main__":
+    main()

@@ -7,10 +7,9 @@ import sys
 # The commands on the paths someone waits for (every agent turn, a search, an MCP server's
 # start), which only ever open the configured store and queue.
 _LEAN_COMMANDS = {"hook", "context", "search", "mcp"}
-# Database drivers peewee and huey import at their own import when installed, used or not:
-# psycopg costs a fresh process ~100 ms of CPU here (5× `python -c pass`), redis-py ~40 ms.
-# Each is left out of a process whose store (resp. queue) is not on a server.
-_STORE_DRIVERS = ("psycopg", "psycopg2", "psycopg2cffi")
+# huey imports redis-py at its own import when installed, used or not (~40 ms of CPU in a
+# fresh process here, 2× `python -c pass`): left out of a process whose queue is not on
+# Redis. (peewee's drivers are kept out of its import in llmem/__init__.py, for every process.)
 _QUEUE_DRIVERS = ("redis",)
 
 
@@ -83,10 +82,10 @@ def _command_and_config(args: list[str]) -> tuple[str | None, str | None]:
 
 
 def skip_unused_drivers(args: list[str]) -> list[str]:
-    """Keep peewee and huey from importing the PostgreSQL and Redis drivers in a process of
-    `_LEAN_COMMANDS` whose config names no server for them: each is marked absent in
-    sys.modules before anything imports it, as if it were not installed. Returns the drivers
-    left out. A config that does not load leaves everything as it is (the CLI reports it)."""
+    """Keep huey from importing the Redis driver in a process of `_LEAN_COMMANDS` whose
+    config names no Redis queue: it is marked absent in sys.modules before anything imports
+    it, as if it were not installed. Returns the drivers left out. A config that does not load
+    leaves everything as it is (the CLI reports it)."""
     command, config_path = _command_and_config(args)
     if command not in _LEAN_COMMANDS:
         return []
@@ -102,18 +101,14 @@ def skip_unused_drivers(args: list[str]) -> list[str]:
             config = load_config(config_path)
         finally:
             config_log.disabled = was_disabled
-        on_server = {"store": isinstance(config.store_location, str),
-                     "queue": bool(config.queue.url)}
+        on_redis = bool(config.queue.url)
     except Exception:
         return []
     skipped = []
-    for part, drivers in (("store", _STORE_DRIVERS), ("queue", _QUEUE_DRIVERS)):
-        if on_server[part]:
-            continue
-        for name in drivers:
-            if name not in sys.modules:
-                sys.modules[name] = None  # `import name` raises ImportError, as when absent
-                skipped.append(name)
+    for name in () if on_redis else _QUEUE_DRIVERS:
+        if name not in sys.modules:
+            sys.modules[name] = None  # `import name` raises ImportError, as when absent
+            skipped.append(name)
     return skipped
 
 

@@ -7,7 +7,7 @@ workers/app.py), and two machines on one store never take each other's work.
 
 The key is an id made once and kept in llmem's data folder (beside the queue, so each
 LLMEM_HOME is its own machine), not the hostname: two boxes may share a name, and a laptop's
-changes with the network. The hostname is shown beside it.
+changes with the network.
 """
 
 from __future__ import annotations
@@ -31,10 +31,6 @@ def machine_id() -> str:
     if known is None:
         known = _ids[path] = _read_or_make(path)
     return known
-
-
-def machine_name() -> str:
-    return socket.gethostname()
 
 
 def _read_or_make(path: Path) -> str:

@@ -23,25 +23,32 @@ def store_author(db) -> str | None:
 
 
 @per_backend
+def _this_user(db) -> tuple[str, str]:
+    """SQL for this user: (in shared_project, as the author of a memory). A SQLite file's one
+    user is '' there and a null author."""
+    return "author = ''", "author IS NULL"
+
+
 def shares_project(db, project: str) -> bool:
     """Whether this user shares `project`."""
-    return db.execute_sql("SELECT 1 FROM shared_project WHERE project = ? AND author = ''",
-                          (project,)).fetchone() is not None
+    sharer, _ = _this_user(db)
+    return db.execute_sql(f"SELECT 1 FROM shared_project WHERE project = ? AND {sharer}", (project,)).fetchone() is not None
 
 
-@per_backend
 def set_project_shared(db, project: str, shared: bool, at: float) -> int:
     """Share (or stop sharing) this user's memories of `project` that may be shared; return
     how many memories changed. Call inside a transaction."""
-    if shared:
-        db.execute_sql("INSERT INTO shared_project (project, author, shared_at) VALUES (?, '', ?) "
+    sharer, author = _this_user(db)
+    if shared:  # the author column's default is this user on either backend
+        db.execute_sql("INSERT INTO shared_project (project, shared_at) VALUES (?, ?) "
                        "ON CONFLICT (project, author) DO NOTHING", (project, at))
     else:
-        db.execute_sql("DELETE FROM shared_project WHERE project = ? AND author = ''", (project,))
+        db.execute_sql(f"DELETE FROM shared_project WHERE project = ? AND {sharer}", (project,))
+    visibility = "shared" if shared else "private"
     return db.execute_sql(
         "UPDATE memory SET visibility = ?, version = version + 1, updated_at = ? "
-        f"WHERE project = ? AND type IN ({_TYPES}) AND author IS NULL AND visibility <> ?",
-        ("shared" if shared else "private", at, project, "shared" if shared else "private")).rowcount
+        f"WHERE project = ? AND type IN ({_TYPES}) AND {author} AND visibility <> ?",
+        (visibility, at, project, visibility)).rowcount
 
 
 def shared_projects(db) -> list[tuple[str, str, float]]:

@@ -255,3 +255,27 @@ def test_a_fact_learnt_in_copilot_is_served_to_claude_code_in_the_same_project(c
     code, out, err = cli(*HOOK, "--type", "created")
     assert code == 0 and err == ""
     assert memory["id"][:8] in json.loads(out)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_a_session_start_whose_store_cannot_be_reached_gets_the_projects_last_block(
+        cli, claude_dir, monkeypatch, configure, llmem_home):
+    """A laptop away from its store's server: SessionStart fails open with the block last built
+    for the project on this machine, not with nothing (and not for another project)."""
+    from servers import free_port
+
+    [decision] = seed(("Order pages by (created_at, id)", "decision", PROJECT))
+    stdin_json(monkeypatch, claude_dir, "SessionStart", source="startup")
+    code, out, err = cli(*HOOK, "--type", "created")
+    assert code == 0 and decision[:8] in out
+    built = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    text = (llmem_home / "config.yaml").read_text()
+    configure(text + f"store:\n  url: postgresql://llmem@127.0.0.1:{free_port()}/llmem\n")  # nothing listens
+    stdin_json(monkeypatch, claude_dir, "SessionStart", source="startup")
+    code, out, err = cli(*HOOK, "--type", "created")
+    assert code == 0 and "no PostgreSQL server answers" in err and "last one kept" in err
+    assert json.loads(out)["hookSpecificOutput"]["additionalContext"] == built
+    # Another project has no block kept: nothing, as before.
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"session_id": SESSION, "cwd": "/elsewhere",
+                                                             "hook_event_name": "SessionStart"})))
+    code, out, _ = cli(*HOOK, "--type", "created")
+    assert code == 0 and out == ""

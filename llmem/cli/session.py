@@ -281,7 +281,11 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
                       exc_info=not _is_expected(exc))
             where = f" (log: {log_path})" if log_path else ""
             _echo(f"llmem hook {kind}: {_one_line(exc)}{where}", err=True)
+            if kind == "created":
+                _print_result(kind, _from_cache(project, {"errors": [str(exc)]}), fmt)
             return
+        if kind == "created":
+            result = _from_cache(project, result)
         if result["errors"]:
             more = f" (+{len(result['errors']) - 1} more)" if len(result["errors"]) > 1 else ""
             where = f"; log: {log_path}" if log_path else ""
@@ -294,6 +298,23 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
         _print_result(kind, result, fmt)
     finally:
         undo()
+
+
+def _from_cache(project: str | None, result: dict) -> dict:
+    """A session start's block is kept for the project; one that could not be built (the
+    store unreachable, or unreadable) is the project's last kept block."""
+    from ..context_cache import last_block, remember_block
+
+    if result.get("context"):
+        remember_block(project, result["context"])
+        return result
+    cached = last_block(project) if result.get("errors") else None
+    if cached:
+        log.warning("session start: the context block could not be built; the last one kept for "
+                    "this project is given")
+        _echo("llmem hook created: the context is the last one kept on this machine", err=True)
+        return {**result, "context": cached}
+    return result
 
 
 def _is_expected(exc: Exception) -> bool:

@@ -224,6 +224,9 @@ class Agent:
     # It starts an MCP server without passing its environment through: the entry llmem
     # writes carries the folder variables in `env`.
     mcp_env_filtered: bool = False
+    # What `llmem install <name>` does, for its --help; empty: llmem does not install into
+    # it (no recipe in setup/agents.py), and it has no install command.
+    install_help: str = ""
 
     def id_rank(self, session_id: str) -> int:
         """How surely a session id is this agent's: 2 only ours, 1 could be, 0 not."""

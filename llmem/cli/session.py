@@ -1,4 +1,4 @@
-"""Session commands: context (what an agent is given), hook (lifecycle events), install."""
+"""Session commands: context (what an agent is given), hook (lifecycle events)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import click
 
 from ..pipeline.kinds import EventKind
 from .choices import adapter_choice
-from .output import PROJECT, bounded_int, http_url, json_option, json_text, print_json
+from .output import PROJECT, bounded_int, http_url, json_option, json_text
 
 ADAPTER_CHOICE = adapter_choice()
 HOOK_LOG = "hooks.log"
@@ -368,71 +368,3 @@ def _print_result(kind: str, result: dict, fmt: str) -> None:
             _echo(_summary(result))
     except BrokenPipeError:  # the agent stopped reading: nothing to fail about
         pass
-
-
-# ---- install ---------------------------------------------------------------------------
-
-@click.group("install")
-def install_group():
-    """Connect llmem to an agent: its hooks (or plugin) and its MCP server `llmem mcp`."""
-
-
-_PART_LABELS = {"plugin": "the {label} plugin", "hooks": "the {label} hooks",
-                "notify": "Codex's notify program", "mcp": "the llmem MCP server for {label}"}
-
-
-def _report(outcome, as_json: bool) -> None:
-    if as_json:
-        print_json(outcome.as_dict())
-        return
-    from ..setup.agents import label
-
-    shown_backups = set()
-    for part in outcome.parts:
-        what = _PART_LABELS[part.part].format(label=label(outcome.agent))
-        subject, be = what[0].upper() + what[1:], "are" if part.part == "hooks" else "is"
-        where = part.path
-        message = {
-            "created": f"Installed {what}: {where}",
-            "updated": f"Updated {what}: {where}",
-            "unchanged": f"{subject} {be} already installed: {where}",
-            "removed": f"Removed {what}: {where}",
-            "absent": f"{subject} {be} not installed (not in {where})",
-            "kept": f"{subject}: left as it was in {where} (see the note below)",
-        }[part.action]
-        backup = part.as_dict()["backup"]
-        if backup and backup not in shown_backups:
-            shown_backups.add(backup)
-            message += f" (backup: {backup})"
-        click.echo(message)
-    for note in outcome.notes:
-        click.echo(f"note: {note}")
-
-
-def _install_command(agent: str, what: str):
-    @install_group.command(agent)
-    @click.option("--uninstall", is_flag=True, help="Remove exactly what llmem added.")
-    @click.option("--no-mcp", "no_mcp", is_flag=True, help="Leave the agent's MCP configuration alone.")
-    @json_option("Print what was done as JSON.")
-    @click.pass_obj
-    def command(app, uninstall, no_mcp, as_json):
-        from ..setup import agents
-
-        _report(agents.install(app.config, agent, uninstall=uninstall, with_mcp=not no_mcp), as_json)
-
-    command.help = what
-    return command
-
-
-install_opencode = _install_command(
-    "opencode", "Write the OpenCode plugin (session.opencode.plugins_dir) and register `llmem mcp` "
-    "in OpenCode's opencode.json(c) (session.opencode.config_dir).")
-install_copilot = _install_command(
-    "copilot", "Write the Copilot CLI hooks file (session.copilot.hooks_dir) and register `llmem mcp` "
-    "in its mcp-config.json (session.copilot.home).")
-install_claude = _install_command(
-    "claude", "Add llmem's hooks to Claude Code's settings.json and register `llmem mcp` in "
-    "~/.claude.json (session.claude.config_dir, $CLAUDE_CONFIG_DIR).")
-install_codex = _install_command(
-    "codex", "Set Codex's notify program and register `llmem mcp` in its config.toml, and add llmem's "
-    "hooks to its hooks.json (session.codex.home, $CODEX_HOME).")

@@ -89,6 +89,9 @@ class ClaudeWatch(JsonlWatch):
 class Claude(Agent):
     name = "claude"
     label = "Claude Code"
+    install_help = (
+        "Add llmem's hooks to Claude Code's settings.json and register `llmem mcp` in "
+        "~/.claude.json (session.claude.config_dir, $CLAUDE_CONFIG_DIR).")
     folder_name = "config folder"
     config_key = "session.claude.config_dir"
     shared_ids = UUID

@@ -57,6 +57,9 @@ class CodexWatch(JsonlWatch):
 class Codex(Agent):
     name = "codex"
     label = "Codex CLI"
+    install_help = (
+        "Set Codex's notify program and register `llmem mcp` in its config.toml, and add llmem's "
+        "hooks to its hooks.json (session.codex.home, $CODEX_HOME).")
     folder_name = "home folder"
     config_key = "session.codex.home"
     own_ids = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)

@@ -76,6 +76,9 @@ def _session_written_after(session_dir: Path, horizon: float) -> bool:
 class Copilot(Agent):
     name = "copilot"
     label = "Copilot CLI"
+    install_help = (
+        "Write the Copilot CLI hooks file (session.copilot.hooks_dir) and register `llmem mcp` in "
+        "its mcp-config.json (session.copilot.home).")
     folder_name = "session-state folder"
     config_key = "session.copilot.state_dir"
     shared_ids = UUID

@@ -85,6 +85,9 @@ class OpenCodeWatch(AgentWatch):
 class OpenCode(Agent):
     name = "opencode"
     label = "OpenCode"
+    install_help = (
+        "Write the OpenCode plugin (session.opencode.plugins_dir) and register `llmem mcp` in "
+        "OpenCode's opencode.json(c) (session.opencode.config_dir).")
     folder_name = "data folder"
     config_key = "session.opencode.data_dir"
     own_ids = re.compile(r"ses_[0-9A-Za-z]+")

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psycopg
 import pytest
@@ -65,7 +64,9 @@ def test_the_store_server_stops_mid_run_and_no_turn_is_lost_or_doubled(tmp_path,
             turn(sessions[0], 3)  # a later turn of a session already seen
             turn(sessions[2], 4)  # a session begun while the server is away
             turn(sessions[3], 5)
-            time.sleep(4)  # past the idle debounce: the watcher sees the idles and cannot record them
+            # The watcher sees those idles while the server is away, and cannot record them yet.
+            wait_until(lambda: "event=idle could not be recorded" in (tmp_path / "run.out").read_text(),
+                       timeout=60)
         finally:
             server.start()
         turn(sessions[1], 6)  # and one after it is back

@@ -16,6 +16,13 @@ def later_runs_on_same_memories(db, run_id: str, started_at: float,
                                 except_kind: str = "") -> list[str]:
     """The ids of the runs started after `started_at`, not undone, that changed a memory run
     `run_id` changed, sorted; runs of `except_kind` left out."""
+    # The later runs first (usually none: an undo of the last night), so the journal of a
+    # run of 100k actions is not joined with itself for nothing (1.5 s at 100k).
+    later = [r[0] for r in db.execute_sql(
+        "SELECT id FROM dream_run WHERE started_at > ? AND status != 'undone' AND kind <> ? ORDER BY 1",
+        (started_at, except_kind))]
+    if not later:
+        return []
     return [r[0] for r in db.execute_sql(
         "SELECT DISTINCT a.run_id FROM dream_action a JOIN dream_run r ON r.id = a.run_id "
         "WHERE r.started_at > ? AND r.status != 'undone' AND r.kind <> ? AND a.memory_id IN "

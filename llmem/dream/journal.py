@@ -24,6 +24,7 @@ from typing import Any
 import peewee as pw
 
 from ..db import bulk, journal_rows
+from ..db.fts import DESCRIPTIVE_METADATA
 from ..db.models import DreamRun, JSONText, Memory
 from ..db.queries import MEMORY_ROW_FIELDS, memory_snapshot
 from ..errors import NotFound, UsageError
@@ -98,36 +99,52 @@ class Journal:
 
     def update_many(self, items: list[tuple[str, str, str, dict[str, Any]]]) -> None:
         """Apply (phase, kind, memory_id, changes) updates in order, as `update` does each, with one
-        read of the rows, one prepared UPDATE per run of same-shaped writes and one journal
-        INSERT (db/bulk.py). The journal keeps what changed: the old values of the columns
-        written (derived ones aside, undo recomputes them) and the new ones. Call inside a txn."""
+        read of the rows, one prepared UPDATE per shape of writes and one journal INSERT
+        (db/bulk.py). The journal keeps what changed: the old values of the columns written
+        (derived ones aside, undo recomputes them) and the new ones. Call inside a txn.
+
+        Only the columns the changes name are read, and a change that leaves the text alone
+        (a decay's confidence and stamp: most of a night) writes no derived column, so the
+        FTS row stays; one that touches it goes through the store (prepare_fields)."""
         if not items:
             return
         ids = list(dict.fromkeys(memory_id for _, _, memory_id, _ in items))
-        rows = bulk.memory_rows_by_id(self.db, MEMORY_ROW_FIELDS, ids)
+        touching = [_touches_text(changes) for _, _, _, changes in items]
+        names = {name for _, _, _, changes in items for name in changes} | {"updated_at"}
+        if any(touching):
+            names |= _TEXT_FIELDS
+        names.discard("metadata")
+        read = ("metadata", *sorted(names))  # metadata first: it is decoded, the rest as stored
         current: dict[str, dict[str, Any]] = {}
-        for memory_id, row in rows.items():
-            snapshot = dict(zip(MEMORY_ROW_FIELDS, row, strict=True))
-            snapshot["metadata"] = json.loads(snapshot["metadata"] or "{}")
+        loads = json.loads
+        for memory_id, row in bulk.memory_rows_by_id(self.db, read, ids).items():
+            snapshot = dict(zip(read, row, strict=True))
+            snapshot["metadata"] = loads(row[0] or "{}")
             current[memory_id] = snapshot
         stamp = now()
+        run_id = self.run.id
         journal, writes = [], []
-        for phase, kind, memory_id, changes in items:
+        seen: dict[str, int] = {}  # memory id → how many writes of it this batch has
+        for (phase, kind, memory_id, changes), text in zip(items, touching, strict=True):
             before_row = current.get(memory_id)
             if before_row is None:
                 raise NotFound(f"no memory with id {memory_id!r}")
             values = dict(changes)
             if "metadata" in values:
-                values["metadata"] = {**(before_row.get("metadata") or {}), **values["metadata"]}
-            # Through the store: a changed text re-derives its hints and hashes with it.
-            values = self.store.prepare_fields(values, current=before_row)
+                values["metadata"] = {**before_row["metadata"], **values["metadata"]}
+            if text:
+                # Through the store: a changed text is redacted and re-derives its hints and hashes.
+                values = self.store.prepare_fields(values, current=before_row)
+            elif "updated_at" not in values:
+                values["updated_at"] = stamp  # all prepare_fields adds to a change of no text
             before = {name: before_row[name] for name in values if name not in DERIVED_COLUMNS}
-            journal.append((self.run.id, phase, kind, "update", memory_id, _dumps(before),
+            journal.append((run_id, phase, kind, "update", memory_id, _dumps(before),
                             _dumps(_jsonable(values)), stamp))
-            writes.append((memory_id, values))
+            generation = seen.get(memory_id, 0)
+            seen[memory_id] = generation + 1
+            writes.append((generation, memory_id, values))
             before_row.update(values)
-            before_row["version"] = before_row.get("version", 1) + 1
-        _write_runs(self.db, writes)
+        _write_shapes(self.db, writes)
         bulk.insert_actions(self.db, journal)
         self.count += len(journal)
 
@@ -172,24 +189,34 @@ class Journal:
                          {"path": str(path), "sha256": file_hash(text)})
 
 
-def _write_runs(db, writes: list[tuple[str, dict[str, Any]]]) -> int:
-    """Write (memory_id, values) in order: each run of consecutive writes of the same columns
-    with one prepared statement. Returns how many rows were written."""
+def _touches_text(changes: dict[str, Any]) -> bool:
+    """Whether a change can alter what the derived columns come from (content, summary, the
+    descriptive metadata: store.text_changed); one that cannot needs no text read."""
+    return "content" in changes or "summary" in changes or \
+        any(key in _DESCRIPTIVE for key in changes.get("metadata") or ())
+
+
+_TEXT_FIELDS = frozenset({"content", "summary", "metadata"})
+_DESCRIPTIVE = frozenset(DESCRIPTIVE_METADATA)
+
+
+def _write_shapes(db, writes: list[tuple[int, str, dict[str, Any]]]) -> int:
+    """Write (generation, memory_id, values): the writes of each generation (a memory's first
+    write of the batch, its second, …) before the next one's, and within a generation, where
+    each memory is written once and the order among them does not matter, one prepared
+    statement per shape (the columns written). Returns how many rows were written."""
     fields = Memory._meta.fields
+    groups: dict[tuple, list] = {}
+    for generation, memory_id, values in writes:
+        groups.setdefault((generation, tuple(sorted(values))), []).append((memory_id, values))
     written = 0
-    start = 0
-    while start < len(writes):
-        names = sorted(writes[start][1])
-        end = start + 1
-        while end < len(writes) and writes[end][1].keys() == writes[start][1].keys():
-            end += 1
+    for (_, names), rows in sorted(groups.items(), key=lambda item: item[0][0]):
         # Only the JSON columns need their field's conversion (as queries.insert_memory_rows).
         converters = [fields[name].db_value if isinstance(fields[name], JSONText) else None for name in names]
         written += bulk.update_memory_rows(db, names, [
             [values[name] if convert is None else convert(values[name])
              for name, convert in zip(names, converters, strict=True)] + [memory_id]
-            for memory_id, values in writes[start:end]])
-        start = end
+            for memory_id, values in rows])
     return written
 
 
@@ -348,11 +375,12 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
     statement per shape of rows (each memory once: its images folded, the oldest winning),
     as no other kind of action reads or writes a memory's columns."""
     db = store.db
-    Memory = store.models.Memory
     ids = [memory_id for op, memory_id, _, _ in chunk if op in ("update", "create") and memory_id]
     current = _rows_of(db, list(dict.fromkeys(ids)))
     pending: dict[str, dict[str, Any]] = {}  # memory id → the columns to put back (oldest image wins)
     counts: dict[str, int] = {}
+    skipped = set(result.skipped_memories)
+    loads = json.loads
 
     def flush() -> None:
         writes = []
@@ -360,13 +388,14 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
             row = current.get(memory_id)
             if row is None:
                 continue  # gone: nothing to restore
-            values = store.restored_fields(before, current=row)
-            writes.append((memory_id, values))
+            if _restores_text(before, row):
+                values = store.restored_fields(before, current=row)
+            else:  # what restored_fields gives for an image that leaves the text as it is
+                values = {name: value for name, value in before.items() if name not in DERIVED_COLUMNS}
+            writes.append((0, memory_id, values))  # each memory once: one generation
             result.restored += counts[memory_id]
             row.update(values)
-        # Each memory once: grouped by shape, the order among them does not matter.
-        writes.sort(key=lambda write: tuple(sorted(write[1])))
-        _write_runs(db, writes)
+        _write_shapes(db, writes)
         pending.clear()
         counts.clear()
 
@@ -377,36 +406,41 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
         unlinks.clear()
 
     for op, memory_id, before_text, after_text in chunk:
-        before = json.loads(before_text) if before_text else None
-        after = json.loads(after_text) if after_text else None
         if op in ("update", "create"):
             if only is not None and memory_id not in only:
                 continue
-            if memory_id not in checked:
+            if memory_id not in checked:  # its newest action of the run: compared with the row
                 checked.add(memory_id)
-                if not force and changed_since(after or {}, current.get(memory_id)):
+                after = loads(after_text) if after_text else {}
+                if not force and changed_since(after, current.get(memory_id)):
                     result.skipped_memories.append(memory_id)
-            if memory_id in result.skipped_memories:
+                    skipped.add(memory_id)
+            if memory_id in skipped:
                 continue
-        if op == "update":
-            # An image journaled before a column existed lacks it; the derived ones (hints,
-            # hashes) are recomputed from the text anyway.
-            image = {f: before[f] for f in MEMORY_ROW_FIELDS if f in before}
-            pending[memory_id] = {**pending.get(memory_id, {}), **image}
-            counts[memory_id] = counts.get(memory_id, 0) + 1
-            continue
-        if op == "create":
-            unlink()  # the relations undone before it go first, as replaying them one by one
+            if op == "update":
+                # An image journaled before a column existed lacks it; the derived ones (hints,
+                # hashes) are recomputed from the text anyway.
+                before = loads(before_text) if before_text else {}
+                image = before if before.keys() <= _ROW_FIELDS else \
+                    {f: before[f] for f in MEMORY_ROW_FIELDS if f in before}
+                held = pending.get(memory_id)
+                pending[memory_id] = image if held is None else {**held, **image}
+                counts[memory_id] = counts.get(memory_id, 0) + 1
+                continue
+            unlink()  # a create: the relations undone before it go first, as one by one
             if memory_id in pending:  # restored, then deleted: as replaying them one by one
                 del pending[memory_id]
                 result.restored += counts.pop(memory_id)
-            if Memory.select().where(Memory.id == memory_id).exists():
+            if memory_id in current:
                 store.delete(memory_id)
                 result.deleted += 1
             current.pop(memory_id, None)
-        elif only is not None:
+            continue
+        if only is not None:
             continue  # a forced second pass only restores the memories left before
-        elif op == "relate":
+        before = loads(before_text) if before_text else None
+        after = loads(after_text) if after_text else None
+        if op == "relate":
             unlinks.append((after["source_id"], after["target_id"], after["type"]))
         elif op == "row":
             _restore_row(db, before)
@@ -414,6 +448,22 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
             file_actions.append((before, after))
     unlink()
     flush()
+
+
+_ROW_FIELDS = frozenset(MEMORY_ROW_FIELDS)
+
+
+def _restores_text(image: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether putting `image` back over `row` can change what the derived columns come from
+    (store.text_changed): its content or summary, or descriptive metadata other than the row's."""
+    if "content" in image or "summary" in image:
+        return True
+    if "metadata" not in image:
+        return False
+    old, new = image["metadata"], row["metadata"]
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return True
+    return any(old.get(key) != new.get(key) for key in DESCRIPTIVE_METADATA)
 
 
 # What undo reads of each memory it restores: the columns compared with the run's

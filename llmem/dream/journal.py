@@ -25,7 +25,7 @@ import peewee as pw
 
 from ..db import bulk, journal_rows
 from ..db.fts import DESCRIPTIVE_METADATA
-from ..db.models import DreamRun, JSONText, Memory
+from ..db.models import DreamRun, Memory
 from ..db.queries import MEMORY_ROW_FIELDS, memory_snapshot
 from ..errors import NotFound, UsageError
 from ..memories import EDIT_RUN
@@ -105,7 +105,8 @@ class Journal:
 
         Only the columns the changes name are read, and a change that leaves the text alone
         (a decay's confidence and stamp: most of a night) writes no derived column, so the
-        FTS row stays; one that touches it goes through the store (prepare_fields)."""
+        FTS row stays; one that touches it goes through the store (prepare_fields). Each
+        metadata is encoded once: its text is what is stored and what the images hold."""
         if not items:
             return
         ids = list(dict.fromkeys(memory_id for _, _, memory_id, _ in items))
@@ -116,10 +117,12 @@ class Journal:
         names.discard("metadata")
         read = ("metadata", *sorted(names))  # metadata first: it is decoded, the rest as stored
         current: dict[str, dict[str, Any]] = {}
-        loads = json.loads
+        texts: dict[str, str] = {}  # memory id → its metadata as stored
+        loads = _loads
         for memory_id, row in bulk.memory_rows_by_id(self.db, read, ids).items():
             snapshot = dict(zip(read, row, strict=True))
-            snapshot["metadata"] = loads(row[0] or "{}")
+            texts[memory_id] = text = row[0] or "{}"
+            snapshot["metadata"] = loads(text)
             current[memory_id] = snapshot
         stamp = now()
         run_id = self.run.id
@@ -137,13 +140,18 @@ class Journal:
                 values = self.store.prepare_fields(values, current=before_row)
             elif "updated_at" not in values:
                 values["updated_at"] = stamp  # all prepare_fields adds to a change of no text
-            before = {name: before_row[name] for name in values if name not in DERIVED_COLUMNS}
-            journal.append((run_id, phase, kind, "update", memory_id, _dumps(before),
-                            _dumps(_jsonable(values)), stamp))
+            columns = _shape(values)
+            old_text = texts[memory_id]
+            new_text = _json(values["metadata"]) if "metadata" in values else old_text
+            journal.append((run_id, phase, kind, "update", memory_id,
+                            _image(columns.journaled, before_row, old_text),
+                            _image(columns.written, values, new_text, only_json=True), stamp))
             generation = seen.get(memory_id, 0)
             seen[memory_id] = generation + 1
-            writes.append((generation, memory_id, values))
+            writes.append((generation, memory_id, columns.written,
+                           [new_text if name == "metadata" else values[name] for name in columns.written]))
             before_row.update(values)
+            texts[memory_id] = new_text
         _write_shapes(self.db, writes)
         bulk.insert_actions(self.db, journal)
         self.count += len(journal)
@@ -200,28 +208,109 @@ _TEXT_FIELDS = frozenset({"content", "summary", "metadata"})
 _DESCRIPTIVE = frozenset(DESCRIPTIVE_METADATA)
 
 
-def _write_shapes(db, writes: list[tuple[int, str, dict[str, Any]]]) -> int:
-    """Write (generation, memory_id, values): the writes of each generation (a memory's first
-    write of the batch, its second, …) before the next one's, and within a generation, where
-    each memory is written once and the order among them does not matter, one prepared
-    statement per shape (the columns written). Returns how many rows were written."""
-    fields = Memory._meta.fields
+class _Columns:
+    """The columns of one shape of write: all of them (sorted: the statement and the
+    after-image), and those the before-image holds (derived ones are recomputed by undo)."""
+
+    __slots__ = ("written", "journaled")
+
+    def __init__(self, names: tuple[str, ...]):
+        self.written = tuple(sorted(names))
+        self.journaled = tuple(name for name in self.written if name not in DERIVED_COLUMNS)
+
+
+_SHAPES: dict[tuple[str, ...], _Columns] = {}
+
+
+def _shape(values: dict[str, Any]) -> _Columns:
+    key = tuple(values)
+    columns = _SHAPES.get(key)
+    if columns is None:
+        columns = _SHAPES[key] = _Columns(key)
+    return columns
+
+
+def _c_encoder():
+    """json's C encoder with JSONText's options, made once: json.dumps with options builds an
+    encoder and its C part on every call, most of its time for a metadata of a few keys."""
+    from json import encoder
+
+    if encoder.c_make_encoder is None:  # an interpreter without the C part (PyPy)
+        return None
+    defaults = json.JSONEncoder()
+    return encoder.c_make_encoder(None, defaults.default, encoder.encode_basestring, None, ": ", ", ",
+                                  True, False, True)
+
+
+_ENCODE = _c_encoder()
+
+
+def _json(value: Any) -> str:
+    """`value` as JSONText stores it (json.dumps(ensure_ascii=False, sort_keys=True)), and as
+    _dumps encodes it inside an image."""
+    if _ENCODE is None or isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return "".join(_ENCODE(value, 0))
+
+
+_SCAN = json.JSONDecoder().scan_once
+
+
+def _loads(text: str) -> Any:
+    """json.loads(text), calling the decoder's scanner at once for a document without white
+    space around it (every image and metadata llmem writes): json.loads's Python wrapping
+    cost more than the C scan of such a short text."""
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)  # raises what json.loads says of it
+    return value if end == len(text) else json.loads(text)
+
+
+_JSON_TYPES = (str, int, float, bool, dict, list, type(None))
+
+
+def _image(names: tuple[str, ...], values: dict[str, Any], metadata_text: str,
+           only_json: bool = False) -> str:
+    """`_dumps({name: values[name] for name in names})` (names sorted), built from each value's
+    JSON with the metadata's given as its stored text, so no metadata is encoded twice (a
+    decay journals two images of it). `only_json`: values JSON cannot hold are left out (an
+    after-image holds what it can)."""
+    parts = []
+    for name in names:
+        if name == "metadata":
+            text = metadata_text
+        else:
+            value = values[name]
+            kind = type(value)
+            if value is None:
+                text = "null"
+            elif kind is float and value - value == 0:  # finite: json writes float.__repr__
+                text = float.__repr__(value)
+            elif kind is int:
+                text = int.__repr__(value)
+            elif only_json and not isinstance(value, _JSON_TYPES):
+                continue
+            else:
+                text = _json(value)
+        parts.append(f'"{name}": {text}')
+    return "{" + ", ".join(parts) + "}"
+
+
+def _write_shapes(db, writes: list[tuple[int, str, tuple[str, ...], list[Any]]]) -> int:
+    """Write (generation, memory_id, names, stored values of those names): the writes of each
+    generation (a memory's first write of the batch, its second, …) before the next one's,
+    and within a generation, where each memory is written once and the order among them
+    does not matter, one prepared statement per shape (the columns written). Returns how
+    many rows were written."""
     groups: dict[tuple, list] = {}
-    for generation, memory_id, values in writes:
-        groups.setdefault((generation, tuple(sorted(values))), []).append((memory_id, values))
+    for generation, memory_id, names, stored in writes:
+        stored.append(memory_id)
+        groups.setdefault((generation, names), []).append(stored)
     written = 0
     for (_, names), rows in sorted(groups.items(), key=lambda item: item[0][0]):
-        # Only the JSON columns need their field's conversion (as queries.insert_memory_rows).
-        converters = [fields[name].db_value if isinstance(fields[name], JSONText) else None for name in names]
-        written += bulk.update_memory_rows(db, names, [
-            [values[name] if convert is None else convert(values[name])
-             for name, convert in zip(names, converters, strict=True)] + [memory_id]
-            for memory_id, values in rows])
+        written += bulk.update_memory_rows(db, names, rows)
     return written
-
-
-def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if isinstance(v, str | int | float | bool | dict | list | type(None))}
 
 
 def start_run(store, kind: str, phases: list[str], run_id: str | None = None) -> DreamRun:
@@ -371,30 +460,54 @@ def undo_run(store, run_id: str, *, force: bool = False) -> UndoResult:
 def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str], only: set[str] | None,
                 force: bool, file_actions: list) -> None:
     """Undo one chunk of a run's actions (newest first), as replaying them one by one would:
-    the memory rows it restores are read with one query and written back with one prepared
-    statement per shape of rows (each memory once: its images folded, the oldest winning),
-    as no other kind of action reads or writes a memory's columns."""
+    the memory rows it restores are read with one query (the columns the images name) and
+    written back with one prepared statement per shape of rows (each memory once: its images
+    folded, the oldest winning), as no other kind of action reads or writes a memory's columns."""
     db = store.db
-    ids = [memory_id for op, memory_id, _, _ in chunk if op in ("update", "create") and memory_id]
-    current = _rows_of(db, list(dict.fromkeys(ids)))
+    loads = _loads
+    # First the images: which actions count, and which columns of the rows they need.
+    actions = []
+    needed = {"metadata"}
+    for op, memory_id, before_text, after_text in chunk:
+        if op in ("update", "create"):
+            if only is not None and memory_id not in only:
+                continue
+            after = None
+            if memory_id not in checked:  # its newest action of the run: compared with the row
+                checked.add(memory_id)
+                after = loads(after_text) if after_text else {}
+                needed.update(name for name in after if name in _EDITED)
+            before = (loads(before_text) if before_text else {}) if op == "update" else None
+        elif only is not None:
+            continue  # a forced second pass only restores the memories left before
+        else:
+            before = loads(before_text) if before_text else None
+            after = loads(after_text) if after_text else None
+        actions.append((op, memory_id, before, after))
+    ids = [memory_id for op, memory_id, _, _ in actions if op in ("update", "create") and memory_id]
+    current = _rows_of(db, list(dict.fromkeys(ids)), tuple(sorted(needed)))
     pending: dict[str, dict[str, Any]] = {}  # memory id → the columns to put back (oldest image wins)
     counts: dict[str, int] = {}
     skipped = set(result.skipped_memories)
-    loads = json.loads
 
     def flush() -> None:
         writes = []
+        textual = [memory_id for memory_id, before in pending.items()
+                   if memory_id in current and _restores_text(before, current[memory_id])]
+        whole = _rows_of(db, textual, UNDO_READ) if textual else {}
         for memory_id, before in pending.items():
             row = current.get(memory_id)
             if row is None:
                 continue  # gone: nothing to restore
-            if _restores_text(before, row):
-                values = store.restored_fields(before, current=row)
+            if memory_id in whole:
+                values = store.restored_fields(before, current=whole[memory_id])
             else:  # what restored_fields gives for an image that leaves the text as it is
                 values = {name: value for name, value in before.items() if name not in DERIVED_COLUMNS}
-            writes.append((0, memory_id, values))  # each memory once: one generation
+            names = _shape(values).written
+            writes.append((0, memory_id, names,  # each memory once: one generation
+                           [_stored_metadata(values[name]) if name == "metadata" else values[name]
+                            for name in names]))
             result.restored += counts[memory_id]
-            row.update(values)
         _write_shapes(db, writes)
         pending.clear()
         counts.clear()
@@ -405,22 +518,16 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
         result.unlinked += bulk.delete_relations(db, unlinks)
         unlinks.clear()
 
-    for op, memory_id, before_text, after_text in chunk:
+    for op, memory_id, before, after in actions:
         if op in ("update", "create"):
-            if only is not None and memory_id not in only:
-                continue
-            if memory_id not in checked:  # its newest action of the run: compared with the row
-                checked.add(memory_id)
-                after = loads(after_text) if after_text else {}
-                if not force and changed_since(after, current.get(memory_id)):
-                    result.skipped_memories.append(memory_id)
-                    skipped.add(memory_id)
+            if after is not None and not force and changed_since(after, current.get(memory_id)):
+                result.skipped_memories.append(memory_id)
+                skipped.add(memory_id)
             if memory_id in skipped:
                 continue
             if op == "update":
                 # An image journaled before a column existed lacks it; the derived ones (hints,
                 # hashes) are recomputed from the text anyway.
-                before = loads(before_text) if before_text else {}
                 image = before if before.keys() <= _ROW_FIELDS else \
                     {f: before[f] for f in MEMORY_ROW_FIELDS if f in before}
                 held = pending.get(memory_id)
@@ -435,12 +542,7 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
                 store.delete(memory_id)
                 result.deleted += 1
             current.pop(memory_id, None)
-            continue
-        if only is not None:
-            continue  # a forced second pass only restores the memories left before
-        before = loads(before_text) if before_text else None
-        after = loads(after_text) if after_text else None
-        if op == "relate":
+        elif op == "relate":
             unlinks.append((after["source_id"], after["target_id"], after["type"]))
         elif op == "row":
             _restore_row(db, before)
@@ -450,12 +552,17 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
     flush()
 
 
+def _stored_metadata(value: Any) -> str | None:
+    return None if value is None else _json(value)
+
+
 _ROW_FIELDS = frozenset(MEMORY_ROW_FIELDS)
 
 
 def _restores_text(image: dict[str, Any], row: dict[str, Any]) -> bool:
-    """Whether putting `image` back over `row` can change what the derived columns come from
-    (store.text_changed): its content or summary, or descriptive metadata other than the row's."""
+    """Whether putting `image` back over `row` (its metadata read) can change what the derived
+    columns come from (store.text_changed): its content or summary, or descriptive metadata
+    other than the row's."""
     if "content" in image or "summary" in image:
         return True
     if "metadata" not in image:
@@ -463,7 +570,9 @@ def _restores_text(image: dict[str, Any], row: dict[str, Any]) -> bool:
     old, new = image["metadata"], row["metadata"]
     if not isinstance(old, dict) or not isinstance(new, dict):
         return True
-    return any(old.get(key) != new.get(key) for key in DESCRIPTIVE_METADATA)
+    if not (old.keys() & _DESCRIPTIVE or new.keys() & _DESCRIPTIVE):
+        return False  # neither has any: the same (empty) descriptive text
+    return tuple(map(old.get, DESCRIPTIVE_METADATA)) != tuple(map(new.get, DESCRIPTIVE_METADATA))
 
 
 # What undo reads of each memory it restores: the columns compared with the run's
@@ -472,13 +581,15 @@ def _restores_text(image: dict[str, Any], row: dict[str, Any]) -> bool:
 UNDO_READ = tuple(dict.fromkeys((*EDITED_FIELDS, "content", "summary", "metadata")))
 
 
-def _rows_of(db, memory_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """memory id → the UNDO_READ columns of its row as row_snapshot reads them, for the ids
-    that exist."""
+def _rows_of(db, memory_ids: list[str], columns: tuple[str, ...] = UNDO_READ) -> dict[str, dict[str, Any]]:
+    """memory id → the `columns` of its row as row_snapshot reads them (metadata decoded),
+    for the ids that exist."""
     rows = {}
-    for memory_id, row in bulk.memory_rows_by_id(db, UNDO_READ, memory_ids).items():
-        snapshot = dict(zip(UNDO_READ, row, strict=True))
-        snapshot["metadata"] = json.loads(snapshot["metadata"] or "{}")
+    loads = _loads
+    for memory_id, row in bulk.memory_rows_by_id(db, columns, memory_ids).items():
+        snapshot = dict(zip(columns, row, strict=True))
+        if "metadata" in snapshot:
+            snapshot["metadata"] = loads(snapshot["metadata"] or "{}")
         rows[memory_id] = snapshot
     return rows
 

@@ -389,7 +389,10 @@ def changed_since(after: dict[str, Any], current: dict[str, Any] | None) -> bool
     """True when the row no longer holds what the run wrote (its after-image)."""
     if current is None:
         return False  # gone: nothing of it to lose
-    return any(name in _EDITED and current.get(name) != value for name, value in after.items())
+    for name, value in after.items():  # noqa: SIM110 - a loop, not any(…): undo asks this of 100k rows
+        if name in _EDITED and current.get(name) != value:
+            return True
+    return False
 
 
 _EDITED = frozenset(EDITED_FIELDS)
@@ -468,6 +471,7 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
     # First the images: which actions count, and which columns of the rows they need.
     actions = []
     needed = {"metadata"}
+    shapes: set[tuple[str, ...]] = set()  # the names of the after-images read
     for op, memory_id, before_text, after_text in chunk:
         if op in ("update", "create"):
             if only is not None and memory_id not in only:
@@ -476,7 +480,7 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
             if memory_id not in checked:  # its newest action of the run: compared with the row
                 checked.add(memory_id)
                 after = loads(after_text) if after_text else {}
-                needed.update(name for name in after if name in _EDITED)
+                shapes.add(tuple(after))
             before = (loads(before_text) if before_text else {}) if op == "update" else None
         elif only is not None:
             continue  # a forced second pass only restores the memories left before
@@ -484,6 +488,7 @@ def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str]
             before = loads(before_text) if before_text else None
             after = loads(after_text) if after_text else None
         actions.append((op, memory_id, before, after))
+    needed.update(name for shape in shapes for name in shape if name in _EDITED)
     ids = [memory_id for op, memory_id, _, _ in actions if op in ("update", "create") and memory_id]
     current = _rows_of(db, list(dict.fromkeys(ids)), tuple(sorted(needed)))
     pending: dict[str, dict[str, Any]] = {}  # memory id → the columns to put back (oldest image wins)

@@ -60,6 +60,12 @@ def valid_memories_by_hash(db, hashes: Sequence[str]) -> dict[tuple[str, str | N
     return found
 
 
+def valid_confidences(db) -> dict[str, float]:
+    """memory id → confidence of every valid memory (a dream's before/after histograms: with
+    peewee building a tuple per row, reading 100k of them twice cost half a second)."""
+    return dict(db.execute_sql("SELECT id, confidence FROM memory WHERE invalidated_at IS NULL").fetchall())
+
+
 def existing_memory_ids(db, memory_ids: Sequence[str]) -> set[str]:
     """The ids among `memory_ids` that name a stored memory."""
     return set(memory_rows_by_id(db, (), memory_ids)) if memory_ids else set()

@@ -17,6 +17,7 @@ from typing import Any
 
 import peewee as pw
 
+from ..db import bulk
 from ..db.settings import get_setting, set_setting
 from ..paths import write_output_file
 from ..times import now
@@ -50,8 +51,7 @@ BULK_BATCH = 2000
 
 
 def _confidences(store) -> dict[str, float]:
-    Memory = store.models.Memory
-    return dict(Memory.select(Memory.id, Memory.confidence).where(Memory.invalidated_at.is_null()).tuples())
+    return bulk.valid_confidences(store.db)
 
 
 def _simulate(before: dict[str, float], actions: list[Action]) -> list[float]:

@@ -158,7 +158,8 @@ def _check_memory(i: int, row: Any, errors: list[str]) -> dict | None:
     out["id"] = mid.lower()
     for key, value in row.items():
         kind = type(value)
-        if value is None or kind is bool or (kind is float and math.isfinite(value)):
+        if value is None or kind is bool or (kind is float and math.isfinite(value)) \
+                or (kind is int and -MAX_INTEGER <= value <= MAX_INTEGER) or (kind is dict and not value):
             continue  # the common values asked no more than this: the walk cost ~10 µs a row
         if kind is str:
             try:
@@ -208,8 +209,12 @@ def _check_memory(i: int, row: Any, errors: list[str]) -> dict | None:
         errors.append(f"{where} ({mid}): 'access_count' must be an integer from 0 to {MAX_INTEGER}")
     out["access_count"] = access_count
     for key in _TIME_FIELDS:
+        value = row.get(key)
+        if value is None:  # most of the seven are unset
+            out[key] = None
+            continue
         try:
-            out[key] = from_iso(row.get(key))
+            out[key] = from_iso(value)
         except (ValueError, TypeError) as exc:
             errors.append(f"{where} ({mid}): '{key}' is not a storable time: {exc}")
     embedding = row.get("embedding")

@@ -52,12 +52,13 @@ def identifier_hints(*texts: str | None) -> str:
 # Metadata that says what a memory is about (who said it, which file, which topic) is
 # indexed with it; structural metadata (ids, adapters, scores, timestamps) is not.
 DESCRIPTIVE_METADATA = ("speaker", "author", "title", "topic", "tags", "file", "files")
+_DESCRIPTIVE_KEYS = frozenset(DESCRIPTIVE_METADATA)
 
 
 def metadata_text(metadata: dict | None) -> str:
     """The descriptive metadata values of a memory, as one text."""
-    if not isinstance(metadata, dict):
-        return ""
+    if not isinstance(metadata, dict) or _DESCRIPTIVE_KEYS.isdisjoint(metadata):
+        return ""  # most metadata holds none of them: every write asks this twice
     values: list[str] = []
     for key in DESCRIPTIVE_METADATA:
         value = metadata.get(key)

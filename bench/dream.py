@@ -145,25 +145,23 @@ def journaled_floor(applied_db, floor_path: Path, run_id: str) -> dict[str, tupl
     def clock(name, started, used):
         figures[name] = (time.perf_counter() - started, time.process_time() - used)
 
-    names_of = {memory_id: tuple(sorted(after)) for memory_id, after in updates}
-    by_shape: dict[tuple, list[str]] = {}
-    for memory_id, names in names_of.items():
-        by_shape.setdefault(names, []).append(memory_id)
+    # The old values of every column the run changed (one shape: a memory may have several updates).
+    columns = sorted({name for _, after in updates for name in after})
+    ids = list(dict.fromkeys(memory_id for memory_id, _ in updates))
     started, used = time.perf_counter(), time.process_time()
     old: dict[str, tuple] = {}
-    for names, ids in by_shape.items():
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            for row in conn.execute(f"SELECT id, {', '.join(names)} FROM memory WHERE id IN ({', '.join('?' * len(chunk))})",
-                                    chunk):
-                old[row[0]] = row[1:]
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        for row in conn.execute(f"SELECT id, {', '.join(columns)} FROM memory WHERE id IN ({', '.join('?' * len(chunk))})",
+                                chunk):
+            old[row[0]] = row[1:]
     clock("apply_read", started, used)
     shapes: dict[tuple, list] = {}
     journal, undo = [], {}
     for memory_id, after in updates:
         names = tuple(sorted(after))
-        row = old.get(memory_id)
-        before = dict(zip(names, row, strict=True)) if row else {}
+        row = dict(zip(columns, old[memory_id], strict=True)) if memory_id in old else {}
+        before = {n: row.get(n) for n in names}
         values = [json.dumps(after[n], sort_keys=True) if isinstance(after[n], dict) else after[n] for n in names]
         shapes.setdefault(names, []).append([*values, memory_id])
         undo.setdefault(names, []).append([*before.values(), memory_id])

@@ -23,11 +23,6 @@ PROTOCOL = 1
 CONNECT_TIMEOUT = 0.5
 REPLY_TIMEOUT = 1.5
 REQUEST_LIMIT = 8 * 1024 * 1024
-# How long an MCP relay waits for the resident to take its session before serving it in its
-# own process (~1 s of SDK import and model load): a resident answers in a few ms, one busy
-# with a hook in ~50 ms, one that has just started may still be importing the SDK.
-SESSION_TIMEOUT = 1.0
-CHUNK = 65536
 # What the answer depends on besides the command line and stdin: a resident started under
 # other values (another home, config or agent folders) declines, and the hook runs in-process.
 ENV_KEYS = ("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "CLAUDE_CONFIG_DIR",
@@ -44,8 +39,8 @@ _COMMANDS = {
                {"--fts-only", "--semantic-only", "--valid-only", "--include-invalid", "--related",
                 "--explain", "--no-track", "--json"}),
 }
-# `mcp` too: an agent's MCP server relays its stdio to a resident (relay_mcp).
-MCP_COMMANDS = (["mcp"], ["mcp", "serve"])
+# `mcp` too: an agent's MCP server relays its session to a resident (mcprelay.py, which
+# __main__ asks for it: it builds on this module).
 FORWARDED = (*_COMMANDS, "mcp")
 # Commands whose arguments are words (search's query), not one payload.
 _WORDS = {"search"}
@@ -113,7 +108,7 @@ def ask_resident(argv: list[str], stdin_text: str | None, *, path=None,
     request = json.dumps({"v": PROTOCOL, "argv": argv, "stdin": stdin_text, "env": environment()})
     deadline = time.monotonic() + reply_timeout
     try:
-        conn = _connect(path)
+        conn = connect(path)
         if conn is None:
             return None
         with conn:
@@ -133,7 +128,7 @@ def ask_resident(argv: list[str], stdin_text: str | None, *, path=None,
     return {"stdout": out, "stderr": err}
 
 
-def _connect(path=None):
+def connect(path=None):
     """A socket connected to the resident at `path` (default: socket_path()), or None: no
     socket there, one that is not a private socket of this user's, or nobody listening."""
     import socket
@@ -190,8 +185,6 @@ def run_hook(argv: list[str]) -> bool:
     it (sys.stdin is then what the hook was given, read or not)."""
     if argv[0] == "hook" and os.environ.get(AGENT_CALL_ENV):
         return True  # the agent runs for llmem itself: no session of the user's (cli/session.py)
-    if argv[0] == "mcp":
-        return argv in MCP_COMMANDS and relay_mcp()
     reads = _reads_stdin(argv)
     if reads is None:
         return False
@@ -219,113 +212,3 @@ def run_hook(argv: list[str]) -> bool:
         pass
     return True
 
-
-# ---- an agent's MCP server, relayed -----------------------------------------------------------
-
-def relay_mcp(*, path=None, stdin_fd: int = 0, stdout_fd: int = 1,
-              timeout: float = SESSION_TIMEOUT) -> bool:
-    """Serve `llmem mcp` through the resident: False (nothing read from stdin, nothing written)
-    when it does not take the session within `timeout`, and the CLI serves it in-process; else
-    relay the MCP byte stream both ways until the agent closes stdin and the resident the
-    session (True), or the resident goes away mid-session (exit 1, said on stderr: the agent
-    reads EOF, as from a server that stopped, and starts a new one)."""
-    session = _open_session(path, timeout)
-    if session is None:
-        return False
-    conn, after, pid = session
-    if _relay(conn, after, stdin_fd, stdout_fd):
-        return True
-    try:
-        sys.stderr.write(f"llmem mcp: the llmem process serving this session (pid {pid}) stopped; "
-                         "start the MCP server again\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-    raise SystemExit(1)
-
-
-def _open_session(path, timeout: float):
-    """(the connected socket, what the resident sent after its answer, its pid) once the
-    resident has taken the session, else None (and the socket closed)."""
-    import json
-    import time
-
-    try:
-        header = {"v": PROTOCOL, "mcp": {"cwd": os.getcwd()}, "env": environment()}
-    except OSError:  # the working folder is gone
-        return None
-    conn = _connect(path)
-    if conn is None:
-        return None
-    deadline = time.monotonic() + timeout
-    try:
-        conn.sendall(json.dumps(header).encode("utf-8") + b"\n")
-        received = b""
-        while b"\n" not in received:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            conn.settimeout(left)
-            chunk = conn.recv(CHUNK)
-            if not chunk:
-                raise ConnectionResetError
-            received += chunk
-        line, after = received.split(b"\n", 1)
-        answer = json.loads(line)
-        if not isinstance(answer, dict) or answer.get("ok") is not True:
-            raise ValueError(answer)
-    except (OSError, ValueError):
-        conn.close()
-        return None
-    conn.settimeout(None)
-    return conn, after, answer.get("pid")
-
-
-def _relay(conn, after: bytes, stdin_fd: int, stdout_fd: int) -> bool:
-    """Copy stdin to the socket and the socket to stdout until the session ends; True when the
-    agent ended it (stdin closed, or stdout no longer read), False when the resident did."""
-    import select
-    import socket
-
-    def write_out(data: bytes) -> bool:
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(stdout_fd, view):]
-            except OSError:  # the agent stopped reading
-                return False
-        return True
-
-    if after and not write_out(after):
-        return True
-    poller = select.poll()  # poll, not epoll: stdin may be a regular file
-    poller.register(stdin_fd, select.POLLIN)
-    poller.register(conn.fileno(), select.POLLIN)
-    stdin_open = True
-    with conn:
-        while True:
-            for fd, _ in poller.poll():
-                if fd == stdin_fd:
-                    try:
-                        data = os.read(stdin_fd, CHUNK)
-                    except OSError:
-                        data = b""
-                    try:
-                        if data:
-                            conn.sendall(data)
-                            continue
-                        # The agent is done: the resident answers what it was asked, then closes.
-                        poller.unregister(stdin_fd)
-                        stdin_open = False
-                        conn.shutdown(socket.SHUT_WR)
-                    except OSError:  # the resident went away
-                        return not stdin_open
-                else:
-                    try:
-                        data = conn.recv(CHUNK)
-                    except OSError:
-                        data = b""
-                    if not data:
-                        return not stdin_open
-                    if not write_out(data):
-                        return True

@@ -644,8 +644,11 @@ class RelayedSessions:
                     except OSError:
                         pass
             self._lock.wait_for(lambda: not self._open, timeout=None if linger else cut_wait)
-            portal_cm, self._portal_cm, self._portal = self._portal_cm, None, None
-        if portal_cm is not None:
+            portal, portal_cm = self._portal, self._portal_cm
+            self._portal_cm = self._portal = None
+        if portal is not None:
+            # A session still waiting for a tool call (cut: its client is told so) is cancelled.
+            portal.call(portal.stop, True)
             portal_cm.__exit__(None, None, None)
         if self._own_executor:
             self.executor.shutdown(wait=True)

@@ -24,7 +24,7 @@ from test_mcp import _server_pids, loads_the_sdk, relay_pid
 from test_mcp_edges import RawClient, _text
 from test_resident import FakeResident
 
-from llmem import hookclient
+from llmem import hookclient, mcprelay
 from llmem.app import App
 from llmem.cli.resident import Resident
 
@@ -115,20 +115,67 @@ def test_several_sessions_at_once_each_in_its_own_repository(repos, resident, de
     assert memories() == {f"The {repo.name} team owns the {repo.name} queue.": str(repo) for repo in repos}
 
 
-def test_the_resident_stopping_mid_session_ends_the_relay_with_a_message(repos, resident):
+def test_the_resident_stopping_mid_session_moves_the_session_to_a_new_server(repos, resident):
     client = RawClient(dict(os.environ), repos[0])
     try:
-        client.send(client.call_line(1, "search", '{"query": "anything"}'))
-        assert client.receive()["id"] == 1
-        started = time.monotonic()
+        relay_pid(repos[0])
+        client.send(client.call_line(1, "remember", '{"content": "Remembered before the move."}'))
+        assert _text(client.receive()).startswith("Stored fact")
         resident.stop()  # the worker stops (or restarts): its sessions are cut
-        assert client.receive(timeout=30) is None  # EOF: the agent sees its server end
-        code, stderr = client.finish(timeout=30)
-        assert time.monotonic() - started < 10
+        # The same session goes on, on an `llmem mcp` the relay started (no resident is left).
+        client.send(client.call_line(2, "search", '{"query": "remembered before the move"}'))
+        reply = client.receive()
+        assert reply["id"] == 2 and "Remembered before the move." in _text(reply)
+        client.send(client.call_line(3, "remember", '{"content": "Remembered after the move."}'))
+        assert _text(client.receive()).startswith("Stored fact")
+        assert client.finish() == (0, "")
     finally:
         if client.proc.poll() is None:
             client.proc.kill()
-    assert code == 1 and "stopped; start the MCP server again" in stderr and "Traceback" not in stderr
+    assert memories() == {"Remembered before the move.": str(repos[0]),
+                          "Remembered after the move.": str(repos[0])}
+    # The server it started became the resident, and went with its session.
+    wait_until(lambda: not os.path.exists(hookclient.socket_path()), timeout=30, interval=0.02)
+
+
+def test_a_call_in_flight_when_its_server_goes_gets_an_error_and_the_session_goes_on(repos):
+    from concurrent.futures import ThreadPoolExecutor
+
+    tools_thread = ThreadPoolExecutor(max_workers=1)
+    served = Resident(App(), run_on=tools_thread).start()
+    gate = threading.Event()
+    client = RawClient(dict(os.environ), repos[0])
+    try:
+        relay_pid(repos[0])
+        tools_thread.submit(gate.wait)  # the tools' thread is busy: the next call waits for it
+        client.send(client.call_line(1, "search", '{"query": "anything"}'))
+        wait_until(lambda: served._sessions.count == 1, timeout=10, interval=0.01)
+        served.stop()
+        lost = client.receive()
+        assert lost["id"] == 1 and lost["error"]["code"] == mcprelay.LOST_CALL
+        assert "may or may not have been done" in lost["error"]["message"]
+        client.send(client.call_line(2, "remember", '{"content": "Stored after the lost call."}'))
+        assert _text(client.receive()).startswith("Stored fact")
+        assert client.finish() == (0, "")
+    finally:
+        gate.set()
+        tools_thread.shutdown()
+        if client.proc.poll() is None:
+            client.proc.kill()
+
+
+def test_a_relay_that_finds_no_new_server_ends_with_a_message(repos, resident, configure):
+    client = RawClient(dict(os.environ), repos[0])
+    try:
+        relay_pid(repos[0])
+        configure("search:\n  limit: many\n")  # every new `llmem mcp` stops at once
+        resident.stop()
+        assert client.receive(timeout=60) is None  # EOF: the agent sees its server end
+        code, stderr = client.finish(timeout=60)
+    finally:
+        if client.proc.poll() is None:
+            client.proc.kill()
+    assert code == 1 and "stopped; start the MCP server again" in stderr.splitlines()[-1], stderr
 
 
 def test_a_relay_whose_agent_leaves_ends_its_session_on_the_resident(repos, resident):
@@ -151,7 +198,7 @@ def relay_with(stdin_bytes: bytes = b"", **kwargs) -> tuple[bool, bytes]:
     os.close(write_fd)
     with open(os.devnull, "wb") as stdout:
         try:
-            answered = hookclient.relay_mcp(stdin_fd=read_fd, stdout_fd=stdout.fileno(), **kwargs)
+            answered = mcprelay.relay_mcp(stdin_fd=read_fd, stdout_fd=stdout.fileno(), **kwargs)
             return answered, os.read(read_fd, 65536)
         finally:
             os.close(read_fd)
@@ -172,7 +219,7 @@ def test_no_socket_or_a_stale_one_serves_in_process_and_becomes_the_resident(rep
         assert loads_the_sdk(pid)  # in its own process
         client.text("remember", content="Served in-process after a stale socket.")
         # …and it took the stale socket over: the next `llmem mcp` is relayed to it.
-        wait_until(lambda: hookclient._connect() is not None, timeout=30, interval=0.02)
+        wait_until(lambda: hookclient.connect() is not None, timeout=30, interval=0.02)
         beside = McpClient(dict(os.environ), cwd=repos[1], errlog=devnull).start()
         try:
             relay_pid(repos[1])
@@ -238,7 +285,7 @@ def test_a_host_whose_agent_closes_stdin_serves_the_relayed_sessions_to_their_en
     env = dict(os.environ)
     host = RawClient(env, repos[0])
     try:
-        wait_until(lambda: hookclient._connect() is not None, timeout=30, interval=0.02)
+        wait_until(lambda: hookclient.connect() is not None, timeout=30, interval=0.02)
         relayed = RawClient(env, repos[1])
         relay_pid(repos[1])
         host.proc.stdin.close()  # the host's own agent is done

@@ -12,6 +12,10 @@ of the server's own: the connection opened there stays the only one, the event l
 for the protocol, and calls are serialised as the store's writes are anyway. stdout is the
 protocol: logs go to the log files (mcp.log) and warnings to stderr. Nothing listens on a
 network port.
+
+The same tools also serve the sessions an agent's `llmem mcp` relays to a resident llmem
+(`RelayedSessions`, over resident.sock; mcprelay.py is the relay): one server per connection,
+scoped to the relay's working folder, on the host's App and tools thread.
 """
 
 from __future__ import annotations
@@ -580,6 +584,21 @@ class RelayedSessions:
         self._lock = threading.Condition()
         self._open: set = set()  # the sockets of the sessions being served
         self._portal_cm = self._portal = None
+        self._log_handler = None
+        if self._own_executor:  # a worker's or `llmem run`'s: the tools log to mcp.log as in `llmem mcp`
+            self._log_to_mcp_log()
+
+    def _log_to_mcp_log(self) -> None:
+        from .logconfig import file_handler
+        from .paths import ensure_private_dir
+
+        try:
+            ensure_private_dir(self.app.config.log_dir)
+            self._log_handler = file_handler(self.app.config.log_dir / f"{LOG_COMPONENT}.log",
+                                             self.app.config.logging.level)
+            log.addHandler(self._log_handler)
+        except OSError as exc:
+            log.warning("relayed MCP sessions: not logging to %s.log: %s", LOG_COMPONENT, exc)
 
     def prepare(self) -> RelayedSessions:
         """Import the SDK and start the event loop (~0.5 s of CPU, once), so that the first
@@ -652,3 +671,6 @@ class RelayedSessions:
             portal_cm.__exit__(None, None, None)
         if self._own_executor:
             self.executor.shutdown(wait=True)
+        if self._log_handler is not None:
+            log.removeHandler(self._log_handler)
+            self._log_handler.close()

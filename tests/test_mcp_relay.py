@@ -68,7 +68,8 @@ def imported_modules(stderr_text: str) -> set[str]:
             if line.startswith("import time:")}
 
 
-def test_a_relayed_session_is_the_residents_and_imports_nothing_heavy(repos, resident, tmp_path):
+def test_a_relayed_session_is_the_residents_and_imports_nothing_heavy(repos, resident, tmp_path, caplog):
+    caplog.set_level("INFO", logger="llmem")  # as a worker's logging sets it
     acme = repos[0]
     errlog_path = tmp_path / "relay-stderr.txt"
     with errlog_path.open("w") as errlog:
@@ -86,6 +87,9 @@ def test_a_relayed_session_is_the_residents_and_imports_nothing_heavy(repos, res
     imported = imported_modules(errlog_path.read_text())
     assert "socket" in imported and imported.isdisjoint(HEAVY), imported & set(HEAVY)
     wait_until(lambda: resident._sessions.count == 0, timeout=10, interval=0.01)
+    # Logged to mcp.log, as `llmem mcp` logs (the host here is no MCP server of its own).
+    logged = (resident.app.config.log_dir / "mcp.log").read_text()
+    assert f"serving a relayed MCP session (project {acme})" in logged
 
 
 def test_several_sessions_at_once_each_in_its_own_repository(repos, resident, devnull):

@@ -90,38 +90,27 @@ def spawn_to_first(query: str, env: dict, host_pid: int | None = None) -> tuple[
             children_cpu_ms() + process_cpu_ms(host_pid) - cpu)
 
 
-def warm_searches(queries: list[str], env: dict) -> list[float]:
+def warm_searches(queries: list[str], env: dict, tools) -> tuple[list[float], list[float]]:
+    """Warm search round trips through the server, each followed by the same search run by
+    `tools` in this process (mcp_server.MemoryTools.search: the tool's options and recalls
+    without the protocol, the floor a warm MCP search is measured against), interleaved so
+    that both meet the same load."""
     with open(os.devnull, "w") as errlog:
         client = McpClient(env, errlog=errlog).start()
         try:
             client.text("search", query="warm up", project=PROJECT)
-            timings = []
+            tools.search("warm up", project=PROJECT)
+            timings, local = [], []
             for query in queries:
                 started = time.perf_counter()
                 client.text("search", query=query, project=PROJECT)
                 timings.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                tools.search(query, project=PROJECT)
+                local.append((time.perf_counter() - started) * 1000)
         finally:
             client.close()
-    return timings
-
-
-def in_process_searches(queries: list[str]) -> list[float]:
-    """The tool's search (mcp_server.MemoryTools.search: its options, its recalls) without
-    the protocol: the floor a warm MCP search is measured against."""
-    from llmem.app import App
-    from llmem.mcp_server import MemoryTools
-
-    tools = MemoryTools(App(), default_project=PROJECT)
-    try:
-        tools.search("warm up")
-        timings = []
-        for query in queries:
-            started = time.perf_counter()
-            tools.search(query, project=PROJECT)
-            timings.append((time.perf_counter() - started) * 1000)
-    finally:
-        tools.close()
-    return timings
+    return timings, local
 
 
 def start_worker(env: dict) -> subprocess.Popen:
@@ -138,7 +127,7 @@ def start_worker(env: dict) -> subprocess.Popen:
     return worker
 
 
-def path_rows(path: str, queries: list[str], spawns: int, env: dict, host_pid: int | None) -> dict:
+def path_rows(path: str, queries: list[str], spawns: int, env: dict, host_pid: int | None, tools) -> dict:
     spawn_to_first(queries[0], env, host_pid)  # page cache, .pyc files; the host's SDK import
     floors, floor_cpus, inits, firsts, cpus = [], [], [], [], []
     for n in range(spawns):  # the floor interleaved: the machine's load moves
@@ -149,9 +138,10 @@ def path_rows(path: str, queries: list[str], spawns: int, env: dict, host_pid: i
         inits.append(initialised)
         firsts.append(first)
         cpus.append(cpu)
-    warm = warm_searches(queries[spawns:], env)
+    warm, local = warm_searches(queries[spawns:], env, tools)
     return {"path": path, "floor": statistics.median(floors), "init": statistics.median(inits),
             "first": statistics.median(firsts), "warm": statistics.median(warm),
+            "local": statistics.median(local),
             "cpu": statistics.median(cpus), "floor_cpu": statistics.median(floor_cpus)}
 
 
@@ -159,16 +149,22 @@ def measure(size: int, spawns: int, searches: int) -> list[dict]:
     env = dict(os.environ)
     rng = random.Random(7)
     queries = [" ".join(rng.choices(WORDS, k=3)) for _ in range(spawns + searches)]
-    local = statistics.median(in_process_searches(queries[spawns:]))
-    rows = [path_rows("in-process", queries, spawns, env, None)]
-    worker = start_worker(env)
+    from llmem.app import App
+    from llmem.mcp_server import MemoryTools
+
+    tools = MemoryTools(App(), default_project=PROJECT)
     try:
-        rows.append(path_rows("relayed", queries, spawns, env, worker.pid))
+        rows = [path_rows("in-process", queries, spawns, env, None, tools)]
+        worker = start_worker(env)
+        try:
+            rows.append(path_rows("relayed", queries, spawns, env, worker.pid, tools))
+        finally:
+            worker.send_signal(signal.SIGINT)
+            worker.wait(60)
     finally:
-        worker.send_signal(signal.SIGINT)
-        worker.wait(60)
+        tools.close()
     for row in rows:
-        row.update(size=size, local=local)
+        row["size"] = size
     return rows
 
 

@@ -303,3 +303,8 @@ def test_a_host_whose_agent_closes_stdin_serves_the_relayed_sessions_to_their_en
             if client is not None and client.proc.poll() is None:
                 client.proc.kill()
     assert memories() == {"Beta ships on Tuesdays.": str(repos[1])}
+
+
+def test_only_the_serving_command_lines_are_relayed(repos, resident):
+    for argv in (["mcp", "--help"], ["mcp", "serve", "extra"], ["mcp", "bogus"]):
+        assert mcprelay.relay(argv) is False  # the CLI says what it says about them

@@ -234,6 +234,16 @@ def memory_prior(mtype: str, confidence: float | None, created_at: float, chosen
                    "chosen_uses": float(chosen_uses)}
 
 
+def _above_floor(nearest: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The nearest (seq, cosine distance) down to SEMANTIC_FLOOR of the best one's similarity."""
+    if not nearest:
+        return nearest
+    # Every memory has *some* cosine similarity to the query: without a floor, a small
+    # store puts all of them in the list, and fusion then treats the unrelated as evidence.
+    floor = SEMANTIC_FLOOR * (1.0 - nearest[0][1])
+    return [(s, d) for s, d in nearest if 1.0 - d >= floor]
+
+
 def _holds_run(tokens: list[str], run: tuple[str, ...]) -> bool:
     """Whether `run` appears in `tokens` as consecutive tokens (an identifier, whole)."""
     n = len(run)
@@ -274,22 +284,22 @@ class Searcher:
 
     def vector_candidates(self, query_vector, depth: int, where: str, params: list) -> list[tuple[int, float]]:
         """(seq, cosine distance) best first, filtered, down to SEMANTIC_FLOOR of the best."""
-        nearest = self._nearest(query_vector, depth, where, params)
-        if not nearest:
-            return nearest
-        # Every memory has *some* cosine similarity to the query: without a floor, a small
-        # store puts all of them in the list, and RRF then treats the unrelated as evidence.
-        floor = SEMANTIC_FLOOR * (1.0 - nearest[0][1])
-        return [(s, d) for s, d in nearest if 1.0 - d >= floor]
+        return _above_floor(self._nearest(query_vector, depth, where, params))
 
     def _nearest(self, query_vector, depth: int, where: str, params: list) -> list[tuple[int, float]]:
         """(seq, cosine distance) best first, filtered: one scan of the vector file."""
+        pending = self._begin_nearest(query_vector, depth)
+        return pending.finish(self.db, where, params) if pending is not None else []
+
+    def _begin_nearest(self, query_vector, depth: int, *, background: bool = False):
+        """The KNN begun (`vector_file.begin_nearest`): None when nothing is embedded with
+        this model yet."""
         model, dim = vec.index_state(self.db)
         if model != self.embedder.identity or dim != len(query_vector):
-            return []  # nothing embedded with this model yet
+            return None
         from .db import vector_file  # numpy comes with it: FTS-only searches never load it
 
-        return vector_file.nearest(self.db, query_vector, depth, model, dim, where, params)
+        return vector_file.begin_nearest(self.db, query_vector, depth, model, dim, background=background)
 
     # ---- the search ------------------------------------------------------------------
 
@@ -324,16 +334,18 @@ class Searcher:
                         raise
                     mode, notice = "fts", f"embedder unavailable ({exc.message}): searching with FTS only"
 
-        lists: list[list[tuple[int, float]]] = []
-        fts_list = self.fts_candidates(query, depth, where, params) if mode in ("hybrid", "fts") else []
-        if fts_list and query_vector is not None and opts.feedback > 0:
+        keywords = mode in ("hybrid", "fts")
+        feedback = keywords and opts.feedback > 0  # the vector query waits for the top keyword hit
+        pending = None
+        if query_vector is not None and not feedback:
+            # The scan runs in a thread while this one runs the FTS query (both release the GIL).
+            pending = self._begin_nearest(query_vector, depth, background=keywords)
+        fts_list = self.fts_candidates(query, depth, where, params) if keywords else []
+        if fts_list and query_vector is not None and feedback:
             query_vector = self._with_feedback(query_vector, fts_list[0][0], opts.feedback)
-        vec_list = (self.vector_candidates(query_vector, depth, where, params)
-                    if query_vector is not None else [])
-        if mode in ("hybrid", "fts"):
-            lists.append(fts_list)
-        if query_vector is not None:
-            lists.append(vec_list)
+        if query_vector is not None and feedback:
+            pending = self._begin_nearest(query_vector, depth)
+        vec_list = _above_floor(pending.finish(self.db, where, params)) if pending is not None else []
         if mode == "hybrid" and query_vector is not None and not vec_list and fts_list:
             notice = "no memory is embedded with this model yet: run `llmem embed --pending`"
 

@@ -386,11 +386,15 @@ class Searcher:
         uses = chosen_recalls(self.db, [r[1] for r in rows], USER_ORIGINS)
         replaced = superseded_by(self.db, [r[1] for r in rows])
         hits = []
+        stems: dict[str, str] = {}  # each word stemmed once per search (a word by word map)
         for seq, memory_id, mtype, confidence, created_at, source, _project, content, summary, hints in rows:
             entry = fused[seq]
             lex = 0.0
             if lexical:
-                tokens = stem_words(self.db, index_tokens(content, summary, hints))
+                words = index_tokens(content, summary, hints)
+                new = [w for w in set(words) if w not in stems]
+                stems.update(zip(new, stem_words(self.db, new), strict=True))
+                tokens = [stems[w] for w in words]
                 lex = lexical(tokens, f"{content} {summary or ''}".lower())
                 if entry.get("fts_bm25") is not None:
                     lex *= (1 - opts.bm25_share) + opts.bm25_share * entry["fts_bm25"] / best_bm25

@@ -31,6 +31,7 @@ import logging
 import math
 import mmap
 import os
+import queue
 import stat
 import struct
 import threading
@@ -423,8 +424,9 @@ class Scores:
             at = at[self.sims[at] != -np.inf]
             sims = (self.matrix[at].astype(np.float32) @ self.query) * self.scales[at]
         keep = sims != -np.inf
-        ranked = sorted(zip(self.seqs[at[keep]].tolist(), sims[keep].tolist(), strict=True),
-                        key=lambda p: (-p[1], p[0]))
+        seqs, sims = self.seqs[at[keep]], sims[keep]
+        order = np.lexsort((seqs, -sims))  # best first, ties by seq
+        ranked = list(zip(seqs[order].tolist(), sims[order].tolist(), strict=True))
         self._ranked, self._ranked_for = ranked, wide
         return ranked
 
@@ -579,34 +581,60 @@ def index_for(db, model: str, dim: int) -> VectorIndex:
 
 
 class NearestSearch:
-    """A KNN begun by `begin_nearest`: its scan runs (in a thread, when asked) while the caller
-    does other work; `finish` checks the filters against the table and returns the nearest."""
+    """A KNN begun by `begin_nearest`: its scan runs (on the scanning thread, when asked) while
+    the caller does other work; `finish` checks the filters against the table and returns the
+    nearest."""
 
     def __init__(self, index: VectorIndex, query, depth: int, background: bool):
         self.index, self.depth = index, depth
         self._scores: Scores | None = None
         self._error: BaseException | None = None
-        self._thread = None
+        self._done: threading.Event | None = None
         view = index.snapshot()
         if background:
-            self._thread = threading.Thread(target=self._scan, args=(view, query), name="llmem-vector-scan",
-                                            daemon=True)
-            self._thread.start()
+            self._done = threading.Event()
+            _scanning_queue().put((self, view, query))
         else:
-            self._scan(view, query)
+            self.scan(view, query)
 
-    def _scan(self, view: Snapshot, query) -> None:
+    def scan(self, view: Snapshot, query) -> None:
         try:
             self._scores = self.index.scores(view, query, self.depth)
         except BaseException as exc:  # raised again by finish, in the caller's thread
             self._error = exc
+        finally:
+            if self._done is not None:
+                self._done.set()
 
     def finish(self, db, where: str, params: list) -> list[tuple[int, float]]:
-        if self._thread is not None:
-            self._thread.join()
+        if self._done is not None:
+            self._done.wait()
         if self._error is not None:
             raise self._error
         return self.index.select(db, self._scores, self.depth, where, params)
+
+
+# One thread per process scans for the searches that run their FTS query meanwhile: started
+# once, as a thread started per search made the search wait ~2 ms on a loaded machine for the
+# new thread to be scheduled. Keyed by pid: a forked child starts its own.
+_scanner: tuple[int, queue.SimpleQueue] | None = None
+_scanner_lock = threading.Lock()
+
+
+def _scanning_queue() -> queue.SimpleQueue:
+    global _scanner
+    with _scanner_lock:
+        if _scanner is None or _scanner[0] != os.getpid():
+            work: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=_scan_forever, args=(work,), name="llmem-vector-scan", daemon=True).start()
+            _scanner = (os.getpid(), work)
+        return _scanner[1]
+
+
+def _scan_forever(work: queue.SimpleQueue) -> None:
+    while True:
+        search, view, query = work.get()
+        search.scan(view, query)
 
 
 @per_backend

@@ -23,7 +23,8 @@ the stored rows (PCA-96: 0.991, PCA-64: 0.968); bench/search.py at 100k, vectors
 MiniLM's spectrum: 1.000. Random vectors have no leading directions (128 of 384 hold a third
 of their variance): they get no prefilter and the exact scan. The cost: 512 bytes a vector
 beside the int8 row's 388 (a file of 100k MiniLM vectors: 91 MB against 40), and writing
-the file projects every row (~0.3 s at 100k on an idle machine).
+the file finds the components and projects every row (0.75 s of CPU at 100k, measured
+at load 10).
 
 Freshness: the embedding table stays the truth. Triggers log every memory whose vector
 changed in `vector_change` (migration 0016), and the file records the last change id it
@@ -659,7 +660,18 @@ def begin_nearest(db, query, depth: int, model: str, dim: int, *, background: bo
     does SQLite's step: an FTS query in the caller's thread runs beside it on another core)."""
     index = index_for(db, model, dim)
     with index.lock:  # a snapshot of the arrays: a later refresh replaces them, never edits them
-        return NearestSearch(index, query, depth, background)
+        return NearestSearch(index, query, depth, background and _core_to_spare())
+
+
+def _core_to_spare() -> bool:
+    """Whether a second thread of this search would find a core: the thread pays only then.
+    bench/search.py at 100k, load average 9 on 2 cores: beside the FTS query the search took
+    38 ms p50 and 20.7 ms of CPU, after it 31 ms and 16.7 ms (the two threads wait for cores
+    and share their caches)."""
+    try:
+        return os.getloadavg()[0] + 1 <= (os.cpu_count() or 1)
+    except OSError:  # no load average on this platform: the scan after the FTS query
+        return False
 
 
 @per_backend

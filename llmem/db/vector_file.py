@@ -664,10 +664,10 @@ def begin_nearest(db, query, depth: int, model: str, dim: int, *, background: bo
 
 
 def _core_to_spare() -> bool:
-    """Whether a second thread of this search would find a core: the thread pays only then.
-    bench/search.py at 100k, load average 9 on 2 cores: beside the FTS query the search took
-    38 ms p50 and 20.7 ms of CPU, after it 31 ms and 16.7 ms (the two threads wait for cores
-    and share their caches)."""
+    """Whether a second thread of this search would find a core: the thread can pay only then.
+    bench/search.py at 100k, load average 9-11 on 2 cores, two runs: beside the FTS query the
+    search took 38 and 66 ms p50 (20.7 and 17.9 ms of CPU), after it 31 and 71 ms (16.7 and
+    18.1 ms): no gain to count on when every core is busy, and the thread adds a hand-over."""
     try:
         return os.getloadavg()[0] + 1 <= (os.cpu_count() or 1)
     except OSError:  # no load average on this platform: the scan after the FTS query

@@ -169,7 +169,15 @@ def document_frequencies(db, terms: list[str]) -> tuple[int, dict[str, int]]:
 
 def index_tokens(*texts: str | None) -> list[str]:
     """A memory's text as the index's tokens (lowercased runs of letters and digits)."""
-    return [w.lower() for text in texts if text for w in _WORD.findall(text)]
+    tokens: list[str] = []
+    for text in texts:
+        if not text:
+            continue
+        if text.isascii():  # lowercased whole, the same tokens at a third of the cost (a search ranks ~100)
+            tokens += _WORD.findall(text.lower())
+        else:  # lowercasing may change what is a letter (`İ` → `i` + a combining dot): token by token
+            tokens += [w.lower() for w in _WORD.findall(text)]
+    return tokens
 
 
 # FTS5's porter tokenizer leaves a token shorter than 3 or longer than 64 characters as it is.

@@ -27,3 +27,18 @@ def nearest(db, query, depth: int, model: str, dim: int, where: str, params: lis
         if len(found) >= depth or len(candidates) < depth * widening:
             break
     return found[:depth]
+
+
+class NearestSearch:
+    """A KNN begun by `begin_nearest`: the server runs it, all of it when it is finished."""
+
+    def __init__(self, query, depth: int, model: str, dim: int):
+        self.query, self.depth, self.model, self.dim = query, depth, model, dim
+
+    def finish(self, db, where: str, params: list) -> list[tuple[int, float]]:
+        return nearest(db, self.query, self.depth, self.model, self.dim, where, params)
+
+
+def begin_nearest(db, query, depth: int, model: str, dim: int, *, background: bool = False) -> NearestSearch:
+    """The KNN, run by `finish` (one connection: no query can run beside the keyword one)."""
+    return NearestSearch(query, depth, model, dim)

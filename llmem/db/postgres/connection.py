@@ -9,6 +9,8 @@ sibling module in this package. peewee's own queries already use `%s` and pass t
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import uuid
 
 import peewee
@@ -25,7 +27,10 @@ log = logging.getLogger(__name__)
 # the schema's word count needs its regexp_count; pgvector's HNSW index came in 0.5.0.
 MIN_SERVER_VERSION = 150000
 MIN_PGVECTOR = (0, 5, 0)
-CONNECT_TIMEOUT_SECONDS = 5
+CONNECT_TIMEOUT_SECONDS = 5  # store.connect_timeout_seconds; a hook's is shorter (App.in_hook)
+# psycopg (as libpq) waits at least 2 s for each address a host name gives: a shorter budget
+# is held around its connect (Psycopg3Adapter.connect).
+PSYCOPG_MIN_TIMEOUT_SECONDS = 2
 STATEMENT_TIMEOUT_MS = 60_000
 
 
@@ -99,7 +104,40 @@ class Psycopg3Adapter(peewee.Psycopg3Adapter):
             params.setdefault("conninfo", db.database)
         else:
             params.setdefault("dbname", db.database)
-        return psycopg.connect(**params)
+        budget = float(params.pop("connect_timeout", CONNECT_TIMEOUT_SECONDS))
+        params["connect_timeout"] = max(PSYCOPG_MIN_TIMEOUT_SECONDS, math.ceil(budget))
+        if budget >= params["connect_timeout"]:
+            return psycopg.connect(**params)
+        return _connect_within(budget, params)
+
+def _connect_within(budget: float, params: dict):
+    """psycopg.connect(**params), given up after `budget` seconds (shorter than psycopg's own
+    floor): the attempt goes on in a thread of its own until psycopg's timeout, and closes
+    the connection it may still get, which nobody waits for then. A hook's process, which
+    fails open and exits, does not wait for that thread either (a daemon)."""
+    outcome: dict = {}
+    given_up = threading.Event()
+
+    def attempt():
+        try:
+            conn = psycopg.connect(**params)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is
+            outcome["error"] = exc
+            return
+        outcome["conn"] = conn
+        if given_up.is_set():
+            conn.close()
+
+    worker = threading.Thread(target=attempt, name="llmem-pg-connect", daemon=True)
+    worker.start()
+    worker.join(budget)
+    if worker.is_alive():
+        given_up.set()
+        if "conn" not in outcome:
+            raise psycopg.errors.ConnectionTimeout(f"connection timeout expired (after {budget:g} s)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["conn"]
 
     def server_side_cursor(self, conn):
         in_txn = self.txn_status(conn) == TransactionStatus.INTRANS
@@ -171,7 +209,7 @@ class PostgresStoreDatabase(peewee.PostgresqlDatabase):
         self.connect()
 
 
-def _connect_error(exc: Exception, url: str) -> StoreError:
+def _connect_error(exc: Exception, url: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> StoreError:
     """A connection failure said in the user's terms, with the fix; no password in it."""
     shown = masked_url(url)
     text = str(exc).strip().replace(url, shown)
@@ -186,7 +224,7 @@ def _connect_error(exc: Exception, url: str) -> StoreError:
         return StoreError(f"the PostgreSQL user named in {shown} does not exist",
                           hint="create it: `CREATE ROLE name LOGIN PASSWORD '…'`, or fix store.url")
     if "timeout" in low or "timed out" in low:
-        return StoreError(f"the PostgreSQL server at {shown} did not answer within {CONNECT_TIMEOUT_SECONDS} s",
+        return StoreError(f"the PostgreSQL server at {shown} did not answer within {timeout:g} s",
                           hint="is the host reachable? check store.url and the network")
     if "refused" in low or "no such file" in low or "could not connect" in low or "connection failed" in low:
         return StoreError(f"no PostgreSQL server answers at {shown}",
@@ -232,20 +270,22 @@ def ensure_pgvector(db: PostgresStoreDatabase) -> str:
     return version
 
 
-def open_postgres(url: str, *, vec: bool = True) -> PostgresStoreDatabase:
+def open_postgres(url: str, *, vec: bool = True, connect_timeout: float | None = None) -> PostgresStoreDatabase:
     """Connect to the Postgres store at `url`, check the server and pgvector, bring the
-    schema up to date. Every failure is a StoreError with the fix and no password in it."""
+    schema up to date. Every failure is a StoreError with the fix and no password in it.
+    `connect_timeout`: seconds the server has to answer, now and at each reconnect."""
     from .migrations import migrate
 
-    db = PostgresStoreDatabase(url, connect_timeout=CONNECT_TIMEOUT_SECONDS,
+    timeout = CONNECT_TIMEOUT_SECONDS if connect_timeout is None else connect_timeout
+    db = PostgresStoreDatabase(url, connect_timeout=timeout,
                                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
                                application_name="llmem", prefer_psycopg3=True)
     try:
         db.connect()
     except peewee.DatabaseError as exc:
-        raise _connect_error(exc, url) from None
+        raise _connect_error(exc, url, timeout) from None
     except Exception as exc:  # psycopg's own error family (an unparsable URL: ProgrammingError)
-        raise _connect_error(exc, url) from None
+        raise _connect_error(exc, url, timeout) from None
     try:
         version = db.connection().info.server_version
         if version < MIN_SERVER_VERSION:

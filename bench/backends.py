@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from search import TYPES, FixedQuery, pct, synthetic_text, vocabulary  # noqa: E402
 from servers import ServerPool  # noqa: E402
 
+from llmem.db import vec, vector_file  # noqa: E402
 from llmem.exchange import apply_import, plan_import  # noqa: E402
 from llmem.search import Searcher, SearchOptions  # noqa: E402
 from llmem.store import Store  # noqa: E402
@@ -49,6 +50,10 @@ def build(store: Store, document: dict, vectors: np.ndarray, embedder) -> tuple[
     start = time.perf_counter()
     for i in range(0, len(memories), 2000):
         store_vectors(store, embedder, memories[i:i + 2000], vectors[i:i + 2000])
+    # As `embed` ends: the index made ready for the next search (on PostgreSQL, the HNSW index
+    # a bulk load builds once at its end; on SQLite, the vector file), counted in.
+    model, dim = vec.index_state(store.db)
+    vector_file.index_for(store.db, model, dim)
     return imported, len(memories) / (time.perf_counter() - start)
 
 

@@ -5,15 +5,16 @@ checked on the candidates, going deeper into the index when too few pass."""
 from __future__ import annotations
 
 from .queries import seqs_passing
-from .vec import knn_vec0
+from .vec import build_pending_index, knn_vec0
 
 # How much deeper than asked the index is read when filters may drop candidates, per try.
 _WIDENINGS = (4, 16)
 
 
 def index_for(db, model: str, dim: int) -> None:
-    """Nothing to prepare: the server keeps its index current with every write."""
-    return None
+    """The server keeps its index current with every write; after a bulk load (which loads
+    the table bare, db/postgres/vec.py) this is where its index is built."""
+    build_pending_index(db)
 
 
 def nearest(db, query, depth: int, model: str, dim: int, where: str, params: list) -> list[tuple[int, float]]:

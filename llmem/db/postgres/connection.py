@@ -278,7 +278,7 @@ def open_postgres(url: str, *, vec: bool = True, connect_timeout: float | None =
 
     timeout = CONNECT_TIMEOUT_SECONDS if connect_timeout is None else connect_timeout
     db = PostgresStoreDatabase(url, connect_timeout=timeout,
-                               options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+                               options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c plan_cache_mode=force_custom_plan",
                                application_name="llmem", prefer_psycopg3=True)
     try:
         db.connect()

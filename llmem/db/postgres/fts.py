@@ -58,16 +58,25 @@ def expression_terms(expression: str) -> list[str]:
     return [term.replace('""', '"') for term in _QUOTED.findall(expression)]
 
 
+# term → its lexeme ('' for none), as the server's text configuration (fixed by the schema)
+# stems it: a search asks for the same terms several times (common words, then the ranking).
+_LEXEMES: dict[str, str] = {}
+_LEXEMES_KEPT = 65536
+
+
 def _lexemes(db, expression: str) -> list[str]:
     """The stemmed lexeme of each term of `expression`, in order (a repeat counts again, as a
     repeated phrase does in FTS5)."""
     terms = [t for t in expression_terms(expression) if t]
-    if not terms:
-        return []
-    rows = db.execute_sql(
-        f"SELECT (SELECT lexeme FROM unnest(to_tsvector('{TEXT_CONFIG}'::regconfig, t.term)) LIMIT 1) "
-        "FROM unnest(?::text[]) WITH ORDINALITY AS t(term, ord) ORDER BY t.ord", (terms,)).fetchall()
-    return [lexeme for (lexeme,) in rows if lexeme]
+    unknown = list(dict.fromkeys(t for t in terms if t not in _LEXEMES))
+    if unknown:
+        rows = db.execute_sql(
+            f"SELECT (SELECT lexeme FROM unnest(to_tsvector('{TEXT_CONFIG}'::regconfig, t.term)) LIMIT 1) "
+            "FROM unnest(?::text[]) WITH ORDINALITY AS t(term, ord) ORDER BY t.ord", (unknown,)).fetchall()
+        if len(_LEXEMES) > _LEXEMES_KEPT:
+            _LEXEMES.clear()
+        _LEXEMES.update((term, lexeme or "") for term, (lexeme,) in zip(unknown, rows, strict=True))
+    return [_LEXEMES[t] for t in terms if _LEXEMES.get(t)]
 
 
 def _tsquery(lexemes: list[str]) -> str:

@@ -21,7 +21,9 @@ def nearest(db, query, depth: int, model: str, dim: int, where: str, params: lis
     """(seq, cosine distance) of the `depth` nearest vectors passing `where` (memory_vec holds
     only the (model, dim) of the index state, which the caller checked)."""
     found: list[tuple[int, float]] = []
-    for widening in _WIDENINGS:
+    # Unfiltered, only the row-level policies can drop a candidate: the depth asked is read
+    # first (HNSW's work grows with it), deeper only when some were not this role's to see.
+    for widening in (1, *_WIDENINGS) if where == "1" else _WIDENINGS:
         candidates = knn_vec0(db, query, depth * widening)
         passing = seqs_passing(db, [seq for seq, _ in candidates], where, params)
         found = [(seq, distance) for seq, distance in candidates if seq in passing]

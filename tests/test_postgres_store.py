@@ -313,3 +313,43 @@ def test_a_bulk_load_goes_in_bare_and_gets_its_hnsw_index_once_at_its_end(server
         # A table rebuilt from the stored vectors (`store copy`, an import): bare, then indexed.
         assert vec.rebuild_index(store.db, *vec.index_state(store.db)) == count and has_index()
         assert knn_vec0(store.db, vectors[700], 1)[0][0] == memories[700].seq
+
+
+@backend
+def test_bm25_on_postgres_is_exact_when_more_match_than_it_scores_first(servers, tmp_path, monkeypatch):
+    """Only the matches whose bound could reach the top are scored: with 600 matches and the
+    first 20 bounds considered, the top 5 is still FTS5's, ties and all, in a second pass."""
+    import random
+
+    from llmem.db.postgres import fts
+
+    monkeypatch.setattr(fts, "FIRST_CONSIDERED", 0)  # 4 × fetch: 20
+    passes = []
+    real = fts.ranked_matches.__globals__["_tsquery"]
+    monkeypatch.setattr(fts, "_tsquery", lambda lexemes: passes.append(1) or real(lexemes))
+
+    from llmem.db.fts import match_expression, ranked_matches
+    from llmem.exchange import apply_import, plan_import
+    from llmem.search import BM25_WEIGHTS
+    from llmem.store import Store
+
+    rng = random.Random(5)
+    filler = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda"]
+    texts = []
+    for i in range(600):
+        words = ["deploy"] * rng.randint(1, 3) + [rng.choice(filler) for _ in range(rng.randint(2, 30))]
+        if i % 7 == 0:
+            words += ["release"] * rng.randint(1, 2)
+        rng.shuffle(words)
+        texts.append(" ".join(words) + f" note{i}")
+    scores = []
+    for location in (tmp_path / "memory.db", servers.fresh_database()):
+        with Store.open(location) as store:
+            apply_import(store, plan_import(store, {"version": 1, "relations": [], "memories": [
+                {"id": f"00000000-0000-4000-8000-{i:012d}", "type": "fact", "content": text}
+                for i, text in enumerate(texts)]}))
+            seq_text = {m.seq: m.content for m in store.models.Memory.select()}
+            rows = ranked_matches(store.db, match_expression("deploy release"), BM25_WEIGHTS, 5, "1", [])
+            scores.append([(seq_text[seq], round(score, 6)) for seq, score in rows])
+    assert scores[1] == scores[0] and len(scores[0]) == 5
+    assert len(passes) == 2  # the first 20 could not prove the top: all that could reach it next

@@ -36,7 +36,7 @@ STATEMENT_TIMEOUT_MS = 60_000
 # (db/postgres/vec.py): a search that needs no wider asks in one statement, without the
 # transaction and the two SET LOCALs that were four more round trips. Custom plans: a
 # prepared tsquery match given a generic plan scanned every memory (62 → 12 ms at 10k).
-SESSION_EF_SEARCH = 100
+SESSION_EF_SEARCH = 200  # a search asks for limit × candidate_multiplier (10 × 20) nearest
 
 
 def qmark_to_format(sql: str) -> str:

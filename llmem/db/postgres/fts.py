@@ -23,6 +23,8 @@ _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 K1, B = 1.2, 0.75  # FTS5's bm25() constants
 # The memory_totals change rows a role sees are summed into one per group past this many.
 FOLD_AT = 200
+# How many of the best bounds a ranking scores first (at least 4 × what it fetches).
+FIRST_CONSIDERED = 200
 # BM25's N and mean length from memory_totals (migration pg0011): the rows this role sees.
 TOTALS_SQL = ("SELECT coalesce(sum(rows), 0)::float8 AS rows, "
               "greatest(sum(words)::float8 / nullif(sum(rows), 0), 1) AS avgdl, count(*) AS parts FROM memory_totals")
@@ -134,18 +136,21 @@ def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
             SELECT freq.seq, -sum(idf.idf * freq.f * {K1 + 1} / (freq.f + {K1} * (1 - {B} + {B} * freq.search_words / totals.avgdl))) AS score
             FROM freq JOIN idf ON idf.lexeme = freq.lexeme, totals
             GROUP BY freq.seq ORDER BY score, freq.seq LIMIT ?)
-        SELECT f.seq, f.score, ({condition}) AS passes, (SELECT max(ub) FROM bound WHERE place > ?) AS left_out
+        SELECT f.seq, f.score, ({condition}) AS passes, (SELECT max(ub) FROM bound WHERE place > ?) AS left_out,
+               (SELECT count(*) FROM bound WHERE ub >= (SELECT -score FROM scored ORDER BY score, seq OFFSET ? LIMIT 1)) AS needed
         FROM scored f JOIN memory m ON m.seq = f.seq
         ORDER BY f.score, f.seq"""
-    considered = max(4 * fetch, 200)
+    considered = max(4 * fetch, FIRST_CONSIDERED)
     while True:
         rows = db.execute_sql(sql, [lexemes, _tsquery(lexemes), considered, content, summary, hints, unique,
-                                    fetch, *params, considered]).fetchall()
+                                    fetch, *params, considered, fetch - 1]).fetchall()
         left_out = rows[0][3] if rows else None
         # Scores are negated (lower is better): the fetch-th must be out of every left-out's reach.
         if left_out is None or (len(rows) >= fetch and -rows[fetch - 1][1] > left_out):
-            return [(int(seq), float(score)) for seq, score, passes, _ in rows if passes]
-        considered *= 4
+            return [(int(seq), float(score)) for seq, score, passes, _, _ in rows if passes]
+        # Every match whose bound reaches the fetch-th score found so far: scoring them all
+        # can only raise that score, so the next pass is the last.
+        considered = max(int(rows[0][4] or 0) + 1, considered + 1) if len(rows) >= fetch else considered * 4
 
 
 def document_frequencies(db, terms: list[str]) -> tuple[int, dict[str, int]]:

@@ -217,6 +217,10 @@ SCHEMA: dict[str, Any] = {
     # store.url — where the memory store lives (llmem/db/backend.py); db_path names the SQLite file.
     "store": {
         "url": _s(None, "store_url", "The memory store: null or sqlite:///PATH for a SQLite file (null: db_path), or postgresql://USER@HOST:PORT/DATABASE for a PostgreSQL server with pgvector, shared by machines and teammates (`pip install 'llmem[postgres]'`). A password in it is shown as *** everywhere; better kept in ~/.pgpass or PGPASSWORD", nullable=True),
+        # A server store's connect timeouts (db/postgres/connection.py): an agent's hook has a
+        # budget of its own (3 s for Codex's SessionEnd), the worker and commands can wait.
+        "connect_timeout_seconds": _s(5.0, "float", "For a server store: seconds to wait for its server to answer a new connection (the worker, the watcher, commands)", minimum=0.1, maximum=300),
+        "hook_connect_timeout_seconds": _s(1.0, "float", "For a server store: the same for a hook answered in a process of its own, which then fails open (a session start gets the block last kept for its project)", minimum=0.1, maximum=300),
     },
     "embedding": {
         "provider": _s("builtin", "choice", "Embedder: builtin (all-MiniLM-L6-v2 in-process via onnxruntime: no server, works offline), ollama, openai (any OpenAI-compatible /v1/embeddings), local (sentence-transformers, extra llmem[local]) or none. `llmem init` picks ollama when Ollama answers with an embedding model, else builtin", choices=("builtin", "ollama", "openai", "local", "none")),

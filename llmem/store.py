@@ -157,10 +157,12 @@ class Store:
 
     @classmethod
     def open(cls, path: Path | str, *, vec_enabled: bool = True, redactor: Redactor | None = None,
-             read_only: bool = False) -> Store:
+             read_only: bool = False, connect_timeout: float | None = None) -> Store:
         """`path`: the SQLite file, or the store's URL (`sqlite:///…`, `postgresql://…`).
-        `read_only`: nothing is created, migrated or written (db/connection.py open_read_only)."""
-        return cls(open_store_database(path, vec=vec_enabled, read_only=read_only), redactor)
+        `read_only`: nothing is created, migrated or written (db/connection.py open_read_only).
+        `connect_timeout`: seconds a server store's server has to answer (None: its default)."""
+        return cls(open_store_database(path, vec=vec_enabled, read_only=read_only,
+                                       connect_timeout=connect_timeout), redactor)
 
     def close(self) -> None:
         if not self.db.is_closed():

@@ -212,11 +212,17 @@ def common_words(db, text: str, *, share: float, min_docs: int) -> set[str]:
     words = [w for w in dict.fromkeys(w.lower() for w in _WORD.findall(text)) if w not in STOPWORDS]
     if not words:
         return set()
-    total = db.execute_sql("SELECT count(*) FROM memory").fetchone()[0]
+    total = memory_count(db)
     threshold = max(int(share * total), min_docs)
     if total <= threshold:
         return set()
     return {word for word in words if match_count(db, _quoted(word), threshold + 1) > threshold}
+
+
+@per_backend
+def memory_count(db) -> int:
+    """How many memories there are (BM25's N)."""
+    return db.execute_sql("SELECT count(*) FROM memory").fetchone()[0]
 
 
 @per_backend

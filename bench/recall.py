@@ -368,13 +368,13 @@ def builtin_embedding(choice: str) -> tuple[dict | None, str]:
 
 def probe_embedder(section: dict):
     """The embedder of `section`, made as llmem makes it and asked once, or an error line."""
-    from llmem.config import Config, validate_mapping
+    from llmem.config import Config
     from llmem.paths import default_paths
     from llmem.providers import make_embedder
 
     try:
-        values, _ = validate_mapping({"embedding": section, "llm": {"provider": "none"}}, "<recall bench>")
-        embedder = make_embedder(Config(values, None, default_paths()))
+        config = Config(paths=default_paths()).with_values({"embedding": section, "llm": {"provider": "none"}})
+        embedder = make_embedder(config)
         started = time.perf_counter()
         embedder.embed_query("warm up")
         return embedder, (time.perf_counter() - started) * 1000

@@ -97,7 +97,7 @@ def test_a_turn_becomes_a_user_episode_and_an_assistant_episode_with_tool_calls_
                                     "assistant: The test raced the cache warm-up")
     assert '[tool bash: {"command": "pytest -q api"}]' in built.content and "FFFF" not in built.content
     assert "Summary of the conversation" not in built.content and "Continue." not in built.content
-    assert built.metadata("copilot") == {"agent": "copilot", "role": "mixed", "roles": ["user", "assistant"],
+    assert built.metadata("copilot") == {"agent": "copilot", "role": "mixed",
                                          "turn": 1, "message_ids": ["m1", "m4"], "time": "2023-11-14T22:13:20Z"}
     assert [e.metadata("x")["role"] for e in ep.build_episodes(messages, ("user",))] == ["user"]
     assert [e.role for e in ep.build_episodes(messages, ("assistant",))] == ["assistant"]

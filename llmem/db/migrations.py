@@ -404,13 +404,13 @@ def migrate(db) -> list[str]:
                            (name, time.time()))
         ran.append(name)
     if RECLAIMING & set(ran):
-        _reclaim_space(db)
+        reclaim_space(db)
     return ran
 
 
-def _reclaim_space(db, share: float = 0.25) -> bool:
+def reclaim_space(db, share: float = 0.25) -> bool:
     """VACUUM when free pages are more than `share` of the file (after migration 0017 drops
-    most of a store's vector bytes); True when it ran. Best effort: a reader holding the
+    most of a store's vector bytes, after a backfill's fts.compact_after_bulk_add); True when it ran. Best effort: a reader holding the
     file open, or a disk without room for the copy, leaves the free pages for later writes."""
     pages = db.execute_sql("PRAGMA page_count").fetchone()[0]
     free = db.execute_sql("PRAGMA freelist_count").fetchone()[0]

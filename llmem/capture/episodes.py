@@ -40,10 +40,15 @@ from .markers import CHARS_PER_TOKEN
 EPISODE_TYPE = "conversation"
 # Below the extractors' stated (0.9) and inferred (0.7): it is what was said, not a fact.
 EPISODE_CONFIDENCE = 0.5
-# Tokens (chars/4) per episode chunk: one idea-sized passage, within what a small embedding
-# model reads whole (MiniLM: 256 word pieces), large enough that a chunk's vector and index
-# rows cost little beside its text.
-CHUNK_TOKENS = 256
+# Tokens (chars/4) per episode chunk. Each chunk is a row of its own with a vector, ~400 bytes of
+# ids, hashes and metadata, an entry in nine indexes and a journal line, so the fewer the rows
+# the less a store grows beside the text it holds (issue 18: <= 3x); 1,600 characters keep a
+# row under half a 4 KB page, so two share one (at 2,048, one 2.1 KB row took a page alone).
+# The embedder reads a chunk's first 256 word pieces (~1,100 characters); FTS reads it all.
+# Measured (bench/recall.py, default mode, backfill): 256 -> 400 tokens took LoCoMo dev's growth
+# from 4.3x to 3.8x (rows 528 -> 377), session Hit@5/MRR 0.896/0.762 -> 0.899/0.765, coding
+# MRR 0.960 -> 0.951 (Hit@5 1.000); a result now stands for more turns (LoCoMo t/top5 31 -> 47).
+CHUNK_TOKENS = 400
 CHUNK_CHARS = CHUNK_TOKENS * CHARS_PER_TOKEN
 # Characters of one turn kept (~6k tokens, ~6 chunks): a 50 MB pasted log keeps its head.
 TURN_CHARS = 24_000

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import Stemmer
 
 from .backend import per_backend
+from .space import reclaim_space
 
 # A query is read up to this many characters (100 KB pasted by mistake costs nothing more).
 MAX_QUERY_CHARS = 2000
@@ -208,8 +209,6 @@ def compact_after_bulk_add(db, added: int) -> bool:
     total = db.execute_sql("SELECT count(*) FROM memory").fetchone()[0]
     if added <= 0 or added < BULK_SHARE * total:
         return False
-    from .migrations import reclaim_space
-
     db.execute_sql("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
     reclaim_space(db, share=0.0)
     return True

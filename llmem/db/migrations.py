@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 
 from .models import bound_models
+from .space import reclaim_space
 
 # Steps create tables through the models bound to the database being migrated (the
 # module-level models are unbound declarations).
@@ -406,20 +406,3 @@ def migrate(db) -> list[str]:
     if RECLAIMING & set(ran):
         reclaim_space(db)
     return ran
-
-
-def reclaim_space(db, share: float = 0.25) -> bool:
-    """VACUUM when free pages are more than `share` of the file (after migration 0017 drops
-    most of a store's vector bytes, after a backfill's fts.compact_after_bulk_add); True when it ran. Best effort: a reader holding the
-    file open, or a disk without room for the copy, leaves the free pages for later writes."""
-    pages = db.execute_sql("PRAGMA page_count").fetchone()[0]
-    free = db.execute_sql("PRAGMA freelist_count").fetchone()[0]
-    if not pages or free <= share * pages:
-        return False
-    try:
-        db.execute_sql("VACUUM")
-    except Exception as exc:  # the driver's error family: busy, full disk
-        logging.getLogger(__name__).warning("the store was not vacuumed (%s): its %d free pages stay for later writes", exc, free)
-        return False
-    return True
-

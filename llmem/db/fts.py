@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import Stemmer
 
 from .backend import per_backend
+from .space import reclaim_space
 
 # A query is read up to this many characters (100 KB pasted by mistake costs nothing more).
 MAX_QUERY_CHARS = 2000
@@ -200,6 +201,25 @@ def stem_words(db, words: list[str]) -> list[str]:
     and the ranking set: `ecology`, `incredibly`, `psychology`, `trekked`), and short words
     are left alone as FTS5 leaves them."""
     return [_porter_stem(w) for w in words]
+
+
+# A bulk write adding at least this share of the store's memories compacts the index after it.
+BULK_SHARE = 0.25
+
+
+@per_backend
+def compact_after_bulk_add(db, added: int) -> bool:
+    """After a bulk write (a backfill) that added `added` memories, a quarter of the store or
+    more, merge the FTS index's segments into one and give the freed pages back; True when it
+    did. Each transaction of the write left a small segment, each with its own term
+    dictionary (~10% of the index on LoCoMo dev); merging rewrites the whole index, so a few
+    memories added to a large store leave it to FTS5's own incremental merges."""
+    total = db.execute_sql("SELECT count(*) FROM memory").fetchone()[0]
+    if added <= 0 or added < BULK_SHARE * total:
+        return False
+    db.execute_sql("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
+    reclaim_space(db, share=0.0)
+    return True
 
 
 def common_words(db, text: str, *, share: float, min_docs: int) -> set[str]:

@@ -177,3 +177,9 @@ def stem_words(db, words: list[str]) -> list[str]:
     """Lowercased words as the tsvectors hold them: the snowball English stemmer of
     TEXT_CONFIG, which PyStemmer's `english` is."""
     return [_english_stem(w) for w in words]
+
+
+def compact_after_bulk_add(db, added: int) -> bool:
+    """Nothing to do: the GIN index takes a bulk write in place (its pending list is merged by
+    the server's autovacuum)."""
+    return False

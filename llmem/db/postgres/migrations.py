@@ -281,6 +281,37 @@ def _team_speed(db) -> None:
     db.execute_sql("ALTER TABLE memory FORCE ROW LEVEL SECURITY")
 
 
+def _compact_store(db) -> None:
+    # The SQLite store's 0023_compact_store: the hashes cut to derived.HASH_CHARS wherever they
+    # are stored, and the indexes a wider one serves dropped. Row-level security would let the
+    # migrating role (the tables' owner) rewrite only its own and the shared rows: lifted for
+    # this transaction's own statements and put back before it commits.
+    from ..derived import HASH_CHARS
+    from ..migrations import REDUNDANT_INDEXES
+
+    n = HASH_CHARS
+    db.execute_sql("ALTER TABLE memory NO FORCE ROW LEVEL SECURITY")
+    db.execute_sql("ALTER TABLE dream_action NO FORCE ROW LEVEL SECURITY")
+    db.execute_sql(f"UPDATE memory SET content_hash = left(content_hash, {n}) WHERE length(content_hash) > {n}")
+    db.execute_sql(f"UPDATE memory SET embed_hash = left(embed_hash, {n}) WHERE length(embed_hash) > {n}")
+    db.execute_sql(f"UPDATE embedding SET content_hash = left(content_hash, {n}) WHERE length(content_hash) > {n}")
+    for key in ("content_hash", "embed_hash"):
+        db.execute_sql(
+            f"UPDATE dream_action SET after = jsonb_set(after::jsonb, '{{{key}}}', "
+            f"to_jsonb(left(after::jsonb ->> '{key}', {n})))::text "
+            f"WHERE jsonb_typeof(after::jsonb) = 'object' "
+            f"AND jsonb_typeof(after::jsonb -> '{key}') = 'string' AND length(after::jsonb ->> '{key}') > {n}")
+    db.execute_sql(
+        f"UPDATE memory SET metadata = jsonb_set(metadata::jsonb, '{{text_key}}', "
+        f"to_jsonb(left(metadata::jsonb ->> 'text_key', {n})))::text "
+        f"WHERE source = 'introspection' AND jsonb_typeof(metadata::jsonb -> 'text_key') = 'string' "
+        f"AND length(metadata::jsonb ->> 'text_key') > {n}")
+    db.execute_sql("ALTER TABLE memory FORCE ROW LEVEL SECURITY")
+    db.execute_sql("ALTER TABLE dream_action FORCE ROW LEVEL SECURITY")
+    for name in REDUNDANT_INDEXES:
+        db.execute_sql(f"DROP INDEX IF EXISTS {name}")
+
+
 def _run(statements):
     def step(db) -> None:
         for sql in statements:
@@ -339,6 +370,7 @@ MIGRATIONS = [
     # counter row, and a role reads the groups its memory_read policy shows it: the totals of
     # exactly the rows it can see, as count(*) under RLS gave.
     ("pg0011_team_speed", _team_speed),
+    ("pg0009_compact_store", _compact_store),
 ]
 
 # Held for the whole migration, so two machines opening a new store at once do not both

@@ -10,7 +10,15 @@ import copy
 import logging
 import math
 import os
-from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields, make_dataclass
+from dataclasses import (
+    MISSING,
+    FrozenInstanceError,
+    dataclass,
+    field,
+    fields,
+    make_dataclass,
+    replace,
+)
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -484,11 +492,34 @@ def _typed(cls: type, schema: dict, values: dict, paths: Paths) -> dict:
     return out
 
 
+# Points this process (and the processes it starts) at a store without editing the file:
+# a machine's service unit, a container, a test run on PostgreSQL. Wins over store.url and is
+# never written into the file (`init` and `config set` rewrite what the file says).
+STORE_URL_ENV = "LLMEM_STORE_URL"
+
+
+def _store_url_from_env() -> str | None:
+    url = os.environ.get(STORE_URL_ENV)
+    if not url:
+        return None
+    try:
+        return check_store_url(url)
+    except ValueError as exc:
+        raise ConfigError(f"{STORE_URL_ENV} is not a store URL ({exc or 'unreadable'}): {masked_url(url)}",
+                          hint="sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE, or unset it") from None
+
+
 def _build(values: dict, source: Path | None, paths: Paths, warnings: list[str] | tuple = ()) -> Config:
     typed = _typed(Config, SCHEMA, values, paths)
-    url = values["store"]["url"]
+    url = _store_url_from_env()
+    if url:
+        typed["store"] = replace(typed["store"], url=url)
+    else:
+        url = values["store"]["url"]
     if url and url.startswith("sqlite:"):
-        typed["db_path"] = expand(url[len("sqlite://"):])  # store.url names the SQLite file
+        # store.url names the SQLite file; sqlite:////abs/path (an absolute path after the
+        # three slashes) is /abs/path, not //abs/path.
+        typed["db_path"] = expand("/" + url[len("sqlite://"):].lstrip("/"))
     return Config(**typed, source=source, paths=paths, warnings=tuple(warnings), written=values)
 
 

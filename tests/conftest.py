@@ -8,6 +8,12 @@ from pathlib import Path
 
 import pytest
 
+# Compile each module once per checkout, not once per process: with PYTHONDONTWRITEBYTECODE
+# set (as in some shells and CI images) every worker re-runs pytest's assertion rewriting of
+# every test file (~3 s of CPU a worker here) and every `llmem` subprocess compiles the
+# modules it imports from source. The caches go to __pycache__ (ignored by git).
+sys.dont_write_bytecode = False
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fakes import FakeModelServer  # noqa: E402
@@ -18,6 +24,7 @@ def llmem_home(tmp_path, monkeypatch):
     home = tmp_path / "llmem-home"
     monkeypatch.setenv("LLMEM_HOME", str(home))
     monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # see sys.dont_write_bytecode
     for var in ("LLMEM_CONFIG", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "CLAUDE_CONFIG_DIR",
                 "CODEX_HOME", "COPILOT_HOME"):
         monkeypatch.delenv(var, raising=False)
@@ -133,3 +140,31 @@ def homes(configure, tmp_path, monkeypatch):
               f"  copilot:\n    hooks_dir: {found['copilot'] / 'hooks'}\n"
               f"    state_dir: {found['copilot'] / 'session-state'}\n")
     return found
+
+
+# ---- the suite's own cost: CPU per test, children included (LLMEM_TEST_CPU=file) ---------
+# Wall time on a shared 2-core machine says little; user+sys of the test and of every process
+# it ran (resource's RUSAGE_CHILDREN counts waited-for children) is what the suite costs.
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import os
+
+    target = os.environ.get("LLMEM_TEST_CPU")
+    if not target:
+        yield
+        return
+    import time
+
+    cpu, wall = _cpu_seconds(), time.monotonic()
+    yield
+    with open(target, "a") as out:
+        out.write(f"{_cpu_seconds() - cpu:.3f}\t{time.monotonic() - wall:.3f}\t{item.nodeid}\n")

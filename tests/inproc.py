@@ -41,15 +41,30 @@ def forget_stderr_logging() -> None:
         root.removeHandler(handler)
 
 
+def close_queues() -> None:
+    """Close the queues cli/queueing.py keeps open for the rest of the process."""
+    queueing = sys.modules.get("llmem.cli.queueing")
+    if queueing is None:
+        return
+    for huey, _ in queueing._queues.values():
+        huey.storage.close()
+    queueing._queues.clear()
+
+
 def run_llmem(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
-              stdin: bytes | None = None, drop_env: tuple[str, ...] = ()) -> Ran:
+              stdin: bytes | None = None, drop_env: tuple[str, ...] = (),
+              collect_garbage: bool = False) -> Ran:
     """`llmem args` through the console script's own main(), in this process.
 
     env: variables set for the run; drop_env: prefixes of variables removed (as a test that
     builds a subprocess's environment from os.environ without them); cwd: the working folder;
     stdin: the bytes on standard input (none: an empty pipe, never a terminal). stdout and
     stderr are UTF-8, strict, like a process run with PYTHONIOENCODING=utf-8 into a pipe.
-    Everything is put back afterwards.
+    Everything is put back afterwards, and what a process would close at its exit is closed:
+    the queues the CLI keeps open for the process (cli/queueing.py), and with collect_garbage
+    whatever only a garbage collection frees (a connection to a damaged file held by the
+    traceback of the error that reported it: SQLite removes its -wal/-shm once it is closed).
+    A full collection costs ~0.1 s in a worker that imported everything, so only on request.
     """
     from llmem.__main__ import main
 
@@ -78,9 +93,9 @@ def run_llmem(args: list[str], *, env: dict[str, str] | None = None, cwd: Path |
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             forget_stderr_logging()
-            # What a process frees at exit: a connection held by a dropped object (an
-            # exception's traceback) is closed, so SQLite removes its -wal/-shm as it would.
-            gc.collect()
+            close_queues()
+            if collect_garbage:
+                gc.collect()
             # Read now: the wrappers close their buffers when they are dropped.
             said = [buffer.getvalue().decode("utf-8", errors="replace") for buffer in (out, err)]
     return Ran(list(args), code, *said)

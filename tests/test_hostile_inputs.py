@@ -38,10 +38,10 @@ BASE_CONFIG = "embedding:\n  provider: none\nllm:\n  provider: none\nsession:\n 
 
 
 def _run(home: Path, cwd: Path, args: list[str], stdin: bytes | None = None, *,
-         real: bool = True) -> subprocess.CompletedProcess:
+         real: bool = True, damaged: bool = False) -> subprocess.CompletedProcess:
     if not real:
         return run_llmem(args, env={"LLMEM_HOME": str(home), "HOME": str(home.parent / "user-home")},
-                         cwd=cwd, stdin=stdin, drop_env=("LLMEM_", "XDG_"))
+                         cwd=cwd, stdin=stdin, drop_env=("LLMEM_", "XDG_"), collect_garbage=damaged)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMEM_", "XDG_"))}
     env.update(LLMEM_HOME=str(home), HOME=str(home.parent / "user-home"), PYTHONIOENCODING="utf-8")
     done = subprocess.run([sys.executable, "-m", "llmem", *args], cwd=cwd, env=env, input=stdin or b"",
@@ -117,7 +117,7 @@ def test_hostile_input_is_refused_cleanly(case, pristine_home, tmp_path):
 
     stdin = (CORPUS / case["stdin"]).read_bytes() if "stdin" in case else None
     done = _run(home, scratch, [fill(arg) for arg in case["args"]], stdin,
-                real=case["id"] in REAL_PROCESS)
+                real=case["id"] in REAL_PROCESS, damaged="store" in case or "queue" in case)
 
     output = done.stderr + done.stdout
     assert "Traceback" not in output, output

@@ -30,8 +30,10 @@ class Setting:
     """One configurable key: its default, what values it allows and what it means."""
 
     default: Any
-    kind: str  # str | url | int | float | bool | path | list | choice
+    kind: str  # str | url | int | float | bool | path | list | choice | agent
     doc: str
+    # choice: the values allowed; agent: the values allowed beside the agents' names (the
+    # first before them, the rest after).
     choices: tuple = ()
     minimum: float | None = None
     maximum: float | None = None
@@ -55,9 +57,18 @@ class Setting:
             return tuple(value)
         return value
 
+    def values(self) -> tuple:
+        """What a choice allows; for an `agent` key, its own `choices` and every agent's name
+        in the registry (names only: no agent's module is loaded)."""
+        if self.kind == "agent":
+            from .adapters.registry import agent_names
+
+            return (*self.choices[:1], *agent_names(), *self.choices[1:])
+        return self.choices
+
     def allowed(self) -> str:
-        if self.kind == "choice":
-            text = "one of " + ", ".join(str(c) for c in self.choices)
+        if self.kind in ("choice", "agent"):
+            text = "one of " + ", ".join(str(c) for c in self.values())
         elif self.kind in ("int", "float"):
             text = "an integer" if self.kind == "int" else "a number"
             if self.minimum is not None and self.maximum is not None:
@@ -106,8 +117,8 @@ class Setting:
             if self.maximum is not None and value > self.maximum:
                 raise ValueError
             return value
-        if self.kind == "choice":
-            if value not in self.choices:
+        if self.kind in ("choice", "agent"):
+            if value not in self.values():
                 raise ValueError
             return value
         if self.kind == "list":
@@ -225,11 +236,11 @@ SCHEMA: dict[str, Any] = {
         "timeout": _s(120.0, "float", "Seconds to wait for one LLM reply", minimum=1),
         "daily_token_budget": _s(0, "int", "Tokens per day before extraction is deferred; 0 = no limit", minimum=0),
         # llm.provider: agent — llmem/providers/agent_cli.py
-        "agent": _s("auto", "choice", "For provider agent: which agent CLI answers (its non-interactive mode, one call per slice): auto (the first of claude, codex, copilot, opencode on PATH), claude, codex, copilot or opencode", choices=("auto", "claude", "codex", "copilot", "opencode")),
+        "agent": _s("auto", "agent", "For provider agent: which agent CLI answers (its non-interactive mode, one call per slice): auto (the first on PATH of claude, codex, copilot, opencode) or an agent's name", choices=("auto",)),
         "agent_model": _s(None, "str", "For provider agent: the model the agent CLI is asked for (its --model/-m); null: the agent's own default", nullable=True),
     },
     "session": {
-        "adapter": _s("auto", "choice", "Where transcripts come from: auto, opencode, copilot, claude, codex or none", choices=("auto", "opencode", "copilot", "claude", "codex", "none")),
+        "adapter": _s("auto", "agent", "Where transcripts come from: auto (the agents whose folders exist), an agent's name, or none", choices=("auto", "none")),
         "opencode": {
             "data_dir": _s("~/.local/share/opencode", "path", "OpenCode data folder (opencode*.db and the legacy storage/ tree)"),
             "plugins_dir": _s("~/.config/opencode/plugins", "path", "Where `llmem install opencode` writes its plugin"),

@@ -15,6 +15,7 @@ import pytest
 from fake_agents import install_fake_agents
 from session_writers import copilot_session
 
+from llmem.adapters.registry import get_agent
 from llmem.app import App
 from llmem.capture.extract import SYSTEM_PROMPT, extract_session
 from llmem.config import load_config
@@ -223,7 +224,7 @@ def test_a_reply_that_is_not_the_schema_is_retried_once_then_invalid_both_metere
 def test_a_cli_that_does_not_answer_in_time_is_killed_with_its_children(agents, configure, app):
     agents["codex"].answer(mode="hang")
     agent_config(configure, "codex")
-    llm = AgentLLM(AgentCall("codex", str(agents["codex"].path)), timeout=2.0, store=app.store)
+    llm = AgentLLM(AgentCall(get_agent("codex"), str(agents["codex"].path)), timeout=2.0, store=app.store)
 
     started = time.monotonic()
     with pytest.raises(LLMUnavailable, match="did not answer within 2 s") as caught:

@@ -5,6 +5,7 @@ JSONL agent, Copilot included, is followed by the one tail in adapters/base.py."
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -18,6 +19,7 @@ from watch_driver import DrivenWatcher, Recorder
 from llmem.adapters import registry
 from llmem.adapters.base import JsonlTail
 from llmem.config import load_config
+from llmem.errors import ConfigError
 from llmem.pipeline.watcher import SessionWatcher
 
 LLMEM = Path(__file__).resolve().parent.parent / "llmem"
@@ -88,10 +90,62 @@ def test_a_fifth_agent_owns_its_ids_and_is_offered_by_the_cli(jsonlog_agent, cli
     assert "jsonlog" not in {check["name"] for check in report["checks"]}
 
 
-def test_the_watcher_names_no_agent():
-    # What it does per agent it asks the agent's unit: adding one needs no edit here.
-    source = (LLMEM / "pipeline" / "watcher.py").read_text()
-    assert [name for name in registry.agent_names() if re.search(name, source, re.IGNORECASE)] == []
+@pytest.mark.parametrize("module", ["pipeline/watcher.py", "providers/agent_cli.py", "adapters/native.py",
+                                    "cli/choices.py", "cli/exchange.py"])
+def test_what_is_done_per_agent_names_no_agent(module):
+    # What these do per agent they ask the agent's unit (the watch, the non-interactive call,
+    # the instruction files, the choices): adding one needs no edit here.
+    words = code_words((LLMEM / module).read_text())
+    assert [name for name in registry.agent_names() if any(re.search(name, word, re.IGNORECASE) for word in words)] == []
+
+
+def code_words(source: str) -> list[str]:
+    """The identifiers and string literals of a module, its docstrings and comments left out
+    (prose may name the agents it speaks of; code may not)."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    words = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            words.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            words.append(node.attr)
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef | ast.alias):
+            words.append(node.name)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words.append(node.value)
+    return words
+
+
+def test_a_fifth_agent_is_a_value_of_the_config_keys_that_name_an_agent(jsonlog_agent, configure):
+    configure("embedding:\n  provider: none\nsession:\n  adapter: jsonlog\nllm:\n  provider: agent\n  agent: jsonlog\n")
+    config = load_config()
+    assert (config.session.adapter, config.llm.agent) == ("jsonlog", "jsonlog")
+    configure("session:\n  adapter: nosuch\n")
+    with pytest.raises(ConfigError, match="jsonlog"):  # the message lists the registry's names
+        load_config()
+
+
+def test_an_agent_without_a_non_interactive_mode_is_refused_as_the_llm(jsonlog_agent):
+    from llmem.providers.agent_cli import callable_agents, find_agent
+
+    assert [agent.name for agent in callable_agents()] == ["claude", "codex", "copilot", "opencode"]
+    with pytest.raises(ConfigError, match="llm.agent"):
+        find_agent("jsonlog")
+
+
+def test_each_agent_answers_its_hooks_in_its_own_format():
+    block = "## Project memory\n- We deploy with make release."
+    claude, codex, copilot, opencode = (registry.get_agent(name) for name in ("claude", "codex", "copilot", "opencode"))
+    for unit in (claude, codex):
+        assert unit.hook_reply("created", block) == {
+            "hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": block}}
+        assert unit.hook_reply("idle", block) is None  # Stop must print nothing
+    assert copilot.hook_reply("created", block) == {"additionalContext": block}
+    assert copilot.hook_reply("idle", block) is None  # agentStop would read it as "keep going"
+    assert opencode.hook_format == "text" and opencode.hook_reply("created", block) is None
 
 
 # ---- the one JSONL tail ------------------------------------------------------------------

@@ -26,9 +26,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "architecture"
 LAYERS = [
     ("__init__", "errors", "times", "processes", "redact", "text", "tokens", "trust", "svg"),
     ("paths", "hookclient"),
-    ("config", "logconfig", "logreader", "machine", "context_cache"),
+    ("logconfig", "logreader", "machine", "context_cache"),
     ("db", "adapters"),
-    ("store", "cursors"),
+    ("config", "store", "cursors"),
     ("providers",),
     ("vectors", "search", "exchange", "transfer"),
     ("memories",),

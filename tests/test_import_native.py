@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from llmem.adapters.native import encode_claude_project, note_type, split_markdown
+from llmem.adapters.agents.claude import encode_claude_project
+from llmem.adapters.native import note_type, split_markdown
 
 TOKEN = "ghp_" + "a1B2c3D4e5" * 4  # a GitHub token shape the Store redacts
 

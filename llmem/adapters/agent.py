@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from llmem.adapters.agent_call import AgentReply, Invocation
     from llmem.adapters.base import SessionAdapter
     from llmem.adapters.lifecycle import Lifecycle
 
@@ -227,6 +228,13 @@ class Agent:
     # What `llmem install <name>` does, for its --help; empty: llmem does not install into
     # it (no recipe in setup/agents.py), and it has no install command.
     install_help: str = ""
+    # Its non-interactive mode as the chat model of llm.provider: agent (providers/agent_cli.py
+    # runs it): llm.agent: auto tries the agents by this rank, lowest first; None: it has none.
+    call_rank: int | None = None
+    # What to check when a call says it failed.
+    sign_in_hint: str = ""
+    # It keeps instruction or memory files of its own (`llmem import-native`, adapters/native.py).
+    keeps_native_files: bool = False
 
     def id_rank(self, session_id: str) -> int:
         """How surely a session id is this agent's: 2 only ours, 1 could be, 0 not."""
@@ -262,3 +270,47 @@ class Agent:
     def watch(self, config, context: WatchContext) -> AgentWatch | None:
         """The watch of the agent's folders (None: its sessions are not watched)."""
         return None
+
+    # ---- its hooks' answers ----------------------------------------------------------------
+
+    def hook_reply(self, kind: str, context: str | None) -> dict | None:
+        """The JSON its hook of moment `kind` answers with, given the context block (already
+        cut to `context_cap`); None: print nothing. Only for an agent whose `hook_format` is its
+        own name (the others answer in `text`)."""
+        return None
+
+    # ---- its non-interactive mode (call_rank set) ------------------------------------------
+
+    def call_invocation(self, executable: str, system: str, prompt: str, model: str | None) -> Invocation:
+        """The non-interactive call answering `prompt` under `system` instructions."""
+        raise NotImplementedError
+
+    def read_call_output(self, stdout: str) -> AgentReply:
+        """The model's text and usage in the call's output; agent_call.CliSaid when the CLI
+        says it failed; AgentReply(None) for output that is not its format at all."""
+        raise NotImplementedError
+
+    # ---- its own instruction files (keeps_native_files set) --------------------------------
+
+    def native_home(self, config) -> Path:
+        """The folder of the user's own instruction files (for every project)."""
+        raise NotImplementedError
+
+    def native_project_paths(self, folder: Path, home: Path, refused: list) -> list[Path]:
+        """The project's instruction files the agent would read in `folder` (existing or not);
+        entries of a config naming files outside their folder go to `refused`."""
+        return []
+
+    def native_user_paths(self, home: Path, refused: list) -> list[Path]:
+        """The user's own instruction files under `home` (existing or not)."""
+        return []
+
+
+def session_start_reply(kind: str, context: str | None) -> dict | None:
+    """Claude Code's SessionStart answer (Codex reads the same schema): the block as
+    `hookSpecificOutput.additionalContext`. Only SessionStart answers: context printed for Stop
+    would keep a Claude Code turn going, and Codex rejects JSON its other events' schemas do
+    not expect."""
+    if kind != "created" or not context:
+        return None
+    return {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}}

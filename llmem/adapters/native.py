@@ -1,12 +1,10 @@
 """The agents' own instruction and memory files, found and split into notes (pure reading).
 
-Where each agent keeps them: Claude Code (CLAUDE.md, .claude/CLAUDE.md,
-CLAUDE.local.md, rules/, and the auto-memory folder projects/<encoded-cwd>/memory/), Codex
-(AGENTS.md, AGENTS.override.md in $CODEX_HOME and the project), Copilot
-(.github/copilot-instructions.md, .github/instructions/**/*.instructions.md and the same under
-the Copilot home) and OpenCode (AGENTS.md, and the `instructions` files its opencode.json
-names). Each bullet or paragraph of a file is one note, with the headings above it as its
-section. Nothing here writes anything.
+Where an agent keeps them is its unit's to say (adapters/agents/<name>.py,
+`native_project_paths` / `native_user_paths`: CLAUDE.md and Claude Code's memory folder,
+AGENTS.md, Copilot's instructions, the files an opencode.json names); this module keeps what
+stays inside its folder and splits each file into notes. Each bullet or paragraph of a file is
+one note, with the headings above it as its section. Nothing here writes anything.
 """
 
 from __future__ import annotations
@@ -14,10 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llmem.adapters.detect import CLAUDE_PROJECTS_DIR
-
-NATIVE_AGENTS = ("claude", "codex", "copilot", "opencode")
+if TYPE_CHECKING:
+    from llmem.adapters.agent import Agent
 
 # A note shorter than this many words is a label, not something to remember.
 MIN_WORDS = 3
@@ -39,37 +37,6 @@ class NativeNote:
     project: str | None
 
 
-@dataclass(frozen=True)
-class NativeHomes:
-    """The agents' folders, as the config and environment give them."""
-
-    claude: Path
-    codex: Path
-    copilot: Path
-    opencode: Path
-
-
-def encode_claude_project(cwd: str) -> str:
-    """Claude Code's folder name for a project: every character outside
-    [A-Za-z0-9] becomes '-'; a name past 200 characters is cut and given a hash of the path."""
-    name = re.sub(r"[^A-Za-z0-9]", "-", cwd)
-    if len(name) <= 200:
-        return name
-    data = cwd.encode("utf-16-be")  # Java's String.hashCode runs over UTF-16 code units
-    value = 0
-    for i in range(0, len(data), 2):
-        value = (value * 31 + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
-    value = abs(value - (1 << 32) if value >= 1 << 31 else value)
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    text = ""
-    while True:
-        value, rest = divmod(value, 36)
-        text = digits[rest] + text
-        if not value:
-            break
-    return f"{name[:200]}-{text}"
-
-
 def _existing(paths) -> list[Path]:
     seen, out = set(), []
     for path in paths:
@@ -79,7 +46,8 @@ def _existing(paths) -> list[Path]:
     return out
 
 
-def _tree(folder: Path, pattern: str) -> list[Path]:
+def files_under(folder: Path, pattern: str) -> list[Path]:
+    """The files matching `pattern` under `folder`, sorted (none when it is no folder)."""
     return sorted(folder.glob(pattern)) if folder.is_dir() else []
 
 
@@ -95,7 +63,7 @@ class RefusedPath:
         return {"entry": self.entry, "config": str(self.config), "folder": str(self.folder)}
 
 
-def _inside(path: Path, folder: Path) -> bool:
+def inside(path: Path, folder: Path) -> bool:
     """Whether `path`, every symlink followed, is in `folder`."""
     try:
         return path.resolve().is_relative_to(folder.resolve())
@@ -103,72 +71,15 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
-def _opencode_instructions(config_dir: Path, refused: list[RefusedPath]) -> list[Path]:
-    """The local files an opencode.json(c) lists under `instructions` (globs allowed; URLs skipped).
-
-    Only files inside `config_dir` (the project, or OpenCode's own config folder) are read: a
-    cloned repository's opencode.json naming `~/.aws/credentials`, `../outside/x` or `/abs/*`
-    would otherwise have llmem store those files as memories. Each such entry is added to
-    `refused` instead (an entry whose glob matches a file outside, or a symlink pointing
-    out, as well)."""
-    import json5
-
-    out = []
-    for name in ("opencode.json", "opencode.jsonc"):
-        path = config_dir / name
-        try:
-            data = json5.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
-            continue
-        entries = data.get("instructions") if isinstance(data, dict) else None
-        for entry in entries if isinstance(entries, list) else ():
-            if not isinstance(entry, str) or "://" in entry:
-                continue
-            expanded = Path(entry).expanduser()
-            if expanded.is_absolute() or ".." in expanded.parts:
-                refused.append(RefusedPath(entry, path, config_dir))
-                continue
-            base = config_dir / expanded
-            matches = sorted(config_dir.glob(str(expanded))) if any(ch in entry for ch in "*?[") else [base]
-            inside = [match for match in matches if _inside(match, config_dir)]
-            if len(inside) < len(matches):
-                refused.append(RefusedPath(entry, path, config_dir))
-            out.extend(inside)
-    return out
-
-
-def native_files(agent: str, homes: NativeHomes, project_dirs: list[Path], project: str | None,
+def native_files(agent: Agent, home: Path, project_dirs: list[Path], project: str | None,
                  refused: list[RefusedPath] | None = None) -> list[NativeFile]:
     """The instruction/memory files of `agent` that exist: the project's (in each of
-    `project_dirs`) and the user's own. Entries of a config that name files outside its folder
-    are not read; they are added to `refused`."""
+    `project_dirs`) and the user's own (under `home`, its `native_home`). Entries of a config
+    that name files outside its folder are not read; they are added to `refused`."""
     refused = [] if refused is None else refused
-    project_paths: list[Path] = []
-    user_paths: list[Path] = []
-    for folder in project_dirs:
-        if agent == "claude":
-            project_paths += [folder / "CLAUDE.md", folder / ".claude" / "CLAUDE.md", folder / "CLAUDE.local.md",
-                              *_tree(folder / ".claude" / "rules", "**/*.md")]
-            memory = homes.claude / CLAUDE_PROJECTS_DIR / encode_claude_project(str(folder)) / "memory"
-            project_paths += _tree(memory, "*.md")
-        elif agent == "codex":
-            project_paths += [folder / "AGENTS.override.md", folder / "AGENTS.md"]
-        elif agent == "copilot":
-            project_paths += [folder / ".github" / "copilot-instructions.md",
-                              *_tree(folder / ".github" / "instructions", "**/*.instructions.md")]
-        else:
-            project_paths += [folder / "AGENTS.md", *_opencode_instructions(folder, refused)]
-    if agent == "claude":
-        user_paths = [homes.claude / "CLAUDE.md", *_tree(homes.claude / "rules", "**/*.md")]
-    elif agent == "codex":
-        user_paths = [homes.codex / "AGENTS.override.md", homes.codex / "AGENTS.md"]
-    elif agent == "copilot":
-        user_paths = [homes.copilot / "copilot-instructions.md",
-                      *_tree(homes.copilot / "instructions", "**/*.instructions.md")]
-    else:
-        user_paths = [homes.opencode / "AGENTS.md", *_opencode_instructions(homes.opencode, refused)]
-    # A CLAUDE.md or rules file that is a symlink out of its folder is not the project's file.
-    home = getattr(homes, agent)
+    project_paths = [path for folder in project_dirs for path in agent.native_project_paths(folder, home, refused)]
+    user_paths = agent.native_user_paths(home, refused)
+    # A file that is a symlink out of its folder is not the project's (nor the user's) file.
     roots = [*project_dirs, home]
     found = [NativeFile(p.resolve(), project) for p in _contained(project_paths, roots, refused)]
     taken = {f.path for f in found}
@@ -181,7 +92,7 @@ def _contained(paths: list[Path], roots: list[Path], refused: list[RefusedPath])
     """The existing `paths` that stay inside one of `roots`; the others are refused."""
     kept = []
     for path in _existing(paths):
-        if any(_inside(path, root) for root in roots):
+        if any(inside(path, root) for root in roots):
             kept.append(path)
         else:
             refused.append(RefusedPath(str(path), path, path.parent))
@@ -195,7 +106,7 @@ _BULLET = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s+(.*)$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _FRONT_MATTER = re.compile(r"\A---\s*\n.*?\n---\s*\n", re.DOTALL)
-_IMPORT_LINE = re.compile(r"^\s*@\S+\s*$")  # Claude's `@path` imports: a pointer, not a note
+_IMPORT_LINE = re.compile(r"^\s*@\S+\s*$")  # an `@path` import line: a pointer, not a note
 _RULE_LINE = re.compile(r"^\s*(?:[-*_]\s*){3,}$|^\s*\|?[\s:|-]+\|[\s:|-]*$")
 
 

@@ -46,12 +46,16 @@ def config_adapter_choice() -> ReadChoice:
     return ReadChoice(lambda: _registry().config_choices())
 
 
+def hook_format_choice() -> ReadChoice:
+    """What `llmem hook --format` takes: text, json, or an agent's name (its hooks' answer;
+    adapters/agent.py `hook_format`). Names only: no agent's module is loaded to check."""
+    return ReadChoice(lambda: ("text", "json", *_registry().agent_names()))
+
+
 def native_choice() -> ReadChoice:
     """The agents whose instruction files `import-native` reads (adapters/native.py)."""
 
     def read() -> tuple[str, ...]:
-        from ..adapters.native import NATIVE_AGENTS
-
-        return tuple(NATIVE_AGENTS)
+        return tuple(agent.name for agent in _registry().all_agents() if agent.keeps_native_files)
 
     return ReadChoice(read)

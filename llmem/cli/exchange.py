@@ -107,11 +107,11 @@ def import_native(app, agent, project_dir, dry_run, as_json):
     its source path; a second run adds nothing, a changed note supersedes the old one."""
     import os
 
-    from ..adapters.native import NativeHomes, native_files
+    from ..adapters.native import native_files
+    from ..adapters.registry import get_agent
     from ..capture.native import import_native as run_import
     from ..errors import UsageError
     from ..paths import project_key, project_root_of
-    from ..setup.agents import claude_home, codex_home, copilot_home
 
     folder = Path(project_dir or os.getcwd()).expanduser().resolve()
     if not folder.is_dir():
@@ -119,11 +119,10 @@ def import_native(app, agent, project_dir, dry_run, as_json):
     root = project_root_of(str(folder))
     project = project_key(root)
     config = app.config
-    homes = NativeHomes(claude=claude_home(config), codex=codex_home(config), copilot=copilot_home(config),
-                        opencode=config.session.opencode.config_dir)
+    unit = get_agent(agent)
     dirs = list(dict.fromkeys([Path(root), folder]))
     refused: list = []
-    files = native_files(agent, homes, dirs, project, refused)
+    files = native_files(unit, unit.native_home(config), dirs, project, refused)
     for path in refused:
         notice(f"not read: {path.entry!r} in {path.config} names a file outside the folder "
                f"{path.folder}; only files inside it are imported")

@@ -11,7 +11,7 @@ import threading
 import click
 
 from ..pipeline.kinds import EventKind
-from .choices import adapter_choice
+from .choices import adapter_choice, hook_format_choice
 from .output import PROJECT, bounded_int, http_url, json_option, json_text
 
 ADAPTER_CHOICE = adapter_choice()
@@ -215,9 +215,10 @@ def _one_line(value, limit: int = 300) -> str:
 @click.option("--model", help="LLM model for extraction and introspection (default: llm.model).")
 @click.option("--base-url", callback=http_url, help="LLM server URL (default: llm.base_url).")
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "copilot", "claude", "codex"]), default="text",
-              show_default=True, help="copilot: answer sessionStart with {additionalContext}; claude, codex: answer "
-              "SessionStart with {hookSpecificOutput}, print nothing for other events.")
+@click.option("--format", "fmt", type=hook_format_choice(), default="text", show_default=True,
+              help="text, json, or an agent's name: answer as its hooks expect (copilot: sessionStart with "
+              "{additionalContext}; claude, codex: SessionStart with {hookSpecificOutput}; print nothing for "
+              "other events).")
 # Internal: the session's run lock a worker-less hook hands to the process it detaches.
 @click.option("--run-lock-fd", type=bounded_int(3, 2**31 - 1), hidden=True)
 @click.argument("payload", required=False)
@@ -232,6 +233,7 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
     if os.environ.get(AGENT_CALL_ENV):
         return  # the agent runs for llmem itself (llm.provider: agent): no session of the user's
     app = ctx.obj
+    fmt = _answer_format(fmt)
     if kind == "created":
         app.reads_only()  # SessionStart injects the context even on a full disk
     _lexical_when_fresh(app)
@@ -333,32 +335,41 @@ def _prints_block(kind: str, fmt: str) -> bool:
     return fmt in ("text", "json") or kind == "created"
 
 
+def _print_agent_reply(unit, kind: str, context: str | None) -> None:
+    """The unit's JSON answer, its context cut to what the agent carries unspilled. Only a
+    SessionStart answers with context: context.py (~10 ms to import) is loaded for it alone,
+    since Stop fires every turn."""
+    if kind == "created" and context and unit.context_cap:
+        from ..context import cut_block
+
+        context = cut_block(context, unit.context_cap)
+    reply = unit.hook_reply(kind, context)
+    if reply:
+        _echo(json.dumps(reply, ensure_ascii=False))
+
+
 def _ran_inline(result: dict) -> bool:
     from ..pipeline.routing import status_line
 
     return status_line(result) is None
 
 
+def _answer_format(fmt: str) -> str:
+    """text, json, or the name of an agent that answers in a format of its own: `--format`
+    naming an agent whose hooks read text (OpenCode's plugin) is text."""
+    if fmt in ("text", "json"):
+        return fmt
+    from ..adapters.registry import get_agent
+
+    return get_agent(fmt).hook_format or "text"
+
+
 def _print_result(kind: str, result: dict, fmt: str) -> None:
     try:
-        if fmt == "copilot":
-            # Only sessionStart reads an answer; agentStop would read one as "keep going".
-            if kind == "created" and result.get("context"):
-                _echo(json.dumps({"additionalContext": result["context"]}, ensure_ascii=False))
-        elif fmt in ("claude", "codex"):
-            # Only SessionStart: context printed for Stop would keep a Claude Code turn going, and
-            # Codex rejects JSON its other events' schemas do not expect. Stop fires every turn:
-            # context.py (~10 ms to import) is loaded only for SessionStart.
-            if kind != "created" or not result.get("context"):
-                return
+        if fmt not in ("text", "json"):
             from ..adapters.registry import get_agent
-            from ..context import cut_block
 
-            cap = get_agent(fmt).context_cap  # the agent's unit: what its format carries unspilled
-            block = cut_block(result["context"], cap)
-            if block:
-                _echo(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
-                                                              "additionalContext": block}}, ensure_ascii=False))
+            _print_agent_reply(get_agent(fmt), kind, result.get("context"))
         elif fmt == "json":
             _echo(json_text(result))
         elif kind in ("created", "compacting"):

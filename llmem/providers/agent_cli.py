@@ -25,11 +25,11 @@ import os
 import shutil
 import signal
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import LLMUnavailable
+from ..adapters.agent_call import CliSaid, Invocation, joined
+from ..errors import ConfigError, LLMUnavailable
 from ..paths import (
     AGENT_CALL_ENV,
     AGENT_CALLS_MARKER,
@@ -40,228 +40,52 @@ from ..paths import (
 from ..tokens import estimate_tokens
 
 if TYPE_CHECKING:
+    from ..adapters.agent import Agent
     from ..config import LlmSettings
 
 log = logging.getLogger(__name__)
 
-# llm.agent: auto picks the first of these on PATH.
-AGENTS = ("claude", "codex", "copilot", "opencode")
-
 # What a failing call shows of the CLI's own words (redacted first).
 ERROR_CHARS = 300
-# Longer arguments (a prompt, the instructions) are shown by their length.
-SHOWN_ARG_CHARS = 40
-# Copilot and OpenCode take the prompt as an argument; Linux refuses one over 128 KiB.
+# Some agents take the prompt as an argument; Linux refuses one over 128 KiB.
 ARGV_PROMPT_CHARS = 120_000
-
-SIGN_IN_HINTS = {
-    "claude": "is Claude Code signed in? run `claude` once and /login (or set ANTHROPIC_API_KEY)",
-    "codex": "is Codex signed in? run `codex login`",
-    "copilot": "is Copilot CLI signed in? run `copilot login`",
-    "opencode": "does OpenCode have a provider? run `opencode auth login`",
-}
 
 MARKER_TEXT = ("llmem runs its agent-CLI calls (llm.provider: agent) in this folder. Sessions an agent\n"
                "keeps for a folder holding this file are llmem's own: its watcher and backfill skip them.\n")
 
 
-@dataclass
-class Invocation:
-    """One call of an agent CLI: what runs, what it reads on stdin, what it adds to the env."""
+def callable_agents() -> list[Agent]:
+    """The agents with a non-interactive mode, in the order llm.agent: auto tries them."""
+    from ..adapters.registry import all_agents
 
-    argv: list[str]
-    stdin: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    # Which argv element is the prompt, when the CLI takes it as an argument.
-    prompt_index: int | None = None
-
-    def shown(self) -> str:
-        """The command as a log line or `llmem doctor` shows it: a prompt or instructions by
-        their length only, never their text."""
-        parts = [Path(self.argv[0]).name] + [f"<{len(a)} chars>" if len(a) > SHOWN_ARG_CHARS else a
-                                             for a in self.argv[1:]]
-        text = " ".join(part if part and " " not in part else json.dumps(part) for part in parts)
-        return text + (" < <prompt on stdin>" if self.stdin is not None else "")
+    return sorted((agent for agent in all_agents() if agent.call_rank is not None), key=lambda agent: agent.call_rank)
 
 
-@dataclass
-class AgentReply:
-    """What the CLI answered: the model's text and the tokens it says it used (None: unsaid)."""
-
-    text: str | None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-
-
-# ---- how each agent is called ----------------------------------------------------------------
-
-
-def invocation(agent: str, executable: str, system: str, prompt: str, model: str | None) -> Invocation:
-    """The non-interactive call of `agent` answering `prompt` under `system` instructions."""
-    if agent == "claude":
-        # -p: print mode; --output-format json: one result object with `result` and `usage`;
-        # --no-session-persistence: no transcript under ~/.claude/projects; --tools "": no
-        # tools; --strict-mcp-config without --mcp-config: no MCP servers (llmem's included);
-        # --system-prompt replaces Claude Code's own long one, which would be billed per call.
-        argv = [executable, "-p", "--output-format", "json", "--no-session-persistence",
-                "--tools", "", "--strict-mcp-config", "--system-prompt", system]
-        if model:
-            argv += ["--model", model]
-        return Invocation(argv, stdin=prompt)
-    if agent == "codex":
-        # exec: non-interactive; --json: JSONL events with the agent message and turn usage;
-        # --ephemeral: no rollout under ~/.codex/sessions; read-only sandbox; llmem's folder
-        # is no git repository; `-`: the prompt is read from stdin.
-        argv = [executable, "exec", "--json", "--ephemeral", "--skip-git-repo-check",
-                "--sandbox", "read-only"]
-        if model:
-            argv += ["-m", model]
-        return Invocation([*argv, "-"], stdin=_joined(system, prompt))
-    if agent == "copilot":
-        # -p: non-interactive, the prompt as its argument (it reads no stdin then); -s: only
-        # the agent's answer on stdout; no questions back, no custom instructions, no
-        # built-in MCP servers, and every tool kind denied.
-        text = _joined(system, prompt)
-        argv = [executable, "-p", text, "-s", "--no-ask-user", "--no-custom-instructions",
-                "--disable-builtin-mcps", "--deny-tool=shell,write,url,memory"]
-        if model:
-            argv += ["--model", model]
-        return Invocation(argv, prompt_index=2)
-    if agent == "opencode":
-        # run: non-interactive; --format json: JSONL events (text parts, step tokens); the
-        # message is the last argument. OpenCode has no flag for tools: the inline config
-        # (merged after every file) switches them all off.
-        argv = [executable, "run", "--format", "json"]
-        if model:
-            argv += ["--model", model]
-        argv.append(_joined(system, prompt))
-        return Invocation(argv, env={"OPENCODE_CONFIG_CONTENT": _opencode_config()},
-                          prompt_index=len(argv) - 1)
-    raise ValueError(f"unknown agent {agent!r}")
-
-
-def _joined(system: str, prompt: str) -> str:
-    return f"{system}\n\n{prompt}" if system else prompt
-
-
-def _opencode_config() -> str:
-    """OPENCODE_CONFIG_CONTENT with every tool off, kept on top of the user's own inline config."""
-    config: dict[str, Any] = {}
-    existing = os.environ.get("OPENCODE_CONFIG_CONTENT")
-    if existing:
-        try:
-            parsed = json.loads(existing)
-            config = parsed if isinstance(parsed, dict) else {}
-        except ValueError:
-            config = {}
-    config["tools"] = {"*": False}
-    return json.dumps(config)
-
-
-# ---- what each agent answers -----------------------------------------------------------------
-
-
-def parse_output(agent: str, stdout: str) -> AgentReply:
-    """The model's text and usage in the CLI's output; LLMUnavailable when the CLI says it failed.
-
-    Output that is not the CLI's format at all gives AgentReply(None): no usable reply."""
-    if agent == "claude":
-        result = _last_json_object(stdout)
-        if result is None or result.get("type") != "result":
-            return AgentReply(None)
-        if result.get("is_error") or result.get("subtype") not in (None, "success"):
-            raise _CliSaid(str(result.get("result") or result.get("subtype") or "an error"))
-        usage = result.get("usage") if isinstance(result.get("usage"), dict) else {}
-        prompt = _sum(usage, "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        return AgentReply(_str(result.get("result")), prompt, _sum(usage, "output_tokens"))
-    if agent == "codex":
-        text, prompt, completion = None, None, None
-        for event in _json_lines(stdout):
-            kind = event.get("type")
-            item = event.get("item") if isinstance(event.get("item"), dict) else {}
-            if kind == "item.completed" and item.get("type") == "agent_message":
-                text = _str(item.get("text"))
-            elif kind == "turn.completed" and isinstance(event.get("usage"), dict):
-                # cached_input_tokens is a part of input_tokens (OpenAI's usage).
-                prompt = (prompt or 0) + (_sum(event["usage"], "input_tokens") or 0)
-                completion = (completion or 0) + (_sum(event["usage"], "output_tokens") or 0)
-            elif kind == "turn.failed":
-                error = event.get("error") if isinstance(event.get("error"), dict) else {}
-                raise _CliSaid(str(error.get("message") or "the turn failed"))
-            elif kind == "error":
-                raise _CliSaid(str(event.get("message") or "an error"))
-        return AgentReply(text, prompt, completion)
-    if agent == "copilot":
-        text = stdout.strip()
-        return AgentReply(text or None)
-    if agent == "opencode":
-        texts: list[str] = []
-        prompt, completion = None, None
-        for event in _json_lines(stdout):
-            kind = event.get("type")
-            part = event.get("part") if isinstance(event.get("part"), dict) else {}
-            if kind == "text" and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            elif kind == "step_finish" and isinstance(part.get("tokens"), dict):
-                tokens = part["tokens"]
-                cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
-                prompt = (prompt or 0) + (_sum(tokens, "input") or 0) + (_sum(cache, "read", "write") or 0)
-                completion = (completion or 0) + (_sum(tokens, "output", "reasoning") or 0)
-            elif kind == "error":
-                error = event.get("error") if isinstance(event.get("error"), dict) else {}
-                data = error.get("data") if isinstance(error.get("data"), dict) else {}
-                raise _CliSaid(str(data.get("message") or error.get("message") or error.get("name") or "an error"))
-        return AgentReply("".join(texts) or None, prompt, completion)
-    raise ValueError(f"unknown agent {agent!r}")
-
-
-class _CliSaid(Exception):
-    """The CLI answered in its format that the call failed (not signed in, quota, …)."""
-
-
-def _json_lines(text: str):
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            yield value
-
-
-def _last_json_object(text: str) -> dict | None:
-    try:
-        value = json.loads(text)
-        return value if isinstance(value, dict) else None
-    except ValueError:
-        objects = list(_json_lines(text))
-        return objects[-1] if objects else None
-
-
-def _sum(values: dict, *keys: str) -> int | None:
-    found = [values[k] for k in keys if isinstance(values.get(k), int | float) and not isinstance(values.get(k), bool)]
-    return int(sum(found)) if found else None
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def stdin_readers() -> list[str]:
+    """The agents whose call reads its prompt on stdin (no argument length limit)."""
+    return [agent.name for agent in callable_agents() if agent.call_invocation(agent.name, "", "", None).stdin is not None]
 
 
 # ---- the client --------------------------------------------------------------------------------
 
 
-def find_agent(choice: str) -> tuple[str, str | None]:
+def find_agent(choice: str) -> tuple[Agent, str | None]:
     """(agent, its executable on PATH or None) for llm.agent: auto takes the first one installed."""
+    from ..adapters.registry import get_agent
+
     if choice != "auto":
-        return choice, shutil.which(choice)
-    for agent in AGENTS:
-        path = shutil.which(agent)
+        agent = get_agent(choice)
+        if agent.call_rank is None:
+            names = ", ".join(agent.name for agent in callable_agents())
+            raise ConfigError(f"llm.agent: {choice} has no non-interactive mode llmem can call",
+                              hint=f"set llm.agent to auto or one of {names}, or pick another llm.provider")
+        return agent, shutil.which(choice)
+    candidates = callable_agents()
+    for agent in candidates:
+        path = shutil.which(agent.name)
         if path:
             return agent, path
-    return AGENTS[0], None
+    return candidates[0], None
 
 
 def prepare_workdir() -> Path:
@@ -279,8 +103,9 @@ class AgentCall:
 
     timeout_hint = "agent CLIs start slowly and think long: raise llm.timeout in config.yaml"
 
-    def __init__(self, agent: str, executable: str | None, model: str | None = None):
-        self.agent, self.executable, self.model = agent, executable, model
+    def __init__(self, unit: Agent, executable: str | None, model: str | None = None):
+        self.unit, self.executable, self.model = unit, executable, model
+        self.agent = unit.name
 
     @property
     def label(self) -> str:
@@ -289,7 +114,7 @@ class AgentCall:
 
     def command(self, system: str = "<instructions>", prompt: str = "<prompt>") -> Invocation:
         """The call that would run (`llmem doctor` shows it)."""
-        return invocation(self.agent, self.executable or self.agent, system, prompt, self.model)
+        return self.unit.call_invocation(self.executable or self.agent, system, prompt, self.model)
 
     def ask(self, messages: list[dict], schema: dict, *, timeout: float,
             redactor) -> tuple[str, int, int, str]:
@@ -304,21 +129,21 @@ class AgentCall:
         call = self.command(system, prompt)
         if call.prompt_index is not None and len(call.argv[call.prompt_index]) > ARGV_PROMPT_CHARS:
             raise LLMUnavailable(f"the prompt is too long for `{self.agent}` ({len(prompt)} characters)",
-                                 hint="pick an agent that reads its prompt on stdin (claude, codex) in llm.agent")
+                                 hint=f"pick an agent that reads its prompt on stdin ({', '.join(stdin_readers())}) in llm.agent")
         shown = _Shown(redactor)
         stdout = self._run(call, timeout, shown)
         try:
-            reply = parse_output(self.agent, stdout)
-        except _CliSaid as said:
+            reply = self.unit.read_call_output(stdout)
+        except CliSaid as said:
             raise LLMUnavailable(f"{self.agent} answered with an error: {shown(str(said))}",
-                                 hint=SIGN_IN_HINTS[self.agent]) from None
+                                 hint=self.unit.sign_in_hint) from None
         if reply.text is None:
             # Not the CLI's format at all (another program of that name, a changed CLI): a
             # retry would cost a second call for the same garbage.
             raise LLMUnavailable(f"{self.agent} answered in no format llmem knows: {shown(stdout) or '(nothing)'}",
                                  hint=f"check `{call.shown()}` by hand; `llmem doctor` shows the command")
         prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None \
-            else estimate_tokens(_joined(system, prompt))
+            else estimate_tokens(joined(system, prompt))
         completion_tokens = reply.completion_tokens if reply.completion_tokens is not None \
             else estimate_tokens(reply.text)
         return reply.text, prompt_tokens, completion_tokens, stdout
@@ -345,13 +170,13 @@ class AgentCall:
                                  hint=self.timeout_hint) from None
         if process.returncode != 0:
             try:
-                parse_output(self.agent, stdout)  # a JSON error result says more than the exit status
-            except _CliSaid as said:
+                self.unit.read_call_output(stdout)  # a JSON error result says more than the exit status
+            except CliSaid as said:
                 raise LLMUnavailable(f"{self.agent} answered with an error: {shown(str(said))}",
-                                     hint=SIGN_IN_HINTS[self.agent]) from None
+                                     hint=self.unit.sign_in_hint) from None
             words = shown(stderr) or shown(stdout) or "no output"
             raise LLMUnavailable(f"{self.agent} exited with status {process.returncode}: {words}",
-                                 hint=SIGN_IN_HINTS[self.agent])
+                                 hint=self.unit.sign_in_hint)
         return stdout
 
 
@@ -412,5 +237,5 @@ def agent_status(config, tokens_today: int | None = None) -> dict[str, Any]:
               "status": "ok" if call.executable else "unavailable"}
     if not call.executable:
         status["error"] = (f"`{call.agent}` is not on PATH" if section.agent != "auto"
-                           else "none of " + ", ".join(AGENTS) + " is on PATH")
+                           else "none of " + ", ".join(agent.name for agent in callable_agents()) + " is on PATH")
     return status

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LlmemError, UsageError
-from ..paths import expand, write_atomically
+from ..paths import write_atomically
 from . import integrations, userfile
 from .environment import FOLDER_VARIABLES, folder_environment
 
@@ -62,10 +62,6 @@ def hook_events(agent: str) -> dict[str, tuple[str, int]]:
 
 # ---- where each agent keeps its files -----------------------------------------------------
 
-def _env_or(variable: str, configured: str) -> Path:
-    return expand(os.environ.get(variable) or configured)
-
-
 def claude_home(config) -> Path:
     """Claude Code's config home: $CLAUDE_CONFIG_DIR, else session.claude.config_dir."""
     return _unit("claude").config_home(config)
@@ -87,7 +83,8 @@ def codex_home(config) -> Path:
 
 
 def copilot_home(config) -> Path:
-    return _env_or("COPILOT_HOME", config.session.copilot.home)
+    """Copilot CLI's home: $COPILOT_HOME, else session.copilot.home."""
+    return _unit("copilot").home(config)
 
 
 def opencode_config_file(config) -> Path:

@@ -6,10 +6,11 @@ longer one to a file reference the model never reads)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from llmem.adapters.agent import UUID, Agent, JsonlWatch, WatchFolder
+from llmem.adapters.agent import UUID, Agent, JsonlWatch, WatchFolder, session_start_reply
 
 REGISTRY_KEY = "registry:"
 
@@ -123,6 +124,86 @@ class Claude(Agent):
 
     def watch(self, config, context) -> ClaudeWatch:
         return ClaudeWatch(self, config, context)
+
+    def hook_reply(self, kind: str, context: str | None) -> dict | None:
+        return session_start_reply(kind, context)
+
+    # ---- `claude -p` as the chat model ---------------------------------------------------
+
+    call_rank = 0  # reads its prompt on stdin and can be told to keep no transcript
+    sign_in_hint = "is Claude Code signed in? run `claude` once and /login (or set ANTHROPIC_API_KEY)"
+
+    def call_invocation(self, executable, system, prompt, model):
+        from llmem.adapters.agent_call import Invocation
+
+        # -p: print mode; --output-format json: one result object with `result` and `usage`;
+        # --no-session-persistence: no transcript under ~/.claude/projects; --tools "": no
+        # tools; --strict-mcp-config without --mcp-config: no MCP servers (llmem's included);
+        # --system-prompt replaces Claude Code's own long one, which would be billed per call.
+        argv = [executable, "-p", "--output-format", "json", "--no-session-persistence",
+                "--tools", "", "--strict-mcp-config", "--system-prompt", system]
+        if model:
+            argv += ["--model", model]
+        return Invocation(argv, stdin=prompt)
+
+    def read_call_output(self, stdout):
+        from llmem.adapters.agent_call import (
+            AgentReply,
+            CliSaid,
+            last_json_object,
+            text_or_none,
+            token_sum,
+        )
+
+        result = last_json_object(stdout)
+        if result is None or result.get("type") != "result":
+            return AgentReply(None)
+        if result.get("is_error") or result.get("subtype") not in (None, "success"):
+            raise CliSaid(str(result.get("result") or result.get("subtype") or "an error"))
+        usage = result.get("usage") if isinstance(result.get("usage"), dict) else {}
+        prompt = token_sum(usage, "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        return AgentReply(text_or_none(result.get("result")), prompt, token_sum(usage, "output_tokens"))
+
+    # ---- CLAUDE.md, rules and the auto-memory folder -------------------------------------
+
+    keeps_native_files = True
+
+    def native_home(self, config) -> Path:
+        return self.config_home(config)
+
+    def native_project_paths(self, folder, home, refused):
+        from llmem.adapters.detect import CLAUDE_PROJECTS_DIR
+        from llmem.adapters.native import files_under
+
+        memory = home / CLAUDE_PROJECTS_DIR / encode_claude_project(str(folder)) / "memory"
+        return [folder / "CLAUDE.md", folder / ".claude" / "CLAUDE.md", folder / "CLAUDE.local.md",
+                *files_under(folder / ".claude" / "rules", "**/*.md"), *files_under(memory, "*.md")]
+
+    def native_user_paths(self, home, refused):
+        from llmem.adapters.native import files_under
+
+        return [home / "CLAUDE.md", *files_under(home / "rules", "**/*.md")]
+
+
+def encode_claude_project(cwd: str) -> str:
+    """Claude Code's folder name for a project: every character outside
+    [A-Za-z0-9] becomes '-'; a name past 200 characters is cut and given a hash of the path."""
+    name = re.sub(r"[^A-Za-z0-9]", "-", cwd)
+    if len(name) <= 200:
+        return name
+    data = cwd.encode("utf-16-be")  # Java's String.hashCode runs over UTF-16 code units
+    value = 0
+    for i in range(0, len(data), 2):
+        value = (value * 31 + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    value = abs(value - (1 << 32) if value >= 1 << 31 else value)
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    text = ""
+    while True:
+        value, rest = divmod(value, 36)
+        text = digits[rest] + text
+        if not value:
+            break
+    return f"{name[:200]}-{text}"
 
 
 AGENT = Claude()

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from llmem.adapters.agent import UUID, Agent, JsonlWatch
+from llmem.adapters.agent import UUID, Agent, JsonlWatch, session_start_reply
 
 
 class CodexWatch(JsonlWatch):
@@ -93,6 +93,65 @@ class Codex(Agent):
 
     def watch(self, config, context) -> CodexWatch:
         return CodexWatch(self, config, context)
+
+    def hook_reply(self, kind: str, context: str | None) -> dict | None:
+        return session_start_reply(kind, context)  # Codex reads Claude Code's schema
+
+    # ---- `codex exec` as the chat model --------------------------------------------------
+
+    call_rank = 1  # reads its prompt on stdin; --ephemeral keeps no rollout
+    sign_in_hint = "is Codex signed in? run `codex login`"
+
+    def call_invocation(self, executable, system, prompt, model):
+        from llmem.adapters.agent_call import Invocation, joined
+
+        # exec: non-interactive; --json: JSONL events with the agent message and turn usage;
+        # --ephemeral: no rollout under ~/.codex/sessions; read-only sandbox; llmem's folder
+        # is no git repository; `-`: the prompt is read from stdin.
+        argv = [executable, "exec", "--json", "--ephemeral", "--skip-git-repo-check",
+                "--sandbox", "read-only"]
+        if model:
+            argv += ["-m", model]
+        return Invocation([*argv, "-"], stdin=joined(system, prompt))
+
+    def read_call_output(self, stdout):
+        from llmem.adapters.agent_call import (
+            AgentReply,
+            CliSaid,
+            json_lines,
+            text_or_none,
+            token_sum,
+        )
+
+        text, prompt, completion = None, None, None
+        for event in json_lines(stdout):
+            kind = event.get("type")
+            item = event.get("item") if isinstance(event.get("item"), dict) else {}
+            if kind == "item.completed" and item.get("type") == "agent_message":
+                text = text_or_none(item.get("text"))
+            elif kind == "turn.completed" and isinstance(event.get("usage"), dict):
+                # cached_input_tokens is a part of input_tokens (OpenAI's usage).
+                prompt = (prompt or 0) + (token_sum(event["usage"], "input_tokens") or 0)
+                completion = (completion or 0) + (token_sum(event["usage"], "output_tokens") or 0)
+            elif kind == "turn.failed":
+                error = event.get("error") if isinstance(event.get("error"), dict) else {}
+                raise CliSaid(str(error.get("message") or "the turn failed"))
+            elif kind == "error":
+                raise CliSaid(str(event.get("message") or "an error"))
+        return AgentReply(text, prompt, completion)
+
+    # ---- AGENTS.md -----------------------------------------------------------------------
+
+    keeps_native_files = True
+
+    def native_home(self, config) -> Path:
+        return self.home(config)
+
+    def native_project_paths(self, folder, home, refused):
+        return [folder / "AGENTS.override.md", folder / "AGENTS.md"]
+
+    def native_user_paths(self, home, refused):
+        return [home / "AGENTS.override.md", home / "AGENTS.md"]
 
 
 AGENT = Codex()

@@ -4,6 +4,7 @@ sessionStart with `{additionalContext}`."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from llmem.adapters.agent import UUID, Agent, AgentWatch, WatchFolder, modified_after
@@ -105,6 +106,56 @@ class Copilot(Agent):
 
     def watch(self, config, context) -> CopilotWatch:
         return CopilotWatch(self, config, context)
+
+    def home(self, config) -> Path:
+        """$COPILOT_HOME when set (Copilot itself obeys it), else session.copilot.home."""
+        from llmem.paths import expand
+
+        return expand(os.environ.get("COPILOT_HOME") or config.session.copilot.home)  # config: session.copilot.home
+
+    def hook_reply(self, kind: str, context: str | None) -> dict | None:
+        # Only sessionStart reads an answer; agentStop would read one as "keep going".
+        return {"additionalContext": context} if kind == "created" and context else None
+
+    # ---- `copilot -p` as the chat model --------------------------------------------------
+
+    call_rank = 2  # takes its prompt as an argument, and keeps every session
+    sign_in_hint = "is Copilot CLI signed in? run `copilot login`"
+
+    def call_invocation(self, executable, system, prompt, model):
+        from llmem.adapters.agent_call import Invocation, joined
+
+        # -p: non-interactive, the prompt as its argument (it reads no stdin then); -s: only
+        # the agent's answer on stdout; no questions back, no custom instructions, no
+        # built-in MCP servers, and every tool kind denied.
+        argv = [executable, "-p", joined(system, prompt), "-s", "--no-ask-user", "--no-custom-instructions",
+                "--disable-builtin-mcps", "--deny-tool=shell,write,url,memory"]
+        if model:
+            argv += ["--model", model]
+        return Invocation(argv, prompt_index=2)
+
+    def read_call_output(self, stdout):
+        from llmem.adapters.agent_call import AgentReply
+
+        return AgentReply(stdout.strip() or None)
+
+    # ---- copilot-instructions.md and instructions/ ---------------------------------------
+
+    keeps_native_files = True
+
+    def native_home(self, config) -> Path:
+        return self.home(config)
+
+    def native_project_paths(self, folder, home, refused):
+        from llmem.adapters.native import files_under
+
+        return [folder / ".github" / "copilot-instructions.md",
+                *files_under(folder / ".github" / "instructions", "**/*.instructions.md")]
+
+    def native_user_paths(self, home, refused):
+        from llmem.adapters.native import files_under
+
+        return [home / "copilot-instructions.md", *files_under(home / "instructions", "**/*.instructions.md")]
 
 
 AGENT = Copilot()

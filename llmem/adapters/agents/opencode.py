@@ -109,5 +109,93 @@ class OpenCode(Agent):
     def watch(self, config, context) -> OpenCodeWatch:
         return OpenCodeWatch(self, config, context)
 
+    # ---- `opencode run` as the chat model ------------------------------------------------
+
+    call_rank = 3  # takes its prompt as an argument, and keeps every session
+    sign_in_hint = "does OpenCode have a provider? run `opencode auth login`"
+
+    def call_invocation(self, executable, system, prompt, model):
+        from llmem.adapters.agent_call import Invocation, inline_config_without_tools, joined
+
+        # run: non-interactive; --format json: JSONL events (text parts, step tokens); the
+        # message is the last argument. OpenCode has no flag for tools: the inline config
+        # (merged after every file) switches them all off.
+        argv = [executable, "run", "--format", "json"]
+        if model:
+            argv += ["--model", model]
+        argv.append(joined(system, prompt))
+        return Invocation(argv, env={"OPENCODE_CONFIG_CONTENT": inline_config_without_tools("OPENCODE_CONFIG_CONTENT")},
+                          prompt_index=len(argv) - 1)
+
+    def read_call_output(self, stdout):
+        from llmem.adapters.agent_call import AgentReply, CliSaid, json_lines, token_sum
+
+        texts: list[str] = []
+        prompt, completion = None, None
+        for event in json_lines(stdout):
+            kind = event.get("type")
+            part = event.get("part") if isinstance(event.get("part"), dict) else {}
+            if kind == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif kind == "step_finish" and isinstance(part.get("tokens"), dict):
+                tokens = part["tokens"]
+                cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+                prompt = (prompt or 0) + (token_sum(tokens, "input") or 0) + (token_sum(cache, "read", "write") or 0)
+                completion = (completion or 0) + (token_sum(tokens, "output", "reasoning") or 0)
+            elif kind == "error":
+                error = event.get("error") if isinstance(event.get("error"), dict) else {}
+                data = error.get("data") if isinstance(error.get("data"), dict) else {}
+                raise CliSaid(str(data.get("message") or error.get("message") or error.get("name") or "an error"))
+        return AgentReply("".join(texts) or None, prompt, completion)
+
+    # ---- AGENTS.md and the files opencode.json names -------------------------------------
+
+    keeps_native_files = True
+
+    def native_home(self, config) -> Path:
+        return config.session.opencode.config_dir  # config: session.opencode.config_dir
+
+    def native_project_paths(self, folder, home, refused):
+        return [folder / "AGENTS.md", *opencode_instructions(folder, refused)]
+
+    def native_user_paths(self, home, refused):
+        return [home / "AGENTS.md", *opencode_instructions(home, refused)]
+
+
+def opencode_instructions(config_dir: Path, refused: list) -> list[Path]:
+    """The local files an opencode.json(c) lists under `instructions` (globs allowed; URLs skipped).
+
+    Only files inside `config_dir` (the project, or OpenCode's own config folder) are read: a
+    cloned repository's opencode.json naming `~/.aws/credentials`, `../outside/x` or `/abs/*`
+    would otherwise have llmem store those files as memories. Each such entry is added to
+    `refused` instead (an entry whose glob matches a file outside, or a symlink pointing
+    out, as well)."""
+    import json5
+
+    from llmem.adapters.native import RefusedPath, inside
+
+    out = []
+    for name in ("opencode.json", "opencode.jsonc"):
+        path = config_dir / name
+        try:
+            data = json5.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        entries = data.get("instructions") if isinstance(data, dict) else None
+        for entry in entries if isinstance(entries, list) else ():
+            if not isinstance(entry, str) or "://" in entry:
+                continue
+            expanded = Path(entry).expanduser()
+            if expanded.is_absolute() or ".." in expanded.parts:
+                refused.append(RefusedPath(entry, path, config_dir))
+                continue
+            base = config_dir / expanded
+            matches = sorted(config_dir.glob(str(expanded))) if any(ch in entry for ch in "*?[") else [base]
+            kept = [match for match in matches if inside(match, config_dir)]
+            if len(kept) < len(matches):
+                refused.append(RefusedPath(entry, path, config_dir))
+            out.extend(kept)
+    return out
+
 
 AGENT = OpenCode()

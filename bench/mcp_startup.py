@@ -3,6 +3,9 @@
 first search result, at each store size, beside `python -c pass` measured in the same run (the
 start-up floor); then warm search round trips with the tool's options, beside the same search
 run in-process on the same store (the warm floor: the Searcher alone, without the protocol).
+Both paths: "in-process" (nothing resident: the spawned process serves the session) and
+"relayed" (a `llmem worker` is alive: the spawned process relays the session to its resident,
+hookclient.relay_mcp); the relayed rows' CPU adds the worker's share to the relay's own.
 
 The store holds `--sizes` memories with vectors under the built-in embedder's identity (random
 unit vectors: seeding does not embed 100k texts; the real model embeds every query). Prints
@@ -18,6 +21,7 @@ import argparse
 import os
 import random
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -60,11 +64,20 @@ def children_cpu_ms() -> float:
     return (used.ru_utime + used.ru_stime) * 1000
 
 
-def spawn_to_first(query: str, env: dict) -> tuple[float, float, float]:
+def process_cpu_ms(pid: int | None) -> float:
+    """user+sys ms of a running process (0 for None)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def spawn_to_first(query: str, env: dict, host_pid: int | None = None) -> tuple[float, float, float]:
     """(ms to initialised, ms to the first search result, from the spawn; and the CPU ms the
-    server used in all, from its start to its exit after that one search)."""
+    server used in all, from its start to its exit after that one search, with the host's
+    share when a host serves it)."""
     with open(os.devnull, "w") as errlog:
-        cpu = children_cpu_ms()
+        cpu = children_cpu_ms() + process_cpu_ms(host_pid)
         started = time.perf_counter()
         client = McpClient(env, errlog=errlog).start()
         try:
@@ -73,63 +86,86 @@ def spawn_to_first(query: str, env: dict) -> tuple[float, float, float]:
             first = time.perf_counter()
         finally:
             client.close()
-    return (initialised - started) * 1000, (first - started) * 1000, children_cpu_ms() - cpu
+    return ((initialised - started) * 1000, (first - started) * 1000,
+            children_cpu_ms() + process_cpu_ms(host_pid) - cpu)
 
 
-def warm_searches(queries: list[str], env: dict) -> list[float]:
+def warm_searches(queries: list[str], env: dict, tools) -> tuple[list[float], list[float]]:
+    """Warm search round trips through the server, each followed by the same search run by
+    `tools` in this process (mcp_server.MemoryTools.search: the tool's options and recalls
+    without the protocol, the floor a warm MCP search is measured against), interleaved so
+    that both meet the same load."""
     with open(os.devnull, "w") as errlog:
         client = McpClient(env, errlog=errlog).start()
         try:
             client.text("search", query="warm up", project=PROJECT)
-            timings = []
+            tools.search("warm up", project=PROJECT)
+            timings, local = [], []
             for query in queries:
                 started = time.perf_counter()
                 client.text("search", query=query, project=PROJECT)
                 timings.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                tools.search(query, project=PROJECT)
+                local.append((time.perf_counter() - started) * 1000)
         finally:
             client.close()
-    return timings
+    return timings, local
 
 
-def in_process_searches(queries: list[str]) -> list[float]:
-    """The tool's search (mcp_server.MemoryTools.search: its options, its recalls) without
-    the protocol: the floor a warm MCP search is measured against."""
-    from llmem.app import App
-    from llmem.mcp_server import MemoryTools
+def start_worker(env: dict) -> subprocess.Popen:
+    """`llmem worker`, once its resident takes MCP sessions (the SDK imported, the model loaded)."""
+    from llmem import hookclient
 
-    tools = MemoryTools(App(), default_project=PROJECT)
-    try:
-        tools.search("warm up")
-        timings = []
-        for query in queries:
-            started = time.perf_counter()
-            tools.search(query, project=PROJECT)
-            timings.append((time.perf_counter() - started) * 1000)
-    finally:
-        tools.close()
-    return timings
+    worker = subprocess.Popen([sys.executable, "-m", "llmem", "worker"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while hookclient.connect() is None:
+        if time.monotonic() > deadline or worker.poll() is not None:
+            raise RuntimeError("llmem worker did not start its resident")
+        time.sleep(0.05)
+    return worker
 
 
-def measure(size: int, spawns: int, searches: int) -> dict:
-    env = dict(os.environ)
-    rng = random.Random(7)
-    queries = [" ".join(rng.choices(WORDS, k=3)) for _ in range(spawns + searches)]
-    spawn_to_first(queries[0], env)  # page cache, .pyc files
+def path_rows(path: str, queries: list[str], spawns: int, env: dict, host_pid: int | None, tools) -> dict:
+    spawn_to_first(queries[0], env, host_pid)  # page cache, .pyc files; the host's SDK import
     floors, floor_cpus, inits, firsts, cpus = [], [], [], [], []
     for n in range(spawns):  # the floor interleaved: the machine's load moves
         wall, cpu = floor_ms()
         floors.append(wall)
         floor_cpus.append(cpu)
-        initialised, first, cpu = spawn_to_first(queries[n], env)
+        initialised, first, cpu = spawn_to_first(queries[n], env, host_pid)
         inits.append(initialised)
         firsts.append(first)
         cpus.append(cpu)
-    warm = warm_searches(queries[spawns:], env)
-    local = in_process_searches(queries[spawns:])
-    return {"size": size, "floor": statistics.median(floors), "init": statistics.median(inits),
+    warm, local = warm_searches(queries[spawns:], env, tools)
+    return {"path": path, "floor": statistics.median(floors), "init": statistics.median(inits),
             "first": statistics.median(firsts), "warm": statistics.median(warm),
-            "local": statistics.median(local), "cpu": statistics.median(cpus),
-            "floor_cpu": statistics.median(floor_cpus)}
+            "local": statistics.median(local),
+            "cpu": statistics.median(cpus), "floor_cpu": statistics.median(floor_cpus)}
+
+
+def measure(size: int, spawns: int, searches: int) -> list[dict]:
+    env = dict(os.environ)
+    rng = random.Random(7)
+    queries = [" ".join(rng.choices(WORDS, k=3)) for _ in range(spawns + searches)]
+    from llmem.app import App
+    from llmem.mcp_server import MemoryTools
+
+    tools = MemoryTools(App(), default_project=PROJECT)
+    try:
+        rows = [path_rows("in-process", queries, spawns, env, None, tools)]
+        worker = start_worker(env)
+        try:
+            rows.append(path_rows("relayed", queries, spawns, env, worker.pid, tools))
+        finally:
+            worker.send_signal(signal.SIGINT)
+            worker.wait(60)
+    finally:
+        tools.close()
+    for row in rows:
+        row["size"] = size
+    return rows
 
 
 def main() -> None:
@@ -150,18 +186,20 @@ def main() -> None:
         for index, size in enumerate(sizes):
             home = Path(args.home[index]) if index < len(args.home) else Path(tmp) / f"home-{size}"
             prepare(home, size)
-            rows.append(measure(size, args.spawns, args.searches))
-    print(f"\nllmem mcp over stdio (SDK client): p50 of {args.spawns} spawns, {args.searches} warm searches (ms)")
-    print(f"{'memories':>9} {'python -c pass':>15} {'→ initialised':>20} {'→ first result':>20} "
+            rows += measure(size, args.spawns, args.searches)
+    print(f"\nllmem mcp over stdio (SDK client): p50 of {args.spawns} spawns, {args.searches} warm searches (ms); "
+          f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(f"{'memories':>9} {'path':>10} {'python -c pass':>15} {'→ initialised':>20} {'→ first result':>20} "
           f"{'warm search':>12} {'in-process':>11} {'warm ×':>7}")
     for row in rows:
-        print(f"{row['size']:>9} {row['floor']:>15.1f} {row['init']:>11.1f} ({row['init'] / row['floor']:4.1f}×) "
+        print(f"{row['size']:>9} {row['path']:>10} {row['floor']:>15.1f} {row['init']:>11.1f} ({row['init'] / row['floor']:4.1f}×) "
               f"{row['first']:>11.1f} ({row['first'] / row['floor']:4.1f}×) {row['warm']:>12.1f} "
               f"{row['local']:>11.1f} {row['warm'] / row['local']:>6.2f}×")
     print("\nCPU of the server from its start to its exit after the first result (user+sys ms), "
           "beside `python -c pass`'s")
     for row in rows:
-        print(f"{row['size']:>9} {row['floor_cpu']:>15.1f} {row['cpu']:>11.1f} ({row['cpu'] / row['floor_cpu']:4.1f}×)")
+        print(f"{row['size']:>9} {row['path']:>10} {row['floor_cpu']:>15.1f} {row['cpu']:>11.1f} "
+              f"({row['cpu'] / row['floor_cpu']:4.1f}×)")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ Documents: the LoCoMo dev split's turns and windows of 2, 3, 4 and 6 consecutive
 passages episodes pack short turns into), and the coding sessions' messages; queries: their
 questions. All embedded with the built-in embedder (a few minutes on an idle machine; cached in
 --cache). Prints recall@10 of: llmem's stored encoding (int8 and a scale, db/vec.py, scanned
-as db/vector_file.py scans it), float16, and the int8 scan's top 20 rescored exactly. Example:
+as db/vector_file.py scans it), float16, the int8 scan's top 20 rescored exactly, and the vector
+file's prefilter (principal components in float32, their best candidates rescored from the
+int8 rows) with its candidates at 1% of the rows, as a file of 100k rows passes on, and at
+this file's own count (db/vector_file.py's PREFILTER_* constants). Example:
     python bench/quantization.py --cache /tmp/quant-vectors.npz
 """
 
@@ -97,6 +100,36 @@ def main() -> None:
     print(f"  {f'stored encoding (int8 + scale, {docs.shape[1] + 4} bytes)':<44} {np.mean(stored):.4f}")
     print(f"  {f'float16 ({2 * docs.shape[1]} bytes)':<44} {np.mean(f16):.4f}")
     print(f"  {f'int8 top {2 * K} rescored in float32':<44} {np.mean(rescored):.4f}")
+    prefilter_recall(docs, qs, ints, scales)
+
+
+def prefilter_recall(docs, qs, ints, scales) -> None:
+    """recall@10 and @50 of the vector file's prefilter against exact float32 and against an
+    exact scan of the stored rows, built on these rows whatever their count."""
+    vector_file.PREFILTER_MIN_ROWS = 0  # the file's rule leaves a store this small without one
+    basis = vector_file._components(ints, scales, docs.shape[1])
+    if basis is None:
+        print("  prefilter: none (its components hold too little of these vectors' variance)")
+        return
+    rows = vector_file._project(ints, scales, basis)
+    empty = np.empty(0, dtype=np.int64)
+    view = vector_file.Snapshot(np.arange(len(docs)), ints, scales, (basis, rows), empty,
+                                np.empty((0, docs.shape[1]), dtype=np.float32), None)
+    stored = ints.astype(np.float32) * scales[:, None]
+    pdims = basis.shape[1]
+    least_of_file = vector_file.PREFILTER_MIN_CANDIDATES
+    for label, least in (("1% of the rows, as at 100k", 0), ("this file's own count", least_of_file)):
+        vector_file.PREFILTER_MIN_CANDIDATES = least
+        count = vector_file.candidate_count(len(docs))
+        found: dict[str, list[float]] = {"f32@10": [], "stored@10": [], "stored@50": []}
+        for q in qs:
+            got = [s for s, _ in vector_file.Scores(view, np.ascontiguousarray(q)).best(50)]
+            found["f32@10"].append(len(set(top(docs @ q, K)) & set(got[:K])) / K)
+            found["stored@10"].append(len(set(top(stored @ q, K)) & set(got[:K])) / K)
+            found["stored@50"].append(len(set(top(stored @ q, 50)) & set(got)) / 50)
+        print(f"  prefilter {pdims} float32 dims, {count} candidates ({label}): recall@10 "
+              f"{np.mean(found['f32@10']):.4f} against float32, {np.mean(found['stored@10']):.4f} against "
+              f"the stored rows (recall@50 {np.mean(found['stored@50']):.4f})")
 
 
 if __name__ == "__main__":

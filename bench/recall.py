@@ -368,13 +368,13 @@ def builtin_embedding(choice: str) -> tuple[dict | None, str]:
 
 def probe_embedder(section: dict):
     """The embedder of `section`, made as llmem makes it and asked once, or an error line."""
-    from llmem.config import Config, validate_mapping
+    from llmem.config import Config
     from llmem.paths import default_paths
     from llmem.providers import make_embedder
 
     try:
-        values, _ = validate_mapping({"embedding": section, "llm": {"provider": "none"}}, "<recall bench>")
-        embedder = make_embedder(Config(values, None, default_paths()))
+        config = Config(paths=default_paths()).with_values({"embedding": section, "llm": {"provider": "none"}})
+        embedder = make_embedder(config)
         started = time.perf_counter()
         embedder.embed_query("warm up")
         return embedder, (time.perf_counter() - started) * 1000
@@ -517,6 +517,7 @@ class Kept:
     by_rule: Counter
     store_bytes: int
     by_part: dict = field(default_factory=dict)  # structure -> bytes (dbstat), plus the vector file
+    vectors: tuple | None = None  # (rows in the vector file, rows in the table, bytes of a file row)
 
     def line(self, text_bytes: int) -> str:
         types = ", ".join(f"{t} {n}" for t, n in self.by_type.most_common()) or "nothing"
@@ -534,7 +535,15 @@ class Kept:
         for name, size in self.by_part.items():
             grown[_part_group(name)] += size - empty.get(name, 0)
         parts = [(n, b) for n, b in grown.most_common() if b > 0][:top]
-        return "grown by: " + ", ".join(f"{n} {b / 1e3:.0f} KB ({b / max(1, text_bytes):.2f}x)" for n, b in parts)
+        line = "grown by: " + ", ".join(f"{n} {b / 1e3:.0f} KB ({b / max(1, text_bytes):.2f}x)" for n, b in parts)
+        if self.vectors is not None:
+            # The vector file is rebuilt after REBUILD_SHARE / MIN_REBUILD_ROWS changes: until then
+            # it holds few of the vectors (a search reads the rest from the table), and its share
+            # above is not what a store at rest pays for them.
+            held, total, row = self.vectors
+            line += (f"; the vector file holds {held} of {total} vectors (all of them: "
+                     f"{total * row / max(1, text_bytes):.2f}x)")
+        return line
 
 
 STORE_FILES = ("memory.db", "memory.db-wal", "memory.vectors")  # the store: SQLite file, WAL, vector file
@@ -607,7 +616,21 @@ def kept(home: Home) -> Kept:
             by_rule["?"] += 1
     # Our own temp store, with llmem stopped: fold the WAL in so the size is what is held.
     parts = store_parts(home.llmem_home)
-    return Kept(len(rows), by_type, by_rule, store_bytes(home.llmem_home), parts)
+    return Kept(len(rows), by_type, by_rule, store_bytes(home.llmem_home), parts, vector_rows(home))
+
+
+def vector_rows(home: Home) -> tuple[int, int, int] | None:
+    """(vectors the vector file holds, vectors in the table, bytes per vector in the file)."""
+    from llmem.db.vector_file import HEADER
+
+    path = home.llmem_home / STORE_FILES[2]
+    with home.connect() as conn:
+        row = conn.execute("SELECT count(*), max(dim) FROM embedding").fetchone()
+    if not path.exists() or not row[0]:
+        return None
+    with path.open("rb") as handle:
+        held = HEADER.unpack(handle.read(HEADER.size))[3]
+    return held, row[0], row[1] + 4 + 8  # int8 components, a float32 scale, an int64 seq
 
 
 # ---- scoring ------------------------------------------------------------------------------

@@ -77,6 +77,39 @@ class FixedQuery(Embedder):
         return self.next_vector
 
 
+# all-MiniLM-L6-v2's vectors of bench/quantization.py's 11.6k texts: the mean vector's length,
+# the variance about it (0.687), and the share of it its leading directions hold, by how many
+# of the 384 (random vectors' first 128 hold a third, MiniLM's 0.89).
+EMBEDDING_MEAN_NORM = 0.56
+EMBEDDING_VARIANCE = 0.687
+EMBEDDING_SPECTRUM = ((1, 0.067), (2, 0.126), (4, 0.213), (8, 0.329), (16, 0.471), (32, 0.616), (64, 0.763),
+                      (128, 0.891), (192, 0.951), (256, 0.982), (320, 0.996), (384, 1.0))
+
+
+def isotropic(dim: int):
+    """Random unit vectors: no direction dominates (the worst case of a prefilter)."""
+    def draw(nrng, count):
+        rows = nrng.normal(size=(count, dim)).astype(np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    return draw
+
+
+def embedding_like(nrng, dim: int):
+    """Unit vectors drawn with a sentence embedder's mean and spectrum (EMBEDDING_SPECTRUM) in
+    random directions."""
+    at, share = zip(*EMBEDDING_SPECTRUM, strict=True)
+    held = np.interp(np.arange(1, dim + 1) * 384 / dim, (0, *at), (0, *share))
+    spread = np.diff(held, prepend=0.0) * EMBEDDING_VARIANCE
+    basis, _ = np.linalg.qr(nrng.normal(size=(dim, dim)))
+    mean = nrng.normal(size=dim)
+    mean *= EMBEDDING_MEAN_NORM / np.linalg.norm(mean)
+
+    def draw(nrng, count):
+        rows = mean + (nrng.normal(size=(count, dim)) * np.sqrt(spread)) @ basis.T
+        return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    return draw
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q))
 
@@ -90,29 +123,59 @@ def timed(fn, runs) -> list[float]:
     return out
 
 
-def interleaved(cases: dict, runs: int) -> dict[str, list[float]]:
-    """{name: ms per run} for {name: (fn, args)}, taking turns run by run: on a shared, loaded
-    machine a figure and its floor then see the same load."""
-    out: dict[str, list[float]] = {name: [] for name in cases}
+def interleaved(cases: dict, runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """({name: wall ms per run}, {name: CPU ms per run, every thread of the process}) for
+    {name: (fn, args)}, taking turns run by run: on a shared, loaded machine a figure and its
+    floor then see the same load, and the CPU time is what the work costs when the wall time
+    also holds the wait for a core."""
+    wall: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
     for i in range(runs):
         for name, (fn, args) in cases.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn(args[i])
-            out[name].append((time.perf_counter() - start) * 1000)
-    return out
+            wall[name].append((time.perf_counter() - start) * 1000)
+            cpu[name].append((time.process_time() - start_cpu) * 1000)
+    return wall, cpu
 
 
 def report(name: str, ms: list[float], floor: list[float] | float | None = None,
-           floor_name: str = "floor") -> float:
-    """Print a figure (p50, p95) and, given its floor (runs, or their p50), the ratio to it;
-    return the p50."""
+           floor_name: str = "floor", cpu: list[float] | None = None) -> float:
+    """Print a figure (p50, p95, and the CPU time's p50 when given) and, given its floor (runs,
+    or their p50), the ratio to it; return the p50."""
     p50 = statistics.median(ms)
     ratio = ""
     if floor:
         base = statistics.median(floor) if isinstance(floor, list) else floor
         ratio = f"   {p50 / base:5.2f}x {floor_name}"
-    print(f"  {name:<40} p50 {p50:8.2f} ms   p95 {pct(ms, 95):8.2f} ms{ratio}   (n={len(ms)})")
+    used = f"   cpu p50 {statistics.median(cpu):7.2f} ms" if cpu else ""
+    print(f"  {name:<40} p50 {p50:8.2f} ms   p95 {pct(ms, 95):8.2f} ms{used}{ratio}   (n={len(ms)})")
     return p50
+
+
+class SequentialSearcher(Searcher):
+    """The search with its KNN scanned after the FTS query, not beside it (to measure the thread)."""
+
+    def _begin_nearest(self, query_vector, depth, *, background=False):
+        return super()._begin_nearest(query_vector, depth)
+
+
+def beside_anyway(go):
+    """`go` with the KNN scanned beside the FTS query even when no core is spare."""
+    def run(arg):
+        spare = vector_file._core_to_spare
+        vector_file._core_to_spare = lambda: True
+        try:
+            go(arg)
+        finally:
+            vector_file._core_to_spare = spare
+    return run
+
+
+def int8_scan(index, query, k):
+    """The vector file's exact scan of every int8 row (what it ran before the prefilter)."""
+    sims = vector_file._scores(index.matrix, index.scales, query)
+    return vector_file._top_index(sims, k)
 
 
 VEC0_TABLE = "bench_vec0"
@@ -138,7 +201,15 @@ def knn_vec0(db, query, k):
 class BeforeSearcher(Searcher):
     """The KNN as it was before the vector file, kept here to measure against."""
 
-    def _nearest(self, query_vector, depth, where, params):
+    def _begin_nearest(self, query_vector, depth, *, background=False):
+        searcher = self
+
+        class Run:
+            def finish(self, db, where, params):
+                return searcher._vec0_nearest(query_vector, depth, where, params)
+        return Run()
+
+    def _vec0_nearest(self, query_vector, depth, where, params):
         k = depth
         while True:
             nearest = knn_vec0(self.db, query_vector, k)
@@ -175,6 +246,11 @@ def main() -> None:
     parser.add_argument("--keep", help="Folder to build the store in (kept afterwards).")
     parser.add_argument("--builtin", action="store_true",
                         help="Also time fresh searches with the built-in ONNX model, in-process and by a resident.")
+    parser.add_argument("--vectors", choices=("embedding-like", "random"), default="embedding-like",
+                        help="Synthetic vectors with a sentence embedder's spectrum (the default), or "
+                             "isotropic random ones (the worst case of the vector file's prefilter).")
+    parser.add_argument("--in-process-only", action="store_true",
+                        help="Skip vec0 (the 'before' cases) and the fresh processes.")
     parser.add_argument("--reuse", action="store_true",
                         help="Search the store a previous run left in --keep (same --memories, --dim).")
     args = parser.parse_args()
@@ -205,8 +281,8 @@ def main() -> None:
         took = time.perf_counter() - start
         print(f"  import (validate + write)          {args.memories / took:8.0f} memories/s  ({took:.1f} s)")
 
-    vectors = nrng.normal(size=(args.memories, args.dim)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    draw = embedding_like(nrng, args.dim) if args.vectors == "embedding-like" else isotropic(args.dim)
+    vectors = draw(nrng, args.memories)
     embedder = FixedQuery(args.dim)
     memories = list(store.models.Memory.select().order_by(store.models.Memory.seq))
     start = time.perf_counter()
@@ -220,7 +296,10 @@ def main() -> None:
     queries = [" ".join(rng.sample(texts[rng.randrange(len(texts))].split(), 3)) for _ in range(args.queries)]
     qvectors = []
     for _ in range(args.queries):
-        q = vectors[rng.randrange(args.memories)] + 0.3 * nrng.normal(size=args.dim).astype(np.float32) / np.sqrt(args.dim)
+        if args.vectors == "embedding-like":  # a new text of the same distribution, near a stored one
+            q = vectors[rng.randrange(args.memories)] + draw(nrng, 1)[0]
+        else:
+            q = vectors[rng.randrange(args.memories)] + 0.3 * nrng.normal(size=args.dim).astype(np.float32) / np.sqrt(args.dim)
         qvectors.append((q / np.linalg.norm(q)).astype(np.float32))  # float64 would upcast the matrix
     # Two projects, one holding one memory in fifty: its filter leaves few of the nearest.
     Memory = store.models.Memory
@@ -258,7 +337,7 @@ def main() -> None:
     print(f"  recall@10 of the vector file against the exact scan of the stored vectors: "
           f"{statistics.mean(recall):.3f}; against float32 of the vectors as embedded: "
           f"{statistics.mean(recall_f32):.3f}")
-    if store.db.vec_loaded:
+    if store.db.vec_loaded and not args.in_process_only:
         build_vec0(store.db, seqs, matrix)
 
     def run_search(engine, project=None, track=False):
@@ -268,33 +347,50 @@ def main() -> None:
         return go
 
     where = "m.invalidated_at IS NULL"
+    index = vector_file.index_for(store.db, model, args.dim)
+    prefilter = index.prefilter
+    print(f"  vector file: {vector_file.file_path(store.db).stat().st_size / 1e6:.1f} MB, prefilter: "
+          + (f"{prefilter[0].shape[1]} float32 components ({4 * prefilter[0].shape[1]} bytes a vector), "
+             f"{vector_file.candidate_count(len(index.seqs))} candidates rescored" if prefilter else "none"))
+    sequential = SequentialSearcher(store, embedder)
     cases = {
         "fts": (lambda q: searcher.fts_candidates(q, depth, where, []), queries),
         "exact": (lambda v: exact_scan(seqs, matrix, v, depth), qvectors),
+        "int8": (lambda v: int8_scan(index, v, depth), qvectors),
         "knn after": (lambda v: vector_file.nearest(store.db, v, depth, model, args.dim, where, []), qvectors),
         "hybrid after": (run_search(searcher), pairs),
+        "hybrid sequential": (run_search(sequential), pairs),
+        "hybrid beside": (beside_anyway(run_search(searcher)), pairs),
         "project after": (run_search(searcher, "/p/rare"), pairs),
     }
-    if store.db.vec_loaded:
+    with_before = store.db.vec_loaded and not args.in_process_only
+    if with_before:
         cases.update({"knn before": (lambda v: knn_vec0(store.db, v, depth), qvectors),
                       "hybrid before": (run_search(before), pairs),
                       "project before": (run_search(before, "/p/rare"), pairs)})
-    ms = interleaved(cases, args.queries)
+    load = os.getloadavg()
+    ms, cpu = interleaved(cases, args.queries)
     floor = [a + b for a, b in zip(ms["fts"], ms["exact"], strict=True)]
-    print("in-process (warm), limit 10, query embedding excluded, cases taking turns:")
-    report("floor: FTS5 bm25", ms["fts"])
-    report("floor: exact numpy scan (matrix in RAM)", ms["exact"])
+    print(f"in-process (warm), limit 10, query embedding excluded, cases taking turns "
+          f"(load average {load[0]:.2f} before, {os.getloadavg()[0]:.2f} after):")
+    report("floor: FTS5 bm25", ms["fts"], cpu=cpu["fts"])
+    report("floor: exact numpy scan (matrix in RAM)", ms["exact"], cpu=cpu["exact"])
     print("  KNN, floor = the exact scan:")
-    if store.db.vec_loaded:
-        report("KNN before (vec0)", ms["knn before"], ms["exact"])
-    report("KNN after (vector file)", ms["knn after"], ms["exact"])
+    if with_before:
+        report("KNN before (vec0)", ms["knn before"], ms["exact"], cpu=cpu["knn before"])
+    report("KNN, the file's int8 scan (no prefilter)", ms["int8"], ms["exact"], cpu=cpu["int8"])
+    report("KNN after (vector file)", ms["knn after"], ms["exact"], cpu=cpu["knn after"])
     print("  hybrid, floor = FTS + the exact scan:")
     for label, key in (("hybrid", "hybrid"), ("hybrid, project filter (1 in 50)", "project")):
-        if store.db.vec_loaded:
-            report(f"{label}, before", ms[f"{key} before"], floor)
-        report(f"{label}, after", ms[f"{key} after"], floor)
+        if with_before:
+            report(f"{label}, before", ms[f"{key} before"], floor, cpu=cpu[f"{key} before"])
+        report(f"{label}, after", ms[f"{key} after"], floor, cpu=cpu[f"{key} after"])
+    report("hybrid, KNN after the FTS query", ms["hybrid sequential"], floor, cpu=cpu["hybrid sequential"])
+    report("hybrid, KNN beside it whatever the load", ms["hybrid beside"], floor, cpu=cpu["hybrid beside"])
     report("hybrid with access tracking, after", timed(run_search(searcher, track=True), pairs[:30]), floor[:30])
     store.close()
+    if args.in_process_only:
+        return
 
     # ---- fresh processes ----------------------------------------------------------------
     if args.builtin:

@@ -19,7 +19,12 @@ def main(argv: list[str] | None = None) -> None:
 
     if args[:1] and args[0] in FORWARDED:
         try:
-            answered = run_hook(args)
+            if args[0] == "mcp":  # an agent's MCP server, relayed to a resident (stdlib only too)
+                from llmem.mcprelay import relay
+
+                answered = relay(args)
+            else:
+                answered = run_hook(args)
         except Exception:  # whatever went wrong here, the CLI still answers the hook
             answered = False
         if answered:

@@ -26,6 +26,9 @@ class App:
         # client) and the vector scan's numpy cost a fresh process 10-30x `python -c pass`,
         # several times a hook's whole budget, so its context searches with FTS alone.
         self.query_embeddings = True
+        # An agent's hook in a process of its own: a server store gets the hook's short connect
+        # timeout (store.hook_connect_timeout_seconds), so an unreachable one fails it open in time.
+        self.in_hook = False
 
     def reads_only(self) -> None:
         """Say, before the store is opened, that this command reads (see `reading`)."""
@@ -42,8 +45,10 @@ class App:
         from .store import Store
 
         redactor = Redactor.from_section(self.config.redaction)
+        timeouts = self.config.store
+        timeout = timeouts.hook_connect_timeout_seconds if self.in_hook else timeouts.connect_timeout_seconds
         try:
-            return Store.open(self.config.store_location, redactor=redactor)
+            return Store.open(self.config.store_location, redactor=redactor, connect_timeout=timeout)
         except StoreError as exc:
             if not self.reading or self.config.store_location != self.config.db_path or not self.config.db_path.exists():
                 raise

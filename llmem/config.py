@@ -10,7 +10,15 @@ import copy
 import logging
 import math
 import os
-from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields, make_dataclass
+from dataclasses import (
+    MISSING,
+    FrozenInstanceError,
+    dataclass,
+    field,
+    fields,
+    make_dataclass,
+    replace,
+)
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -217,6 +225,10 @@ SCHEMA: dict[str, Any] = {
     # store.url — where the memory store lives (llmem/db/backend.py); db_path names the SQLite file.
     "store": {
         "url": _s(None, "store_url", "The memory store: null or sqlite:///PATH for a SQLite file (null: db_path), or postgresql://USER@HOST:PORT/DATABASE for a PostgreSQL server with pgvector, shared by machines and teammates (`pip install 'llmem[postgres]'`). A password in it is shown as *** everywhere; better kept in ~/.pgpass or PGPASSWORD", nullable=True),
+        # A server store's connect timeouts (db/postgres/connection.py): an agent's hook has a
+        # budget of its own (3 s for Codex's SessionEnd), the worker and commands can wait.
+        "connect_timeout_seconds": _s(5.0, "float", "For a server store: seconds to wait for its server to answer a new connection (the worker, the watcher, commands)", minimum=0.1, maximum=300),
+        "hook_connect_timeout_seconds": _s(1.0, "float", "For a server store: the same for a hook answered in a process of its own, which then fails open (a session start gets the block last kept for its project)", minimum=0.1, maximum=300),
     },
     "embedding": {
         "provider": _s("builtin", "choice", "Embedder: builtin (all-MiniLM-L6-v2 in-process via onnxruntime: no server, works offline), ollama, openai (any OpenAI-compatible /v1/embeddings), local (sentence-transformers, extra llmem[local]) or none. `llmem init` picks ollama when Ollama answers with an embedding model, else builtin", choices=("builtin", "ollama", "openai", "local", "none")),
@@ -480,11 +492,34 @@ def _typed(cls: type, schema: dict, values: dict, paths: Paths) -> dict:
     return out
 
 
+# Points this process (and the processes it starts) at a store without editing the file:
+# a machine's service unit, a container, a test run on PostgreSQL. Wins over store.url and is
+# never written into the file (`init` and `config set` rewrite what the file says).
+STORE_URL_ENV = "LLMEM_STORE_URL"
+
+
+def _store_url_from_env() -> str | None:
+    url = os.environ.get(STORE_URL_ENV)
+    if not url:
+        return None
+    try:
+        return check_store_url(url)
+    except ValueError as exc:
+        raise ConfigError(f"{STORE_URL_ENV} is not a store URL ({exc or 'unreadable'}): {masked_url(url)}",
+                          hint="sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE, or unset it") from None
+
+
 def _build(values: dict, source: Path | None, paths: Paths, warnings: list[str] | tuple = ()) -> Config:
     typed = _typed(Config, SCHEMA, values, paths)
-    url = values["store"]["url"]
+    url = _store_url_from_env()
+    if url:
+        typed["store"] = replace(typed["store"], url=url)
+    else:
+        url = values["store"]["url"]
     if url and url.startswith("sqlite:"):
-        typed["db_path"] = expand(url[len("sqlite://"):])  # store.url names the SQLite file
+        # store.url names the SQLite file; sqlite:////abs/path (an absolute path after the
+        # three slashes) is /abs/path, not //abs/path.
+        typed["db_path"] = expand("/" + url[len("sqlite://"):].lstrip("/"))
     return Config(**typed, source=source, paths=paths, warnings=tuple(warnings), written=values)
 
 

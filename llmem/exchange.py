@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .db import bulk, vec
+from .db.derived import stored_hash
 from .db.models import MEMORY_TYPES, RELATION_TYPES, SOURCES
 from .errors import UsageError
 from .store import content_hash, memory_to_dict
@@ -220,7 +221,8 @@ def _check_memory(i: int, row: Any, errors: list[str]) -> dict | None:
             if len(blob) != 4 * dim or not isinstance(embedding["model"], str):
                 raise ValueError
             out["embedding"] = {"model": embedding["model"], "dim": dim, "vector": blob,
-                                "content_hash": embedding.get("content_hash")}
+                                # an export of a store before migration 0023 holds the 64-character hash
+                                "content_hash": stored_hash(embedding.get("content_hash"))}
         except (KeyError, TypeError, ValueError, OverflowError):
             errors.append(f"{where} ({mid}): 'embedding' is malformed")
     return out

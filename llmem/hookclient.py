@@ -39,7 +39,9 @@ _COMMANDS = {
                {"--fts-only", "--semantic-only", "--valid-only", "--include-invalid", "--related",
                 "--explain", "--no-track", "--json"}),
 }
-FORWARDED = tuple(_COMMANDS)
+# `mcp` too: an agent's MCP server relays its session to a resident (mcprelay.py, which
+# __main__ asks for it: it builds on this module).
+FORWARDED = (*_COMMANDS, "mcp")
 # Commands whose arguments are words (search's query), not one payload.
 _WORDS = {"search"}
 # --sync runs a session's whole extraction inline and --run-lock-fd hands a lock over: those
@@ -101,28 +103,15 @@ def ask_resident(argv: list[str], stdin_text: str | None, *, path=None,
     """The resident's answer to `llmem argv` ({"stdout", "stderr"}), or None: run it in-process."""
     import json
     import socket
-    import stat
-    import struct
     import time
 
-    path = str(path or socket_path())
-    try:
-        found = os.lstat(path)
-    except OSError:
-        return None
-    # Only a socket of our own, private to us: another user's socket could answer anything.
-    if not stat.S_ISSOCK(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
-        return None
     request = json.dumps({"v": PROTOCOL, "argv": argv, "stdin": stdin_text, "env": environment()})
     deadline = time.monotonic() + reply_timeout
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(CONNECT_TIMEOUT)
-            conn.connect(path)
-            if hasattr(socket, "SO_PEERCRED"):  # and the process behind it is ours too
-                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-                if struct.unpack("3i", creds)[1] != os.getuid():
-                    return None
+        conn = connect(path)
+        if conn is None:
+            return None
+        with conn:
             conn.sendall(request.encode("utf-8"))
             conn.shutdown(socket.SHUT_WR)
             received = receive_all(conn, deadline)
@@ -137,6 +126,36 @@ def ask_resident(argv: list[str], stdin_text: str | None, *, path=None,
     if not isinstance(out, str) or not isinstance(err, str):
         return None
     return {"stdout": out, "stderr": err}
+
+
+def connect(path=None):
+    """A socket connected to the resident at `path` (default: socket_path()), or None: no
+    socket there, one that is not a private socket of this user's, or nobody listening."""
+    import socket
+    import stat
+    import struct
+
+    path = str(path or socket_path())
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    # Only a socket of our own, private to us: another user's socket could answer anything.
+    if not stat.S_ISSOCK(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(CONNECT_TIMEOUT)
+        conn.connect(path)
+        if hasattr(socket, "SO_PEERCRED"):  # and the process behind it is ours too
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            if struct.unpack("3i", creds)[1] != os.getuid():
+                conn.close()
+                return None
+    except OSError:
+        conn.close()
+        return None
+    return conn
 
 
 def receive_all(conn, deadline: float | None = None) -> bytes | None:
@@ -192,3 +211,4 @@ def run_hook(argv: list[str]) -> bool:
     except (OSError, ValueError):  # the agent stopped reading: nothing to fail about
         pass
     return True
+

@@ -12,6 +12,10 @@ of the server's own: the connection opened there stays the only one, the event l
 for the protocol, and calls are serialised as the store's writes are anyway. stdout is the
 protocol: logs go to the log files (mcp.log) and warnings to stderr. Nothing listens on a
 network port.
+
+The same tools also serve the sessions an agent's `llmem mcp` relays to a resident llmem
+(`RelayedSessions`, over resident.sock; mcprelay.py is the relay): one server per connection,
+scoped to the relay's working folder, on the host's App and tools thread.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import logging
 import os
 import re
+import socket
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -100,9 +105,12 @@ class MemoryTools:
     Library errors propagate (LlmemError); the server turns them into tool errors.
     """
 
-    def __init__(self, app, *, default_project: str | None = None):
+    def __init__(self, app, *, default_project: str | None = None, cwd: str | os.PathLike | None = None):
         self.app = app
         self.default_project = default_project
+        # The client's working folder: a relative `project` folder means one under it (a
+        # server answering through a resident llmem runs in another process's folder).
+        self.cwd = Path(cwd) if cwd is not None else None
         self._searcher: Searcher | None = None
         self._notice_said: str | None = None  # the search notice the agent was last told
 
@@ -162,7 +170,10 @@ class MemoryTools:
         project = project.strip()
         if not project:
             return None
-        return project_key(project) if Path(project).expanduser().is_dir() else project
+        folder = Path(project).expanduser()
+        if not folder.is_absolute():
+            folder = (self.cwd or Path.cwd()) / folder
+        return project_key(os.path.normpath(folder)) if folder.is_dir() else project
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -360,6 +371,11 @@ def _check_arguments(args: tuple) -> None:
                              hint="keep one self-contained idea per memory, or shorten the query")
 
 
+def _clean_line(line: bytes) -> bytes:
+    """One line of the client's, with every lone surrogate escape replaced by one of U+FFFF."""
+    return _LONE_ESCAPE.sub(rb"\1\\uffff", line) if b"\\u" in line else line
+
+
 class _StdinFilter:
     """stdin for the SDK, through a pipe: each line as the client sent it, with every lone
     surrogate escape replaced by one of U+FFFF. The SDK's JSON reader rejects a lone
@@ -376,9 +392,7 @@ class _StdinFilter:
         with os.fdopen(self._write_fd, "wb") as sink:
             try:
                 for line in self._source:
-                    if b"\\u" in line:
-                        line = _LONE_ESCAPE.sub(rb"\1\\uffff", line)
-                    sink.write(line)
+                    sink.write(_clean_line(line))
                     sink.flush()
             except (OSError, ValueError):  # the server is closing
                 pass
@@ -486,7 +500,7 @@ def serve(app, beside=None) -> None:
     # MCPServer calls logging.basicConfig (a handler on stderr at INFO) unless the root logger
     # has one already; the SDK's records go to mcp.log with llmem's instead.
     logging.getLogger().addHandler(logging.NullHandler())
-    tools = MemoryTools(app, default_project=working_project(Path.cwd()))
+    tools = MemoryTools(app, default_project=working_project(Path.cwd()), cwd=Path.cwd())
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmem-mcp")
     # Warmed up on the tools' thread while the SDK is imported and the client initialises:
     # the first call then finds the store, the model and the vectors ready. A failure here (a
@@ -517,3 +531,146 @@ def _warm_quietly(tools: MemoryTools) -> None:
         tools.warm_up()
     except Exception as exc:
         log.warning("could not open the store yet: %s", exc)
+
+
+# ---- sessions relayed to a resident llmem ------------------------------------------------------
+
+class _SocketLines:
+    """A relayed client's messages, read as the SDK's stdio transport reads stdin: text lines,
+    with lone surrogate escapes replaced (`_clean_line`, as `_StdinFilter` does for stdin)."""
+
+    def __init__(self, conn, already: bytes = b""):
+        self._file = conn.makefile("rb")
+        self._pending = already  # what arrived with the relay's first line
+
+    def readline(self) -> str:
+        if b"\n" in self._pending:
+            line, self._pending = self._pending.split(b"\n", 1)
+            line += b"\n"
+        else:
+            line, self._pending = self._pending, b""
+            try:
+                line += self._file.readline()
+            except OSError:  # reset, or cut by RelayedSessions.stop: the end of the session
+                pass
+        return _clean_line(line).decode("utf-8", errors="replace")
+
+
+class _SocketWriter:
+    """The replies of a relayed session, written as the SDK's transport writes stdout."""
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    def write(self, text: str) -> int:
+        self._conn.sendall(text.encode("utf-8"))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+class RelayedSessions:
+    """MCP sessions a resident llmem serves for the `llmem mcp` processes that relay their stdio
+    to it (hookclient.relay_mcp), so an agent's new MCP server costs it no SDK import and no
+    model load. Each connection gets a server of its own (build_server: the same seven tools),
+    scoped to the client's working folder; the tools run on `executor` (the host's thread for
+    the store, or one of this object's own), the sessions on one event loop thread."""
+
+    def __init__(self, app, executor: ThreadPoolExecutor | None = None):
+        self.app = app
+        self._own_executor = executor is None
+        self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmem-mcp")
+        self._lock = threading.Condition()
+        self._open: set = set()  # the sockets of the sessions being served
+        self._portal_cm = self._portal = None
+        self._log_handler = None
+        if self._own_executor:  # a worker's or `llmem run`'s: the tools log to mcp.log as in `llmem mcp`
+            self._log_to_mcp_log()
+
+    def _log_to_mcp_log(self) -> None:
+        from .logconfig import file_handler
+        from .paths import ensure_private_dir
+
+        try:
+            ensure_private_dir(self.app.config.log_dir)
+            self._log_handler = file_handler(self.app.config.log_dir / f"{LOG_COMPONENT}.log",
+                                             self.app.config.logging.level)
+            log.addHandler(self._log_handler)
+        except OSError as exc:
+            log.warning("relayed MCP sessions: not logging to %s.log: %s", LOG_COMPONENT, exc)
+
+    def prepare(self) -> RelayedSessions:
+        """Import the SDK and start the event loop (~0.5 s of CPU, once), so that the first
+        session does not wait for them."""
+        with self._lock:
+            if self._portal is None:
+                from anyio.from_thread import start_blocking_portal
+                from mcp.server.mcpserver import MCPServer  # noqa: F401 (the import is the cost)
+
+                self._portal_cm = start_blocking_portal()
+                self._portal = self._portal_cm.__enter__()
+        return self
+
+    def open(self, conn, cwd: str, already: bytes = b"") -> None:
+        """Serve one relayed session on `conn` (connected, its first line read) until either
+        side closes it."""
+        conn.settimeout(None)  # a session idles as long as its agent does
+        with self._lock:
+            if self._portal is None:
+                raise RuntimeError("RelayedSessions.prepare() was not called, or it stopped")
+            self._open.add(conn)
+            self._portal.start_task_soon(self._session, conn, cwd, already)
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    async def _session(self, conn, cwd: str, already: bytes) -> None:
+        import anyio
+        from mcp.server.stdio import stdio_server
+
+        try:
+            tools = MemoryTools(self.app, default_project=working_project(cwd), cwd=cwd)
+            server = build_server(tools, self.executor)
+            # What MCPServer.run_stdio_async runs, on the socket's lines instead of stdio's.
+            lowlevel = server._lowlevel_server
+            limiter = anyio.CapacityLimiter(2)  # its reader and writer, not the shared pool's
+            log.info("serving a relayed MCP session (project %s)", tools.default_project)
+            async with stdio_server(anyio.wrap_file(_SocketLines(conn, already), limiter=limiter),
+                                    anyio.wrap_file(_SocketWriter(conn), limiter=limiter)) as (read, write):
+                await lowlevel.run(read, write, lowlevel.create_initialization_options())
+        except Exception as exc:
+            if not _client_gone(exc):
+                log.exception("a relayed MCP session failed")
+        finally:
+            conn.close()
+            with self._lock:
+                self._open.discard(conn)
+                self._lock.notify_all()
+            log.info("a relayed MCP session ended")
+
+    def stop(self, *, linger: bool = False, cut_wait: float = 5.0) -> None:
+        """End serving. `linger`: wait until every client has closed its own session (the host
+        is an agent's `llmem mcp`, whose agent left: the others' sessions go on to their end);
+        else cut them now, and their relays read EOF and end with a message."""
+        with self._lock:
+            if not linger:
+                for conn in self._open:
+                    try:
+                        conn.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+            self._lock.wait_for(lambda: not self._open, timeout=None if linger else cut_wait)
+            portal, portal_cm = self._portal, self._portal_cm
+            self._portal_cm = self._portal = None
+        if portal is not None:
+            # A session still waiting for a tool call (cut: its client is told so) is cancelled.
+            portal.call(portal.stop, True)
+            portal_cm.__exit__(None, None, None)
+        if self._own_executor:
+            self.executor.shutdown(wait=True)
+        if self._log_handler is not None:
+            log.removeHandler(self._log_handler)
+            self._log_handler.close()

@@ -6,7 +6,6 @@ network call, so no transaction is ever held open across HTTP.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import uuid
@@ -19,7 +18,7 @@ import peewee as pw
 
 from .db import vec
 from .db.connection import open_store_database
-from .db.derived import text_hash, text_to_embed
+from .db.derived import short_hash, text_hash, text_to_embed
 from .db.fts import DESCRIPTIVE_METADATA, index_hints, metadata_text
 from .db.models import (
     EPISODE_SOURCE,
@@ -48,7 +47,7 @@ _WS = re.compile(r"\s+")
 def content_hash(content: str) -> str:
     """Hash of the normalised content: case and runs of whitespace do not make a new memory."""
     normalised = _WS.sub(" ", content.strip().lower())
-    return hashlib.sha256(normalised.encode("utf-8")).hexdigest()
+    return short_hash(normalised)
 
 
 def derived_fields(content: str, summary: str | None, metadata: dict | None) -> dict[str, Any]:
@@ -157,10 +156,12 @@ class Store:
 
     @classmethod
     def open(cls, path: Path | str, *, vec_enabled: bool = True, redactor: Redactor | None = None,
-             read_only: bool = False) -> Store:
+             read_only: bool = False, connect_timeout: float | None = None) -> Store:
         """`path`: the SQLite file, or the store's URL (`sqlite:///…`, `postgresql://…`).
-        `read_only`: nothing is created, migrated or written (db/connection.py open_read_only)."""
-        return cls(open_store_database(path, vec=vec_enabled, read_only=read_only), redactor)
+        `read_only`: nothing is created, migrated or written (db/connection.py open_read_only).
+        `connect_timeout`: seconds a server store's server has to answer (None: its default)."""
+        return cls(open_store_database(path, vec=vec_enabled, read_only=read_only,
+                                       connect_timeout=connect_timeout), redactor)
 
     def close(self) -> None:
         if not self.db.is_closed():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -17,6 +18,22 @@ sys.dont_write_bytecode = False
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fakes import FakeModelServer  # noqa: E402
+
+# LLMEM_TEST_STORE=postgres runs every test on a fresh PostgreSQL database of its own
+# (LLMEM_STORE_URL, which every llmem process the test starts inherits), but the tests
+# marked `sqlite_only` (they look into the SQLite file itself): `.ci/run` runs the suite so.
+ON_POSTGRES = os.environ.get("LLMEM_TEST_STORE") == "postgres"
+NOT_ON_POSTGRES = Path(__file__).with_name("not_on_postgres.txt")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not ON_POSTGRES:
+        return
+    listed = {line.strip() for line in NOT_ON_POSTGRES.read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.sqlite_only)
 
 
 def pytest_configure(config):
@@ -34,14 +51,16 @@ def pytest_configure(config):
 
 
 @pytest.fixture(autouse=True)
-def llmem_home(tmp_path, monkeypatch):
+def llmem_home(tmp_path, monkeypatch, request):
     home = tmp_path / "llmem-home"
     monkeypatch.setenv("LLMEM_HOME", str(home))
     monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # see sys.dont_write_bytecode
     for var in ("LLMEM_CONFIG", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "CLAUDE_CONFIG_DIR",
-                "CODEX_HOME", "COPILOT_HOME"):
+                "CODEX_HOME", "COPILOT_HOME", "LLMEM_STORE_URL"):
         monkeypatch.delenv(var, raising=False)
+    if ON_POSTGRES and request.node.get_closest_marker("sqlite_only") is None:
+        monkeypatch.setenv("LLMEM_STORE_URL", request.getfixturevalue("servers").fresh_database())
     return home
 
 
@@ -138,8 +157,9 @@ def postgres_url(servers):
 # `backend` (`.ci/run` runs those with LLMEM_REQUIRE_SERVERS=1, so a server that cannot
 # start fails them there; elsewhere they skip, saying why).
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.backend)])
-def store_url(request, llmem_home):
+def store_url(request, llmem_home, monkeypatch):
     if request.param == "sqlite":
+        monkeypatch.delenv("LLMEM_STORE_URL", raising=False)  # the SQLite run stays on SQLite
         return f"sqlite:///{llmem_home / 'memory.db'}"
     return request.getfixturevalue("servers").fresh_database()
 

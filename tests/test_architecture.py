@@ -26,7 +26,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "architecture"
 LAYERS = [
     ("__init__", "errors", "times", "processes", "redact", "text", "tokens", "trust", "svg"),
     ("paths", "hookclient"),
-    ("logconfig", "logreader", "machine", "context_cache"),
+    ("logconfig", "logreader", "machine", "context_cache", "mcprelay"),
     ("db", "adapters"),
     ("config", "store", "cursors"),
     ("providers",),

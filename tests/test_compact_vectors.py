@@ -78,7 +78,7 @@ def _make_it_an_older_store(path, embedder, vectors):
     store.db.execute_sql("DELETE FROM schema_migration WHERE name = '0017_compact_vectors'")
     store.close()
     old_file = path.with_suffix(".vectors")
-    old_file.write_bytes(vector_file.HEADER.pack(vector_file.MAGIC, 1, DIM, 0, 0, b"", 0).ljust(4096, b"\0"))
+    old_file.write_bytes(vector_file.HEADER.pack(vector_file.MAGIC, 1, DIM, 0, 0, b"", 0, 0).ljust(4096, b"\0"))
     return old_file
 
 

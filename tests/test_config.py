@@ -285,3 +285,19 @@ def test_config_show_prints_the_values_as_written_with_passwords_masked(cli, con
         {**defaults()["dream"], "report_path": "$LLMEM_HOME/r.html"}
     code, out, _ = cli("config", "show")
     assert code == 0 and "report_path: $LLMEM_HOME/r.html" in out
+
+
+def test_llmem_store_url_points_the_process_at_a_store_and_is_never_written(configure, llmem_home, monkeypatch, cli):
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\n")
+    elsewhere = llmem_home / "elsewhere.db"
+    monkeypatch.setenv("LLMEM_STORE_URL", f"sqlite:///{elsewhere}")
+    config = load_config()
+    assert config.store.url == f"sqlite:///{elsewhere}" and config.db_path == elsewhere
+    code, out, err = cli("add", "--content", "the api listens on 8080")
+    assert code == 0, err
+    assert elsewhere.is_file() and not (llmem_home / "memory.db").exists()
+    assert "elsewhere" not in (llmem_home / "config.yaml").read_text()  # the file says what it said
+    monkeypatch.setenv("LLMEM_STORE_URL", "mysql://me@db/x")
+    with pytest.raises(ConfigError, match="LLMEM_STORE_URL") as caught:
+        load_config()
+    assert "postgresql://" in caught.value.hint

@@ -136,7 +136,7 @@ def ruff_store_dreaming_with(home, provider: str, url: str):
     (home / "config.yaml").write_text(f"embedding:\n  provider: none\nllm:\n  provider: {provider}\n"
                                       f"  base_url: {url}\ndream:\n  model: dreamer\n")
     config = load_config()
-    return Store.open(config.db_path), config
+    return Store.open(config.store_location), config
 
 
 ENTRY = json.dumps({"entry": "The dream noticed the ruff theme."})

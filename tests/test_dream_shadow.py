@@ -29,7 +29,7 @@ def build(home, llm_config: str = "llm:\n  provider: none\n"):
         code, _, err = run_cli("search", key)
         assert code == 0, err
     config = load_config()
-    store = Store.open(config.db_path)
+    store = Store.open(config.store_location)
     for key, memory in memories.items():
         recall(store, memory, [f"{key} a", f"{key} b", f"{key} c"], days_ago=[3, 2, 1])
     return store, config, memories

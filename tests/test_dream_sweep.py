@@ -124,7 +124,7 @@ def test_merge_keeps_originals_linked(home):
     config = build(home)
     from llmem.store import Store
 
-    store = Store.open(config.db_path)
+    store = Store.open(config.store_location)
     Memory, Relation = store.models.Memory, store.models.Relation
     outcome = run_dream(store, config, apply=True, phases=["light", "deep"])
     merged_id = outcome.merge_results[0]["merged_id"]
@@ -146,7 +146,7 @@ def test_second_run_is_incremental(home):
     config = build(home)
     from llmem.store import Store
 
-    store = Store.open(config.db_path)
+    store = Store.open(config.store_location)
     first = run_dream(store, config, apply=True, phases=["light"])
     assert first.light.changed == 4
     emb = FakeEmbedder(dim=512)
@@ -162,7 +162,7 @@ def test_deep_alone_uses_last_light_candidates(home):
     config = build(home)
     from llmem.store import Store
 
-    store = Store.open(config.db_path)
+    store = Store.open(config.store_location)
     run_dream(store, config, apply=True, phases=["light"])
     deep = run_dream(store, config, apply=True, phases=["deep"])
     assert deep.action_counts()["deep"].get("merge") == 1
@@ -176,7 +176,7 @@ def test_failed_run_is_recorded_and_lock_released(home, monkeypatch):
     from llmem.dream.lock import read_lock
     from llmem.store import Store
 
-    store = Store.open(config.db_path)
+    store = Store.open(config.store_location)
     DreamRun = store.models.DreamRun
 
     def boom(*a, **k):
@@ -210,7 +210,7 @@ def test_undo_leaves_a_memory_edited_since_the_run_and_force_restores_it(home):
     config = build(home)
     from llmem.store import Store
 
-    store = Store.open(config.db_path)
+    store = Store.open(config.store_location)
     Memory = store.models.Memory
     before_ids = {m.id for m in Memory.select()}
     idle_before = next(m for m in Memory.select() if "idle fact" in m.content)
@@ -234,7 +234,7 @@ def test_undo_leaves_a_memory_edited_since_the_run_and_force_restores_it(home):
     store.close()
     code, out, err = run_cli("dream", "undo", outcome.run_id, "--force")
     assert code == 0, err
-    store = Store.open(config.db_path)
+    store = Store.open(config.store_location)
     assert {m.id for m in store.models.Memory.select()} == before_ids
     assert decayed.confidence < idle_before.confidence  # the run decayed it
     assert store.get(decayed.id).confidence == pytest.approx(idle_before.confidence)
@@ -247,13 +247,13 @@ def test_undo_cli_reports_the_memories_it_left(home):
     run_id = json.loads(out)["run_id"]
     from llmem.store import Store
 
-    with Store.open(config.db_path) as store:
+    with Store.open(config.store_location) as store:
         idle = next(m for m in store.list(limit=None) if "idle fact" in m.content)
         store.update(idle.id, content="an idle fact about the old build server, corrected by hand")
     code, out, err = run_cli("dream", "undo", run_id)
     assert code == 0, err
     assert f"memory {idle.id} changed since the run; left as it is" in err and "--force" in err
-    with Store.open(config.db_path) as store:
+    with Store.open(config.store_location) as store:
         assert store.get(idle.id).content.endswith("corrected by hand")
 
 

@@ -28,7 +28,7 @@ def home(llmem_home):
 
 
 def dream_runs(home) -> int:
-    store = Store.open(load_config().db_path)
+    store = Store.open(load_config().store_location)
     try:
         DreamRun = store.models.DreamRun
         return DreamRun.select().where(DreamRun.kind == "dream").count()

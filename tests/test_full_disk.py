@@ -70,7 +70,7 @@ from llmem.store import Store
 
 home = pathlib.Path(os.environ["LLMEM_HOME"])
 config = build(home)
-store = Store.open(config.db_path)
+store = Store.open(config.store_location)
 original = sweep.start_run
 wal = pathlib.Path(str(config.db_path) + "-wal")
 

@@ -2,7 +2,9 @@
 
 One server serves the whole module (spawning one costs about a second), over a store of its
 own and the fake Ollama on 127.0.0.1 for vectors; each test checks what a call did in the
-store through a Store opened beside it.
+store through a Store opened beside it. Every test runs twice: against a server in its own
+process ("in-process"), and against one whose `llmem mcp` only relays the session to a
+resident llmem (another `llmem mcp`, started in another folder: "relayed").
 """
 
 from __future__ import annotations
@@ -31,6 +33,26 @@ class Served:
     repo: Path
     env: dict
     stderr: Path
+    host: McpClient | None = None  # the resident serving a relayed client
+
+
+def _proc_cwd(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
+def loads_the_sdk(pid: int) -> bool:
+    """Whether process `pid` has loaded pydantic's compiled core (the MCP SDK needs it)."""
+    return "pydantic_core" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def relay_pid(cwd: Path) -> int:
+    """The pid of this test's `llmem mcp` child started in `cwd`, which must be a relay."""
+    [pid] = [pid for pid in _server_pids() if _proc_cwd(pid) == str(cwd)]
+    assert not loads_the_sdk(pid), "the client was served in-process, not relayed"
+    return pid
 
 
 def server_env(home: Path, user_home: Path) -> dict:
@@ -39,8 +61,20 @@ def server_env(home: Path, user_home: Path) -> dict:
     return {**env, "LLMEM_HOME": str(home), "HOME": str(user_home)}
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def start_host(env: dict, cwd: Path, errlog) -> McpClient:
+    """An `llmem mcp` of its own (in `cwd`) whose resident takes the next ones' sessions."""
+    from fakes import wait_until
+
+    from llmem import hookclient
+
+    host = McpClient(env, cwd=cwd, errlog=errlog).start()
+    path = Path(env["LLMEM_HOME"]) / hookclient.SOCKET_NAME
+    wait_until(lambda: path.exists(), timeout=30, interval=0.02)
+    return host
+
+
+@pytest.fixture(scope="module", params=["in-process", "relayed"])
+def served(request, tmp_path_factory):
     base = tmp_path_factory.mktemp("mcp")
     home, repo = base / "llmem-home", base / "acme"
     (repo / ".git").mkdir(parents=True)
@@ -50,12 +84,20 @@ def served(tmp_path_factory):
                        "llm:\n  provider: none\n")
     env = server_env(home, base / "user-home")
     stderr = base / "server-stderr.txt"
+    host = None
     with stderr.open("w") as errlog:
+        if request.param == "relayed":  # started elsewhere: the relay says where it works
+            (base / "elsewhere").mkdir()
+            host = start_host(env, base / "elsewhere", errlog)
         client = McpClient(env, cwd=repo, errlog=errlog).start()
         try:
-            yield Served(client, home, repo, env, stderr)
+            if host is not None:
+                relay_pid(repo)
+            yield Served(client, home, repo, env, stderr, host)
         finally:
             client.close()
+            if host is not None:
+                host.close()
             model_server.stop()
 
 
@@ -129,6 +171,11 @@ def test_remember_scopes_and_redacts(served, app):
                         project=str(served.repo / "src"), confidence=0.95)
     memory = app.store.get(only_id(reply))
     assert memory.project == str(served.repo)  # a folder inside the repo means the repo
+    # A relative folder is one under the client's working folder (it was ".": its
+    # repository looked up from "src" upwards as a relative path, to the process's own).
+    relative = client.text("remember", content="The acme src folder holds the service code.",
+                           project="src")
+    assert app.store.get(only_id(relative)).project == str(served.repo)
     assert "ghp_" not in memory.content and "[REDACTED:" in memory.content
     assert memory.confidence == pytest.approx(0.95)
 
@@ -317,18 +364,30 @@ def _listening_inodes() -> set[str]:
     return inodes
 
 
-def test_one_store_connection_no_port_and_a_log_file(served, app):
-    served.client.text("search", query="warm the server up")
-    error_of(served.client.call("get", ids=["0000dead"]))
-    [pid] = _server_pids()
+def _open_files(pid: int) -> list[str]:
     targets = []
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
             targets.append(os.readlink(fd))
         except OSError:
             continue
+    return targets
+
+
+def test_one_store_connection_no_port_and_a_log_file(served, app):
+    served.client.text("search", query="warm the server up")
+    error_of(served.client.call("get", ids=["0000dead"]))
+    pids = _server_pids()
     db = str(app.config.db_path)
-    # Every call ran on the one thread that opened the store: one connection for the server's life.
+    if served.host is not None:  # the relay opens nothing of llmem's: the host serves it
+        relay = relay_pid(served.repo)
+        assert db not in _open_files(relay)
+        [pid] = [p for p in pids if p != relay]
+    else:
+        [pid] = pids
+    targets = _open_files(pid)
+    # Every call ran on the one thread that opened the store: one connection for the server's
+    # life, the relayed sessions' calls included.
     assert targets.count(db) == 1, targets
     sockets = {t[len("socket:["):-1] for t in targets if t.startswith("socket:[")}
     assert not sockets & _listening_inodes()

@@ -263,3 +263,93 @@ def test_a_connection_the_server_dropped_is_opened_again_for_the_next_statement(
                                 f"WHERE datname = '{database}' AND pid <> pg_backend_pid()")
         store.add("after it came back")
         assert store.models.Memory.select().count() == 2
+
+
+class NamedEmbedder:
+    """What store_vectors asks of an embedder: the identity its vectors are stored under."""
+
+    identity = "test-model:8"
+
+
+@backend
+def test_a_bulk_load_goes_in_bare_and_gets_its_hnsw_index_once_at_its_end(servers):
+    """460 vectors/s through a live HNSW index: a large batch into a table smaller than it is
+    copied into the bare table, and the index is built once, when the load ends (or at the
+    next search); what is stored after goes through the index, a re-embedding replaces."""
+    import numpy as np
+
+    from llmem.db import vec, vector_file
+    from llmem.db.postgres.vec import BULK_ROWS, knn_vec0
+    from llmem.exchange import apply_import, plan_import
+    from llmem.store import Store
+    from llmem.vectors import store_vectors
+
+    count = BULK_ROWS + 200
+    document = {"version": 1, "relations": [], "memories": [
+        {"id": f"00000000-0000-4000-8000-{i:012d}", "type": "fact", "content": f"memory number {i}"}
+        for i in range(count)]}
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(count, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    with Store.open(servers.fresh_database()) as store:
+        apply_import(store, plan_import(store, document))
+        memories = list(store.models.Memory.select().order_by(store.models.Memory.seq))
+
+        def has_index() -> bool:
+            return store.db.execute_sql("SELECT to_regclass('memory_vec_hnsw') IS NOT NULL").fetchone()[0]
+
+        store_vectors(store, NamedEmbedder(), memories, vectors)
+        assert not has_index()  # loaded bare
+        vector_file.index_for(store.db, *vec.index_state(store.db))  # as `embed` ends
+        assert has_index()
+        assert store.db.execute_sql("SELECT count(*) FROM memory_vec").fetchone()[0] == count
+        for i in (0, 700, count - 1):  # every vector went in whole: each is its own nearest
+            assert knn_vec0(store.db, vectors[i], 1)[0][0] == memories[i].seq
+        moved = -vectors[5]
+        store_vectors(store, NamedEmbedder(), [memories[5]], moved[None, :])  # re-embedded: replaced
+        assert store.db.execute_sql("SELECT count(*) FROM memory_vec").fetchone()[0] == count
+        assert knn_vec0(store.db, moved, 1)[0] == (memories[5].seq, pytest.approx(0.0, abs=1e-6))
+        assert has_index()
+        # A table rebuilt from the stored vectors (`store copy`, an import): bare, then indexed.
+        assert vec.rebuild_index(store.db, *vec.index_state(store.db)) == count and has_index()
+        assert knn_vec0(store.db, vectors[700], 1)[0][0] == memories[700].seq
+
+
+@backend
+def test_bm25_on_postgres_is_exact_when_more_match_than_it_scores_first(servers, tmp_path, monkeypatch):
+    """Only the matches whose bound could reach the top are scored: with 600 matches and the
+    first 20 bounds considered, the top 5 is still FTS5's, ties and all, in a second pass."""
+    import random
+
+    from llmem.db.postgres import fts
+
+    monkeypatch.setattr(fts, "FIRST_CONSIDERED", 0)  # 4 × fetch: 20
+    passes = []
+    real = fts.ranked_matches.__globals__["_tsquery"]
+    monkeypatch.setattr(fts, "_tsquery", lambda lexemes: passes.append(1) or real(lexemes))
+
+    from llmem.db.fts import match_expression, ranked_matches
+    from llmem.exchange import apply_import, plan_import
+    from llmem.search import BM25_WEIGHTS
+    from llmem.store import Store
+
+    rng = random.Random(5)
+    filler = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda"]
+    texts = []
+    for i in range(600):
+        words = ["deploy"] * rng.randint(1, 3) + [rng.choice(filler) for _ in range(rng.randint(2, 30))]
+        if i % 7 == 0:
+            words += ["release"] * rng.randint(1, 2)
+        rng.shuffle(words)
+        texts.append(" ".join(words) + f" note{i}")
+    scores = []
+    for location in (tmp_path / "memory.db", servers.fresh_database()):
+        with Store.open(location) as store:
+            apply_import(store, plan_import(store, {"version": 1, "relations": [], "memories": [
+                {"id": f"00000000-0000-4000-8000-{i:012d}", "type": "fact", "content": text}
+                for i, text in enumerate(texts)]}))
+            seq_text = {m.seq: m.content for m in store.models.Memory.select()}
+            rows = ranked_matches(store.db, match_expression("deploy release"), BM25_WEIGHTS, 5, "1", [])
+            scores.append([(seq_text[seq], round(score, 6)) for seq, score in rows])
+    assert scores[1] == scores[0] and len(scores[0]) == 5
+    assert len(passes) == 2  # the first 20 could not prove the top: all that could reach it next

@@ -18,7 +18,7 @@ MEMORIES = 450  # more than one 200-row import chunk and several 64-memory embed
 
 
 def fill_store(count: int = MEMORIES) -> None:
-    with Store.open(load_config().db_path) as store:
+    with Store.open(load_config().store_location) as store:
         for i in range(count):
             store.add(f"memory number {i} about the build cache on host {i % 7}", "fact")
 

@@ -112,3 +112,40 @@ def test_sharing_flips_a_projects_shareable_memories_and_a_dream_never_merges_ac
     result = find_candidates(store, similarity_threshold=0.92, auto_link_threshold=None, since=None)
     assert [sorted(group) for group in result.exact_duplicates] == [sorted([fact.id, twin.id])]
     store.close()
+
+
+@backend
+def test_each_roles_bm25_totals_are_those_of_the_memories_it_can_see(team, servers, monkeypatch):
+    """BM25's N and mean length come from memory_totals (migration pg0011), kept by the
+    statements that write memories: under each role they equal count(*) and avg over the
+    rows its policies show it, through adds, a share and its undo, an edit, a delete, and the
+    folding of the change rows."""
+    from llmem.db.postgres import fts
+
+    stores, urls, roles = team
+    alice, bob = stores["alice"], stores["bob"]
+
+    def assert_exact():
+        for store in (alice, bob):
+            seen, words = store.db.execute_sql("SELECT count(*), coalesce(avg(search_words), 1) FROM memory").fetchone()
+            rows, avgdl, _ = store.db.execute_sql(fts.TOTALS_SQL).fetchone()
+            assert (fts.memory_count(store.db), rows) == (seen, seen)
+            assert avgdl == pytest.approx(max(float(words), 1.0))
+
+    for i in range(3):
+        alice.add(f"decision {i}: the api deploys with make release and signed tags", "decision", project=PROJECT)
+    alice.add("alice prefers tabs", "preference", project=PROJECT)
+    note = bob.add("bob's own short note", "fact", project=PROJECT).memory
+    assert_exact()
+    alice.share(PROJECT)
+    assert_exact()
+    bob.update(note.id, content="bob's own note, now a good deal longer than it was before")
+    assert_exact()
+    bob.delete(note.id)
+    assert_exact()
+    monkeypatch.setattr(fts, "FOLD_AT", 2)
+    fts.memory_count(alice.db)  # folds what alice sees into one row per group
+    fts.memory_count(bob.db)
+    assert_exact()
+    alice.share(PROJECT, shared=False)
+    assert_exact()

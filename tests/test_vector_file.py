@@ -150,13 +150,13 @@ def test_a_selective_filter_is_a_mask_over_one_scan(tmp_path, monkeypatch):
                                      projects=lambda i: "rare" if i % 100 == 0 else "common")
     by_seq = {m.seq: v for m, v in zip(memories, vectors, strict=True)}
     scans = []
-    real_nearest = vector_file.VectorIndex.nearest
+    real_scores = vector_file.VectorIndex.scores
 
     def counting(self, *args):
         scans.append(1)
-        return real_nearest(self, *args)
+        return real_scores(self, *args)
 
-    monkeypatch.setattr(vector_file.VectorIndex, "nearest", counting)
+    monkeypatch.setattr(vector_file.VectorIndex, "scores", counting)
     rare = [m for m in memories if m.project == "rare"][0]
     query = unit(-vectors[memories.index(rare)])  # the rare project's rows rank last
     where = "m.project = ?"

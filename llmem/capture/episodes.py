@@ -21,8 +21,8 @@ anything here cuts them):
   then spaces);
 - each chunk is one memory with provenance in its metadata: agent, role, turn (the record
   index of its first message), its first and last message ids, time, part k of n for a long
-  turn. `role` says whose words it holds (user: the user's; assistant: the agent's; mixed: both,
-  listed in `roles`), the origin a trust notion will read.
+  turn. `role` says whose words it holds (user: the user's; assistant: the agent's; mixed: both;
+  a list of the two beside it cost ~0.07x the text an episode holds), the origin a trust notion will read.
 The writes happen in the transaction that advances the session's cursors (capture/extract.py),
 so a slice becomes episodes exactly once however the session ends; an exact duplicate of a
 valid memory of the same project (the same content hash) is not stored again.
@@ -40,10 +40,15 @@ from .markers import CHARS_PER_TOKEN
 EPISODE_TYPE = "conversation"
 # Below the extractors' stated (0.9) and inferred (0.7): it is what was said, not a fact.
 EPISODE_CONFIDENCE = 0.5
-# Tokens (chars/4) per episode chunk: one idea-sized passage, within what a small embedding
-# model reads whole (MiniLM: 256 word pieces), large enough that a chunk's vector and index
-# rows cost little beside its text.
-CHUNK_TOKENS = 256
+# Tokens (chars/4) per episode chunk. Each chunk is a row of its own with a vector, ~400 bytes of
+# ids, hashes and metadata, an entry in nine indexes and a journal line, so the fewer the rows
+# the less a store grows beside the text it holds (issue 18: <= 3x); 1,600 characters keep a
+# row under half a 4 KB page, so two share one (at 2,048, one 2.1 KB row took a page alone).
+# The embedder reads a chunk's first 256 word pieces (~1,100 characters); FTS reads it all.
+# Measured (bench/recall.py, default mode, backfill): 256 -> 400 tokens took LoCoMo dev's growth
+# from 4.3x to 3.8x (rows 528 -> 377), session Hit@5/MRR 0.896/0.762 -> 0.899/0.765, coding
+# MRR 0.960 -> 0.951 (Hit@5 1.000); a result now stands for more turns (LoCoMo t/top5 31 -> 47).
+CHUNK_TOKENS = 400
 CHUNK_CHARS = CHUNK_TOKENS * CHARS_PER_TOKEN
 # Characters of one turn kept (~6k tokens, ~6 chunks): a 50 MB pasted log keeps its head.
 TURN_CHARS = 24_000
@@ -89,8 +94,6 @@ class Episode:
         # a chunk of short turns would otherwise spend more bytes on ids than on words.
         ids = self.message_ids if len(self.message_ids) <= 2 else [self.message_ids[0], self.message_ids[-1]]
         meta = {"agent": agent, "role": self.role, "turn": self.turn, "message_ids": ids}
-        if self.role == "mixed":
-            meta["roles"] = list(dict.fromkeys(self.roles))
         if self.parts > 1:
             meta |= {"part": self.part, "parts": self.parts}
         if self.time_ms is not None:
@@ -304,13 +307,11 @@ class EpisodeWrite:
 
 
 def _merged_metadata(old: dict, episode: Episode, agent: str | None) -> dict:
-    roles = list(dict.fromkeys([*(old.get("roles") or [old.get("role")]), *episode.roles]))
+    roles = {old.get("role"), episode.role}
     ids = [*(old.get("message_ids") or [])[:1], *episode.message_ids[-1:]]
     meta = {**old, "agent": agent or old.get("agent"), "message_ids": ids,
-            "role": roles[0] if len(roles) == 1 else "mixed"}
-    meta.pop("roles", None)
-    if len(roles) > 1:
-        meta["roles"] = roles
+            "role": roles.pop() if len(roles) == 1 else "mixed"}
+    meta.pop("roles", None)  # older episodes listed both roles of a mixed one
     if episode.cut:
         meta["cut_chars"] = int(old.get("cut_chars") or 0) + episode.cut
     return meta

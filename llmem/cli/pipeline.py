@@ -16,11 +16,15 @@ from .ui import NO_BROWSER_OPTION, port_option, prepare_viewer
 
 
 def _start_watcher(app):
+    from ..pipeline.spool import Spool, default_spool_path
     from ..pipeline.watcher import SessionWatcher
     from .queueing import submit_event
 
+    # What the store cannot take while its server is away waits in the spool, on this disk.
+    spool = Spool(default_spool_path(), lambda moment: submit_event(
+        app, moment.adapter, moment.session_id, moment.kind, since=moment.since))
     watcher = SessionWatcher(app.config, lambda adapter, sid, kind: submit_event(app, adapter, sid, kind),
-                             store=app.store)
+                             store=lambda: app.store, spool=spool)
     watcher.start()
     return watcher
 
@@ -49,10 +53,15 @@ def _consumer(app, workers: int):
 @click.pass_obj
 def watch(app):
     """Watch the agents' session stores and enqueue lifecycle events (foreground)."""
+    from ..errors import StoreError
     from ..logconfig import setup_file_logging
 
     log_path = setup_file_logging(app.config, "watch")
-    _ = app.store  # open (and migrate) before the first event arrives
+    try:
+        _ = app.store  # open (and migrate) before the first event arrives
+    except StoreError as exc:  # its server away: watch anyway, the moments wait in the spool
+        click.echo(f"llmem watch: {exc.message}; watching anyway, what it sees waits on this disk "
+                   "until the store answers", err=True)
     watcher = _start_watcher(app)
     click.echo(f"llmem watch: {watcher.describe()}; log {log_path}; Ctrl-C stops", err=True)
     stop = threading.Event()

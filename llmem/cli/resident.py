@@ -8,6 +8,11 @@ the bytes back. Whatever it cannot answer exactly as the hook process would (ano
 environment, --sync, a bad command line, a failure), it declines, and the hook runs
 in-process. It lives in cli/ because it runs a CLI command.
 
+An agent's `llmem mcp` asks it too (hookclient.relay_mcp): a first line with its working
+folder and environment, then the MCP byte stream both ways, which a server of its own here
+answers (mcp_server.RelayedSessions: the same tools, on the open store and model); declined
+(another environment, --config, the SDK not ready), the relay serves the session itself.
+
 The socket is the user's alone: created mode 0600 in the private home, never taken over from
 another user (a socket there owned by someone else is left and reported), replaced when it is
 stale (nobody listening), and removed at stop only while it is still this process's.
@@ -26,7 +31,7 @@ import threading
 
 import click
 
-from ..hookclient import PROTOCOL, environment, receive_all, socket_path
+from ..hookclient import PROTOCOL, REQUEST_LIMIT, environment, socket_path
 
 log = logging.getLogger("llmem.resident")
 # One hook at a time: a SessionStart is ~20-50 ms here, and others wait in the backlog (a
@@ -43,7 +48,8 @@ class Declined(Exception):
 class Resident:
     """The socket server of one long-lived process; `start()` returns None when it cannot serve."""
 
-    def __init__(self, host_app, config_path: str | None = None, path=None, run_on=None):
+    def __init__(self, host_app, config_path: str | None = None, path=None, run_on=None,
+                 linger: bool = False):
         # The host's App: its store (a connection per thread, as the worker's threads have)
         # and its embedder, so the model is loaded once per process. `run_on`: an executor
         # that must run every use of the store (`llmem mcp` keeps one thread on it).
@@ -57,6 +63,11 @@ class Resident:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._hook_log = None
+        # The MCP sessions relayed here (mcp_server.RelayedSessions), made at the first one;
+        # `linger`: at stop, wait for them to end instead of cutting them (cli/mcp.py).
+        self._sessions = None
+        self._sessions_lock = threading.Lock()
+        self.linger = linger
 
     # ---- the socket ----------------------------------------------------------------------
 
@@ -134,12 +145,18 @@ class Resident:
                 os.unlink(self.path)
         except OSError:
             pass
+        with self._sessions_lock:  # after a preparation under way, if one is
+            sessions, self._sessions = self._sessions, None
+        if sessions is not None:
+            sessions.stop(linger=self.linger)
         if self._hook_log is not None:
             logging.getLogger("llmem.hooks").removeHandler(self._hook_log)
             self._hook_log.close()
 
     def _serve(self) -> None:
         self._on_host(self._warm)
+        # The SDK imported now, beside the hooks, not when an agent's first MCP session waits.
+        threading.Thread(target=self._relayed_sessions, name="llmem-mcp-prepare", daemon=True).start()
         while not self._stop.is_set():
             try:
                 conn, _ = self._listener.accept()
@@ -149,11 +166,14 @@ class Resident:
                 if self._stop.is_set():
                     return
                 continue
-            with conn:
-                try:
-                    self._answer(conn)
-                except Exception as exc:  # one client's trouble never stops the server
-                    log.debug("resident: a request failed: %s", exc)
+            handed_over = False
+            try:
+                handed_over = self._answer(conn)
+            except Exception as exc:  # one client's trouble never stops the server
+                log.debug("resident: a request failed: %s", exc)
+            finally:
+                if not handed_over:
+                    conn.close()
 
     def _warm(self) -> None:
         """Open the store and load the model now, so the first hook finds them ready."""
@@ -176,13 +196,17 @@ class Resident:
         except Exception as exc:  # each hook meets it again and reports it as it always did
             log.warning("resident: warming up failed: %s", exc)
 
-    def _answer(self, conn: socket.socket) -> None:
+    def _answer(self, conn: socket.socket) -> bool:
+        """Answer one connection; True when it became an MCP session (its socket is the
+        session's now)."""
         conn.settimeout(READ_TIMEOUT_SECONDS)
         if not _same_user(conn):
-            return
-        received = receive_all(conn)
+            return False
+        received, after = _receive_head(conn)
         if received is None:
-            return
+            return False
+        if after is not None:
+            return self._open_session(conn, received, after)
         try:
             request = json.loads(received)
             reply = {"ok": True, **self._on_host(self.run, request)}
@@ -192,6 +216,51 @@ class Resident:
             log.debug("resident: declined a hook after a failure: %s", exc, exc_info=True)
             reply = {"ok": False, "why": f"{exc.__class__.__name__}: {exc}"}
         conn.sendall(json.dumps(reply, ensure_ascii=False).encode("utf-8"))
+        return False
+
+    # ---- relayed MCP sessions ------------------------------------------------------------
+
+    def _open_session(self, conn: socket.socket, head: bytes, after: bytes) -> bool:
+        """A relay's first line (hookclient.relay_mcp): {"ok": true} and the session served
+        from here on, or {"ok": false, "why"} and the relay serves it in its own process."""
+        try:
+            cwd = self._session_folder(json.loads(head))
+            sessions = self._relayed_sessions()
+            if sessions is None:
+                raise Declined("the MCP SDK is not ready here")
+        except (Declined, ValueError) as why:
+            conn.sendall(json.dumps({"ok": False, "why": str(why)}).encode("utf-8") + b"\n")
+            return False
+        conn.sendall(json.dumps({"ok": True, "pid": os.getpid()}).encode("utf-8") + b"\n")
+        sessions.open(conn, cwd, after)
+        return True
+
+    def _session_folder(self, request) -> str:
+        """The working folder of a relay whose answers would be this process's (else Declined)."""
+        if not isinstance(request, dict) or request.get("v") != PROTOCOL:
+            raise Declined("another protocol version")
+        session = request.get("mcp")
+        cwd = session.get("cwd") if isinstance(session, dict) else None
+        if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
+            raise Declined("no working folder")
+        if request.get("env") != self.environment:
+            raise Declined("another environment (home, config or agent folders)")
+        if self.config_path is not None:  # `llmem mcp` reads the default config, this host another
+            raise Declined("this llmem runs with --config")
+        return cwd
+
+    def _relayed_sessions(self):
+        """The MCP sessions served here, the SDK imported (None when it cannot be)."""
+        with self._sessions_lock:
+            if self._sessions is None and not self._stop.is_set():
+                try:
+                    from ..mcp_server import RelayedSessions
+
+                    self._sessions = RelayedSessions(self.app, self.run_on).prepare()
+                except Exception as exc:  # relays serve their sessions themselves
+                    log.warning("resident: not serving MCP sessions: %s", exc)
+                    return None
+            return self._sessions
 
     def _on_host(self, work, *args):
         return work(*args) if self.run_on is None else self.run_on.submit(work, *args).result()
@@ -296,6 +365,24 @@ def _unroute_std_streams() -> None:
             sys.stderr = sys.stderr._own
 
 
+def _receive_head(conn: socket.socket) -> tuple[bytes | None, bytes | None]:
+    """What a client sends first: (its whole request, None) when it closes its side without a
+    newline (a hook's JSON, which has none); (its first line, what came after it) when it sends
+    one (an MCP relay); (None, None) past REQUEST_LIMIT bytes."""
+    chunks, size = [], 0
+    while True:
+        chunk = conn.recv(65536)
+        if b"\n" in chunk:
+            head, after = (b"".join(chunks) + chunk).split(b"\n", 1)
+            return head, after
+        if not chunk:
+            return b"".join(chunks), None
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > REQUEST_LIMIT:
+            return None, None
+
+
 def _answers(path: str) -> bool:
     """Whether a process listens on the socket at `path` (False: a stale file)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
@@ -316,13 +403,14 @@ def _same_user(conn: socket.socket) -> bool:
     return struct.unpack("3i", creds)[1] == os.getuid()
 
 
-def start_resident(app, run_on=None) -> Resident | None:
-    """Serve hooks from this process for its life when `pipeline.resident_hooks` is on (None: not)."""
+def start_resident(app, run_on=None, linger: bool = False) -> Resident | None:
+    """Serve hooks (and relayed MCP sessions) from this process for its life when
+    `pipeline.resident_hooks` is on (None: not)."""
     try:
         if not app.config.pipeline.resident_hooks:
             return None
         config_path = click.get_current_context().find_root().params.get("config_path")
-        return Resident(app, config_path, run_on=run_on).start()
+        return Resident(app, config_path, run_on=run_on, linger=linger).start()
     except Exception as exc:  # the host process runs on without it; hooks run in-process
         log.warning("not serving hooks: %s", exc)
         return None

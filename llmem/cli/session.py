@@ -68,6 +68,7 @@ def _lexical_when_fresh(app) -> None:
     App.query_embeddings) unless context.embed_without_resident; one served by a resident
     llmem, whose model is loaded, embeds."""
     if getattr(served, "streams", None) is None:
+        app.in_hook = True  # and a server store's short connect timeout: it fails open in budget
         try:
             app.query_embeddings = bool(app.config.context.embed_without_resident)
         except Exception:  # a broken config is reported by the command itself

@@ -225,7 +225,8 @@ def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:
     return db
 
 
-def open_store_database(location, *, vec: bool = True, read_only: bool = False):
+def open_store_database(location, *, vec: bool = True, read_only: bool = False,
+                        connect_timeout: float | None = None):
     """Open the store that `location` names, on the backend it names: a path or a
     `sqlite:///…` URL is a SQLite file (read-only when asked), a `postgresql://…` URL a
     server (db/postgres/connection.py). The one place a backend is chosen."""
@@ -234,7 +235,7 @@ def open_store_database(location, *, vec: bool = True, read_only: bool = False):
     if is_server_url(location):
         from .postgres.connection import open_postgres
 
-        return open_postgres(location, vec=vec)
+        return open_postgres(location, vec=vec, connect_timeout=connect_timeout)
     path = sqlite_path(location)
     return open_read_only(path, vec=vec) if read_only else open_database(path, vec=vec)
 

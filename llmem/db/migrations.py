@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 
 from .models import bound_models
+from .space import reclaim_space
 
 # Steps create tables through the models bound to the database being migrated (the
 # module-level models are unbound declarations).
@@ -321,6 +321,38 @@ def _compact_vectors(db) -> None:
     forget_changes(db)
 
 
+def _compact_store(db) -> None:
+    # A memory's hashes were whole sha256 hex (64 characters) in the row, its index, its
+    # embedding row and the journal: ~0.3x the text a store holds. They are compared for
+    # equality only, so 16 (derived.HASH_CHARS, 64 bits) are kept everywhere they are stored:
+    # the memory's content and embed hashes, the hash each vector records (both cut alike,
+    # so no vector becomes pending), the journal's after-images and findings that undo and
+    # the dream compare with a memory's hash, and the key an introspected text is found by.
+    # Three indexes are the first column of a wider one that serves the same lookups
+    # (memory_type_created, memory_project_created, memory_current_created): dropped.
+    from .derived import HASH_CHARS
+
+    n = HASH_CHARS
+    db.execute_sql(f"UPDATE memory SET content_hash = substr(content_hash, 1, {n}) WHERE length(content_hash) > {n}")
+    db.execute_sql(f"UPDATE memory SET embed_hash = substr(embed_hash, 1, {n}) WHERE length(embed_hash) > {n}")
+    db.execute_sql(f"UPDATE embedding SET content_hash = substr(content_hash, 1, {n}) WHERE length(content_hash) > {n}")
+    for key in ("content_hash", "embed_hash"):
+        db.execute_sql(
+            f"UPDATE dream_action SET after = json_set(after, '$.{key}', substr(json_extract(after, '$.{key}'), 1, {n})) "
+            f"WHERE json_valid(after) AND json_type(after, '$.{key}') = 'text' "
+            f"AND length(json_extract(after, '$.{key}')) > {n}")
+    db.execute_sql(
+        f"UPDATE memory SET metadata = json_set(metadata, '$.text_key', substr(json_extract(metadata, '$.text_key'), 1, {n})) "
+        f"WHERE source = 'introspection' AND json_valid(metadata) AND json_type(metadata, '$.text_key') = 'text' "
+        f"AND length(json_extract(metadata, '$.text_key')) > {n}")
+    for name in REDUNDANT_INDEXES:
+        db.execute_sql(f"DROP INDEX IF EXISTS {name}")
+
+
+# Indexes whose column leads a wider index on the same table (migration 0023 / pg0009).
+REDUNDANT_INDEXES = ("memory_type", "memory_project", "memory_invalidated_at")
+
+
 # (name, step). Names are recorded in schema_migration; order is the list's order.
 MIGRATIONS: list[tuple[str, Callable]] = [
     ("0001_core_tables", _create_core_tables),
@@ -344,9 +376,10 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0021_project_identity", _key_projects_by_remote),
     ("0022_authors_visibility", _record_authors_and_visibility),
     ("0017_compact_vectors", _compact_vectors),
+    ("0023_compact_store", _compact_store),
 ]
 # Steps that free much of the file: a VACUUM after them gives the space back to the disk.
-RECLAIMING = {"0017_compact_vectors"}
+RECLAIMING = {"0017_compact_vectors", "0023_compact_store"}
 
 
 def applied_migrations(db) -> list[str]:
@@ -371,22 +404,5 @@ def migrate(db) -> list[str]:
                            (name, time.time()))
         ran.append(name)
     if RECLAIMING & set(ran):
-        _reclaim_space(db)
+        reclaim_space(db)
     return ran
-
-
-def _reclaim_space(db, share: float = 0.25) -> bool:
-    """VACUUM when free pages are more than `share` of the file (after migration 0017 drops
-    most of a store's vector bytes); True when it ran. Best effort: a reader holding the
-    file open, or a disk without room for the copy, leaves the free pages for later writes."""
-    pages = db.execute_sql("PRAGMA page_count").fetchone()[0]
-    free = db.execute_sql("PRAGMA freelist_count").fetchone()[0]
-    if not pages or free <= share * pages:
-        return False
-    try:
-        db.execute_sql("VACUUM")
-    except Exception as exc:  # the driver's error family: busy, full disk
-        logging.getLogger(__name__).warning("the store was not vacuumed (%s): its %d free pages stay for later writes", exc, free)
-        return False
-    return True
-

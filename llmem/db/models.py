@@ -80,23 +80,25 @@ class Memory(BaseModel):
 
     seq = pw.AutoField()
     id = pw.TextField(unique=True)
-    type = pw.TextField(index=True)
+    # type, project and invalidated_at lead the list indexes of migrations 0015/0019, which
+    # serve their lookups too: no index of their own (migration 0023).
+    type = pw.TextField()
     content = pw.TextField()
     summary = pw.TextField(null=True)
     hints = pw.TextField(default="")  # identifier parts, indexed by FTS (see fts.py)
     confidence = pw.FloatField(default=0.7)
     source = pw.TextField(default="user")
-    project = pw.TextField(null=True, index=True)
+    project = pw.TextField(null=True)
     session_id = pw.TextField(null=True, index=True)
     metadata = JSONText(default=dict)
-    content_hash = pw.TextField(index=True)  # the dedupe key (normalised content, store.py)
+    content_hash = pw.TextField(index=True)  # the dedupe key (normalised content, store.py; derived.HASH_CHARS)
     created_at = pw.FloatField()
     updated_at = pw.FloatField()
     accessed_at = pw.FloatField(null=True)
     access_count = pw.IntegerField(default=0)
     valid_from = pw.FloatField(null=True)
     valid_until = pw.FloatField(null=True)
-    invalidated_at = pw.FloatField(null=True, index=True)
+    invalidated_at = pw.FloatField(null=True)
     promoted_at = pw.FloatField(null=True)
     # Hash of the text its vector must be made from (db/derived.py text_to_embed), kept by the
     # Store with the text; a memory whose embedding carries another hash is pending.

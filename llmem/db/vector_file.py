@@ -5,10 +5,26 @@ mapped read-only, it lives once in the page cache, a first search costs the scan
 load (reading 100k BLOBs into numpy took 0.7 s and two copies), and numpy's scan is ~9x
 faster than vec0's on the same vectors.
 
-Layout (little-endian): a header (magic, version, dim, count, change id, model) padded to
-HEADER_BYTES, the int8 matrix (count x dim), the float32 scales (count), then the int64 seqs,
-ascending; each part starts 8-byte aligned. A row times its scale is the stored vector
-(db/vec.py): the file holds the table's compact encoding as it is, a quarter of float32.
+Layout (little-endian): a header (magic, version, dim, count, change id, model, prefilter
+dims) padded to HEADER_BYTES, the int8 matrix (count x dim), the float32 scales (count), the
+int64 seqs, ascending; each part starts 8-byte aligned. A row times its scale is the stored
+vector (db/vec.py): the file holds the table's compact encoding as it is, a quarter of float32.
+Then, when the file has a prefilter, 64-byte aligned: its basis (dim x p float32) and its rows
+(count x p float32, each stored vector projected on the basis).
+
+The prefilter: the stored vectors' p = dim / 3 leading principal components (128 of MiniLM's
+384, found from an even sample of PREFILTER_SAMPLE_ROWS rows when the file is written), kept
+when they hold PREFILTER_MIN_VARIANCE of the variance and the file has PREFILTER_MIN_ROWS.
+A search scans those rows (a third of the int8 scan's elements, in float32: no conversion)
+and rescores its best PREFILTER_CANDIDATE_SHARE exactly from the int8 rows, so the scores it
+returns are the stored vectors' own. Measured (bench/quantization.py, 11.6k real MiniLM
+vectors, 1.2k questions, 1% of the rows rescored): recall@10 0.998 against the exact scan of
+the stored rows (PCA-96: 0.991, PCA-64: 0.968); bench/search.py at 100k, vectors with
+MiniLM's spectrum: 1.000. Random vectors have no leading directions (128 of 384 hold a third
+of their variance): they get no prefilter and the exact scan. The cost: 512 bytes a vector
+beside the int8 row's 388 (a file of 100k MiniLM vectors: 91 MB against 40), and writing
+the file finds the components and projects every row (0.75 s of CPU at 100k, measured
+at load 10).
 
 Freshness: the embedding table stays the truth. Triggers log every memory whose vector
 changed in `vector_change` (migration 0016), and the file records the last change id it
@@ -28,13 +44,15 @@ exact rescoring of the best 2% they kept recall@10 at 0.89 (the bar is 0.99).
 from __future__ import annotations
 
 import logging
+import math
 import mmap
 import os
+import queue
 import stat
 import struct
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..paths import atomic_file
 from .backend import per_backend
@@ -47,8 +65,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAGIC = b"LLMEMVEC"
-VERSION = 2  # 1: float32 rows (before migration 0017)
-HEADER = struct.Struct("<8sIIQQ32sI")  # magic, version, dim, count, change id, store token, model length
+VERSION = 3  # 1: float32 rows (before migration 0017); 2: no prefilter
+# magic, version, dim, count, change id, store token, model length, prefilter dims
+HEADER = struct.Struct("<8sIIQQ32sII")
 HEADER_BYTES = 4096  # the matrix starts page-aligned
 SUFFIX = ".vectors"
 # The overlay is folded into a rebuilt file when it holds this share of the file's rows.
@@ -59,6 +78,27 @@ STREAM_ROWS = 4096
 # OpenBLAS runs a product this small on one thread (from 2048 x 384 it spread over threads
 # and, on a loaded machine, cost 25x the CPU time).
 SCAN_ROWS = 512
+# The prefilter (see the module's docstring): the stored vectors' first principal components
+# as float32, dim // 3 of them (128 of MiniLM's 384), rounded to PREFILTER_STEP ...
+PREFILTER_SHARE_OF_DIM = 3
+PREFILTER_STEP = 16
+# ... kept only when they hold this share of the vectors' variance (MiniLM: 0.89 in 128 of
+# 384; vectors with no dominant directions, such as random ones, hold ~0.35: no prefilter,
+# the scan stays exact) and the file holds this many rows (below, the exact scan is ~1 ms).
+PREFILTER_MIN_VARIANCE = 0.85
+PREFILTER_MIN_ROWS = 20_000
+# The rows the prefilter passes on to be rescored exactly: this share of the file, at least
+# PREFILTER_MIN_CANDIDATES (bench/quantization.py: MiniLM recall@10 0.998 at 1%).
+PREFILTER_CANDIDATE_SHARE = 0.01
+PREFILTER_MIN_CANDIDATES = 1024
+# Rows sampled (evenly) to find the components: enough for the leading directions, and the
+# rebuild does not pay a covariance over every row.
+PREFILTER_SAMPLE_ROWS = 16_384
+PREFILTER_ALIGN = 64  # the float32 parts start on a cache line
+# float32 elements per BLAS product of the prefilter's scan (2048 rows of 128): OpenBLAS runs
+# it on one thread; at 4096 rows it spread over threads and cost 8x the CPU time on a loaded
+# machine, as SCAN_ROWS says.
+PREFILTER_SCAN_ELEMENTS = 2048 * 128
 PRUNED_KEY = "vector_change_pruned"  # change ids at or below it are gone from the log
 TOKEN_KEY = "vector_store_token"  # set by migration 0016: which store a file belongs to
 
@@ -109,6 +149,14 @@ def _passing(db, seqs: list[int] | None, model: str, dim: int, where: str, param
     return found
 
 
+def _allowed(db, model: str, dim: int, where: str, params: list) -> list[int]:
+    """Every seq holding a vector of (model, dim) that passes `where`: the mask of a selective
+    filter. Unlike `_passing` the planner picks its way in (an index on a filter's column)."""
+    return [r[0] for r in db.execute_sql(
+        "SELECT m.seq FROM memory m JOIN embedding e ON e.memory_id = m.id "
+        f"WHERE e.model = ? AND e.dim = ? AND {where}", [model, dim, *params])]
+
+
 def _prune_log(db, upto: int) -> None:
     """Forget logged changes a file on disk now holds (best effort: a read-only or busy
     store keeps its log, which costs only space)."""
@@ -148,15 +196,50 @@ def _own_folder(folder: Path) -> bool:
     return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
 
 
-def _align(offset: int) -> int:
-    return -(-offset // 8) * 8
+def _align(offset: int, to: int = 8) -> int:
+    return -(-offset // to) * to
 
 
-def _layout(count: int, dim: int) -> tuple[int, int, int]:
-    """(where the scales start, where the seqs start, the file's size) for count x dim."""
+def _layout(count: int, dim: int, pdims: int = 0) -> tuple[int, int, int, int]:
+    """(where the scales start, the seqs, the prefilter, the file's size) for count x dim
+    with a prefilter of `pdims` components (0: none)."""
     scales_at = _align(HEADER_BYTES + count * dim)
     seqs_at = _align(scales_at + 4 * count)
-    return scales_at, seqs_at, seqs_at + 8 * count
+    end = seqs_at + 8 * count
+    if not pdims:
+        return scales_at, seqs_at, end, end
+    prefilter_at = _align(end, PREFILTER_ALIGN)
+    return scales_at, seqs_at, prefilter_at, prefilter_at + 4 * pdims * (dim + count)
+
+
+def _components(ints, scales, dim: int):
+    """The prefilter's basis (dim x pdims float32: the leading principal components of the
+    rows, an evenly spaced sample of them) when it pays and holds, else None."""
+    import numpy as np
+
+    pdims = _align(dim // PREFILTER_SHARE_OF_DIM, PREFILTER_STEP)
+    if len(ints) < PREFILTER_MIN_ROWS or pdims >= dim:
+        return None
+    step = max(1, len(ints) // PREFILTER_SAMPLE_ROWS)
+    sample = ints[::step].astype(np.float32) * scales[::step, None]
+    sample -= sample.mean(axis=0)
+    values, vectors = np.linalg.eigh((sample.T @ sample).astype(np.float64))  # ascending
+    values, vectors = values[::-1], vectors[:, ::-1]
+    if values.sum() <= 0 or values[:pdims].sum() / values.sum() < PREFILTER_MIN_VARIANCE:
+        return None
+    return np.ascontiguousarray(vectors[:, :pdims], dtype=np.float32)
+
+
+def _project(ints, scales, basis):
+    """The prefilter's rows of int8 rows: each row times its scale, projected on the basis.
+    (Not centred: the mean's share of a score is the same for every row, so the order stays.)"""
+    import numpy as np
+
+    out = np.empty((len(ints), basis.shape[1]), dtype=np.float32)
+    for start in range(0, len(ints), STREAM_ROWS):
+        block = ints[start:start + STREAM_ROWS].astype(np.float32) * scales[start:start + STREAM_ROWS, None]
+        np.dot(block, basis, out=out[start:start + len(block)])
+    return out
 
 
 def write_file(db, path: Path, model: str, dim: int) -> int:
@@ -175,27 +258,40 @@ def write_file(db, path: Path, model: str, dim: int) -> int:
     with atomic_file(path, binary=True, sync_folder=True) as out:
         out.write(b"\0" * HEADER_BYTES)
         seqs: list[int] = []
+        blocks: list[np.ndarray] = []
         scales: list[np.ndarray] = []
         cursor = _all_rows(db, model, dim)
         while rows := cursor.fetchmany(STREAM_ROWS):
             ints, row_scales = split_rows([r[1] for r in rows], dim)
             seqs.extend(r[0] for r in rows)
             scales.append(row_scales)
+            blocks.append(ints)
             out.write(ints.tobytes())
         count = len(seqs)
-        scales_at, seqs_at, _ = _layout(count, dim)
+        matrix = np.concatenate([np.empty((0, dim), np.int8), *blocks])
+        blocks.clear()
+        all_scales = np.concatenate([np.empty(0, np.float32), *scales])
+        basis = _components(matrix, all_scales, dim)
+        pdims = 0 if basis is None else basis.shape[1]
+        scales_at, seqs_at, prefilter_at, _ = _layout(count, dim, pdims)
         out.write(b"\0" * (scales_at - HEADER_BYTES - count * dim))
-        out.write(np.concatenate([np.empty(0, np.float32), *scales]).astype("<f4").tobytes())
+        out.write(all_scales.astype("<f4").tobytes())
         out.write(b"\0" * (seqs_at - scales_at - 4 * count))
         out.write(np.asarray(seqs, dtype="<i8").tobytes())
+        if basis is not None:
+            out.write(b"\0" * (prefilter_at - seqs_at - 8 * count))
+            out.write(basis.astype("<f4").tobytes())
+            for start in range(0, count, STREAM_ROWS):
+                end = start + STREAM_ROWS
+                out.write(_project(matrix[start:end], all_scales[start:end], basis).astype("<f4").tobytes())
         out.seek(0)
-        out.write(HEADER.pack(MAGIC, VERSION, dim, len(seqs), holds, token, len(model_bytes)) + model_bytes)
+        out.write(HEADER.pack(MAGIC, VERSION, dim, count, holds, token, len(model_bytes), pdims) + model_bytes)
     return holds
 
 
 def _map_file(db, path: Path, model: str, dim: int):
-    """(mmap, seqs, int8 matrix, scales, change id) of a valid file of this store for (model,
-    dim), else None.
+    """(mmap, seqs, int8 matrix, scales, prefilter, change id) of a valid file of this store
+    for (model, dim), else None; the prefilter is (basis, rows) or None.
 
     Valid: whole, of this store (its token), and not ahead of the store's change log (a
     store restored from a backup)."""
@@ -212,18 +308,24 @@ def _map_file(db, path: Path, model: str, dim: int):
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)
-    magic, version, file_dim, count, holds, token, model_len = HEADER.unpack_from(mapped, 0)
+    magic, version, file_dim, count, holds, token, model_len, pdims = HEADER.unpack_from(mapped, 0)
     file_model = bytes(mapped[HEADER.size:HEADER.size + model_len]).decode("utf-8", "replace")
-    scales_at, seqs_at, expected = _layout(count, dim)
+    scales_at, seqs_at, prefilter_at, expected = _layout(count, dim, pdims if pdims < dim else 0)
     mine = token.rstrip(b"\0").decode("ascii", "replace") == get_setting(db, TOKEN_KEY, "")
     if ((magic, version, file_dim, file_model) != (MAGIC, VERSION, dim, model) or len(mapped) != expected
-            or not mine or holds > change_id(db)):
+            or pdims >= dim or not mine or holds > change_id(db)):
         mapped.close()
         return None
     matrix = np.frombuffer(mapped, dtype=np.int8, count=count * dim, offset=HEADER_BYTES).reshape(count, dim)
     scales = np.frombuffer(mapped, dtype="<f4", count=count, offset=scales_at)
     seqs = np.frombuffer(mapped, dtype="<i8", count=count, offset=seqs_at)
-    return mapped, seqs, matrix, scales, holds
+    prefilter = None
+    if pdims:
+        basis = np.frombuffer(mapped, dtype="<f4", count=dim * pdims, offset=prefilter_at).reshape(dim, pdims)
+        rows = np.frombuffer(mapped, dtype="<f4", count=count * pdims,
+                             offset=prefilter_at + 4 * dim * pdims).reshape(count, pdims)
+        prefilter = (basis, rows)
+    return mapped, seqs, matrix, scales, prefilter, holds
 
 
 def _read_rows(db, model: str, dim: int):
@@ -262,6 +364,97 @@ def _scores(matrix, scales, query):
     return out
 
 
+def _estimates(rows, projected):
+    """The prefilter's estimate of each row's similarity, PREFILTER_SCAN_ELEMENTS per product."""
+    import numpy as np
+
+    out = np.empty(len(rows), dtype=np.float32)
+    step = max(1, PREFILTER_SCAN_ELEMENTS // max(1, rows.shape[1]))
+    for start in range(0, len(rows), step):
+        np.dot(rows[start:start + step], projected, out=out[start:start + step])
+    return out
+
+
+def candidate_count(rows: int) -> int:
+    """How many of `rows` file rows the prefilter passes on to be rescored exactly."""
+    return min(rows, max(PREFILTER_MIN_CANDIDATES, math.ceil(PREFILTER_CANDIDATE_SHARE * rows)))
+
+
+class Snapshot(NamedTuple):
+    """An index's arrays at one moment: a refresh replaces them, never edits them in place."""
+
+    seqs: np.ndarray
+    matrix: np.ndarray
+    scales: np.ndarray
+    prefilter: tuple[np.ndarray, np.ndarray] | None  # (basis, rows)
+    extra_seqs: np.ndarray
+    extra: np.ndarray
+    hidden: np.ndarray | None
+
+
+class Scores:
+    """One query's similarities over a snapshot of an index: every file row's (exact, or the
+    prefilter's estimate) and every overlay row's, hidden rows at -inf. No SQL: a thread may
+    compute it while another runs the keyword query."""
+
+    def __init__(self, view: Snapshot, query):
+        import numpy as np
+
+        self.seqs, self.matrix, self.scales = view.seqs, view.matrix, view.scales
+        self.extra_seqs, self.query = view.extra_seqs, query
+        self.exact = view.prefilter is None
+        if self.exact:
+            self.sims = _scores(self.matrix, self.scales, query)
+        else:
+            basis, rows = view.prefilter
+            self.sims = _estimates(rows, query @ basis)
+        if view.hidden is not None:
+            self.sims[view.hidden] = -np.inf
+        self.extra = view.extra @ query
+        self.total = len(self.sims) + len(self.extra)
+        self._ranked: list[tuple[int, float]] = []  # the file's best rows, exact, best first
+        self._ranked_for = 0  # how many the ranking was asked for
+
+    def best(self, k: int) -> list[tuple[int, float]]:
+        """The k best (seq, exact similarity) over the file's and the overlay's rows."""
+        import numpy as np
+
+        picked = self._best_in_file(k)[:k]
+        picked += [(int(self.extra_seqs[i]), float(self.extra[i])) for i in _top_index(self.extra, k)]
+        picked = [p for p in picked if p[1] != -np.inf]
+        picked.sort(key=lambda p: (-p[1], p[0]))
+        return picked[:k]
+
+    def _best_in_file(self, k: int) -> list[tuple[int, float]]:
+        import numpy as np
+
+        if k <= self._ranked_for:
+            return self._ranked
+        if self.exact:
+            wide = k
+            at = _top_index(self.sims, k)
+            sims = self.sims[at]
+        else:  # the prefilter's best, rescored from the int8 rows
+            wide = max(k, candidate_count(len(self.sims)))
+            at = _top_index(self.sims, wide)
+            at = at[self.sims[at] != -np.inf]
+            sims = (self.matrix[at].astype(np.float32) @ self.query) * self.scales[at]
+        keep = sims != -np.inf
+        seqs, sims = self.seqs[at[keep]], sims[keep]
+        order = np.lexsort((seqs, -sims))  # best first, ties by seq
+        ranked = list(zip(seqs[order].tolist(), sims[order].tolist(), strict=True))
+        self._ranked, self._ranked_for = ranked, wide
+        return ranked
+
+    def keep_only(self, allowed) -> None:
+        """Drop every row whose seq is not in `allowed` (an int64 array)."""
+        import numpy as np
+
+        self.sims[~np.isin(self.seqs, allowed)] = -np.inf
+        self.extra[~np.isin(self.extra_seqs, allowed)] = -np.inf
+        self._ranked, self._ranked_for = [], 0
+
+
 class VectorIndex:
     """The vectors of one (store, model, dim) in this process: the mapped file plus an overlay
     of the rows changed since it was written."""
@@ -276,7 +469,7 @@ class VectorIndex:
 
         self._mapped = None
         loaded = None if (rebuild or self.path is None) else _map_file(db, self.path, self.model, self.dim)
-        if loaded is not None and loaded[4] < _pruned(db):
+        if loaded is not None and loaded[5] < _pruned(db):
             loaded = None  # older than the log remembers: it cannot catch up
         if loaded is None and self.path is not None and _own_folder(self.path.parent) \
                 and not self.path.is_symlink():
@@ -290,9 +483,12 @@ class VectorIndex:
         if loaded is None:
             holds = change_id(db)
             seqs, matrix, scales = _read_rows(db, self.model, self.dim)
+            basis = _components(matrix, scales, self.dim)
+            prefilter = None if basis is None else (basis, _project(matrix, scales, basis))
         else:
-            self._mapped, seqs, matrix, scales, holds = loaded
+            self._mapped, seqs, matrix, scales, prefilter, holds = loaded
         self.seqs, self.matrix, self.scales, self.holds, self.seen = seqs, matrix, scales, holds, holds
+        self.prefilter = prefilter
         self.overlay: dict[int, np.ndarray | None] = {}
         self._overlay_arrays()
 
@@ -334,7 +530,19 @@ class VectorIndex:
         else:
             self._overlay_arrays()
 
-    def nearest(self, db, query, depth: int, where: str, params: list) -> list[tuple[int, float]]:
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.seqs, self.matrix, self.scales, self.prefilter, self.extra_seqs,
+                        self.extra, self.hidden)
+
+    def scores(self, view: Snapshot, query, depth: int) -> Scores:
+        """The scan of `nearest` (no SQL), with the `depth * 4` best ranked exactly."""
+        import numpy as np
+
+        scores = Scores(view, np.ascontiguousarray(query, dtype=np.float32))
+        scores.best(depth * 4)
+        return scores
+
+    def select(self, db, scores: Scores, depth: int, where: str, params: list) -> list[tuple[int, float]]:
         """(seq, cosine distance) of the `depth` nearest vectors passing `where`, best first.
 
         One scan: the best candidates are checked against the table (then four times as
@@ -343,39 +551,21 @@ class VectorIndex:
         """
         import numpy as np
 
-        query = np.ascontiguousarray(query, dtype=np.float32)
-        sims = _scores(self.matrix, self.scales, query)
-        if self.hidden is not None:
-            sims[self.hidden] = -np.inf
-        extra = self.extra @ query
-        total = len(sims) + len(extra)
+        total = scores.total
         if total == 0:
             return []
         first = min(total, depth + 16)  # a few spare for rows the filter or a deletion drops
         while True:
-            candidates = _best(sims, self.seqs, extra, self.extra_seqs, first)
+            candidates = scores.best(first)
             passing = _passing(db, [s for s, _ in candidates], self.model, self.dim, where, params)
             kept = [(s, sim) for s, sim in candidates if s in passing]
             if len(kept) >= depth or first >= total or first >= depth * 4:
                 break
             first = min(total, depth * 4)  # deeper into the same scores, not a new scan
         if len(kept) < depth and first < total:
-            allowed = np.fromiter(_passing(db, None, self.model, self.dim, where, params), dtype=np.int64)
-            sims[~np.isin(self.seqs, allowed)] = -np.inf
-            extra[~np.isin(self.extra_seqs, allowed)] = -np.inf
-            kept = _best(sims, self.seqs, extra, self.extra_seqs, depth)
+            scores.keep_only(np.fromiter(_allowed(db, self.model, self.dim, where, params), dtype=np.int64))
+            kept = scores.best(depth)
         return [(s, 1.0 - sim) for s, sim in kept[:depth]]
-
-
-def _best(sims, seqs, extra, extra_seqs, k: int) -> list[tuple[int, float]]:
-    """The k best (seq, similarity) over the file's and the overlay's scores, hidden ones out."""
-    import numpy as np
-
-    picked = [(int(seqs[i]), float(sims[i])) for i in _top_index(sims, k)]
-    picked += [(int(extra_seqs[i]), float(extra[i])) for i in _top_index(extra, k)]
-    picked = [p for p in picked if p[1] != -np.inf]
-    picked.sort(key=lambda p: (-p[1], p[0]))
-    return picked[:k]
 
 
 def _top_index(scores, k: int):
@@ -384,6 +574,8 @@ def _top_index(scores, k: int):
     if len(scores) == 0:
         return np.empty(0, dtype=np.int64)
     k = min(k, len(scores))
+    if k == len(scores):
+        return np.arange(k)
     return np.argpartition(-scores, k - 1)[:k]
 
 
@@ -404,9 +596,85 @@ def index_for(db, model: str, dim: int) -> VectorIndex:
     return index
 
 
+class NearestSearch:
+    """A KNN begun by `begin_nearest`: its scan runs (on the scanning thread, when asked) while
+    the caller does other work; `finish` checks the filters against the table and returns the
+    nearest."""
+
+    def __init__(self, index: VectorIndex, query, depth: int, background: bool):
+        self.index, self.depth = index, depth
+        self._scores: Scores | None = None
+        self._error: BaseException | None = None
+        self._done: threading.Event | None = None
+        view = index.snapshot()
+        if background:
+            self._done = threading.Event()
+            _scanning_queue().put((self, view, query))
+        else:
+            self.scan(view, query)
+
+    def scan(self, view: Snapshot, query) -> None:
+        try:
+            self._scores = self.index.scores(view, query, self.depth)
+        except BaseException as exc:  # raised again by finish, in the caller's thread
+            self._error = exc
+        finally:
+            if self._done is not None:
+                self._done.set()
+
+    def finish(self, db, where: str, params: list) -> list[tuple[int, float]]:
+        if self._done is not None:
+            self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self.index.select(db, self._scores, self.depth, where, params)
+
+
+# One thread per process scans for the searches that run their FTS query meanwhile: started
+# once, as a thread started per search made the search wait ~2 ms on a loaded machine for the
+# new thread to be scheduled. Keyed by pid: a forked child starts its own.
+_scanner: tuple[int, queue.SimpleQueue] | None = None
+_scanner_lock = threading.Lock()
+
+
+def _scanning_queue() -> queue.SimpleQueue:
+    global _scanner
+    with _scanner_lock:
+        if _scanner is None or _scanner[0] != os.getpid():
+            work: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=_scan_forever, args=(work,), name="llmem-vector-scan", daemon=True).start()
+            _scanner = (os.getpid(), work)
+        return _scanner[1]
+
+
+def _scan_forever(work: queue.SimpleQueue) -> None:
+    while True:
+        search, view, query = work.get()
+        search.scan(view, query)
+
+
+@per_backend
+def begin_nearest(db, query, depth: int, model: str, dim: int, *, background: bool = False) -> NearestSearch:
+    """Start the KNN of `query` over the vectors of (model, dim): caught up with the table
+    here, scanned in a thread when `background` (numpy's products release the GIL, and so
+    does SQLite's step: an FTS query in the caller's thread runs beside it on another core)."""
+    index = index_for(db, model, dim)
+    with index.lock:  # a snapshot of the arrays: a later refresh replaces them, never edits them
+        return NearestSearch(index, query, depth, background and _core_to_spare())
+
+
+def _core_to_spare() -> bool:
+    """Whether a second thread of this search would find a core: the thread can pay only then.
+    bench/search.py at 100k, load average 9-11 on 2 cores, two runs: beside the FTS query the
+    search took 38 and 66 ms p50 (20.7 and 17.9 ms of CPU), after it 31 and 71 ms (16.7 and
+    18.1 ms): no gain to count on when every core is busy, and the thread adds a hand-over."""
+    try:
+        return os.getloadavg()[0] + 1 <= (os.cpu_count() or 1)
+    except OSError:  # no load average on this platform: the scan after the FTS query
+        return False
+
+
 @per_backend
 def nearest(db, query, depth: int, model: str, dim: int, where: str, params: list) -> list[tuple[int, float]]:
     """(seq, cosine distance) of the `depth` nearest vectors of (model, dim) passing `where`."""
-    index = index_for(db, model, dim)
-    with index.lock:
-        return index.nearest(db, query, depth, where, params)
+    return begin_nearest(db, query, depth, model, dim).finish(db, where, params)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..db.fts import compact_after_bulk_add
 from ..db.queries import session_cursor_values
 from ..errors import LlmemError, LLMUnavailable, UsageError
 from ..paths import is_agent_call_dir
@@ -165,6 +166,8 @@ def _backfill(app, extract_session, *, adapter_name, since, limit, llm: _RunLLM 
         raise
     outcome.llm_unreachable = llm.unreachable if llm is not None else None
     finish_run(store, run, outcome.as_dict())
+    # A first backfill is most of the store: its index merged and the file compacted once.
+    compact_after_bulk_add(store.db, outcome.added + outcome.episodes)
     return outcome
 
 

@@ -132,9 +132,10 @@ class Journal:
         self.count += len(journal)
 
     def create(self, phase: str, kind: str, memory: Memory) -> None:
-        """Journal a memory this run has just added (undo checks it is still as added)."""
-        self._record(phase, kind, "create", memory.id, None,
-                     {"content_hash": memory.content_hash, "updated_at": memory.updated_at})
+        """Journal a memory this run has just added (undo checks it is still as added). Its id
+        and the stamp of its last write are all that needs: any edit since stamps it anew (a
+        backfill journals one create per memory it keeps, and the content hash was most of it)."""
+        self._record(phase, kind, "create", memory.id, None, {"updated_at": memory.updated_at})
 
     def relate(self, phase: str, kind: str, source_id: str, target_id: str, relation_type: str) -> bool:
         """Add a relation unless it exists; journal it when added."""

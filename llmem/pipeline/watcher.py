@@ -15,6 +15,12 @@ A session's state changes only after `emit` returned (the event row is committed
 raises, the state stays and the session is looked at again shortly, so the moment is emitted
 then. Given the store, the per-session state is kept there (table watch_session): a restart
 announces no known session twice and emits what was written while no watcher ran.
+
+Given a spool (pipeline/spool.py), a moment that could not be recorded (the store's server is
+away) is kept on disk instead and counts as emitted; the spool is delivered, in order, as soon
+as the store answers. A watcher that starts while the store cannot be read waits for it before
+it looks at any session (it would take every session for new, or for old), delivers the spool
+first, then catches up on what was written meanwhile, as any restart does.
 """
 
 from __future__ import annotations
@@ -74,8 +80,19 @@ class SavedStates:
     ALIVE_KEY = "watcher_alive_at"
 
     def __init__(self, store):
-        self.store = store
-        self.db = store.db
+        # A Store, or what opens it (it raises while the store cannot be opened: the server away).
+        self._store = None if callable(store) else store
+        self._open = store if callable(store) else None
+
+    @property
+    def store(self):
+        if self._store is None:
+            self._store = self._open()
+        return self._store
+
+    @property
+    def db(self):
+        return self.store.db
 
     def load(self) -> dict[tuple[str, str], SessionState]:
         return {(adapter, session_id): SessionState(idle_reply, bool(compacting), bool(ended),
@@ -113,7 +130,8 @@ class SavedStates:
 
     def close_thread_connection(self) -> None:
         """Close the calling thread's connection (peewee keeps one per thread)."""
-        self.db.close()
+        if self._store is not None:
+            self._store.db.close()
 
 
 class _ChangedPaths:
@@ -172,7 +190,8 @@ class SessionWatcher:
     `AgentWatch` says) and emit lifecycle events. Subagents' sessions get none
     (ARCHITECTURE.md, "Subagents are not users")."""
 
-    def __init__(self, config, emit: Callable[[str, str, str], None], *, store=None, clock=time.time):
+    def __init__(self, config, emit: Callable[[str, str, str], None], *, store=None, spool=None,
+                 clock=time.time):
         session = config.session
         pipeline = config.pipeline
         self.config = config
@@ -184,6 +203,9 @@ class SessionWatcher:
         self.inactivity_ms = int(pipeline.ending_inactivity_minutes * 60_000)
         self.states: dict[tuple[str, str], SessionState] = {}
         self.saved = SavedStates(store) if store is not None else None
+        self.spool = spool  # pipeline/spool.py Spool: where moments wait while the store is away
+        self._spool_due = 0.0  # when the next delivery of the spool may be tried
+        self._waiting_for_store = False  # begin() could not read the saved states yet
         self._unsaved: set[tuple[str, str]] = set()
         self._recheck_at: dict[tuple[str, str], float] = {}  # idle debounce, inactivity, retries
         self._dirty: dict[tuple[str, str], tuple[float, float]] = {}  # (agent, watch key) → first, last
@@ -202,6 +224,7 @@ class SessionWatcher:
         # (adapter, session id) → whether llmem's own agent call ran it (llm.provider: agent).
         self._own_calls: dict[tuple[str, str], bool] = {}
         self.errors = 0
+        self.errors_while_waiting = 0
         self.started_at = clock()
         # Activity of an unknown session before this moment predates the watch: remembered,
         # not announced (backfill's job). A restarted watcher moves it back to when the last
@@ -254,25 +277,38 @@ class SessionWatcher:
         self.catch_up_from = now - START_SLACK_SECONDS
         if self._observer is None:
             self._snapshots = FolderSnapshots()
-        self._load_saved_states(now)
+        self._waiting_for_store = True
+        self._begin_watching(now)
+
+    def _begin_watching(self, now: float) -> None:
+        """Load the saved states, attach the folders, recheck the known sessions; when the
+        states cannot be read, wait (poll tries again): no session is looked at before."""
+        self._deliver_spool(now)
+        if not self._load_saved_states(now):
+            return
+        self._waiting_for_store = False
         self._attach_dirs(now, initial=True)
         self._recheck_known_sessions(now)
 
-    def _load_saved_states(self, now: float) -> None:
+    def _load_saved_states(self, now: float) -> bool:
         if self.saved is None:
-            return
+            return True
         try:
             self.states.update(self.saved.load())
             alive = self.saved.last_alive()
         except Exception as exc:
             self.errors += 1
-            log.warning("watch: could not read the saved session states: %s", exc)
-            return
+            if not self._waiting_for_store or not self.errors_while_waiting:
+                log.warning("watch: could not read the saved session states, waiting for the store "
+                            "(retrying every %.0f s): %s", RETRY_SECONDS, exc)
+            self.errors_while_waiting += 1
+            return False
         if alive is not None:
             self.catch_up_from = min(self.catch_up_from, alive - CATCH_UP_MARGIN_SECONDS)
             log.info("watch: %d known sessions; catching up on changes since %s", len(self.states),
                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.catch_up_from)))
         self._note_alive(now)
+        return True
 
     def _note_alive(self, now: float) -> None:
         self._alive_noted_at = now
@@ -303,6 +339,8 @@ class SessionWatcher:
 
     def describe(self) -> str:
         """What is watched, for the start-up line: each agent folder and whether it exists."""
+        if self._waiting_for_store:
+            return "nothing yet: waiting for the store to answer (its saved states say what is new)"
         parts = []
         for adapter, watch in self.watches.items():
             folder = watch.primary
@@ -411,6 +449,14 @@ class SessionWatcher:
 
         Without an observer (begin() alone), the watched folders are first compared with
         their snapshot of the previous step: what changed counts as changed at `now`."""
+        if self._waiting_for_store:
+            if now >= self._spool_due:
+                self._spool_due = now + RETRY_SECONDS
+                self._begin_watching(now)
+            if self._waiting_for_store:
+                return now + RETRY_SECONDS
+        if self.spool is not None and now >= self._spool_due and self.spool.waiting():
+            self._deliver_spool(now)
         if self._snapshots is not None:
             for path in self._snapshots.changes():
                 self._on_path(path, now)
@@ -439,7 +485,7 @@ class SessionWatcher:
         due = [self._dirs_checked_at + DIR_CHECK_SECONDS]
         with self._lock:
             due += [min(last + QUIET_SECONDS, first + MAX_WAIT_SECONDS) for first, last in self._dirty.values()]
-        if self._unsaved:
+        if self._unsaved or (self.spool is not None and self.spool.waiting()):
             due.append(now + RETRY_SECONDS)
         if self._recheck_at:
             due.append(min(self._recheck_at.values()))
@@ -634,20 +680,50 @@ class SessionWatcher:
             if hooked:
                 log.info("session=%s adapter=%s event=%s already recorded by its hook", session_id, adapter, kind)
                 return True
+            return self._emit(adapter, session_id, kind, since=since)
         return self._emit(adapter, session_id, kind)
 
-    def _emit(self, adapter: str, session_id: str, kind: str) -> bool:
+    def _emit(self, adapter: str, session_id: str, kind: str, since: float | None = None) -> bool:
         """Record one moment; False (logged) when the callback failed, so the caller keeps
-        its state and tries again."""
+        its state and tries again. With a spool, a moment that cannot be recorded is kept
+        there instead (True); and while the spool holds moments, the new ones join them in
+        order, the store not asked again before the next delivery."""
+        at = self.clock()
+        if self.spool is not None and self.spool.waiting():
+            return self._keep(adapter, session_id, kind, since if since is not None else at, at, None)
         try:
             self.emit_callback(adapter, session_id, kind)
         except Exception as exc:
             self.errors += 1
+            if self.spool is not None:
+                return self._keep(adapter, session_id, kind, since if since is not None else at, at, exc)
             log.warning("session=%s adapter=%s event=%s could not be recorded, retrying in %.0f s: %s",
                         session_id, adapter, kind, RETRY_SECONDS, exc)
             return False
         log.info("session=%s adapter=%s event=%s detected", session_id, adapter, kind)
         return True
+
+    def _keep(self, adapter: str, session_id: str, kind: str, since: float, at: float, exc) -> bool:
+        why = f": {exc}" if exc is not None else " (the store is away)"
+        if not self.spool.keep(adapter, session_id, kind, since=since, now=at):
+            log.warning("session=%s adapter=%s event=%s could not be recorded, retrying in %.0f s%s",
+                        session_id, adapter, kind, RETRY_SECONDS, why)
+            return False
+        log.warning("session=%s adapter=%s event=%s could not be recorded, kept in the spool%s",
+                    session_id, adapter, kind, why)
+        if self._spool_due <= at:  # the first moment kept: delivery is tried a retry later
+            self._spool_due = at + RETRY_SECONDS
+        return True
+
+    def _deliver_spool(self, now: float) -> None:
+        """Deliver the kept moments to the store, in order; the rest waits a retry."""
+        if self.spool is None or not self.spool.waiting():
+            return
+        self._spool_due = now + RETRY_SECONDS
+        try:
+            self.spool.deliver()
+        except Exception as exc:
+            log.debug("watch: the spool waits for the store (%d moments): %s", self.spool.waiting(), exc)
 
     def _save(self, key: tuple[str, str], now: float) -> None:
         """Keep the session's state in the store; a busy store is retried on the next step."""

@@ -9,6 +9,8 @@ sibling module in this package. peewee's own queries already use `%s` and pass t
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import uuid
 
 import peewee
@@ -25,8 +27,16 @@ log = logging.getLogger(__name__)
 # the schema's word count needs its regexp_count; pgvector's HNSW index came in 0.5.0.
 MIN_SERVER_VERSION = 150000
 MIN_PGVECTOR = (0, 5, 0)
-CONNECT_TIMEOUT_SECONDS = 5
+CONNECT_TIMEOUT_SECONDS = 5  # store.connect_timeout_seconds; a hook's is shorter (App.in_hook)
+# psycopg (as libpq) waits at least 2 s for each address a host name gives: a shorter budget
+# is held around its connect (Psycopg3Adapter.connect).
+PSYCOPG_MIN_TIMEOUT_SECONDS = 2
 STATEMENT_TIMEOUT_MS = 60_000
+# A session's HNSW search width, and iterative scans in distance order, set when it connects
+# (db/postgres/vec.py): a search that needs no wider asks in one statement, without the
+# transaction and the two SET LOCALs that were four more round trips. Custom plans: a
+# prepared tsquery match given a generic plan scanned every memory (62 → 12 ms at 10k).
+SESSION_EF_SEARCH = 200  # a search asks for limit × candidate_multiplier (10 × 20) nearest
 
 
 def qmark_to_format(sql: str) -> str:
@@ -53,18 +63,48 @@ def qmark_to_format(sql: str) -> str:
     return "".join(out) if found else sql
 
 
+def disk_full(exc: BaseException, location: str) -> StoreError | None:
+    """A write the server's disk could not take, said with the fix (None: another failure).
+    A full disk is SQLSTATE 53100; a file the server may not grow (a quota, a size limit) is
+    "could not extend file" with another code: the same for the user."""
+    seen = exc
+    while seen is not None:
+        text = str(seen)
+        if getattr(seen, "sqlstate", None) == "53100" or "could not extend file" in text:
+            first = text.strip().splitlines()[0] if text.strip() else type(seen).__name__
+            return StoreError(f"the disk of the PostgreSQL server at {location} is full ({first}); "
+                              "nothing of it was saved",
+                              hint="free space on the server's disk (its data folder or tablespace), "
+                                   "then run the command again")
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class QmarkCursor:
     """A psycopg cursor that takes db/'s `?` placeholders."""
 
-    def __init__(self, cursor):
+    def __init__(self, cursor, location: str = ""):
         self._cursor = cursor
+        self._location = location
 
     def execute(self, sql, params=None):
-        self._cursor.execute(qmark_to_format(sql), params if params else None)
+        try:
+            self._cursor.execute(qmark_to_format(sql), params if params else None)
+        except psycopg.Error as exc:
+            full = disk_full(exc, self._location)
+            if full is None:
+                raise
+            raise full from None
         return self
 
     def executemany(self, sql, rows):
-        self._cursor.executemany(qmark_to_format(sql), list(rows))
+        try:
+            self._cursor.executemany(qmark_to_format(sql), list(rows))
+        except psycopg.Error as exc:
+            full = disk_full(exc, self._location)
+            if full is None:
+                raise
+            raise full from None
         return self
 
     def __iter__(self):
@@ -99,7 +139,40 @@ class Psycopg3Adapter(peewee.Psycopg3Adapter):
             params.setdefault("conninfo", db.database)
         else:
             params.setdefault("dbname", db.database)
-        return psycopg.connect(**params)
+        budget = float(params.pop("connect_timeout", CONNECT_TIMEOUT_SECONDS))
+        params["connect_timeout"] = max(PSYCOPG_MIN_TIMEOUT_SECONDS, math.ceil(budget))
+        if budget >= params["connect_timeout"]:
+            return psycopg.connect(**params)
+        return _connect_within(budget, params)
+
+def _connect_within(budget: float, params: dict):
+    """psycopg.connect(**params), given up after `budget` seconds (shorter than psycopg's own
+    floor): the attempt goes on in a thread of its own until psycopg's timeout, and closes
+    the connection it may still get, which nobody waits for then. A hook's process, which
+    fails open and exits, does not wait for that thread either (a daemon)."""
+    outcome: dict = {}
+    given_up = threading.Event()
+
+    def attempt():
+        try:
+            conn = psycopg.connect(**params)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is
+            outcome["error"] = exc
+            return
+        outcome["conn"] = conn
+        if given_up.is_set():
+            conn.close()
+
+    worker = threading.Thread(target=attempt, name="llmem-pg-connect", daemon=True)
+    worker.start()
+    worker.join(budget)
+    if worker.is_alive():
+        given_up.set()
+        if "conn" not in outcome:
+            raise psycopg.errors.ConnectionTimeout(f"connection timeout expired (after {budget:g} s)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["conn"]
 
     def server_side_cursor(self, conn):
         in_txn = self.txn_status(conn) == TransactionStatus.INTRANS
@@ -129,15 +202,21 @@ class PostgresStoreDatabase(peewee.PostgresqlDatabase):
 
     def cursor(self, named_cursor=None):
         self._reconnect_if_lost()
-        return QmarkCursor(super().cursor(named_cursor))
+        return QmarkCursor(super().cursor(named_cursor), self.location)
 
     def execute_sql(self, sql, params=None, *args, **kwargs):
         try:
             return super().execute_sql(sql, params, *args, **kwargs)
-        except (peewee.OperationalError, peewee.InterfaceError):
+        except StoreError:
+            raise  # said already (a full disk, through the cursor)
+        except peewee.DatabaseError as exc:
+            full = disk_full(exc, self.location)
+            if full is not None:
+                raise full from None
             # Lost outside a transaction: nothing ran on the dead connection, so the
             # statement runs again, once, on a new one.
-            if self.in_transaction() or not self._lost():
+            if (not isinstance(exc, peewee.OperationalError | peewee.InterfaceError)
+                    or self.in_transaction() or not self._lost()):
                 raise
             self._reconnect_if_lost()
             return super().execute_sql(sql, params, *args, **kwargs)
@@ -171,7 +250,7 @@ class PostgresStoreDatabase(peewee.PostgresqlDatabase):
         self.connect()
 
 
-def _connect_error(exc: Exception, url: str) -> StoreError:
+def _connect_error(exc: Exception, url: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> StoreError:
     """A connection failure said in the user's terms, with the fix; no password in it."""
     shown = masked_url(url)
     text = str(exc).strip().replace(url, shown)
@@ -186,7 +265,7 @@ def _connect_error(exc: Exception, url: str) -> StoreError:
         return StoreError(f"the PostgreSQL user named in {shown} does not exist",
                           hint="create it: `CREATE ROLE name LOGIN PASSWORD '…'`, or fix store.url")
     if "timeout" in low or "timed out" in low:
-        return StoreError(f"the PostgreSQL server at {shown} did not answer within {CONNECT_TIMEOUT_SECONDS} s",
+        return StoreError(f"the PostgreSQL server at {shown} did not answer within {timeout:g} s",
                           hint="is the host reachable? check store.url and the network")
     if "refused" in low or "no such file" in low or "could not connect" in low or "connection failed" in low:
         return StoreError(f"no PostgreSQL server answers at {shown}",
@@ -232,20 +311,23 @@ def ensure_pgvector(db: PostgresStoreDatabase) -> str:
     return version
 
 
-def open_postgres(url: str, *, vec: bool = True) -> PostgresStoreDatabase:
+def open_postgres(url: str, *, vec: bool = True, connect_timeout: float | None = None) -> PostgresStoreDatabase:
     """Connect to the Postgres store at `url`, check the server and pgvector, bring the
-    schema up to date. Every failure is a StoreError with the fix and no password in it."""
+    schema up to date. Every failure is a StoreError with the fix and no password in it.
+    `connect_timeout`: seconds the server has to answer, now and at each reconnect."""
     from .migrations import migrate
 
-    db = PostgresStoreDatabase(url, connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                               options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+    timeout = CONNECT_TIMEOUT_SECONDS if connect_timeout is None else connect_timeout
+    db = PostgresStoreDatabase(url, connect_timeout=timeout,
+                               options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c plan_cache_mode=force_custom_plan "
+                                       f"-c hnsw.ef_search={SESSION_EF_SEARCH} -c hnsw.iterative_scan=strict_order",
                                application_name="llmem", prefer_psycopg3=True)
     try:
         db.connect()
     except peewee.DatabaseError as exc:
-        raise _connect_error(exc, url) from None
+        raise _connect_error(exc, url, timeout) from None
     except Exception as exc:  # psycopg's own error family (an unparsable URL: ProgrammingError)
-        raise _connect_error(exc, url) from None
+        raise _connect_error(exc, url, timeout) from None
     try:
         version = db.connection().info.server_version
         if version < MIN_SERVER_VERSION:

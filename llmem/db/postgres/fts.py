@@ -21,6 +21,38 @@ from .migrations import TEXT_CONFIG
 
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 K1, B = 1.2, 0.75  # FTS5's bm25() constants
+# The memory_totals change rows a role sees are summed into one per group past this many.
+FOLD_AT = 200
+# How many of the best bounds a ranking scores first (at least 4 × what it fetches).
+FIRST_CONSIDERED = 200
+# BM25's N and mean length from memory_totals (migration pg0011): the rows this role sees.
+TOTALS_SQL = ("SELECT coalesce(sum(rows), 0)::float8 AS rows, "
+              "greatest(sum(words)::float8 / nullif(sum(rows), 0), 1) AS avgdl, count(*) AS parts FROM memory_totals")
+
+
+def memory_count(db) -> int:
+    """How many memories this role can see (BM25's N), from their totals: a count(*) was a
+    scan of every memory, on every search (~4 ms at 10k, ten times that at 100k)."""
+    rows, _, parts = db.execute_sql(TOTALS_SQL).fetchone()
+    if parts > FOLD_AT:
+        _fold_totals(db)
+    return int(rows)
+
+
+def _fold_totals(db) -> None:
+    """Sum the visible change rows into one per group. Two roles folding at once each take
+    rows the other did not (DELETE … RETURNING takes each row once); a transaction that
+    may not write leaves them for the next search."""
+    import peewee
+
+    try:
+        with db.atomic():
+            db.execute_sql(
+                "WITH gone AS (DELETE FROM memory_totals RETURNING author, visibility, rows, words) "
+                "INSERT INTO memory_totals(author, visibility, rows, words) "
+                "SELECT author, visibility, sum(rows), sum(words) FROM gone GROUP BY 1, 2")
+    except peewee.DatabaseError:
+        pass
 
 
 def expression_terms(expression: str) -> list[str]:
@@ -28,16 +60,25 @@ def expression_terms(expression: str) -> list[str]:
     return [term.replace('""', '"') for term in _QUOTED.findall(expression)]
 
 
+# term → its lexeme ('' for none), as the server's text configuration (fixed by the schema)
+# stems it: a search asks for the same terms several times (common words, then the ranking).
+_LEXEMES: dict[str, str] = {}
+_LEXEMES_KEPT = 65536
+
+
 def _lexemes(db, expression: str) -> list[str]:
     """The stemmed lexeme of each term of `expression`, in order (a repeat counts again, as a
     repeated phrase does in FTS5)."""
     terms = [t for t in expression_terms(expression) if t]
-    if not terms:
-        return []
-    rows = db.execute_sql(
-        f"SELECT (SELECT lexeme FROM unnest(to_tsvector('{TEXT_CONFIG}'::regconfig, t.term)) LIMIT 1) "
-        "FROM unnest(?::text[]) WITH ORDINALITY AS t(term, ord) ORDER BY t.ord", (terms,)).fetchall()
-    return [lexeme for (lexeme,) in rows if lexeme]
+    unknown = list(dict.fromkeys(t for t in terms if t not in _LEXEMES))
+    if unknown:
+        rows = db.execute_sql(
+            f"SELECT (SELECT lexeme FROM unnest(to_tsvector('{TEXT_CONFIG}'::regconfig, t.term)) LIMIT 1) "
+            "FROM unnest(?::text[]) WITH ORDINALITY AS t(term, ord) ORDER BY t.ord", (unknown,)).fetchall()
+        if len(_LEXEMES) > _LEXEMES_KEPT:
+            _LEXEMES.clear()
+        _LEXEMES.update((term, lexeme or "") for term, (lexeme,) in zip(unknown, rows, strict=True))
+    return [_LEXEMES[t] for t in terms if _LEXEMES.get(t)]
 
 
 def _tsquery(lexemes: list[str]) -> str:
@@ -55,39 +96,66 @@ def match_count(db, expression: str, limit: int) -> int:
 
 def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
                    where: str, params: list) -> list[tuple[int, float]]:
+    """(seq, bm25) of the `fetch` best matches that pass `where`, best first, as FTS5 ranks
+    them: the exact top `fetch` of all matches, `where` applied to those (as on SQLite).
+
+    Scoring a match reads its tsvector's positions (an unnest of every lexeme): done for
+    every match it was most of a search's time. So each match first gets a cheap bound, the
+    most its bm25 could be — the IDFs of the query's lexemes it holds, times k1 + 1, which no
+    term frequency or length reaches — and only the `considered` with the highest bounds are
+    scored. When the `fetch`-th best score beats the bound of every match left out, no match
+    left out could enter the top: the result is exact; otherwise more are considered.
+    """
     lexemes = _lexemes(db, expression)
     if not lexemes:
         return []
     content, summary, hints = (float(w) for w in weights)
     condition = "TRUE" if where == "1" else where
+    unique = list(dict.fromkeys(lexemes))
     # MATERIALIZED: each term's document count is taken once, not again for every match.
     sql = f"""
         WITH term AS MATERIALIZED (
             SELECT t.lexeme, (SELECT count(*) FROM memory WHERE search_text @@ t.lexeme::tsquery) AS hits
             FROM unnest(?::text[]) AS t(lexeme)),
-        totals AS MATERIALIZED (SELECT count(*)::float8 AS rows, greatest(avg(search_words), 1)::float8 AS avgdl FROM memory),
-        idf AS MATERIALIZED (SELECT term.lexeme, greatest(ln((totals.rows - term.hits + 0.5) / (term.hits + 0.5)), 1e-6) AS idf
+        totals AS MATERIALIZED ({TOTALS_SQL}),
+        idf AS MATERIALIZED (SELECT term.lexeme, term.lexeme::tsquery AS query,
+                                    greatest(ln((totals.rows - term.hits + 0.5) / (term.hits + 0.5)), 1e-6) AS idf
                 FROM term, totals),
+        bound AS MATERIALIZED (
+            SELECT m.seq, {K1 + 1} * (SELECT sum(idf.idf) FROM idf WHERE m.search_text @@ idf.query) AS ub,
+                   row_number() OVER (ORDER BY {K1 + 1} * (SELECT sum(idf.idf) FROM idf WHERE m.search_text @@ idf.query) DESC, m.seq) AS place
+            FROM memory m WHERE m.search_text @@ ?::tsquery),
+        considered AS (SELECT seq FROM bound WHERE place <= ?),
         freq AS (
             SELECT m.seq, m.search_words, u.lexeme,
                    sum(CASE w WHEN 'A' THEN ?::float8 WHEN 'B' THEN ?::float8 WHEN 'C' THEN ?::float8 ELSE 0 END) AS f
-            FROM memory m, unnest(m.search_text) AS u, unnest(u.weights) AS w
-            WHERE m.search_text @@ ?::tsquery AND u.lexeme = ANY(?::text[])
+            FROM considered c JOIN memory m ON m.seq = c.seq, unnest(m.search_text) AS u, unnest(u.weights) AS w
+            WHERE u.lexeme = ANY(?::text[])
             GROUP BY m.seq, m.search_words, u.lexeme),
         scored AS (
             SELECT freq.seq, -sum(idf.idf * freq.f * {K1 + 1} / (freq.f + {K1} * (1 - {B} + {B} * freq.search_words / totals.avgdl))) AS score
             FROM freq JOIN idf ON idf.lexeme = freq.lexeme, totals
             GROUP BY freq.seq ORDER BY score, freq.seq LIMIT ?)
-        SELECT f.seq, f.score FROM scored f JOIN memory m ON m.seq = f.seq WHERE {condition}
+        SELECT f.seq, f.score, ({condition}) AS passes, (SELECT max(ub) FROM bound WHERE place > ?) AS left_out,
+               (SELECT count(*) FROM bound WHERE ub >= (SELECT -score FROM scored ORDER BY score, seq OFFSET ? LIMIT 1)) AS needed
+        FROM scored f JOIN memory m ON m.seq = f.seq
         ORDER BY f.score, f.seq"""
-    unique = list(dict.fromkeys(lexemes))
-    return [(int(seq), float(score)) for seq, score in
-            db.execute_sql(sql, [lexemes, content, summary, hints, _tsquery(lexemes), unique, fetch, *params])]
+    considered = max(4 * fetch, FIRST_CONSIDERED)
+    while True:
+        rows = db.execute_sql(sql, [lexemes, _tsquery(lexemes), considered, content, summary, hints, unique,
+                                    fetch, *params, considered, fetch - 1]).fetchall()
+        left_out = rows[0][3] if rows else None
+        # Scores are negated (lower is better): the fetch-th must be out of every left-out's reach.
+        if left_out is None or (len(rows) >= fetch and -rows[fetch - 1][1] > left_out):
+            return [(int(seq), float(score)) for seq, score, passes, _, _ in rows if passes]
+        # Every match whose bound reaches the fetch-th score found so far: scoring them all
+        # can only raise that score, so the next pass is the last.
+        considered = max(int(rows[0][4] or 0) + 1, considered + 1) if len(rows) >= fetch else considered * 4
 
 
 def document_frequencies(db, terms: list[str]) -> tuple[int, dict[str, int]]:
     """(memories, {term: memories holding it}); the terms are lexemes (`stem_words`)."""
-    total = db.execute_sql("SELECT count(*) FROM memory").fetchone()[0]
+    total = memory_count(db)
     if not terms:
         return total, {}
     rows = db.execute_sql(
@@ -109,3 +177,9 @@ def stem_words(db, words: list[str]) -> list[str]:
     """Lowercased words as the tsvectors hold them: the snowball English stemmer of
     TEXT_CONFIG, which PyStemmer's `english` is."""
     return [_english_stem(w) for w in words]
+
+
+def compact_after_bulk_add(db, added: int) -> bool:
+    """Nothing to do: the GIN index takes a bulk write in place (its pending list is merged by
+    the server's autovacuum)."""
+    return False

@@ -229,6 +229,89 @@ def _key_projects_by_remote(db) -> None:
     rekey_projects(db)
 
 
+TOTALS = (
+    """CREATE TABLE memory_totals (
+        id BIGSERIAL PRIMARY KEY,
+        author TEXT NOT NULL,
+        visibility TEXT NOT NULL,
+        rows BIGINT NOT NULL,
+        words BIGINT NOT NULL)""",
+    "ALTER TABLE memory_totals ENABLE ROW LEVEL SECURITY",
+    "ALTER TABLE memory_totals FORCE ROW LEVEL SECURITY",
+    "CREATE POLICY memory_totals_read ON memory_totals FOR SELECT USING (author = current_user OR visibility = 'shared')",
+    # A teammate's update of a shared memory writes the change of its author's group.
+    "CREATE POLICY memory_totals_add ON memory_totals FOR INSERT WITH CHECK (true)",
+    "CREATE POLICY memory_totals_fold ON memory_totals FOR DELETE USING (author = current_user OR visibility = 'shared')",
+    # Every role that may connect writes memories, hence their totals: no grant to forget.
+    "GRANT SELECT, INSERT, DELETE ON memory_totals TO PUBLIC",
+    "GRANT USAGE ON SEQUENCE memory_totals_id_seq TO PUBLIC",
+    """CREATE FUNCTION llmem_count_memories() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN
+           IF TG_OP = 'INSERT' THEN
+               INSERT INTO memory_totals(author, visibility, rows, words)
+               SELECT author, visibility, count(*), coalesce(sum(search_words), 0) FROM came GROUP BY 1, 2;
+           ELSIF TG_OP = 'DELETE' THEN
+               INSERT INTO memory_totals(author, visibility, rows, words)
+               SELECT author, visibility, -count(*), -coalesce(sum(search_words), 0) FROM gone GROUP BY 1, 2;
+           ELSE  -- most updates change neither the group nor the length: they add nothing
+               INSERT INTO memory_totals(author, visibility, rows, words)
+               SELECT author, visibility, sum(r), sum(w) FROM (
+                   SELECT author, visibility, -1 AS r, -search_words AS w FROM gone
+                   UNION ALL SELECT author, visibility, 1, search_words FROM came) change
+               GROUP BY 1, 2 HAVING sum(r) <> 0 OR sum(w) <> 0;
+           END IF;
+           RETURN NULL;
+       END $$""",
+    "CREATE TRIGGER memory_totals_insert AFTER INSERT ON memory REFERENCING NEW TABLE AS came "
+    "FOR EACH STATEMENT EXECUTE FUNCTION llmem_count_memories()",
+    "CREATE TRIGGER memory_totals_update AFTER UPDATE ON memory REFERENCING OLD TABLE AS gone NEW TABLE AS came "
+    "FOR EACH STATEMENT EXECUTE FUNCTION llmem_count_memories()",
+    "CREATE TRIGGER memory_totals_delete AFTER DELETE ON memory REFERENCING OLD TABLE AS gone "
+    "FOR EACH STATEMENT EXECUTE FUNCTION llmem_count_memories()",
+)
+
+
+def _team_speed(db) -> None:
+    _run(TOTALS)(db)
+    # The memories already there, every author's: the owner sees them all only with the
+    # policies set aside (FORCE applies them to it too), inside this step's transaction.
+    db.execute_sql("ALTER TABLE memory NO FORCE ROW LEVEL SECURITY")
+    db.execute_sql("INSERT INTO memory_totals(author, visibility, rows, words) "
+                   "SELECT author, visibility, count(*), coalesce(sum(search_words), 0) FROM memory GROUP BY 1, 2")
+    db.execute_sql("ALTER TABLE memory FORCE ROW LEVEL SECURITY")
+
+
+def _compact_store(db) -> None:
+    # The SQLite store's 0023_compact_store: the hashes cut to derived.HASH_CHARS wherever they
+    # are stored, and the indexes a wider one serves dropped. Row-level security would let the
+    # migrating role (the tables' owner) rewrite only its own and the shared rows: lifted for
+    # this transaction's own statements and put back before it commits.
+    from ..derived import HASH_CHARS
+    from ..migrations import REDUNDANT_INDEXES
+
+    n = HASH_CHARS
+    db.execute_sql("ALTER TABLE memory NO FORCE ROW LEVEL SECURITY")
+    db.execute_sql("ALTER TABLE dream_action NO FORCE ROW LEVEL SECURITY")
+    db.execute_sql(f"UPDATE memory SET content_hash = left(content_hash, {n}) WHERE length(content_hash) > {n}")
+    db.execute_sql(f"UPDATE memory SET embed_hash = left(embed_hash, {n}) WHERE length(embed_hash) > {n}")
+    db.execute_sql(f"UPDATE embedding SET content_hash = left(content_hash, {n}) WHERE length(content_hash) > {n}")
+    for key in ("content_hash", "embed_hash"):
+        db.execute_sql(
+            f"UPDATE dream_action SET after = jsonb_set(after::jsonb, '{{{key}}}', "
+            f"to_jsonb(left(after::jsonb ->> '{key}', {n})))::text "
+            f"WHERE jsonb_typeof(after::jsonb) = 'object' "
+            f"AND jsonb_typeof(after::jsonb -> '{key}') = 'string' AND length(after::jsonb ->> '{key}') > {n}")
+    db.execute_sql(
+        f"UPDATE memory SET metadata = jsonb_set(metadata::jsonb, '{{text_key}}', "
+        f"to_jsonb(left(metadata::jsonb ->> 'text_key', {n})))::text "
+        f"WHERE source = 'introspection' AND jsonb_typeof(metadata::jsonb -> 'text_key') = 'string' "
+        f"AND length(metadata::jsonb ->> 'text_key') > {n}")
+    db.execute_sql("ALTER TABLE memory FORCE ROW LEVEL SECURITY")
+    db.execute_sql("ALTER TABLE dream_action FORCE ROW LEVEL SECURITY")
+    for name in REDUNDANT_INDEXES:
+        db.execute_sql(f"DROP INDEX IF EXISTS {name}")
+
+
 def _run(statements):
     def step(db) -> None:
         for sql in statements:
@@ -281,6 +364,13 @@ MIGRATIONS = [
     # The SQLite store's 0022_authors_visibility, enforced here by the server: row-level
     # security shows each database role its own memories and the shared ones, even in psql.
     ("pg0008_authors_visibility", _run(VISIBILITY)),
+    # BM25's totals (how many memories, their mean length) without a scan of every memory on
+    # each search (db/postgres/fts.py memory_totals). Appended only: each statement that
+    # writes memories adds its change per (author, visibility), so writers never wait on one
+    # counter row, and a role reads the groups its memory_read policy shows it: the totals of
+    # exactly the rows it can see, as count(*) under RLS gave.
+    ("pg0011_team_speed", _team_speed),
+    ("pg0009_compact_store", _compact_store),
 ]
 
 # Held for the whole migration, so two machines opening a new store at once do not both

@@ -5,25 +5,43 @@ checked on the candidates, going deeper into the index when too few pass."""
 from __future__ import annotations
 
 from .queries import seqs_passing
-from .vec import knn_vec0
+from .vec import build_pending_index, knn_vec0
 
 # How much deeper than asked the index is read when filters may drop candidates, per try.
 _WIDENINGS = (4, 16)
 
 
 def index_for(db, model: str, dim: int) -> None:
-    """Nothing to prepare: the server keeps its index current with every write."""
-    return None
+    """The server keeps its index current with every write; after a bulk load (which loads
+    the table bare, db/postgres/vec.py) this is where its index is built."""
+    build_pending_index(db)
 
 
 def nearest(db, query, depth: int, model: str, dim: int, where: str, params: list) -> list[tuple[int, float]]:
     """(seq, cosine distance) of the `depth` nearest vectors passing `where` (memory_vec holds
     only the (model, dim) of the index state, which the caller checked)."""
     found: list[tuple[int, float]] = []
-    for widening in _WIDENINGS:
+    # Unfiltered, only the row-level policies can drop a candidate: the depth asked is read
+    # first (HNSW's work grows with it), deeper only when some were not this role's to see.
+    for widening in (1, *_WIDENINGS) if where == "1" else _WIDENINGS:
         candidates = knn_vec0(db, query, depth * widening)
         passing = seqs_passing(db, [seq for seq, _ in candidates], where, params)
         found = [(seq, distance) for seq, distance in candidates if seq in passing]
         if len(found) >= depth or len(candidates) < depth * widening:
             break
     return found[:depth]
+
+
+class NearestSearch:
+    """A KNN begun by `begin_nearest`: the server runs it, all of it when it is finished."""
+
+    def __init__(self, query, depth: int, model: str, dim: int):
+        self.query, self.depth, self.model, self.dim = query, depth, model, dim
+
+    def finish(self, db, where: str, params: list) -> list[tuple[int, float]]:
+        return nearest(db, self.query, self.depth, self.model, self.dim, where, params)
+
+
+def begin_nearest(db, query, depth: int, model: str, dim: int, *, background: bool = False) -> NearestSearch:
+    """The KNN, run by `finish` (one connection: no query can run beside the keyword one)."""
+    return NearestSearch(query, depth, model, dim)

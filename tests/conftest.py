@@ -9,6 +9,12 @@ from pathlib import Path
 
 import pytest
 
+# Compile each module once per checkout, not once per process: with PYTHONDONTWRITEBYTECODE
+# set (as in some shells and CI images) every worker re-runs pytest's assertion rewriting of
+# every test file (~3 s of CPU a worker here) and every `llmem` subprocess compiles the
+# modules it imports from source. The caches go to __pycache__ (ignored by git).
+sys.dont_write_bytecode = False
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fakes import FakeModelServer  # noqa: E402
@@ -30,11 +36,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.sqlite_only)
 
 
+def pytest_configure(config):
+    """tmp_path on tmpfs when the machine has one (/dev/shm) and no --basetemp was given: the
+    tests' stores are real SQLite files all the same, but every commit's fsync on this
+    machine's virtual disk made the suite wait on I/O (~1.8 GB written a run)."""
+    import os
+    import tempfile
+
+    shm = Path("/dev/shm")
+    if (config.option.basetemp is None and not os.environ.get("PYTEST_DEBUG_TEMPROOT")
+            and not hasattr(config, "workerinput")  # a worker is handed its controller's basetemp
+            and shm.is_dir() and os.access(shm, os.W_OK | os.X_OK)):
+        tempfile.tempdir = str(shm)
+
+
 @pytest.fixture(autouse=True)
 def llmem_home(tmp_path, monkeypatch, request):
     home = tmp_path / "llmem-home"
     monkeypatch.setenv("LLMEM_HOME", str(home))
     monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # see sys.dont_write_bytecode
     for var in ("LLMEM_CONFIG", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "CLAUDE_CONFIG_DIR",
                 "CODEX_HOME", "COPILOT_HOME", "LLMEM_STORE_URL"):
         monkeypatch.delenv(var, raising=False)
@@ -81,9 +102,12 @@ def configure(llmem_home):
 @pytest.fixture
 def cli(capsys):
     """Run the real `llmem` entry point in-process; returns (exit code, stdout, stderr)."""
+    from inproc import close_queues, forget_stderr_logging
+
     from llmem.cli import main
 
     def run(*args: str):
+        forget_stderr_logging()  # the CLI's stderr handler must write to this test's capture
         capsys.readouterr()
         try:
             main(list(args))
@@ -93,7 +117,8 @@ def cli(capsys):
         out, err = capsys.readouterr()
         return code, out, err
 
-    return run
+    yield run
+    close_queues()  # as the process would at its exit: no queue connection outlives the test
 
 
 @pytest.fixture
@@ -153,3 +178,44 @@ def homes(configure, tmp_path, monkeypatch):
               f"  copilot:\n    hooks_dir: {found['copilot'] / 'hooks'}\n"
               f"    state_dir: {found['copilot'] / 'session-state'}\n")
     return found
+
+
+# ---- the suite's own cost: CPU per test, children included (LLMEM_TEST_CPU=file) ---------
+# Wall time on a shared 2-core machine says little; user+sys of the test and of every process
+# it ran (resource's RUSAGE_CHILDREN counts waited-for children) is what the suite costs.
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import os
+
+    target = os.environ.get("LLMEM_TEST_CPU")
+    if not target:
+        yield
+        return
+    import subprocess
+    import time
+
+    spawned: list[str] = []
+    real_init = subprocess.Popen.__init__
+
+    def counting_init(self, args, *rest, **kwargs):
+        spawned.append(" ".join(map(str, args[:4])) if isinstance(args, list | tuple) else str(args)[:60])
+        return real_init(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = counting_init
+    cpu, wall = _cpu_seconds(), time.monotonic()
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = real_init
+    with open(target, "a") as out:
+        out.write(f"{_cpu_seconds() - cpu:.3f}\t{time.monotonic() - wall:.3f}\t{item.nodeid}"
+                  f"\t{len(spawned)}\t{' | '.join(sorted(set(spawned)))[:300]}\n")

@@ -107,9 +107,9 @@ def test_budget_holds_on_a_big_store(copilot_config, app, size):
         for text, kind, meta in rows:
             app.store.add(text, kind, project=PROJECT if len(text) % 2 else None, metadata=meta)
     for budget in (50, 120, 400, 1500, 4000):
-        started = time.perf_counter()
+        started = time.process_time()  # CPU: the machine's load is not the assembler's cost
         block = assemble_context(app, SESSION, max_tokens=budget)
-        elapsed = time.perf_counter() - started
+        elapsed = time.process_time() - started
         assert estimate_tokens(block.text) <= budget, budget
         assert block.text.startswith(OPEN_MARKER) and block.text.endswith(CLOSE_MARKER)
         if size >= 3000:

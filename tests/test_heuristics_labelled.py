@@ -115,9 +115,9 @@ def test_a_pasted_log_is_read_in_bounded_time():
     import time
 
     log_dump = "ERROR worker 7: you said it works, but the job died " * 8000  # ~400 KB on one line
-    started = time.perf_counter()
+    started = time.process_time()  # CPU: the machine's load is not the regex's cost
     verdict = classify_correction(log_dump)
-    assert time.perf_counter() - started < 1.5
+    assert time.process_time() - started < 1.5
     assert (verdict.kind, verdict.category) == ("self_assessment", "MISSING_VERIFICATION")
 
 
@@ -244,19 +244,20 @@ def test_statements_are_read_fast_and_in_bounded_time():
 
     bench = _statements_bench()
     messages = bench.long_transcript(bench.load(STATEMENTS), messages=2000)
-    started = time.perf_counter()
+    # CPU time throughout: a loaded 2-core machine stretches the wall clock, not the work.
+    started = time.process_time()
     for message in messages:
         statements(message)
-    assert time.perf_counter() - started < 5  # ~0.3 s measured; every idle slice runs this
+    assert time.process_time() - started < 5  # ~0.3 s measured; every idle slice runs this
     hostile = ["ok so " * 65 + "I prefer?", "also also " * 39, "when " + "a, " * 130, ("a, " * 130) + "not b"]
-    started = time.perf_counter()
+    started = time.process_time()
     for text in hostile:
         statements(text)
-    assert time.perf_counter() - started < 1  # no regex runs away on filler, commas or lists
+    assert time.process_time() - started < 1  # no regex runs away on filler, commas or lists
     pasted = "I prefer small commits. " * 2_000_000  # a 48 MB paste: only its head is a message
-    started = time.perf_counter()
+    started = time.process_time()
     assert 0 < len(statements(pasted)) < 1000
-    assert time.perf_counter() - started < 5  # ~0.1 s measured
+    assert time.process_time() - started < 5  # ~0.1 s measured
 
 
 # The bench script end to end (~2 s of CPU): the fast tests above hold its numbers (precision,

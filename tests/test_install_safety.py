@@ -64,23 +64,24 @@ def test_a_3mb_compact_claude_json_installs_in_well_under_a_second(cli, homes):
     path = put(homes["claude"] / ".claude.json", _big_claude_json(3.3))
     original = path.read_bytes()
     assert len(original) >= 3_300_000
-    # The floor, measured in the same run: reading, parsing, dumping and writing the file once
-    # (on a loaded machine everything is slower, this too). Before the fix: 28 s, ~100x it;
-    # the bound is loose enough that a load spike between the two timings cannot trip it.
-    start = time.perf_counter()
+    # The floor, measured in the same run: reading, parsing, dumping and writing the file once.
+    # Before the fix: 28 s, ~100x it. Both are CPU time of this process (the install runs in
+    # it): wall time on the shared 2-core machine reached 10 s for this test under load and
+    # came near the bound without llmem being any slower.
+    start = time.process_time()
     homes["claude"].joinpath("floor.json").write_text(json.dumps(json.loads(path.read_text()),
                                                                  separators=(",", ":")))
-    floor = time.perf_counter() - start
-    start = time.perf_counter()
+    floor = time.process_time() - start
+    start = time.process_time()
     code, out, err = cli("install", "claude")
-    took = time.perf_counter() - start
+    took = time.process_time() - start
     assert code == 0, err
-    assert took < max(5.0, 25 * floor), f"install took {took:.2f} s (floor {floor:.2f} s)"
+    assert took < max(5.0, 25 * floor), f"install took {took:.2f} s of CPU (floor {floor:.2f} s)"
     data = json.loads(path.read_text())
     assert data["mcpServers"]["llmem"]["args"][-1] == "mcp" and data["numStartups"] == 412
-    start = time.perf_counter()
+    start = time.process_time()
     assert cli("install", "claude", "--uninstall")[0] == 0
-    assert time.perf_counter() - start < max(5.0, 25 * floor)
+    assert time.process_time() - start < max(5.0, 25 * floor)
     assert path.read_bytes() == original
 
 

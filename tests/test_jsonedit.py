@@ -101,11 +101,11 @@ def test_a_large_file_as_json_dumps_writes_it_is_edited_as_data():
 
     data = {"projects": {f"/home/dev/p{i}": {"history": [{"display": "x" * 80}] * 50} for i in range(200)}}
     text = json.dumps(data, indent=2)  # ≈ 1.5 MB, the shape Claude Code writes
-    started = time.perf_counter()
+    started = time.process_time()  # CPU: the machine's load is not the edit's cost
     doc = load_document(text)
     doc.set_member(("mcpServers",), "llmem", ENTRY)
     added = doc.text()
-    assert isinstance(doc, PlainJsonDocument) and time.perf_counter() - started < 2
+    assert isinstance(doc, PlainJsonDocument) and time.process_time() - started < 2
     assert added.startswith(text[:-2]) and json.loads(added)["mcpServers"]["llmem"] == ENTRY
     again = load_document(added)
     again.remove_member(("mcpServers",), "llmem")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from ..db.models import SHAREABLE_TYPES
 from .output import PROJECT, json_option, print_json
 
 
@@ -36,6 +35,8 @@ def share(app, project, unshare, listing, as_json):
         return
     if not project:
         raise UsageError("name the project to share", hint="llmem share PROJECT (a folder or a key), or --list")
+    from ..db.models import SHAREABLE_TYPES  # here: `llmem --help` imports this module, not peewee
+
     changed = app.store.share(project, shared=not unshare)
     kinds = ", ".join(SHAREABLE_TYPES)
     if as_json:

@@ -86,6 +86,13 @@ def free_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
+def store_location():
+    """The store this test's llmem opens: the SQLite file, or on the PostgreSQL run its database."""
+    from llmem.config import load_config
+
+    return load_config().store_location
+
+
 def write_config(home: Path, text: str) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     path = home / "config.yaml"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import store_location
 
 from llmem.app import App
 from llmem.config import load_config
@@ -245,7 +246,7 @@ def test_a_folder_without_a_model_or_a_tokenizer_or_with_garbage_is_refused(tmp_
 # ---- vectors record their model; a model change re-embeds -------------------------------------
 
 def _embedded_models(llmem_home) -> list[tuple[str, int]]:
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         Embedding = store.models.Embedding
         return sorted((e.model, e.dim) for e in Embedding.select())
 
@@ -369,7 +370,7 @@ def test_doctor_names_the_embedder_and_whether_it_loads(cli, shadow_package):
 def test_hooks_that_need_no_query_embedding_never_import_onnxruntime(llmem_home, tmp_path):
     from llmem.pipeline.events import worker_heartbeat
 
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         worker_heartbeat(store)
     app = App()
     app.store.add("The API gateway retries twice.")

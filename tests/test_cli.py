@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import store_location
+
 from llmem.cli import cli as cli_group
 
 
@@ -75,7 +77,7 @@ def test_ambiguous_prefix_lists_the_matches(cli, fts_config, llmem_home):
     from llmem.store import Store
 
     cli("stats")
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         for i in range(2):
             store.add(f"memory {i}", memory_id=f"beef{i}000-0000-4000-8000-000000000000")
     code, _, err = cli("get", "beef")
@@ -141,7 +143,7 @@ def test_export_import_round_trip_keeps_ids_and_relations(cli, fts_config, tmp_p
 
     a = add(cli, "--content", "use ruff for linting", "--type", "decision")
     b = add(cli, "--content", "use flake8 for linting", "--type", "decision")
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         store.relate(a["id"], b["id"], "supersedes")
     export = tmp_path / "out.json"
     code, out, _ = cli("export", "--output", str(export))

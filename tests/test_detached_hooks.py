@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import store_location
 from fakes import wait_until
 from session_writers import CopilotSession, copilot_session
 
@@ -38,7 +39,7 @@ def run_is_over(session_id: str) -> bool:
 
 
 def session_cursor(llmem_home: Path, session_id: str):
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         SessionCursor = store.models.SessionCursor
         row = SessionCursor.get_or_none(SessionCursor.session_id == session_id)
         return row.cursor if row else None
@@ -100,7 +101,7 @@ def test_a_burst_of_idle_hooks_runs_one_process_at_a_time(cli, configure, tmp_pa
     run = SessionRun(load_config(), session_id)
     # Nothing left waiting, and no lock file left behind per session.
     assert not run.again_path.exists() and not run.lock_path.exists()
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         Memory = store.models.Memory
         contents = [m.content for m in Memory.select()]
     missing = [7000 + i for i in range(15) if not any(str(7000 + i) in c for c in contents)]
@@ -125,7 +126,7 @@ def test_a_hook_that_does_not_run_inline_says_what_happened(cli, copilot_home, l
 
     session_id, _ = new_session(copilot_home, "remember that the api is versioned")
     if how == "queued":
-        with Store.open(llmem_home / "memory.db") as store:
+        with Store.open(store_location()) as store:
             worker_heartbeat(store)
     held = SessionRun(load_config(), session_id)
     if how == "coalesced":

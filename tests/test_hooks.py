@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port_url
+from conftest import free_port_url, store_location
 
 from llmem.app import App
 from llmem.errors import LLMUnavailable
@@ -294,7 +294,7 @@ def test_hooks_enqueue_when_a_worker_is_alive(cli, copilot_config, llmem_home):
     from llmem.pipeline.events import worker_heartbeat
     from llmem.store import Store
 
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         worker_heartbeat(store)
     code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--format", "json")
     assert code == 0, err
@@ -303,7 +303,7 @@ def test_hooks_enqueue_when_a_worker_is_alive(cli, copilot_config, llmem_home):
     code, out, err = cli("hook", "--type", "compacting", "--session-id", SESSION, "--format", "json")
     result = json.loads(out)
     assert "event_id" in result and result["context"].startswith("<llmem-context>")
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         Event = store.models.Event
         kinds = [(e.kind, e.status) for e in Event.select().order_by(Event.id)]
     assert kinds == [("idle", "pending"), ("compacting", "pending")]
@@ -322,7 +322,7 @@ def test_hooks_run_detached_when_no_worker_is_alive(cli, copilot_config, llmem_h
     pid = json.loads(out)["detached"]
     _, status = os.waitpid(pid, 0)
     assert status == 0
-    with Store.open(llmem_home / "memory.db") as store:  # the detached run read the session
+    with Store.open(store_location()) as store:  # the detached run read the session
         SessionCursor = store.models.SessionCursor
         assert SessionCursor.get(SessionCursor.session_id == SESSION).cursor
 
@@ -338,7 +338,7 @@ def test_the_compaction_block_reads_the_session_with_the_hooks_adapter(cli, conf
     configure(BASE + f"session:\n  adapter: opencode\n  opencode:\n    data_dir: {tmp_path / 'none'}\n"
               f"  copilot:\n    state_dir: {state_dir}\n")
     [decision] = seed(("Order pages by (created_at, id)", "decision", PROJECT))
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         worker_heartbeat(store)
     code, out, err = cli("hook", "--type", "compacting", "--adapter", "copilot",
                          "--session-id", SESSION, "--format", "json")
@@ -380,7 +380,7 @@ def test_hooks_see_a_killed_worker_at_once(cli, copilot_config, llmem_home):
     not queued for nobody until the heartbeat goes stale."""
     from llmem.store import Store
 
-    Store.open(llmem_home / "memory.db").close()
+    Store.open(store_location()).close()
     beater = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from llmem.store import Store; "
          "from llmem.pipeline.events import worker_heartbeat; store = Store.open(sys.argv[1]); "

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import store_location
 from fakes import wait_until
 from session_writers import ClaudeSession, copilot_session
 from test_pipeline import events, run_cli, start, stop, wait_started
@@ -55,7 +56,7 @@ def seed(*memories):
 
 
 def event_rows(home: Path) -> list[tuple[str, str]]:
-    with Store.open(home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         Event = store.models.Event
         return [(event.kind, event.session_id) for event in Event.select().order_by(Event.id)]
 
@@ -124,7 +125,7 @@ def test_stop_and_precompact_print_nothing_for_claude(cli, claude_dir, monkeypat
     """Text on a Stop hook's stdout would be read as "keep going"; the work is queued."""
     from llmem.pipeline.events import worker_heartbeat
 
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         worker_heartbeat(store)
     for kind, event in (("idle", "Stop"), ("compacting", "PreCompact"), ("ending", "SessionEnd")):
         stdin_json(monkeypatch, claude_dir, event)
@@ -132,7 +133,7 @@ def test_stop_and_precompact_print_nothing_for_claude(cli, claude_dir, monkeypat
         assert code == 0 and out == "", (kind, out)
         assert "queued as event" in err
     assert event_rows(llmem_home) == [("idle", SESSION), ("compacting", SESSION), ("ending", SESSION)]
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         assert {event.adapter for event in store.models.Event.select()} == {"claude"}
 
 
@@ -146,7 +147,7 @@ def test_the_compaction_block_is_built_only_for_a_format_that_prints_it(cli, cla
     import llmem.context
     from llmem.pipeline.events import worker_heartbeat
 
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         worker_heartbeat(store)
     calls = []
 
@@ -167,7 +168,7 @@ def test_a_stop_hook_does_not_import_the_context_assembler(claude_dir, llmem_hom
     """Stop fires after every turn: only SessionStart's answer needs context.py (~10 ms)."""
     from llmem.pipeline.events import worker_heartbeat
 
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         worker_heartbeat(store)
     payload = json.dumps({"session_id": SESSION, "cwd": PROJECT, "hook_event_name": "Stop"})
     code = ("import sys; from llmem.cli import main\n"

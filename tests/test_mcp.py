@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import write_config
+from conftest import ON_POSTGRES, write_config
 from fakes import FakeModelServer
 from mcp_client import McpClient
 
@@ -83,6 +83,8 @@ def served(request, tmp_path_factory):
     write_config(home, f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"
                        "llm:\n  provider: none\n")
     env = server_env(home, base / "user-home")
+    if ON_POSTGRES:  # the module's server keeps one database for every test it serves
+        env["LLMEM_STORE_URL"] = request.getfixturevalue("servers").fresh_database()
     stderr = base / "server-stderr.txt"
     host = None
     with stderr.open("w") as errlog:
@@ -105,6 +107,10 @@ def served(request, tmp_path_factory):
 def app(served, monkeypatch):
     """An App on the server's store (the test's own process, beside the server)."""
     monkeypatch.setenv("LLMEM_HOME", str(served.home))
+    if "LLMEM_STORE_URL" in served.env:
+        monkeypatch.setenv("LLMEM_STORE_URL", served.env["LLMEM_STORE_URL"])
+    else:
+        monkeypatch.delenv("LLMEM_STORE_URL", raising=False)
     opened = App()
     yield opened
     opened.close()

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from conftest import store_location
 from fakes import wait_until
 
 from llmem.dream.lock import LOCK_KEY, read_lock
@@ -39,7 +40,7 @@ def run_cli(*args):
 
 
 def dream_runs(llmem_home):
-    with Store.open(llmem_home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         DreamRun = store.models.DreamRun
         return [(r.id, r.status, r.error) for r in DreamRun.select().order_by(DreamRun.started_at)]
 
@@ -95,7 +96,7 @@ def test_a_worker_killed_mid_dream_does_not_stop_the_next_dream(cli, home):
 def test_clear_stale_locks_removes_a_dead_owners_lock(cli, home):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    with Store.open(home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         store.models.DreamRun.create(id="deadrun00001", kind="dream", phases="light", status="running",
                                      started_at=time.time(), summary={})
         store.db.execute_sql("INSERT INTO setting(key, value) VALUES (?, ?)", (LOCK_KEY, json.dumps(
@@ -105,7 +106,7 @@ def test_clear_stale_locks_removes_a_dead_owners_lock(cli, home):
     assert json.loads(out)["recent_runs"][0]["status"] == "interrupted"
     code, out, _ = cli("queue", "--clear-stale-locks")
     assert code == 0 and f"cleared stale dream lock: dream run deadrun00001, dead process {dead.pid}" in out
-    with Store.open(home / "memory.db") as store:
+    with Store.open(store_location()) as store:
         assert read_lock(store.db) is None
         run = store.models.DreamRun.get_by_id("deadrun00001")
         assert (run.status, run.error) == ("failed", "the process died during the run")
@@ -144,7 +145,7 @@ def test_a_live_lock_stays_live_across_a_forward_clock_jump(home):
         holder = {"pid": owner.pid, "host": socket.gethostname(), "run_id": "jumped000001", "what": "dream",
                   "started_at": started - 3600, **process_identity(owner.pid)}
         assert lock_is_live(holder)
-        with Store.open(home / "memory.db") as store:
+        with Store.open(store_location()) as store:
             store.db.execute_sql("INSERT INTO setting(key, value) VALUES (?, ?)", (LOCK_KEY, json.dumps(holder)))
             with pytest.raises(DreamLocked, match="jumped000001"):
                 DreamLock(store.db, "second000001").acquire()

@@ -20,6 +20,18 @@ from session_writers import CopilotSession
 LLMEM = [sys.executable, "-m", "llmem"]
 
 
+def machine_on(tmp_path, url):
+    """(llmem home, Copilot's session-state folder, the environment) of a machine whose store
+    is the server at `url`."""
+    home, state_dir = tmp_path / "llmem-home", tmp_path / "copilot" / "session-state"
+    home.mkdir()
+    state_dir.mkdir(parents=True)
+    write_config(home, url, state_dir)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
+    env |= {"LLMEM_HOME": str(home), "HOME": str(tmp_path)}
+    return home, state_dir, env
+
+
 def write_config(home, url, state_dir) -> None:
     (home / "config.yaml").write_text(
         f"store:\n  url: {url}\nembedding:\n  provider: none\nllm:\n  provider: none\n"
@@ -40,12 +52,7 @@ def planted(conn, tokens) -> dict[str, int]:
 def test_the_store_server_stops_mid_run_and_no_turn_is_lost_or_doubled(tmp_path, servers):
     url = servers.fresh_database()
     server = servers.postgres()
-    home, state_dir = tmp_path / "llmem-home", tmp_path / "copilot" / "session-state"
-    home.mkdir()
-    state_dir.mkdir(parents=True)
-    write_config(home, url, state_dir)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
-    env |= {"LLMEM_HOME": str(home), "HOME": str(tmp_path)}
+    home, state_dir, env = machine_on(tmp_path, url)
     out = (tmp_path / "run.out").open("w")
     runner = subprocess.Popen([*LLMEM, "run"], env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
     tokens: list[str] = []
@@ -111,12 +118,7 @@ def stop(process: subprocess.Popen, sig=signal.SIGINT) -> None:
 def test_a_watcher_killed_and_restarted_while_the_server_is_away_delivers_its_spool_once(tmp_path, servers):
     url = servers.fresh_database()
     server = servers.postgres()
-    home, state_dir = tmp_path / "llmem-home", tmp_path / "copilot" / "session-state"
-    home.mkdir()
-    state_dir.mkdir(parents=True)
-    write_config(home, url, state_dir)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
-    env |= {"LLMEM_HOME": str(home), "HOME": str(tmp_path)}
+    home, state_dir, env = machine_on(tmp_path, url)
     spool = home / "spool.jsonl"
     logs = []
 

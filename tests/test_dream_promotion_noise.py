@@ -4,6 +4,7 @@ artefacts are never promoted."""
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
@@ -65,7 +66,10 @@ def test_the_same_query_repeated_in_one_day_counts_once_and_days_count_apart(hom
     store, config = open_store(home)
     memory = add(store, "ruff is both linter and formatter here")
     RecallEvent = store.models.RecallEvent
-    at = now()
+    # Yesterday's local noon: six hours back from it stays on its day whatever time the test
+    # runs (days are counted in the local zone, dream.timezone unset).
+    at = (datetime.datetime.now().replace(hour=12, minute=0, second=0, microsecond=0)
+          - datetime.timedelta(days=1)).timestamp()
     # Same query three times a day, hours apart (not a burst): one recall per day.
     for day in (0, 1):
         for hours in (0, 3, 6):

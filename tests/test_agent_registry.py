@@ -91,7 +91,7 @@ def test_a_fifth_agent_owns_its_ids_and_is_offered_by_the_cli(jsonlog_agent, cli
 
 
 @pytest.mark.parametrize("module", ["pipeline/watcher.py", "providers/agent_cli.py", "adapters/native.py",
-                                    "cli/choices.py", "cli/exchange.py"])
+                                    "cli/choices.py", "cli/exchange.py", "cli/session.py"])
 def test_what_is_done_per_agent_names_no_agent(module):
     # What these do per agent they ask the agent's unit (the watch, the non-interactive call,
     # the instruction files, the choices): adding one needs no edit here.

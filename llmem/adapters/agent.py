@@ -279,6 +279,17 @@ class Agent:
         own name (the others answer in `text`)."""
         return None
 
+    # ---- what its hooks send ---------------------------------------------------------------
+
+    def hook_turn_began(self, payload: dict) -> float | None:
+        """Just after the turn its hook fires for began (epoch s), when the hook's JSON says;
+        None: it does not say (the hook's own arrival stands for it)."""
+        return None
+
+    def hook_without_transcript(self, payload: dict, session_id: str, config) -> bool:
+        """The hook fires for a session the agent keeps no transcript of: nothing to do."""
+        return False
+
     # ---- its non-interactive mode (call_rank set) ------------------------------------------
 
     def call_invocation(self, executable: str, system: str, prompt: str, model: str | None) -> Invocation:

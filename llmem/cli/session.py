@@ -165,27 +165,13 @@ def _read_hook_input(argument: str | None = None) -> dict:
     return data
 
 
-def _turn_began(payload: dict) -> float | None:
-    """Just after the hook's turn began (epoch s), from the turn id Codex gives its Stop hook
-    (`turn_id`) and notify (`turn-id`): a UUID v7, whose first 48 bits are its epoch ms."""
-    import uuid
+def _hook_agent(adapter: str | None):
+    """The unit that reads the hook's JSON: the agent `--adapter` names (as every hook
+    `llmem install` writes does), else one that reads nothing from it."""
+    from ..adapters.agent import Agent
+    from ..adapters.registry import agent_names, get_agent
 
-    turn_id = payload.get("turn_id") or payload.get("turn-id")
-    try:
-        turn = uuid.UUID(turn_id) if isinstance(turn_id, str) else None
-    except ValueError:
-        return None
-    # After the millisecond it names: an event of that same millisecond may be the turn before's.
-    return ((turn.int >> 80) + 1) / 1000 if turn is not None and turn.version == 7 else None
-
-
-def _unknown_codex_thread(app, payload: dict, session_id: str) -> bool:
-    """A Codex `notify` for a thread with no rollout (the TUI's title-generation thread)."""
-    if payload.get("type") != "agent-turn-complete":
-        return False
-    from ..adapters import adapter_from_config
-
-    return not adapter_from_config(app.config, "codex").has_session(session_id)
+    return get_agent(adapter) if adapter in agent_names() else Agent()
 
 
 def _summary(result: dict) -> str:
@@ -217,9 +203,8 @@ def _one_line(value, limit: int = 300) -> str:
 @click.option("--base-url", callback=http_url, help="LLM server URL (default: llm.base_url).")
 @click.option("--adapter", type=ADAPTER_CHOICE, help="Read the session with this adapter (default: session.adapter).")
 @click.option("--format", "fmt", type=hook_format_choice(), default="text", show_default=True,
-              help="text, json, or an agent's name: answer as its hooks expect (copilot: sessionStart with "
-              "{additionalContext}; claude, codex: SessionStart with {hookSpecificOutput}; print nothing for "
-              "other events).")
+              help="text, json, or an agent's name: answer as that agent's hooks expect (the session-start "
+              "context in the JSON it reads; nothing for other events).")
 # Internal: the session's run lock a worker-less hook hands to the process it detaches.
 @click.option("--run-lock-fd", type=bounded_int(3, 2**31 - 1), hidden=True)
 @click.argument("payload", required=False)
@@ -255,10 +240,11 @@ def hook(ctx, kind, session_id, project, sync, detach, model, base_url, adapter,
                     return
                 session_id = (hook_input.get("sessionId") or hook_input.get("session_id")
                               or hook_input.get("thread-id"))
-                if isinstance(session_id, str) and _unknown_codex_thread(app, hook_input, session_id):
-                    log.debug("hook %s: Codex thread %s has no rollout: nothing to do", kind, session_id)
+                agent = _hook_agent(adapter)
+                if isinstance(session_id, str) and agent.hook_without_transcript(hook_input, session_id, app.config):
+                    log.debug("hook %s: %s keeps no transcript of %s: nothing to do", kind, agent.label, session_id)
                     return
-                turn_began = _turn_began(hook_input)
+                turn_began = agent.hook_turn_began(hook_input)
                 if not project and isinstance(hook_input.get("cwd"), str) and hook_input["cwd"]:
                     from ..paths import project_key
 

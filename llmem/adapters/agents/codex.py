@@ -97,6 +97,23 @@ class Codex(Agent):
     def hook_reply(self, kind: str, context: str | None) -> dict | None:
         return session_start_reply(kind, context)  # Codex reads Claude Code's schema
 
+    def hook_turn_began(self, payload: dict) -> float | None:
+        # The turn id its Stop hook (`turn_id`) and notify (`turn-id`) carry is a UUID v7,
+        # whose first 48 bits are its epoch ms.
+        import uuid
+
+        turn_id = payload.get("turn_id") or payload.get("turn-id")
+        try:
+            turn = uuid.UUID(turn_id) if isinstance(turn_id, str) else None
+        except ValueError:
+            return None
+        # After the millisecond it names: an event of that same millisecond may be the turn before's.
+        return ((turn.int >> 80) + 1) / 1000 if turn is not None and turn.version == 7 else None
+
+    def hook_without_transcript(self, payload: dict, session_id: str, config) -> bool:
+        # A notify of a thread with no rollout: the TUI's title-generation thread.
+        return payload.get("type") == "agent-turn-complete" and not self.reader(config).has_session(session_id)
+
     # ---- `codex exec` as the chat model --------------------------------------------------
 
     call_rank = 1  # reads its prompt on stdin; --ephemeral keeps no rollout

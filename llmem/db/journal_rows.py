@@ -20,6 +20,11 @@ def insert_action(db, run_id: str, phase: str, kind: str, op: str, memory_id: st
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (run_id, phase, kind, op, memory_id, before, after, at))
 
 
+# The later runs (started after ?, not undone, not of kind ?) with an action on a memory IN …
+_LATER_RUNS_ON = ("SELECT DISTINCT a.run_id FROM dream_action a JOIN dream_run r ON r.id = a.run_id "
+                  "WHERE r.started_at > ? AND r.status != 'undone' AND r.kind <> ? AND a.memory_id IN ")
+
+
 def later_runs_on_same_memories(db, run_id: str, started_at: float,
                                 except_kind: str = "") -> list[str]:
     """The ids of the runs started after `started_at`, not undone, that changed a memory run
@@ -32,25 +37,17 @@ def later_runs_on_same_memories(db, run_id: str, started_at: float,
     if not later:
         return []
     found = {r[0] for r in db.execute_sql(
-        "SELECT DISTINCT a.run_id FROM dream_action a JOIN dream_run r ON r.id = a.run_id "
-        "WHERE r.started_at > ? AND r.status != 'undone' AND r.kind <> ? AND a.memory_id IN "
-        "(SELECT memory_id FROM dream_action WHERE run_id = ? AND memory_id IS NOT NULL)",
+        _LATER_RUNS_ON + "(SELECT memory_id FROM dream_action WHERE run_id = ? AND memory_id IS NOT NULL)",
         (started_at, except_kind, run_id))}
     # The memories a backfill's session actions created (no memory_id of their own).
-    created = [memory_id for op, _, after in _session_actions(db, run_id)
+    created = [memory_id for (after,) in db.execute_sql(
+                   "SELECT after FROM dream_action WHERE run_id = ? AND op = ?", (run_id, SESSION_OP))
                for memory_id, _ in _created_pairs(after)]
     for start in range(0, len(created), 500):
         chunk = created[start:start + 500]
         found.update(r[0] for r in db.execute_sql(
-            "SELECT DISTINCT a.run_id FROM dream_action a JOIN dream_run r ON r.id = a.run_id "
-            "WHERE r.started_at > ? AND r.status != 'undone' AND r.kind <> ? AND a.memory_id IN "
-            f"({', '.join('?' * len(chunk))})", (started_at, except_kind, *chunk)))
+            _LATER_RUNS_ON + f"({', '.join('?' * len(chunk))})", (started_at, except_kind, *chunk)))
     return sorted(found)
-
-
-def _session_actions(db, run_id: str) -> list[tuple[str, str | None, str | None]]:
-    return db.execute_sql("SELECT op, before, after FROM dream_action WHERE run_id = ? AND op = ?",
-                          (run_id, SESSION_OP)).fetchall()
 
 
 def _created_pairs(after_text: str | None) -> list[tuple[str, float]]:

@@ -68,6 +68,11 @@ def test_a_fresh_store_keeps_short_hashes_and_no_index_a_wider_one_serves(store_
     with Store.open(store_url) as store:
         memory = store.add("The gateway listens on port 8080", "fact", project="github.com/acme/api").memory
         assert len(memory.content_hash) == HASH_CHARS == len(memory.embed_hash)
+        # A fresh id is 16 random hex characters: what a 36-character uuid was in the row, the
+        # embedding row, the journal, the vector log and their indexes.
+        assert re.fullmatch(r"[0-9a-f]{16}", memory.id)
+        ids = {store.add(f"note {n} about the gateway", "fact").memory.id[:8] for n in range(20)}
+        assert len(ids) == 20  # random, not time-ordered: the 8 the CLI shows tell them apart
         assert memory.content_hash == content_hash("the   gateway LISTENS on port 8080")
         assert not store.add("the gateway listens on port 8080", "fact", project="github.com/acme/api").created
         assert index_names(store.db).isdisjoint(REDUNDANT_INDEXES)

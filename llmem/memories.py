@@ -343,8 +343,13 @@ def memory_journal(store: Store, memory_id: str | None = None, *, limit: int = 5
     only a person's edits through the service, not the runs' actions."""
     DreamAction, DreamRun = store.models.DreamAction, store.models.DreamRun
     query = DreamAction.select(DreamAction, DreamRun).join(DreamRun)
+    # A backfill journals the memories it created in one action per session: the ones that
+    # created this memory are found by id and read as its create.
+    created_by: dict[int, str] = {}
+    if memory_id is not None and not edits_only:
+        created_by = dict(journal_rows.created_in_session_actions(store.db, memory_id))
     if memory_id is not None:
-        query = query.where(DreamAction.memory_id == memory_id)
+        query = query.where((DreamAction.memory_id == memory_id) | DreamAction.id.in_(list(created_by) or [0]))
     else:
         query = query.where(DreamAction.memory_id.is_null(False))
     if edits_only:
@@ -360,6 +365,10 @@ def memory_journal(store: Store, memory_id: str | None = None, *, limit: int = 5
                        if name not in _NOT_SHOWN and before.get(name) != value]
         else:
             changes = []
+        if action.id in created_by:
+            entries.append(JournalEntry(action.created_at, action.run.id, action.run.kind, action.run.status,
+                                        action.phase, created_by[action.id], "create", memory_id, []))
+            continue
         entries.append(JournalEntry(action.created_at, action.run.id, action.run.kind, action.run.status,
                                     action.phase, action.kind, action.op, action.memory_id, changes))
     return entries

@@ -68,6 +68,11 @@ def test_a_fresh_store_keeps_short_hashes_and_no_index_a_wider_one_serves(store_
     with Store.open(store_url) as store:
         memory = store.add("The gateway listens on port 8080", "fact", project="github.com/acme/api").memory
         assert len(memory.content_hash) == HASH_CHARS == len(memory.embed_hash)
+        # A fresh id is 16 random hex characters: what a 36-character uuid was in the row, the
+        # embedding row, the journal, the vector log and their indexes.
+        assert re.fullmatch(r"[0-9a-f]{16}", memory.id)
+        ids = {store.add(f"note {n} about the gateway", "fact").memory.id[:8] for n in range(20)}
+        assert len(ids) == 20  # random, not time-ordered: the 8 the CLI shows tell them apart
         assert memory.content_hash == content_hash("the   gateway LISTENS on port 8080")
         assert not store.add("the gateway listens on port 8080", "fact", project="github.com/acme/api").created
         assert index_names(store.db).isdisjoint(REDUNDANT_INDEXES)
@@ -129,8 +134,13 @@ def test_a_backfill_journals_ids_and_stamps_and_leaves_a_compact_store(app):  # 
     first = run_backfill(app, llm=backfill_llm())
     assert first.added + first.episodes >= 2
     db = app.store.db
-    afters = [json.loads(a) for (a,) in db.execute_sql("SELECT after FROM dream_action WHERE op = 'create'")]
-    assert afters and all(set(after) == {"updated_at"} for after in afters)
+    # One action per session, holding each memory it made as [id, stamp] by kind, and no other.
+    actions = db.execute_sql("SELECT op, memory_id, after FROM dream_action WHERE run_id = ?", (first.run_id,)).fetchall()
+    assert [(op, memory_id) for op, memory_id, _ in actions] == [("session", None)] * first.sessions
+    made = {row[0]: row[1] for row in db.execute_sql("SELECT id, updated_at FROM memory")}
+    pairs = [pair for _, _, after in actions for kind in json.loads(after).values() for pair in kind]
+    assert len(pairs) == first.added + first.episodes == len(made)
+    assert all(made[memory_id] == stamp for memory_id, stamp in pairs)
     assert db.execute_sql("PRAGMA freelist_count").fetchone()[0] == 0
     db.execute_sql("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
     # An edit since the backfill is still seen: the rollback leaves that memory as it was made.

@@ -99,3 +99,26 @@ def test_an_unreachable_llm_is_said_once_not_per_session(tmp_path, configure):
     assert "3 sessions" in out and "3 memories added" in out
     said = [line for line in err.splitlines() if "could not reach" in line or "LLM" in line]
     assert len(said) == 1, (out, err)
+
+
+def test_a_backfill_journals_a_session_once_and_its_memories_keep_their_history(app):
+    """One journal action per session still counts, dates and guards each memory it made."""
+    from llmem.dream.journal import Journal, action_counts, finish_run, start_run
+    from llmem.memories import memory_journal
+
+    first = run_backfill(app, llm=backfill_llm())
+    store, Memory = app.store, app.store.models.Memory
+    assert action_counts(store, first.run_id) == {
+        "backfill": {"add": first.added, "episode": first.episodes, "cursor": first.sessions}}
+    typed = Memory.get(Memory.source != "episode")
+    episode = Memory.get(Memory.source == "episode")
+    history = memory_journal(store, typed.id)
+    assert [(e.run_id, e.what, e.op, e.memory_id) for e in history] == [(first.run_id, "add", "create", typed.id)]
+    assert [e.what for e in memory_journal(store, episode.id)] == ["episode"]
+    # A later run that changed one of them: the rollback alone would lose that run's write.
+    later = start_run(store, "dream", ["light"])
+    with store.db.atomic():
+        Journal(store, later).update("light", "decay", episode.id, {"confidence": 0.4})
+    finish_run(store, later, {})
+    with pytest.raises(UsageError, match=later.id):
+        rollback_backfill(store, first.run_id)

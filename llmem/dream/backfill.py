@@ -3,10 +3,11 @@
 Sessions are read oldest first through the configured adapter — under `auto`, every agent
 whose store is present, interleaved by time; extraction itself works from
 each session's cursor, so an interrupted backfill resumes where it stopped and a session
-already extracted adds nothing. Every memory a backfill adds is journaled as `create` and
-every session cursor it moves as a `row` before-image: `--rollback RUN_ID` (the journal's
-undo) deletes those memories and puts the cursors back, so a later backfill reads the
-sessions again. Memories that extraction *updated* (near-duplicates of existing ones) are
+already extracted adds nothing. What a backfill does to a session is journaled as one
+`session` action (db/journal_rows.py): the memories it added, each by id and stamp as a
+`create`, and the session cursor as it was: `--rollback RUN_ID` (the journal's undo)
+deletes those memories and puts the cursors back, so a later backfill reads the sessions
+again. Memories that extraction *updated* (near-duplicates of existing ones) are
 counted but not rolled back: extraction does not hand out their before-images.
 """
 
@@ -53,6 +54,16 @@ class BackfillOutcome:
 def _cursor_row(db, adapter: str, session_id: str) -> dict[str, Any] | None:
     row = session_cursor_values(db, adapter, session_id, _CURSOR_COLUMNS)
     return dict(zip(_CURSOR_COLUMNS, row, strict=True)) if row else None
+
+
+def _memories(store, ids: list[str]) -> list:
+    """The memories of `ids` that exist, in the order of `ids` (the order they were made)."""
+    Memory = store.models.Memory
+    found = {}
+    for start in range(0, len(ids), 500):
+        found.update((m.id, m) for m in Memory.select(Memory.id, Memory.updated_at)
+                     .where(Memory.id.in_(ids[start:start + 500])))
+    return [found[memory_id] for memory_id in ids if memory_id in found]
 
 
 def backfill_adapters(config, adapter_name: str | None = None) -> list:
@@ -147,18 +158,14 @@ def _backfill(app, extract_session, *, adapter_name, since, limit, llm: _RunLLM 
             outcome.duplicates += report.duplicates
             outcome.deferred += int(report.deferred)
             with store.db.atomic():
-                Memory = store.models.Memory
-                for memory in Memory.select().where(Memory.id.in_(report.memory_ids)):
-                    journal.create("backfill", "add", memory)
-                    outcome.added += 1
-                for start in range(0, len(report.episode_ids), 500):
-                    for memory in Memory.select().where(Memory.id.in_(report.episode_ids[start:start + 500])):
-                        journal.create("backfill", "episode", memory)
-                        outcome.episodes += 1
+                created = {"add": _memories(store, report.memory_ids),
+                           "episode": _memories(store, report.episode_ids)}
+                outcome.added += len(created["add"])
+                outcome.episodes += len(created["episode"])
                 after = _cursor_row(store.db, adapter, info.id)
-                if after != before:
-                    journal.record_row("backfill", "cursor", "session_cursor",
-                                       {"adapter": adapter, "session_id": info.id}, before)
+                journal.session("backfill", created, "session_cursor",
+                                {"adapter": adapter, "session_id": info.id}, before,
+                                cursor_moved=after != before)
     except KeyboardInterrupt:
         outcome.interrupted = True
         outcome.llm_unreachable = llm.unreachable if llm is not None else None

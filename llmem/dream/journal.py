@@ -7,6 +7,7 @@ plan through a Journal. Every write goes through one of four journaled operation
   relate  a relation was added; undo removes it
   file    a file was rewritten; `before` is its old text (null: it did not exist)
   report  a finding (a shadow verdict, a staged grounded recall): nothing to restore
+  session a backfill's session: the creates and the cursor `row` it stands for, in one action
 Undo replays a run's journal backwards in one transaction, so a run is undone exactly; a
 memory (like a file) changed since the run is left as it is and reported, unless forced.
 """
@@ -161,6 +162,24 @@ class Journal:
         and the stamp of its last write are all that needs: any edit since stamps it anew (a
         backfill journals one create per memory it keeps, and the content hash was most of it)."""
         self._record(phase, kind, "create", memory.id, None, {"updated_at": memory.updated_at})
+
+    def session(self, phase: str, created: dict[str, list[Memory]], cursor_table: str,
+                cursor_key: dict[str, Any], cursor_before: dict[str, Any] | None, *,
+                cursor_moved: bool) -> None:
+        """Journal what a backfill did to one session as one action (journal_rows.SESSION_OP):
+        the memories it created, by kind, each by id and stamp as `create` journals it, and
+        the session cursor as it was when the backfill moved it. Undo reads it as those
+        `create`s and that `row`."""
+        if cursor_table not in RESTORABLE_TABLES:
+            raise ValueError(f"table {cursor_table!r} cannot be journaled")
+        pairs = {kind: [(m.id, m.updated_at) for m in memories] for kind, memories in created.items()}
+        if not cursor_moved and not any(pairs.values()):
+            return
+        image = {"table": cursor_table, "key": cursor_key, "row": cursor_before} if cursor_moved else None
+        before, after = journal_rows.session_action_images(pairs, image)
+        journal_rows.insert_action(self.db, self.run.id, phase, "session", journal_rows.SESSION_OP,
+                                   None, before, after, now())
+        self.count += 1
 
     def relate(self, phase: str, kind: str, source_id: str, target_id: str, relation_type: str) -> bool:
         """Add a relation unless it exists; journal it when added."""
@@ -620,6 +639,15 @@ def action_counts(store, run_id: str) -> dict[str, dict[str, int]]:
     rows = (DreamAction.select(DreamAction.phase, DreamAction.kind, pw.fn.COUNT(DreamAction.id))
             .where(DreamAction.run == run_id).group_by(DreamAction.phase, DreamAction.kind).tuples())
     out: dict[str, dict[str, int]] = {}
-    for phase, kind, count in rows:
+    for phase, kind, count in rows.where(DreamAction.op != journal_rows.SESSION_OP):
         out.setdefault(phase, {})[kind] = count
+    # A backfill's session action counts as the memories it created, by kind, and its cursor.
+    for phase, before, after in (DreamAction.select(DreamAction.phase, DreamAction.before, DreamAction.after)
+                                 .where((DreamAction.run == run_id) & (DreamAction.op == journal_rows.SESSION_OP))
+                                 .tuples()):
+        kinds = out.setdefault(phase, {})
+        for kind, pairs in (after or {}).items():
+            kinds[kind] = kinds.get(kind, 0) + len(pairs)
+        if before:
+            kinds["cursor"] = kinds.get("cursor", 0) + 1
     return out

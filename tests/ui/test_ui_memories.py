@@ -14,7 +14,7 @@ from llmem.times import now
 
 def ids_on(html: str) -> list[str]:
     """Memory ids linked from the page, in order, once each."""
-    return list(dict.fromkeys(re.findall(r'href="/memories/([0-9a-f-]{36})"', html)))
+    return list(dict.fromkeys(re.findall(r'href="/memories/([0-9a-f-]{16,36})"', html)))
 
 
 def test_the_list_filters_by_type_project_and_validity(viewer):

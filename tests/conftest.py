@@ -74,6 +74,7 @@ def llmem_home(tmp_path, monkeypatch, request):
 
 def _copying_template(real_open, template: Path):
     def open_database(path: Path, *, vec: bool = True):
+        copied = False
         if not path.exists():
             from llmem.paths import ensure_private_dir
 
@@ -82,9 +83,15 @@ def _copying_template(real_open, template: Path):
                 with template.open("rb") as source, open(path, "xb") as copy:
                     shutil.copyfileobj(source, copy)
                 os.chmod(path, 0o600)
+                copied = True
             except OSError:  # a folder it may not write: the real open says what is wrong
                 path.unlink(missing_ok=True)
-        return real_open(path, vec=vec)
+        db = real_open(path, vec=vec)
+        if copied:  # each store its own random token (migration 0016), as if created here
+            from llmem.db.vector_file import TOKEN_KEY
+
+            db.execute_sql("UPDATE setting SET value = lower(hex(randomblob(16))) WHERE key = ?", (TOKEN_KEY,))
+        return db
 
     return open_database
 

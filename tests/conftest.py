@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -62,6 +63,57 @@ def llmem_home(tmp_path, monkeypatch, request):
     if ON_POSTGRES and request.node.get_closest_marker("sqlite_only") is None:
         monkeypatch.setenv("LLMEM_STORE_URL", request.getfixturevalue("servers").fresh_database())
     return home
+
+
+# ---- a new SQLite store is a copy of one migrated once per worker ------------------------
+# Creating a store runs every migration (~16 ms of CPU, ~1,000 times a run), where a copy of
+# a store that ran them is ~7 ms to open (its migrations are found applied). A test whose
+# subject is a new store's own creation (its migrations running, their output, the file's
+# mode as created) is marked `creates_store` and gets the real thing; llmem processes a test
+# starts always create theirs.
+
+def _copying_template(real_open, template: Path):
+    def open_database(path: Path, *, vec: bool = True):
+        copied = False
+        if not path.exists():
+            from llmem.paths import ensure_private_dir
+
+            try:
+                ensure_private_dir(path.parent)
+                with template.open("rb") as source, open(path, "xb") as copy:
+                    shutil.copyfileobj(source, copy)
+                os.chmod(path, 0o600)
+                copied = True
+            except OSError:  # a folder it may not write: the real open says what is wrong
+                path.unlink(missing_ok=True)
+        db = real_open(path, vec=vec)
+        if copied:  # each store its own random token (migration 0016), as if created here
+            from llmem.db.vector_file import TOKEN_KEY
+
+            db.execute_sql("UPDATE setting SET value = lower(hex(randomblob(16))) WHERE key = ?", (TOKEN_KEY,))
+        return db
+
+    return open_database
+
+
+@pytest.fixture(scope="session")
+def store_template(tmp_path_factory) -> Path:
+    """A store that ran every migration, closed (no -wal beside it): what a new store is."""
+    from llmem.db.connection import open_database
+
+    template = tmp_path_factory.mktemp("template") / "memory.db"
+    open_database(template).close()
+    return template
+
+
+@pytest.fixture(autouse=True)
+def new_stores_are_copies(request, monkeypatch):
+    if ON_POSTGRES or request.node.get_closest_marker("creates_store") is not None:
+        return
+    from llmem.db import connection
+
+    template = request.getfixturevalue("store_template")
+    monkeypatch.setattr(connection, "open_database", _copying_template(connection.open_database, template))
 
 
 @pytest.fixture

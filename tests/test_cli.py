@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import store_location
 
 from llmem.cli import cli as cli_group
@@ -218,6 +219,7 @@ def test_doctor_on_a_fresh_home_fails_nothing(cli, configure, tmp_path):
     assert code == 0 and not failed, failed
 
 
+@pytest.mark.creates_store  # the new store's file mode is llmem's doing, not a copy's
 def test_files_made_by_commands_are_private(cli, fts_config, llmem_home, tmp_path):
     import os
     import stat
@@ -255,6 +257,7 @@ def test_outputs_go_only_into_existing_folders_and_leave_their_mode(cli, fts_con
     assert not (tmp_path / "nonexistent").exists()
 
 
+@pytest.mark.creates_store  # the new store's file mode is llmem's doing, not a copy's
 def test_an_existing_home_keeps_its_mode(cli, configure, llmem_home):
     import os
     import stat

@@ -86,8 +86,10 @@ def test_migration_0017_compacts_an_older_store_and_gives_the_space_back(tmp_pat
     path = tmp_path / "memory.db"
     embedder = FakeEmbedder(dim=DIM)
     store = Store.open(path)
-    for i in range(1500):
-        store.add(f"note {i} about topic {i % 37} and the billing service")
+    with store.db.atomic():  # one bulk insert: the rows, not how they were added, are the subject
+        store.add_many([(f"note {i} about topic {i % 37} and the billing service", {}, "user")
+                        for i in range(1500)], "fact", confidence=1.0, source="user",
+                       project=None, session_id=None)
     embed_pending(store, embedder)
     vectors = vec.decode_rows([r[0] for r in store.db.execute_sql(
         "SELECT e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id ORDER BY m.seq")], DIM)

@@ -96,6 +96,7 @@ def test_config_check_and_show(cli, configure):
     assert code == 2 and "search.limit" in err and "Traceback" not in err
 
 
+@pytest.mark.creates_store  # the new store's file mode is llmem's doing, not a copy's
 def test_init_creates_private_files_and_is_idempotent(cli, llmem_home, configure):
     code, out, err = cli("init", "--adapter", "none", "--ollama-url", "http://127.0.0.1:9")
     assert code == 0, err

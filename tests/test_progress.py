@@ -1,5 +1,7 @@
 """Progress in the terminal (issue 13 item 5): long commands draw a bar on stderr when it is a
-terminal and print no progress when it is piped. Real `llmem` subprocesses, a real pseudo-TTY."""
+terminal and print no progress when it is piped. On a terminal: real `llmem` subprocesses with
+stderr on a real pseudo-TTY; piped: the same entry point in-process (tests/inproc.py), its
+stderr a stream that is no terminal, as a pipe is."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from inproc import Ran, run_llmem
 from session_writers import recorded_opencode_store
 
 from llmem.config import load_config
@@ -18,17 +21,18 @@ MEMORIES = 450  # more than one 200-row import chunk and several 64-memory embed
 
 
 def fill_store(count: int = MEMORIES) -> None:
-    with Store.open(load_config().store_location) as store:
-        for i in range(count):
-            store.add(f"memory number {i} about the build cache on host {i % 7}", "fact")
+    with Store.open(load_config().store_location) as store, store.db.atomic():
+        store.add_many([(f"memory number {i} about the build cache on host {i % 7}", {}, "user")
+                        for i in range(count)], "fact", confidence=1.0, source="user",
+                       project=None, session_id=None)
 
 
 def llmem(*args: str) -> list[str]:
     return [sys.executable, "-m", "llmem", *args]
 
 
-def run_piped(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(llmem(*args), capture_output=True, text=True, timeout=120, env=os.environ.copy())
+def run_piped(*args: str) -> Ran:
+    return run_llmem(list(args))
 
 
 def run_on_a_terminal(*args: str) -> tuple[int, str, str]:

@@ -34,11 +34,6 @@ main(["worker", "-w", "1"])
 """
 
 
-def run_cli(*args):
-    done = subprocess.run([*LLMEM, *args], capture_output=True, text=True, timeout=60)
-    return done.returncode, done.stdout, done.stderr
-
-
 def dream_runs(llmem_home):
     with Store.open(store_location()) as store:
         DreamRun = store.models.DreamRun
@@ -61,7 +56,7 @@ def home(configure, tmp_path):
 
 
 def test_a_worker_killed_mid_dream_does_not_stop_the_next_dream(cli, home):
-    assert run_cli("enqueue", "dream")[0] == 0
+    assert cli("enqueue", "dream")[0] == 0  # in-process: the workers are the processes here
     worker = subprocess.Popen([sys.executable, "-c", SLOW_DREAM_WORKER], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
@@ -82,7 +77,7 @@ def test_a_worker_killed_mid_dream_does_not_stop_the_next_dream(cli, home):
     [check] = [c for c in json.loads(out)["checks"] if c["name"] == "locks"]
     assert check["status"] == "warn" and str(worker.pid) in check["detail"]
 
-    assert run_cli("enqueue", "dream")[0] == 0
+    assert cli("enqueue", "dream")[0] == 0
     worker = subprocess.Popen([*LLMEM, "worker", "-w", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: [r for r in dream_runs(home) if r[1] == "done"], timeout=60)

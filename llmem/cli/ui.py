@@ -14,26 +14,30 @@ NO_BROWSER_OPTION = click.option("--no-browser", is_flag=True, help="Print the U
 
 
 def prepare_viewer(app, port: int, *, open_browser: bool):
-    """Open the store, listen on 127.0.0.1:`port`, print the one URL line (with the run's
-    token) and open the browser on it; return the server, not yet serving."""
+    """Open the store and listen on 127.0.0.1:`port`; return the server, not yet serving. Once
+    it serves (and Ctrl-C stops it cleanly), it prints the one URL line with the run's token
+    and opens the browser on it."""
     import secrets
 
     from ..ui.server import ViewerServer, bind, create_app, url_of
     from .queueing import viewer_queue
 
-    _ = app.store  # open (and migrate) before announcing: a broken store fails here, not in a page
+    _ = app.store  # open (and migrate) before listening: a broken store fails here, not in a page
     sock = bind(port)
     token = secrets.token_urlsafe(32)
     asgi = create_app(app, port=sock.getsockname()[1], token=token, queue=viewer_queue(app))
     address = url_of(sock, token)
-    click.echo(address)
-    if open_browser:
-        import threading
-        import webbrowser
 
-        # Some browsers' launchers wait for the browser: the server must not wait with them.
-        threading.Thread(target=webbrowser.open, args=(address,), daemon=True).start()
-    return ViewerServer(asgi, sock)
+    def announce() -> None:
+        click.echo(address)
+        if open_browser:
+            import threading
+            import webbrowser
+
+            # Some browsers' launchers wait for the browser: the server must not wait with them.
+            threading.Thread(target=webbrowser.open, args=(address,), daemon=True).start()
+
+    return ViewerServer(asgi, sock, on_serving=announce)
 
 
 @click.command()

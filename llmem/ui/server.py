@@ -160,11 +160,30 @@ def bounded_protocol(max_connections: int, header_timeout: float):
     return BoundedH11Protocol
 
 
+def _announcing_server(config, on_serving):
+    """uvicorn.Server calling `on_serving()` at the end of a start-up that was not stopped."""
+    import uvicorn
+
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)  # inside uvicorn's signal capture
+            if self.started and not self.should_exit:
+                on_serving()
+
+    return AnnouncingServer(config)
+
+
 class ViewerServer:
     """uvicorn serving `asgi` on an already listening socket, in this thread or another."""
 
     def __init__(self, asgi, sock: socket.socket, *, max_connections: int = MAX_CONNECTIONS,
-                 header_timeout: float = HEADER_TIMEOUT_SECONDS):
+                 header_timeout: float = HEADER_TIMEOUT_SECONDS, on_serving=None):
+        """`on_serving()` is called once, when the server accepts connections and (in the main
+        thread) Ctrl-C and SIGTERM stop it: `llmem ui` prints its URL there, so whoever reads
+        the URL and then interrupts reaches a server that stops cleanly. Printed earlier, a
+        Ctrl-C landed in the start-up code as a KeyboardInterrupt, which Python drops when it
+        lands in a weakref callback or a __del__ (seen: importlib's module-lock callback),
+        and the viewer then served on forever."""
         import uvicorn
 
         self.sock = sock
@@ -179,7 +198,7 @@ class ViewerServer:
                                 # asyncio accepts up to this many sockets per wake-up before
                                 # any is refused: the burst a flood can open at once.
                                 backlog=LISTEN_BACKLOG)
-        self.server = uvicorn.Server(config)
+        self.server = _announcing_server(config, on_serving) if on_serving else uvicorn.Server(config)
         # A streaming response (the Queue page's log tail) never ends by itself, and uvicorn's
         # shutdown waits for every response: the stream asks this between polls and ends.
         asgi.app.state.stopping = lambda: self.server.should_exit

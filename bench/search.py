@@ -350,7 +350,7 @@ def main() -> None:
     index = vector_file.index_for(store.db, model, args.dim)
     prefilter = index.prefilter
     print(f"  vector file: {vector_file.file_path(store.db).stat().st_size / 1e6:.1f} MB, prefilter: "
-          + (f"{prefilter[0].shape[1]} float32 components ({4 * prefilter[0].shape[1]} bytes a vector), "
+          + (f"{prefilter[0].shape[1]} int8 components ({prefilter[0].shape[1] + 4} bytes a vector), "
              f"{vector_file.candidate_count(len(index.seqs))} candidates rescored" if prefilter else "none"))
     sequential = SequentialSearcher(store, embedder)
     cases = {

@@ -1,4 +1,4 @@
-"""The vector file's prefilter: the vectors' leading principal components in float32, whose
+"""The vector file's prefilter: the vectors' centred leading principal components in int8, whose
 best candidates are rescored exactly from the int8 rows; and the scan run beside the FTS query."""
 
 import numpy as np

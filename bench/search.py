@@ -160,18 +160,6 @@ class SequentialSearcher(Searcher):
         return super()._begin_nearest(query_vector, depth)
 
 
-def beside_anyway(go):
-    """`go` with the KNN scanned beside the FTS query even when no core is spare."""
-    def run(arg):
-        spare = vector_file._core_to_spare
-        vector_file._core_to_spare = lambda: True
-        try:
-            go(arg)
-        finally:
-            vector_file._core_to_spare = spare
-    return run
-
-
 def int8_scan(index, query, k):
     """The vector file's exact scan of every int8 row (what it ran before the prefilter)."""
     sims = vector_file._scores(index.matrix, index.scales, query)
@@ -360,7 +348,6 @@ def main() -> None:
         "knn after": (lambda v: vector_file.nearest(store.db, v, depth, model, args.dim, where, []), qvectors),
         "hybrid after": (run_search(searcher), pairs),
         "hybrid sequential": (run_search(sequential), pairs),
-        "hybrid beside": (beside_anyway(run_search(searcher)), pairs),
         "project after": (run_search(searcher, "/p/rare"), pairs),
     }
     with_before = store.db.vec_loaded and not args.in_process_only
@@ -386,7 +373,6 @@ def main() -> None:
             report(f"{label}, before", ms[f"{key} before"], floor, cpu=cpu[f"{key} before"])
         report(f"{label}, after", ms[f"{key} after"], floor, cpu=cpu[f"{key} after"])
     report("hybrid, KNN after the FTS query", ms["hybrid sequential"], floor, cpu=cpu["hybrid sequential"])
-    report("hybrid, KNN beside it whatever the load", ms["hybrid beside"], floor, cpu=cpu["hybrid beside"])
     report("hybrid with access tracking, after", timed(run_search(searcher, track=True), pairs[:30]), floor[:30])
     store.close()
     if args.in_process_only:

@@ -689,21 +689,15 @@ def _scan_forever(work: queue.SimpleQueue) -> None:
 def begin_nearest(db, query, depth: int, model: str, dim: int, *, background: bool = False) -> NearestSearch:
     """Start the KNN of `query` over the vectors of (model, dim): caught up with the table
     here, scanned in a thread when `background` (numpy's products release the GIL, and so
-    does SQLite's step: an FTS query in the caller's thread runs beside it on another core)."""
+    does SQLite's step: an FTS query in the caller's thread runs beside it on another core).
+
+    Beside the FTS query whatever the load: bench/search.py at 100k, 200 queries taking turns,
+    load average 6.3-6.9 on 2 cores: hybrid 46.0 ms p50 beside, 53.7 after (17.5 and 17.9 ms
+    of CPU); at load 2.3, 15.9 against 18.9. (A rule that kept the scan in the caller's
+    thread unless a core was idle by the load average left it there at both loads.)"""
     index = index_for(db, model, dim)
     with index.lock:  # a snapshot of the arrays: a later refresh replaces them, never edits them
-        return NearestSearch(index, query, depth, background and _core_to_spare())
-
-
-def _core_to_spare() -> bool:
-    """Whether a second thread of this search would find a core: the thread can pay only then.
-    bench/search.py at 100k, load average 9-11 on 2 cores, two runs: beside the FTS query the
-    search took 38 and 66 ms p50 (20.7 and 17.9 ms of CPU), after it 31 and 71 ms (16.7 and
-    18.1 ms): no gain to count on when every core is busy, and the thread adds a hand-over."""
-    try:
-        return os.getloadavg()[0] + 1 <= (os.cpu_count() or 1)
-    except OSError:  # no load average on this platform: the scan after the FTS query
-        return False
+        return NearestSearch(index, query, depth, background)
 
 
 @per_backend

@@ -21,6 +21,7 @@ ROWS = 300
 def small_prefilter(monkeypatch):
     """A prefilter for a store this small, passing on few enough candidates that it chooses."""
     monkeypatch.setattr(vector_file, "PREFILTER_MIN_ROWS", 100)
+    monkeypatch.setattr(vector_file, "BESIDE_MIN_ROWS", 0)
     monkeypatch.setattr(vector_file, "PREFILTER_MIN_CANDIDATES", 20)
     vector_file._indexes.clear()
     yield
@@ -128,6 +129,15 @@ def test_the_scan_beside_the_fts_query_answers_as_the_scan_after_it(tmp_path, mo
     monkeypatch.setattr(vector_file, "begin_nearest", in_this_thread)
     after = [h.seq for h in searcher.search("billing service 4", opts).hits]
     assert backgrounds == [True] and beside == after
+    store.close()
+
+
+def test_a_small_files_scan_runs_in_the_callers_thread(tmp_path, monkeypatch):
+    rng = np.random.default_rng(9)
+    store, _, _ = build(tmp_path / "memory.db", embedding_like(rng, 50))
+    monkeypatch.setattr(vector_file, "BESIDE_MIN_ROWS", 51)
+    pending = vector_file.begin_nearest(store.db, embedding_like(rng, 1)[0], 5, MODEL, DIM, background=True)
+    assert pending._done is None and len(pending.finish(store.db, "1", [])) == 5  # scanned in this thread
     store.close()
 
 

@@ -435,8 +435,6 @@ def search_alone(workdir: Path, queries: list[str], qvectors: list, limit: int) 
 
 
 def run_search_alone(workdir: Path, dim: int, limit: int) -> None:
-    import resource
-
     queries = json.loads((workdir / "bench-queries.json").read_text())
     qvectors = np.load(workdir / "bench-queries.npy")
     store = Store.open(workdir / "memory.db")
@@ -454,7 +452,9 @@ def run_search_alone(workdir: Path, dim: int, limit: int) -> None:
                            "hybrid": (hybrid, runs)}, len(queries))
     report("floor: FTS5 bm25", ms["fts"], cpu=cpu["fts"])
     report("hybrid", ms["hybrid"], ms["fts"], "FTS", cpu=cpu["hybrid"])
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    # VmHWM, not ru_maxrss: Linux carries the parent's peak over into an exec'ed child's.
+    status = Path("/proc/self/status").read_text().splitlines()
+    peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
     print(f"  peak RSS of this process: {peak:.0f} MB (load average {os.getloadavg()[0]:.2f})")
     store.close()
 

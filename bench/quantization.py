@@ -6,7 +6,7 @@ passages episodes pack short turns into), and the coding sessions' messages; que
 questions. All embedded with the built-in embedder (a few minutes on an idle machine; cached in
 --cache). Prints recall@10 of: llmem's stored encoding (int8 and a scale, db/vec.py, scanned
 as db/vector_file.py scans it), float16, the int8 scan's top 20 rescored exactly, and the vector
-file's prefilter (principal components in float32, their best candidates rescored from the
+file's prefilter (centred principal components in int8, their best candidates rescored from the
 int8 rows) with its candidates at 1% of the rows, as a file of 100k rows passes on, and at
 this file's own count (db/vector_file.py's PREFILTER_* constants). Example:
     python bench/quantization.py --cache /tmp/quant-vectors.npz
@@ -107,13 +107,14 @@ def prefilter_recall(docs, qs, ints, scales) -> None:
     """recall@10 and @50 of the vector file's prefilter against exact float32 and against an
     exact scan of the stored rows, built on these rows whatever their count."""
     vector_file.PREFILTER_MIN_ROWS = 0  # the file's rule leaves a store this small without one
-    basis = vector_file._components(ints, scales, docs.shape[1])
-    if basis is None:
+    components = vector_file._components(ints, scales, docs.shape[1])
+    if components is None:
         print("  prefilter: none (its components hold too little of these vectors' variance)")
         return
-    rows = vector_file._project(ints, scales, basis)
+    basis = components[0]
+    rows, row_scales = vector_file._project(ints, scales, components)
     empty = np.empty(0, dtype=np.int64)
-    view = vector_file.Snapshot(np.arange(len(docs)), ints, scales, (basis, rows), empty,
+    view = vector_file.Snapshot(np.arange(len(docs)), ints, scales, (basis, rows, row_scales), empty,
                                 np.empty((0, docs.shape[1]), dtype=np.float32), None)
     stored = ints.astype(np.float32) * scales[:, None]
     pdims = basis.shape[1]
@@ -127,7 +128,7 @@ def prefilter_recall(docs, qs, ints, scales) -> None:
             found["f32@10"].append(len(set(top(docs @ q, K)) & set(got[:K])) / K)
             found["stored@10"].append(len(set(top(stored @ q, K)) & set(got[:K])) / K)
             found["stored@50"].append(len(set(top(stored @ q, 50)) & set(got)) / 50)
-        print(f"  prefilter {pdims} float32 dims, {count} candidates ({label}): recall@10 "
+        print(f"  prefilter {pdims} int8 dims, {count} candidates ({label}): recall@10 "
               f"{np.mean(found['f32@10']):.4f} against float32, {np.mean(found['stored@10']):.4f} against "
               f"the stored rows (recall@50 {np.mean(found['stored@50']):.4f})")
 

@@ -160,18 +160,6 @@ class SequentialSearcher(Searcher):
         return super()._begin_nearest(query_vector, depth)
 
 
-def beside_anyway(go):
-    """`go` with the KNN scanned beside the FTS query even when no core is spare."""
-    def run(arg):
-        spare = vector_file._core_to_spare
-        vector_file._core_to_spare = lambda: True
-        try:
-            go(arg)
-        finally:
-            vector_file._core_to_spare = spare
-    return run
-
-
 def int8_scan(index, query, k):
     """The vector file's exact scan of every int8 row (what it ran before the prefilter)."""
     sims = vector_file._scores(index.matrix, index.scales, query)
@@ -251,9 +239,14 @@ def main() -> None:
                              "isotropic random ones (the worst case of the vector file's prefilter).")
     parser.add_argument("--in-process-only", action="store_true",
                         help="Skip vec0 (the 'before' cases) and the fresh processes.")
+    parser.add_argument("--search-alone", metavar="DIR", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--limit", type=int, default=10, help=argparse.SUPPRESS)
     parser.add_argument("--reuse", action="store_true",
                         help="Search the store a previous run left in --keep (same --memories, --dim).")
     args = parser.parse_args()
+    if args.search_alone:
+        run_search_alone(args.search_alone, args.dim, args.limit)
+        return
 
     rng = random.Random(42)
     nrng = np.random.default_rng(42)
@@ -350,7 +343,7 @@ def main() -> None:
     index = vector_file.index_for(store.db, model, args.dim)
     prefilter = index.prefilter
     print(f"  vector file: {vector_file.file_path(store.db).stat().st_size / 1e6:.1f} MB, prefilter: "
-          + (f"{prefilter[0].shape[1]} float32 components ({4 * prefilter[0].shape[1]} bytes a vector), "
+          + (f"{prefilter[0].shape[1]} int8 components ({prefilter[0].shape[1] + 4} bytes a vector), "
              f"{vector_file.candidate_count(len(index.seqs))} candidates rescored" if prefilter else "none"))
     sequential = SequentialSearcher(store, embedder)
     cases = {
@@ -360,7 +353,6 @@ def main() -> None:
         "knn after": (lambda v: vector_file.nearest(store.db, v, depth, model, args.dim, where, []), qvectors),
         "hybrid after": (run_search(searcher), pairs),
         "hybrid sequential": (run_search(sequential), pairs),
-        "hybrid beside": (beside_anyway(run_search(searcher)), pairs),
         "project after": (run_search(searcher, "/p/rare"), pairs),
     }
     with_before = store.db.vec_loaded and not args.in_process_only
@@ -386,9 +378,9 @@ def main() -> None:
             report(f"{label}, before", ms[f"{key} before"], floor, cpu=cpu[f"{key} before"])
         report(f"{label}, after", ms[f"{key} after"], floor, cpu=cpu[f"{key} after"])
     report("hybrid, KNN after the FTS query", ms["hybrid sequential"], floor, cpu=cpu["hybrid sequential"])
-    report("hybrid, KNN beside it whatever the load", ms["hybrid beside"], floor, cpu=cpu["hybrid beside"])
     report("hybrid with access tracking, after", timed(run_search(searcher, track=True), pairs[:30]), floor[:30])
     store.close()
+    search_alone(workdir, queries, qvectors, limit)
     if args.in_process_only:
         return
 
@@ -430,6 +422,41 @@ def main() -> None:
     resident_search("llmem search (HTTP embed), resident alive", workdir, run, queries[:args.cli_runs],
                     start_floor)
     server.stop()
+
+
+def search_alone(workdir: Path, queries: list[str], qvectors: list, limit: int) -> None:
+    """Hybrid searches in a process of their own that holds nothing else (this one holds the
+    texts and the floor's float32 matrix): their p50 and that process's peak RSS."""
+    np.save(workdir / "bench-queries.npy", np.stack(qvectors))
+    (workdir / "bench-queries.json").write_text(json.dumps(queries))
+    print("a process that only searches (the store above, same queries):")
+    subprocess.run([sys.executable, __file__, "--search-alone", str(workdir), "--dim", str(len(qvectors[0])),
+                    "--queries", str(len(queries)), "--limit", str(limit)], check=True)
+
+
+def run_search_alone(workdir: Path, dim: int, limit: int) -> None:
+    queries = json.loads((workdir / "bench-queries.json").read_text())
+    qvectors = np.load(workdir / "bench-queries.npy")
+    store = Store.open(workdir / "memory.db")
+    embedder = FixedQuery(dim)
+    searcher = Searcher(store, embedder)
+    where = "m.invalidated_at IS NULL"
+
+    def hybrid(i):
+        embedder.next_vector = qvectors[i]
+        searcher.search(queries[i], SearchOptions(limit=limit, track=False))
+
+    hybrid(0)  # maps the file
+    runs = range(len(queries))
+    ms, cpu = interleaved({"fts": (lambda q: searcher.fts_candidates(q, limit * 5, where, []), queries),
+                           "hybrid": (hybrid, runs)}, len(queries))
+    report("floor: FTS5 bm25", ms["fts"], cpu=cpu["fts"])
+    report("hybrid", ms["hybrid"], ms["fts"], "FTS", cpu=cpu["hybrid"])
+    # VmHWM, not ru_maxrss: Linux carries the parent's peak over into an exec'ed child's.
+    status = Path("/proc/self/status").read_text().splitlines()
+    peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
+    print(f"  peak RSS of this process: {peak:.0f} MB (load average {os.getloadavg()[0]:.2f})")
+    store.close()
 
 
 def resident_search(label: str, home: Path, run, queries: list[str], start_floor: float) -> None:

@@ -393,14 +393,16 @@ class Searcher:
         stems = self._stems
         if len(stems) > MAX_STEMS:
             stems.clear()
-        for seq, memory_id, mtype, confidence, created_at, source, _project, content, summary, hints in rows:
+        words_of = [index_tokens(r[7], r[8], r[9]) for r in rows] if lexical else []
+        # The words no search has stemmed yet, all of them at once (set operations run in C).
+        new = list(set().union(*words_of).difference(stems))
+        stems.update(zip(new, stem_words(self.db, new), strict=True))
+        for i, (seq, memory_id, mtype, confidence, created_at, source, _project, content, summary,
+                _hints) in enumerate(rows):
             entry = fused[seq]
             lex = 0.0
             if lexical:
-                words = index_tokens(content, summary, hints)
-                new = [w for w in set(words) if w not in stems]
-                stems.update(zip(new, stem_words(self.db, new), strict=True))
-                tokens = [stems[w] for w in words]
+                tokens = list(map(stems.__getitem__, words_of[i]))
                 lex = lexical(tokens, f"{content} {summary or ''}".lower())
                 if entry.get("fts_bm25") is not None:
                     lex *= (1 - opts.bm25_share) + opts.bm25_share * entry["fts_bm25"] / best_bm25

@@ -211,3 +211,23 @@ def test_with_a_malformed_reply_add_keeps_the_memory_pending_and_search_falls_ba
     ollama_config.embeddings_reply = [["x"] * 8]
     code, out, err = cli("search", "rate limit")
     assert code == 0 and "rate limit" in out and "unavailable" in err
+
+
+def test_the_kept_memory_count_follows_writes_of_any_connection(tmp_path):
+    """fts.memory_count is kept between searches and counted again after a write by this
+    connection, inside a transaction, or by another connection to the same store."""
+    from llmem.db import fts
+
+    first = Store.open(tmp_path / "memory.db")
+    second = Store.open(tmp_path / "memory.db")
+    assert fts.memory_count(first.db) == 0
+    first.add("one memory")
+    assert fts.memory_count(first.db) == 1
+    second.add("a memory from another process")
+    assert fts.memory_count(first.db) == 2
+    with first.db.atomic():
+        third = first.add("a third").memory
+        assert fts.memory_count(first.db) == 3
+    assert fts.memory_count(second.db) == 3
+    second.delete(third.id)
+    assert fts.memory_count(first.db) == fts.memory_count(second.db) == 2

@@ -257,3 +257,17 @@ def test_embed_pending_leaves_the_file_written_for_the_next_search(tmp_path):
     path = tmp_path / "memory.vectors"
     assert path.stat().st_size == file_size(5)
     store.close()
+
+
+@pytest.mark.parametrize("hidden_share", [0.0, 0.5, 0.99])
+def test_the_sampled_top_k_is_the_exact_top_k(hidden_share):
+    """_top_index's threshold from a sample holds the k best, also when most scores are -inf
+    (a filter's mask) or tied, and it falls back to a full partition when it misjudges."""
+    rng = np.random.default_rng(5)
+    scores = rng.normal(size=20_000).astype(np.float32)
+    scores[rng.random(len(scores)) < hidden_share] = -np.inf
+    scores[:300] = 2.5  # a run of ties
+    for k in (1, 50, 200, 1024):
+        got = vector_file._top_index(scores, k)
+        assert len(got) == k == len(set(got.tolist()))
+        assert np.sort(scores[got])[::-1].tolist() == np.sort(scores)[::-1][:k].tolist()

@@ -1,4 +1,4 @@
-"""The vector file's prefilter: the vectors' leading principal components in float32, whose
+"""The vector file's prefilter: the vectors' centred leading principal components in int8, whose
 best candidates are rescored exactly from the int8 rows; and the scan run beside the FTS query."""
 
 import numpy as np
@@ -21,6 +21,7 @@ ROWS = 300
 def small_prefilter(monkeypatch):
     """A prefilter for a store this small, passing on few enough candidates that it chooses."""
     monkeypatch.setattr(vector_file, "PREFILTER_MIN_ROWS", 100)
+    monkeypatch.setattr(vector_file, "BESIDE_MIN_ROWS", 0)
     monkeypatch.setattr(vector_file, "PREFILTER_MIN_CANDIDATES", 20)
     vector_file._indexes.clear()
     yield
@@ -113,7 +114,6 @@ def test_the_scan_beside_the_fts_query_answers_as_the_scan_after_it(tmp_path, mo
         def embed_query(self, text):
             return vectors[42]
 
-    monkeypatch.setattr(vector_file, "_core_to_spare", lambda: True)
     searcher = Searcher(store, Fixed(dim=DIM))
     opts = SearchOptions(limit=10, track=False, min_relevance=0.0)
     hits = searcher.search("billing service 4", opts).hits
@@ -132,11 +132,10 @@ def test_the_scan_beside_the_fts_query_answers_as_the_scan_after_it(tmp_path, mo
     store.close()
 
 
-def test_the_scan_waits_for_the_fts_query_when_no_core_is_spare(tmp_path, monkeypatch):
+def test_a_small_files_scan_runs_in_the_callers_thread(tmp_path, monkeypatch):
     rng = np.random.default_rng(9)
     store, _, _ = build(tmp_path / "memory.db", embedding_like(rng, 50))
-    monkeypatch.setattr(vector_file.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
-    monkeypatch.setattr(vector_file.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(vector_file, "BESIDE_MIN_ROWS", 51)
     pending = vector_file.begin_nearest(store.db, embedding_like(rng, 1)[0], 5, MODEL, DIM, background=True)
     assert pending._done is None and len(pending.finish(store.db, "1", [])) == 5  # scanned in this thread
     store.close()
@@ -150,7 +149,6 @@ def test_a_failed_scan_fails_the_search_in_its_own_thread(tmp_path, monkeypatch)
         raise MemoryError("scan failed")
 
     monkeypatch.setattr(vector_file.VectorIndex, "scores", broken)
-    monkeypatch.setattr(vector_file, "_core_to_spare", lambda: True)
     pending = vector_file.begin_nearest(store.db, embedding_like(rng, 1)[0], 5, MODEL, DIM, background=True)
     assert pending._done is not None  # it ran on the scanning thread
     with pytest.raises(MemoryError, match="scan failed"):

@@ -9,22 +9,23 @@ Layout (little-endian): a header (magic, version, dim, count, change id, model, 
 dims) padded to HEADER_BYTES, the int8 matrix (count x dim), the float32 scales (count), the
 int64 seqs, ascending; each part starts 8-byte aligned. A row times its scale is the stored
 vector (db/vec.py): the file holds the table's compact encoding as it is, a quarter of float32.
-Then, when the file has a prefilter, 64-byte aligned: its basis (dim x p float32) and its rows
-(count x p float32, each stored vector projected on the basis).
+Then, when the file has a prefilter, 64-byte aligned: its basis (dim x p float32), its rows
+(count x p int8, each stored vector less the centre, projected on the basis and quantised as
+db/vec.py quantises) and their float32 scales.
 
 The prefilter: the stored vectors' p = dim / 3 leading principal components (128 of MiniLM's
 384, found from an even sample of PREFILTER_SAMPLE_ROWS rows when the file is written), kept
 when they hold PREFILTER_MIN_VARIANCE of the variance and the file has PREFILTER_MIN_ROWS.
-A search scans those rows (a third of the int8 scan's elements, in float32: no conversion)
-and rescores its best PREFILTER_CANDIDATE_SHARE exactly from the int8 rows, so the scores it
-returns are the stored vectors' own. Measured (bench/quantization.py, 11.6k real MiniLM
-vectors, 1.2k questions, 1% of the rows rescored): recall@10 0.998 against the exact scan of
-the stored rows (PCA-96: 0.991, PCA-64: 0.968); bench/search.py at 100k, vectors with
-MiniLM's spectrum: 1.000. Random vectors have no leading directions (128 of 384 hold a third
-of their variance): they get no prefilter and the exact scan. The cost: 512 bytes a vector
-beside the int8 row's 388 (a file of 100k MiniLM vectors: 91 MB against 40), and writing
-the file finds the components and projects every row (0.75 s of CPU at 100k, measured
-at load 10).
+A search scans those rows (a third of the int8 scan's elements) and rescores its best
+PREFILTER_CANDIDATE_SHARE exactly from the int8 rows, so the scores it returns are the
+stored vectors' own. Measured (bench/quantization.py, 11.6k real MiniLM vectors, 1.2k
+questions, 1% of the rows rescored): recall@10 0.998 against the exact scan of the stored
+rows, the same as float32 components gave (PCA-96: 0.991, PCA-64: 0.968); bench/search.py at
+100k, vectors with MiniLM's spectrum: 1.000. Random vectors have no leading directions (128
+of 384 hold a third of their variance): they get no prefilter and the exact scan. The cost:
+132 bytes a vector beside the int8 row's 388 (a file of 100k MiniLM vectors: 53 MB against
+40; float32 components took 512 bytes, 91 MB, and scanned no faster: 4.4 against 4.6 ms of
+CPU at 100k), and writing the file finds the components and projects every row.
 
 Freshness: the embedding table stays the truth. Triggers log every memory whose vector
 changed in `vector_change` (migration 0016), and the file records the last change id it
@@ -57,7 +58,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..paths import atomic_file
 from .backend import per_backend
 from .settings import get_setting, set_setting
-from .vec import decode, split_rows
+from .vec import decode, quantize, split_rows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAGIC = b"LLMEMVEC"
-VERSION = 3  # 1: float32 rows (before migration 0017); 2: no prefilter
+VERSION = 4  # 1: float32 rows (before migration 0017); 2: no prefilter; 3: a float32 prefilter
 # magic, version, dim, count, change id, store token, model length, prefilter dims
 HEADER = struct.Struct("<8sIIQQ32sII")
 HEADER_BYTES = 4096  # the matrix starts page-aligned
@@ -99,6 +100,13 @@ PREFILTER_ALIGN = 64  # the float32 parts start on a cache line
 # it on one thread; at 4096 rows it spread over threads and cost 8x the CPU time on a loaded
 # machine, as SCAN_ROWS says.
 PREFILTER_SCAN_ELEMENTS = 2048 * 128
+# _top_index's sample: every TOP_SAMPLE_STRIDE-th score, cut this many ranks below the k it
+# asks for (scaled down to the sample): enough that its threshold rarely passes fewer than k.
+TOP_SAMPLE_STRIDE = 16
+TOP_SAMPLE_SPARE = 16
+# The scan runs on the scanning thread from this many rows: at 3k rows (a 0.3 ms scan), load
+# average 11, hybrid took 51 ms p50 beside the FTS query against 42 after it, at the same CPU.
+BESIDE_MIN_ROWS = 20_000
 PRUNED_KEY = "vector_change_pruned"  # change ids at or below it are gone from the log
 TOKEN_KEY = "vector_store_token"  # set by migration 0016: which store a file belongs to
 
@@ -209,12 +217,22 @@ def _layout(count: int, dim: int, pdims: int = 0) -> tuple[int, int, int, int]:
     if not pdims:
         return scales_at, seqs_at, end, end
     prefilter_at = _align(end, PREFILTER_ALIGN)
-    return scales_at, seqs_at, prefilter_at, prefilter_at + 4 * pdims * (dim + count)
+    return scales_at, seqs_at, prefilter_at, _prefilter_layout(prefilter_at, count, dim, pdims)[1]
+
+
+def _prefilter_layout(at: int, count: int, dim: int, pdims: int) -> tuple[int, int]:
+    """(where the prefilter's row scales start, where it ends) for a prefilter starting at
+    `at`: the basis (dim x pdims float32), the int8 rows (count x pdims, 64-byte aligned as
+    pdims is a multiple of PREFILTER_STEP), their float32 scales."""
+    rows_at = at + 4 * dim * pdims
+    scales_at = _align(rows_at + count * pdims)
+    return scales_at, scales_at + 4 * count
 
 
 def _components(ints, scales, dim: int):
-    """The prefilter's basis (dim x pdims float32: the leading principal components of the
-    rows, an evenly spaced sample of them) when it pays and holds, else None."""
+    """(basis, centre) of the prefilter: the leading principal components of the rows (dim x
+    pdims float32) and their mean, from an evenly spaced sample of them, when it pays and
+    holds; else None."""
     import numpy as np
 
     pdims = _align(dim // PREFILTER_SHARE_OF_DIM, PREFILTER_STEP)
@@ -222,24 +240,31 @@ def _components(ints, scales, dim: int):
         return None
     step = max(1, len(ints) // PREFILTER_SAMPLE_ROWS)
     sample = ints[::step].astype(np.float32) * scales[::step, None]
-    sample -= sample.mean(axis=0)
+    centre = sample.mean(axis=0)
+    sample -= centre
     values, vectors = np.linalg.eigh((sample.T @ sample).astype(np.float64))  # ascending
     values, vectors = values[::-1], vectors[:, ::-1]
     if values.sum() <= 0 or values[:pdims].sum() / values.sum() < PREFILTER_MIN_VARIANCE:
         return None
-    return np.ascontiguousarray(vectors[:, :pdims], dtype=np.float32)
+    return np.ascontiguousarray(vectors[:, :pdims], dtype=np.float32), centre
 
 
-def _project(ints, scales, basis):
-    """The prefilter's rows of int8 rows: each row times its scale, projected on the basis.
-    (Not centred: the mean's share of a score is the same for every row, so the order stays.)"""
+def _project(ints, scales, components):
+    """The prefilter's (int8 rows, float32 scales) of int8 rows: each row times its scale,
+    less the centre, projected on the basis and quantised as the stored vectors are. Centred,
+    the int8 range holds what tells rows apart and not the mean they share (whose share of a
+    score is the same for every row: leaving it out keeps their order)."""
     import numpy as np
 
-    out = np.empty((len(ints), basis.shape[1]), dtype=np.float32)
+    basis, centre = components
+    ints_out = np.empty((len(ints), basis.shape[1]), dtype=np.int8)
+    scales_out = np.empty(len(ints), dtype=np.float32)
     for start in range(0, len(ints), STREAM_ROWS):
         block = ints[start:start + STREAM_ROWS].astype(np.float32) * scales[start:start + STREAM_ROWS, None]
-        np.dot(block, basis, out=out[start:start + len(block)])
-    return out
+        block -= centre
+        end = start + len(block)
+        ints_out[start:end], scales_out[start:end] = quantize(block @ basis)
+    return ints_out, scales_out
 
 
 def write_file(db, path: Path, model: str, dim: int) -> int:
@@ -271,19 +296,21 @@ def write_file(db, path: Path, model: str, dim: int) -> int:
         matrix = np.concatenate([np.empty((0, dim), np.int8), *blocks])
         blocks.clear()
         all_scales = np.concatenate([np.empty(0, np.float32), *scales])
-        basis = _components(matrix, all_scales, dim)
-        pdims = 0 if basis is None else basis.shape[1]
+        components = _components(matrix, all_scales, dim)
+        pdims = 0 if components is None else components[0].shape[1]
         scales_at, seqs_at, prefilter_at, _ = _layout(count, dim, pdims)
         out.write(b"\0" * (scales_at - HEADER_BYTES - count * dim))
         out.write(all_scales.astype("<f4").tobytes())
         out.write(b"\0" * (seqs_at - scales_at - 4 * count))
         out.write(np.asarray(seqs, dtype="<i8").tobytes())
-        if basis is not None:
+        if components is not None:
             out.write(b"\0" * (prefilter_at - seqs_at - 8 * count))
-            out.write(basis.astype("<f4").tobytes())
-            for start in range(0, count, STREAM_ROWS):
-                end = start + STREAM_ROWS
-                out.write(_project(matrix[start:end], all_scales[start:end], basis).astype("<f4").tobytes())
+            out.write(components[0].astype("<f4").tobytes())
+            rows, row_scales = _project(matrix, all_scales, components)
+            out.write(rows.tobytes())
+            rscales_at, _ = _prefilter_layout(prefilter_at, count, dim, pdims)
+            out.write(b"\0" * (rscales_at - prefilter_at - 4 * dim * pdims - count * pdims))
+            out.write(row_scales.astype("<f4").tobytes())
         out.seek(0)
         out.write(HEADER.pack(MAGIC, VERSION, dim, count, holds, token, len(model_bytes), pdims) + model_bytes)
     return holds
@@ -322,9 +349,10 @@ def _map_file(db, path: Path, model: str, dim: int):
     prefilter = None
     if pdims:
         basis = np.frombuffer(mapped, dtype="<f4", count=dim * pdims, offset=prefilter_at).reshape(dim, pdims)
-        rows = np.frombuffer(mapped, dtype="<f4", count=count * pdims,
+        rows = np.frombuffer(mapped, dtype=np.int8, count=count * pdims,
                              offset=prefilter_at + 4 * dim * pdims).reshape(count, pdims)
-        prefilter = (basis, rows)
+        rscales_at, _ = _prefilter_layout(prefilter_at, count, dim, pdims)
+        prefilter = (basis, rows, np.frombuffer(mapped, dtype="<f4", count=count, offset=rscales_at))
     return mapped, seqs, matrix, scales, prefilter, holds
 
 
@@ -348,15 +376,15 @@ def _read_rows(db, model: str, dim: int):
     return seqs[:filled], matrix[:filled], scales[:filled]
 
 
-def _scores(matrix, scales, query):
+def _scores(matrix, scales, query, block_rows: int = SCAN_ROWS):
     """The similarity of `query` to each int8 row times its scale, block by block (the
     module's docstring says why)."""
     import numpy as np
 
     out = np.empty(len(matrix), dtype=np.float32)
-    block = np.empty((min(SCAN_ROWS, len(matrix)), matrix.shape[1]), dtype=np.float32)
-    for start in range(0, len(matrix), SCAN_ROWS):
-        rows = matrix[start:start + SCAN_ROWS]
+    block = np.empty((min(block_rows, len(matrix)), matrix.shape[1]), dtype=np.float32)
+    for start in range(0, len(matrix), block_rows):
+        rows = matrix[start:start + block_rows]
         part = block[:len(rows)]
         np.copyto(part, rows, casting="unsafe")
         np.dot(part, query, out=out[start:start + len(rows)])
@@ -364,15 +392,10 @@ def _scores(matrix, scales, query):
     return out
 
 
-def _estimates(rows, projected):
-    """The prefilter's estimate of each row's similarity, PREFILTER_SCAN_ELEMENTS per product."""
-    import numpy as np
-
-    out = np.empty(len(rows), dtype=np.float32)
-    step = max(1, PREFILTER_SCAN_ELEMENTS // max(1, rows.shape[1]))
-    for start in range(0, len(rows), step):
-        np.dot(rows[start:start + step], projected, out=out[start:start + step])
-    return out
+def _estimates(rows, scales, projected):
+    """The prefilter's estimate of each row's similarity (less the centre's share, the same
+    for every row), PREFILTER_SCAN_ELEMENTS per product."""
+    return _scores(rows, scales, projected, max(1, PREFILTER_SCAN_ELEMENTS // max(1, rows.shape[1])))
 
 
 def candidate_count(rows: int) -> int:
@@ -386,7 +409,7 @@ class Snapshot(NamedTuple):
     seqs: np.ndarray
     matrix: np.ndarray
     scales: np.ndarray
-    prefilter: tuple[np.ndarray, np.ndarray] | None  # (basis, rows)
+    prefilter: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # (basis, int8 rows, their scales)
     extra_seqs: np.ndarray
     extra: np.ndarray
     hidden: np.ndarray | None
@@ -406,8 +429,8 @@ class Scores:
         if self.exact:
             self.sims = _scores(self.matrix, self.scales, query)
         else:
-            basis, rows = view.prefilter
-            self.sims = _estimates(rows, query @ basis)
+            basis, rows, row_scales = view.prefilter
+            self.sims = _estimates(rows, row_scales, query @ basis)
         if view.hidden is not None:
             self.sims[view.hidden] = -np.inf
         self.extra = view.extra @ query
@@ -436,7 +459,7 @@ class Scores:
             sims = self.sims[at]
         else:  # the prefilter's best, rescored from the int8 rows
             wide = max(k, candidate_count(len(self.sims)))
-            at = _top_index(self.sims, wide)
+            at = np.sort(_top_index(self.sims, wide))  # in file order: the rows are read in one sweep
             at = at[self.sims[at] != -np.inf]
             sims = (self.matrix[at].astype(np.float32) @ self.query) * self.scales[at]
         keep = sims != -np.inf
@@ -483,8 +506,8 @@ class VectorIndex:
         if loaded is None:
             holds = change_id(db)
             seqs, matrix, scales = _read_rows(db, self.model, self.dim)
-            basis = _components(matrix, scales, self.dim)
-            prefilter = None if basis is None else (basis, _project(matrix, scales, basis))
+            components = _components(matrix, scales, self.dim)
+            prefilter = None if components is None else (components[0], *_project(matrix, scales, components))
         else:
             self._mapped, seqs, matrix, scales, prefilter, holds = loaded
         self.seqs, self.matrix, self.scales, self.holds, self.seen = seqs, matrix, scales, holds, holds
@@ -569,6 +592,11 @@ class VectorIndex:
 
 
 def _top_index(scores, k: int):
+    """The indexes of the k best scores, in no order.
+
+    A large array is first cut at a threshold read from a strided sample (an argpartition of
+    100k scores cost ~1 ms; the sample's and the comparison ~0.2): what passes it holds the k
+    best whenever it holds k, and else the whole array is partitioned."""
     import numpy as np
 
     if len(scores) == 0:
@@ -576,6 +604,13 @@ def _top_index(scores, k: int):
     k = min(k, len(scores))
     if k == len(scores):
         return np.arange(k)
+    if k * TOP_SAMPLE_STRIDE * 4 <= len(scores):
+        sample = scores[::TOP_SAMPLE_STRIDE]
+        rank = min(len(sample), k // TOP_SAMPLE_STRIDE + TOP_SAMPLE_SPARE)
+        threshold = np.partition(sample, len(sample) - rank)[len(sample) - rank]
+        passing = np.flatnonzero(scores >= threshold)
+        if len(passing) >= k:
+            return passing[np.argpartition(-scores[passing], k - 1)[:k]]
     return np.argpartition(-scores, k - 1)[:k]
 
 
@@ -657,21 +692,17 @@ def _scan_forever(work: queue.SimpleQueue) -> None:
 def begin_nearest(db, query, depth: int, model: str, dim: int, *, background: bool = False) -> NearestSearch:
     """Start the KNN of `query` over the vectors of (model, dim): caught up with the table
     here, scanned in a thread when `background` (numpy's products release the GIL, and so
-    does SQLite's step: an FTS query in the caller's thread runs beside it on another core)."""
+    does SQLite's step: an FTS query in the caller's thread runs beside it on another core).
+
+    Beside the FTS query whatever the load: bench/search.py at 100k, 200 queries taking turns,
+    load average 6.3-6.9 on 2 cores: hybrid 46.0 ms p50 beside, 53.7 after (17.5 and 17.9 ms
+    of CPU); at load 2.3, 15.9 against 18.9. (A rule that kept the scan in the caller's
+    thread unless a core was idle by the load average left it there at both loads.) A small
+    file's scan is too short to pay for the hand-over (BESIDE_MIN_ROWS)."""
     index = index_for(db, model, dim)
     with index.lock:  # a snapshot of the arrays: a later refresh replaces them, never edits them
-        return NearestSearch(index, query, depth, background and _core_to_spare())
-
-
-def _core_to_spare() -> bool:
-    """Whether a second thread of this search would find a core: the thread can pay only then.
-    bench/search.py at 100k, load average 9-11 on 2 cores, two runs: beside the FTS query the
-    search took 38 and 66 ms p50 (20.7 and 17.9 ms of CPU), after it 31 and 71 ms (16.7 and
-    18.1 ms): no gain to count on when every core is busy, and the thread adds a hand-over."""
-    try:
-        return os.getloadavg()[0] + 1 <= (os.cpu_count() or 1)
-    except OSError:  # no load average on this platform: the scan after the FTS query
-        return False
+        beside = background and len(index.seqs) + len(index.extra_seqs) >= BESIDE_MIN_ROWS
+        return NearestSearch(index, query, depth, beside)
 
 
 @per_backend

@@ -225,11 +225,12 @@ def test_a_postgres_store_upgrades_from_every_earlier_step(servers):
         db = PostgresStoreDatabase(url)
         db.connect()
         ensure_pgvector(db)
-        applied = migrations.applied_migrations(db)
-        for name, step in migrations.MIGRATIONS[:stop]:  # a store made by an older llmem
+        migrations.applied_migrations(db)  # makes schema_migration
+        for order, (name, step) in enumerate(migrations.MIGRATIONS[:stop]):  # a store made by an older llmem
             with db.atomic():
                 step(db)
-                db.execute_sql("INSERT INTO schema_migration(name, applied_at) VALUES (?, ?)", (name, float(len(applied))))
+                # each step at its own time, as they were applied: the list is read in that order
+                db.execute_sql("INSERT INTO schema_migration(name, applied_at) VALUES (?, ?)", (name, float(order)))
         db.close()
         with Store.open(url) as store:
             assert migrations.applied_migrations(store.db) == names

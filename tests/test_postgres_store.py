@@ -199,9 +199,9 @@ def test_bm25_on_postgres_scores_as_fts5_does(servers, tmp_path, query):
 
 
 @backend
-def test_the_common_words_are_the_same_on_both_backends_in_one_round_trip(servers, tmp_path, monkeypatch):
-    """common_words (what the semantic query leaves out) on PostgreSQL asks once, for the
-    threshold and every word's count together, and finds what SQLite finds."""
+def test_the_common_words_are_the_same_on_both_backends_in_two_round_trips(servers, tmp_path, monkeypatch):
+    """common_words (what the semantic query leaves out) on PostgreSQL asks twice, for the
+    totals and then every word's count together, and finds what SQLite finds."""
     from llmem.db.fts import common_words
     from llmem.db.postgres.connection import QmarkCursor
     from llmem.store import Store
@@ -225,7 +225,7 @@ def test_the_common_words_are_the_same_on_both_backends_in_one_round_trip(server
         monkeypatch.setattr(QmarkCursor, "execute", lambda self, sql, params=None: (
             statements.append(sql), execute(self, sql, params))[1])
         on_postgres = common_words(store.db, query, share=0.10, min_docs=20)
-        assert len(statements) == 1, statements
+        assert len(statements) == 2, statements
         assert common_words(store.db, "alice", share=0.99, min_docs=20) == set()  # above every count
     assert on_sqlite == on_postgres == {"alice", "deploy", "build", "server", "bob"}, (on_sqlite, on_postgres)
 

@@ -365,9 +365,12 @@ class Soak:
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)
 
+    def _store_made(self) -> bool:
+        return self.db_path.exists()
+
     def progress(self) -> tuple[int, int]:
         """(planted tokens found in valid memories, events not done), read-only."""
-        if not self.db_path.exists():
+        if not self._store_made():
             return 0, 0
         with self._connect() as conn:
             contents = " ".join(r[0].lower() for r in conn.execute(

@@ -57,6 +57,11 @@ class StoreError(LlmemError):
     """The memory store could not be opened, migrated or written."""
 
 
+class StoreUnreachable(StoreError):
+    """The store's server does not answer (down, refused, timed out): what waiting may fix,
+    unlike a refused password or a missing database, so a long-lived command waits for it."""
+
+
 def failed_in_queue(exc: BaseException) -> bool:
     """Whether a failure came out of huey's storage, so from the queue file, not the store."""
     seen = exc

@@ -130,6 +130,19 @@ def model_server():
     server.stop()
 
 
+@pytest.fixture
+def move_home(monkeypatch, request):
+    """Point llmem at another, empty home (an import into a fresh store). On the PostgreSQL run
+    the new home gets a fresh database too: LLMEM_STORE_URL would keep the first home's store."""
+    def move(home: Path) -> Path:
+        home.mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv("LLMEM_HOME", str(home))
+        if ON_POSTGRES and os.environ.get("LLMEM_STORE_URL"):
+            monkeypatch.setenv("LLMEM_STORE_URL", request.getfixturevalue("servers").fresh_database())
+        return home
+    return move
+
+
 def free_port_url() -> str:
     """A loopback URL where nothing listens (an embedder that is down)."""
     with socket.socket() as sock:

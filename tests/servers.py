@@ -131,6 +131,20 @@ def start_postgres() -> PostgresServer:
     return server
 
 
+def store_rows(location) -> dict[str, list[tuple]]:
+    """Every row of every table of a store on a server (`location` a postgresql:// URL), each
+    table's rows in one order (by their reprs), to compare or search as a SQLite file's bytes
+    are; {} for a SQLite file (its bytes say it all)."""
+    if not isinstance(location, str):
+        return {}
+    import psycopg
+
+    with psycopg.connect(location) as connection:
+        tables = [name for (name,) in connection.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")]
+        return {name: sorted(connection.execute(f'SELECT * FROM "{name}"'), key=repr) for name in tables}
+
+
 @dataclass
 class RedisServer:
     port: int

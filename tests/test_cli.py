@@ -139,7 +139,7 @@ def test_embed_pending_after_ollama_comes_back(cli, ollama_config):
     assert json.loads(out)["pending_embedding"] == 0
 
 
-def test_export_import_round_trip_keeps_ids_and_relations(cli, fts_config, tmp_path, llmem_home, monkeypatch):
+def test_export_import_round_trip_keeps_ids_and_relations(cli, fts_config, tmp_path, llmem_home, move_home):
     from llmem.store import Store
 
     a = add(cli, "--content", "use ruff for linting", "--type", "decision")
@@ -153,15 +153,13 @@ def test_export_import_round_trip_keeps_ids_and_relations(cli, fts_config, tmp_p
     assert document["version"] == 1 and len(document["memories"]) == 2
     assert document["relations"][0]["type"] == "supersedes"
 
-    other_home = tmp_path / "other"
-    monkeypatch.setenv("LLMEM_HOME", str(other_home))
-    (other_home).mkdir()
+    other_home = move_home(tmp_path / "other")
     (other_home / "config.yaml").write_text("embedding:\n  provider: none\n")
     code, out, _ = cli("import", str(export), "--dry-run", "--json")
     assert json.loads(out) == {"new": 2, "already_present": 0, "duplicates": 0, "relations": 1, "dry_run": True}
-    assert not (other_home / "memory.db").exists() or json.loads(cli("stats", "--json")[1])["memories"] == 0
-    code, out, _ = cli("import", str(export), "--json")
-    assert json.loads(out)["new"] == 2
+    assert json.loads(cli("stats", "--json")[1])["memories"] == 0  # a dry run writes nothing
+    code, out, err = cli("import", str(export), "--json")
+    assert code == 0 and json.loads(out)["new"] == 2, err
     code, out, _ = cli("get", a["id"], "--json")
     assert json.loads(out)["relations"][0]["target_id"] == b["id"]
     code, out, _ = cli("import", str(export), "--json")  # again: nothing changes
@@ -186,8 +184,12 @@ def test_import_is_all_or_nothing(cli, fts_config, tmp_path):
     assert code == 2
 
 
-def test_verbose_shows_traceback_only_with_v(cli, configure):
-    configure("db_path: /proc/forbidden/memory.db\n")
+@pytest.mark.parametrize("store", ["sqlite:////proc/forbidden/memory.db", "postgresql://llmem@127.0.0.1:{port}/llmem"],
+                         ids=["sqlite-unwritable", "postgres-refused"])
+def test_verbose_shows_traceback_only_with_v(cli, monkeypatch, store):
+    from servers import free_port
+
+    monkeypatch.setenv("LLMEM_STORE_URL", store.format(port=free_port()))  # a store that cannot open
     code, out, err = cli("stats")
     assert code != 0 and "Traceback" not in err
     code, out, err = cli("-v", "stats")
@@ -289,15 +291,13 @@ def test_list_limit_counts_only_the_memories_it_shows(cli, fts_config):
 
 
 def test_imported_embeddings_are_searchable_in_a_fresh_store(cli, ollama_config, llmem_home, tmp_path,
-                                                             monkeypatch):
+                                                             move_home):
     memory = add(cli, "--content", "the billing service runs on postgres")
     export = tmp_path / "with-vectors.json"
     code, _, err = cli("export", "--embeddings", "--output", str(export))
     assert code == 0, err
-    fresh = tmp_path / "fresh"
-    fresh.mkdir()
-    (fresh / "config.yaml").write_text((llmem_home / "config.yaml").read_text())
-    monkeypatch.setenv("LLMEM_HOME", str(fresh))
+    config = (llmem_home / "config.yaml").read_text()
+    (move_home(tmp_path / "fresh") / "config.yaml").write_text(config)
     code, out, err = cli("import", str(export), "--json")
     assert code == 0 and json.loads(out)["new"] == 1, err
     code, out, _ = cli("embed", "--pending", "--json")
@@ -308,14 +308,12 @@ def test_imported_embeddings_are_searchable_in_a_fresh_store(cli, ollama_config,
 
 
 def test_import_embeds_the_new_memories_while_the_embedder_answers(cli, ollama_config, llmem_home, tmp_path,
-                                                                  monkeypatch):
+                                                                  move_home):
     add(cli, "--content", "the billing service runs on postgres")
     export = tmp_path / "plain.json"
     assert cli("export", "--output", str(export))[0] == 0
-    fresh = tmp_path / "fresh"
-    fresh.mkdir()
-    (fresh / "config.yaml").write_text((llmem_home / "config.yaml").read_text())
-    monkeypatch.setenv("LLMEM_HOME", str(fresh))
+    config = (llmem_home / "config.yaml").read_text()
+    (move_home(tmp_path / "fresh") / "config.yaml").write_text(config)
     ollama_config.mode = "error"  # down: the import still succeeds, the memory stays pending
     code, out, err = cli("import", str(export))
     assert code == 0 and "embed --pending" in err

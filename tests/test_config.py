@@ -241,9 +241,10 @@ def test_standard_locations_fill_null_paths_and_store_url_names_the_sqlite_file(
     assert config.db_path == config.store_location == tmp_path / "elsewhere.db"
 
 
-def test_sections_are_frozen_typed_and_their_defaults_match_the_schema(llmem_home):
+def test_sections_are_frozen_typed_and_their_defaults_match_the_schema(llmem_home, monkeypatch):
     import dataclasses
 
+    monkeypatch.delenv("LLMEM_STORE_URL", raising=False)  # no store named in the environment either
     config = load_config()
     assert Config() == config  # a section made without a file is the defaults, paths expanded
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -44,7 +44,7 @@ def _hold_lock(location, *host: str) -> subprocess.Popen:
 
 def test_second_run_refused_while_another_process_holds_the_lock(home):
     store, config = open_store(home)
-    holder = _hold_lock(config.db_path)
+    holder = _hold_lock(config.store_location)
     try:
         with pytest.raises(DreamLocked, match="another dream run is in progress"):
             run_dream(store, config, apply=True)

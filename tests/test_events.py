@@ -169,7 +169,7 @@ def claim_in_a_process_that_dies(app, event_id: int) -> int:
     """Claim the event from a short-lived process (a worker killed mid-task); return its pid."""
     code = ("import sys; from llmem.store import Store; from llmem.pipeline.events import claim_event\n"
             "with Store.open(sys.argv[1]) as store: assert claim_event(store, int(sys.argv[2]))")
-    worker = subprocess.Popen([sys.executable, "-c", code, str(app.config.db_path), str(event_id)],
+    worker = subprocess.Popen([sys.executable, "-c", code, str(app.config.store_location), str(event_id)],
                               stderr=subprocess.PIPE, text=True)
     _, err = worker.communicate(timeout=60)
     assert worker.returncode == 0, err

@@ -385,7 +385,7 @@ def test_hooks_see_a_killed_worker_at_once(cli, copilot_config, llmem_home):
         [sys.executable, "-c", "import sys, time; from llmem.store import Store; "
          "from llmem.pipeline.events import worker_heartbeat; store = Store.open(sys.argv[1]); "
          "worker_heartbeat(store); store.close(); print('beat', flush=True); time.sleep(60)",
-         str(llmem_home / "memory.db")], stdout=subprocess.PIPE, text=True)
+         str(store_location())], stdout=subprocess.PIPE, text=True)
     try:
         assert beater.stdout.readline().strip() == "beat"
         code, out, err = cli("hook", "--type", "idle", "--session-id", SESSION, "--format", "json")

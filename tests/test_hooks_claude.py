@@ -269,8 +269,9 @@ def test_a_session_start_whose_store_cannot_be_reached_gets_the_projects_last_bl
     code, out, err = cli(*HOOK, "--type", "created")
     assert code == 0 and decision[:8] in out
     built = json.loads(out)["hookSpecificOutput"]["additionalContext"]
-    text = (llmem_home / "config.yaml").read_text()
-    configure(text + f"store:\n  url: postgresql://llmem@127.0.0.1:{free_port()}/llmem\n")  # nothing listens
+    # Nothing listens there. The environment's URL wins over the file's store.url (and over the
+    # one the suite's PostgreSQL run sets there).
+    monkeypatch.setenv("LLMEM_STORE_URL", f"postgresql://llmem@127.0.0.1:{free_port()}/llmem")
     stdin_json(monkeypatch, claude_dir, "SessionStart", source="startup")
     code, out, err = cli(*HOOK, "--type", "created")
     assert code == 0 and "no PostgreSQL server answers" in err and "last one kept" in err

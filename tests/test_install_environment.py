@@ -11,6 +11,7 @@ import os
 import tomllib
 
 import pytest
+from conftest import store_location
 
 # What Codex passes from its own environment to a stdio MCP server, before the entry's `env`.
 CODEX_INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "LANG", "LC_ALL", "TERM", "TMPDIR", "TZ")
@@ -78,6 +79,10 @@ def test_the_codex_server_started_as_codex_starts_it_opens_this_store(cli, homes
     from mcp import StdioServerParameters
     from mcp_client import McpClient
 
+    location = store_location()
+    if isinstance(location, str):  # a store on a server: its URL where its user keeps it, in the file
+        config = llmem_home / "config.yaml"  # (Codex passes no LLMEM_STORE_URL on)
+        config.write_text(config.read_text() + f"store:\n  url: {location}\n")
     project = tmp_path / "acme"
     (project / ".git").mkdir(parents=True)
     assert cli("add", "-c", "Release tags are signed with the team key", "-t", "procedure",

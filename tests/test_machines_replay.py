@@ -1,6 +1,7 @@
 """The two-machine replay, small (bench/machines.py): two homes, each with its own agents and a
-real `llmem run` restarted once and killed once, over one shared store; every planted
-statement recovered once, no event lost, none run by a machine that did not write its session."""
+real `llmem run` restarted once and killed once, over one shared store (a SQLite file, or a
+real PostgreSQL: conftest's `store_url`); every planted statement recovered once, no event
+lost, none run by a machine that did not write its session."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from machines import replay_on_machines, summary  # noqa: E402
 
 
 @pytest.mark.slow
-def test_two_machines_share_one_store_and_never_take_each_others_work(tmp_path):
+def test_two_machines_share_one_store_and_never_take_each_others_work(tmp_path, store_url):
+    shared = store_url if store_url.startswith("postgresql://") else None  # None: a file under tmp_path
     result = replay_on_machines(tmp_path, sessions=10, seed=3, span=12.0, long_idle=5.0, down=3.0,
-                                idle_debounce=1.0, settle=100.0, log=lambda *_: None)
+                                idle_debounce=1.0, settle=100.0, store=shared, log=lambda *_: None)
     text = summary(result)
     total = result["total"]
     assert total["planted"] >= 20, text

@@ -17,7 +17,9 @@ import json
 import logging
 
 import yaml
+from conftest import store_location
 from secret_corpus import all_secrets, leaks, load_corpus
+from servers import store_rows
 from session_writers import copilot_session
 from test_extract import PROJECT
 
@@ -219,8 +221,11 @@ def test_every_stored_and_shown_form_holds_no_secret(cli, configure, tmp_path, m
 
     files = {str(path): path.read_bytes().decode("utf-8", errors="replace")
              for path in llmem_home.rglob("*") if path.is_file()}
+    # A store on a server (the suite's PostgreSQL run): every value of every row, as its file.
+    files |= {f"store table {table}": "\n".join(str(value) for row in rows for value in row)
+              for table, rows in store_rows(store_location()).items()}
     assert any(name.endswith("report.html") for name in files)
-    assert any(name.endswith("memory.db") for name in files)
+    assert any(name.endswith("memory.db") or name == "store table memory" for name in files)
     leaked_files = {name: leaks(SECRETS, text) for name, text in files.items() if leaks(SECRETS, text)}
     assert leaked_files == {}
     assert [(i, leaks(SECRETS, text)) for i, text in enumerate(shown) if leaks(SECRETS, text)] == []

@@ -199,6 +199,38 @@ def test_bm25_on_postgres_scores_as_fts5_does(servers, tmp_path, query):
 
 
 @backend
+def test_the_common_words_are_the_same_on_both_backends_in_two_round_trips(servers, tmp_path, monkeypatch):
+    """common_words (what the semantic query leaves out) on PostgreSQL asks twice, for the
+    totals and then every word's count together, and finds what SQLite finds."""
+    from llmem.db.fts import common_words
+    from llmem.db.postgres.connection import QmarkCursor
+    from llmem.store import Store
+
+    texts = [f"{word} deploying the build server {i}" for i in range(30) for word in ("alice", "bob")]
+    texts += ["pottery class with alice", "chess club"]
+    query = "Did alice deploy the build server to the chess club, or pottery? Bob"
+
+    def filled(location) -> Store:
+        store = Store.open(location)
+        for text in texts:
+            store.add(text, "conversation")
+        return store
+
+    with filled(tmp_path / "memory.db") as store:
+        on_sqlite = common_words(store.db, query, share=0.10, min_docs=20)
+    statements = []
+    execute = QmarkCursor.execute
+    with filled(servers.fresh_database()) as store:
+        common_words(store.db, "the words stemmed once: " + query, share=0.10, min_docs=20)
+        monkeypatch.setattr(QmarkCursor, "execute", lambda self, sql, params=None: (
+            statements.append(sql), execute(self, sql, params))[1])
+        on_postgres = common_words(store.db, query, share=0.10, min_docs=20)
+        assert len(statements) == 2, statements
+        assert common_words(store.db, "alice", share=0.99, min_docs=20) == set()  # above every count
+    assert on_sqlite == on_postgres == {"alice", "deploy", "build", "server", "bob"}, (on_sqlite, on_postgres)
+
+
+@backend
 def test_the_postgres_schema_has_every_column_of_every_model(servers):
     """A model that gains a column needs a step in db/postgres/migrations.py too."""
     from llmem.db.models import ALL_MODELS
@@ -225,11 +257,12 @@ def test_a_postgres_store_upgrades_from_every_earlier_step(servers):
         db = PostgresStoreDatabase(url)
         db.connect()
         ensure_pgvector(db)
-        applied = migrations.applied_migrations(db)
-        for name, step in migrations.MIGRATIONS[:stop]:  # a store made by an older llmem
+        migrations.applied_migrations(db)  # makes schema_migration
+        for order, (name, step) in enumerate(migrations.MIGRATIONS[:stop]):  # a store made by an older llmem
             with db.atomic():
                 step(db)
-                db.execute_sql("INSERT INTO schema_migration(name, applied_at) VALUES (?, ?)", (name, float(len(applied))))
+                # each step at its own time, as they were applied: the list is read in that order
+                db.execute_sql("INSERT INTO schema_migration(name, applied_at) VALUES (?, ?)", (name, float(order)))
         db.close()
         with Store.open(url) as store:
             assert migrations.applied_migrations(store.db) == names

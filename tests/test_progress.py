@@ -75,15 +75,13 @@ def test_on_a_terminal_embedding_draws_a_bar(ollama_config):
     assert code == 0 and "Embedding" not in terminal  # --json: data only
 
 
-def test_import_draws_a_bar_on_a_terminal_and_nothing_when_piped(fts_config, tmp_path, monkeypatch):
+def test_import_draws_a_bar_on_a_terminal_and_nothing_when_piped(fts_config, tmp_path, move_home):
     fill_store()
     export = tmp_path / "export.json"
     assert run_piped("export", "--output", str(export)).returncode == 0
     for name in ("terminal", "piped"):
-        home = tmp_path / name
-        home.mkdir()
+        home = move_home(tmp_path / name)
         (home / "config.yaml").write_text("embedding:\n  provider: none\nllm:\n  provider: none\n")
-        monkeypatch.setenv("LLMEM_HOME", str(home))
         if name == "terminal":
             code, out, terminal = run_on_a_terminal("import", str(export))
             assert code == 0 and f"Imported {MEMORIES} memories" in out

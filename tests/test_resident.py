@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import store_location
 from session_writers import copilot_session
 
 from llmem import hookclient
@@ -146,13 +147,13 @@ def test_idle_hooks_are_queued_by_the_resident_as_by_the_hook_process(agents, re
     from llmem.pipeline.events import worker_heartbeat
     from llmem.store import Store
 
-    with Store.open(default_paths().db_path) as store:
+    with Store.open(store_location()) as store:
         worker_heartbeat(store)  # a worker is alive: Stop only records and enqueues
     argv = ["hook", "--adapter", "claude", "--format", "claude", "--type", "idle"]
     reply = hookclient.ask_resident(argv, claude_payload(agents, "Stop", stop_hook_active=False))
     assert reply is not None and reply["stdout"] == ""
     assert reply["stderr"].startswith("llmem hook idle: queued as event ")
-    with Store.open(default_paths().db_path) as store:
+    with Store.open(store_location()) as store:
         Event = store.models.Event
         assert [(e.kind, e.session_id) for e in Event.select()] == [("idle", CLAUDE_SESSION)]
 

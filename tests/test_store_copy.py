@@ -111,8 +111,10 @@ def test_a_copy_killed_midway_resumes_and_adds_nothing_twice(home, tmp_path, mon
 
 
 def test_usage_errors_name_the_fix(home, cli):
-    build(home)[0].close()
+    store, config = build(home)
+    store.close()
     code, _, err = cli("store", "copy", "--to", "mysql://x/y")
     assert code == 2 and "--to" in err and "postgresql" in err
-    code, _, err = cli("store", "copy", "--to", f"sqlite:///{home / 'memory.db'}")
+    location = config.store_location  # the SQLite file, or the PostgreSQL run's database
+    code, _, err = cli("store", "copy", "--to", location if isinstance(location, str) else f"sqlite:///{location}")
     assert code == 2 and "the store itself" in err

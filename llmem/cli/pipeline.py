@@ -29,6 +29,46 @@ def _start_watcher(app):
     return watcher
 
 
+# How often `worker` and `run` ask again for a store whose server does not answer: a refused
+# connection costs nothing, one that times out takes store.connect_timeout_seconds besides.
+STORE_RETRY_SECONDS = 2.0
+
+
+def _store_when_it_answers(app, command: str) -> bool:
+    """Open the store, waiting for it while its server does not answer (down, refused, timed
+    out), as `llmem watch` does: started at boot before the server or the network, or on a
+    laptop away from it, the worker starts once the store answers, instead of exiting for
+    systemd to restart it every few seconds. Says so once, with the fix. Any other failure
+    (a refused password, a missing database, no pgvector) is raised: waiting would not fix it.
+    SIGINT or SIGTERM while waiting stops cleanly: returns False."""
+    from ..errors import StoreUnreachable
+
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    said = None
+    try:
+        while True:
+            try:
+                _ = app.store
+            except StoreUnreachable as exc:
+                if exc.message != said:
+                    click.echo(f"llmem {command}: {exc.message}; waiting for it (asking again every "
+                               f"{STORE_RETRY_SECONDS:g} s; Ctrl-C stops)\n  hint: {exc.hint}", err=True)
+                    said = exc.message
+                if stop.wait(STORE_RETRY_SECONDS):
+                    click.echo(f"llmem {command}: stopped while waiting for the store", err=True)
+                    return False
+                continue
+            if stop.is_set():  # asked to stop while the store was opening
+                return False
+            if said is not None:
+                click.echo(f"llmem {command}: the store answers; starting", err=True)
+            return True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 # Ctrl-C (SIGINT) lets in-flight tasks finish for this long, then stops like SIGTERM: the
 # interrupted events go back to pending (tasks are idempotent), so a stop never waits on a
 # slow LLM call.
@@ -80,10 +120,15 @@ def worker(app, workers):
     from .resident import start_resident
 
     setup_file_logging(app.config, "worker")
-    consumer = _consumer(app, workers or app.config.pipeline.workers)
-    resident = start_resident(app)
+    if not _store_when_it_answers(app, "worker"):
+        return
+    resident = None
     try:
+        consumer = _consumer(app, workers or app.config.pipeline.workers)
+        resident = start_resident(app)
         consumer.run()  # handles SIGINT (finish in-flight tasks, up to the grace) and SIGTERM itself
+    except KeyboardInterrupt:
+        pass  # Ctrl-C during start-up, before the consumer's own handler: a clean stop all the same
     finally:
         if resident is not None:
             resident.stop()
@@ -100,17 +145,22 @@ def run(app, workers, with_ui, port, no_browser):
     from ..logconfig import setup_file_logging
 
     log_path = setup_file_logging(app.config, "run")
+    from ..redact import masked_url
     from .resident import start_resident
 
-    consumer = _consumer(app, workers or app.config.pipeline.workers)
+    # The watcher starts once the store answers too: its saved states say what is new, so the
+    # turns finished while waiting are caught up then (as a `llmem watch` started so does).
+    if not _store_when_it_answers(app, "run"):
+        return
     watcher = viewer = resident = None
     try:
+        consumer = _consumer(app, workers or app.config.pipeline.workers)
         watcher = _start_watcher(app)
         resident = start_resident(app)
         if with_ui:
             viewer = prepare_viewer(app, port, open_browser=not no_browser).start()
-        click.echo(f"llmem run: {watcher.describe()}\n  store {app.config.db_path}, queue "
-                   f"{app.config.queue_path}, log {log_path}; Ctrl-C stops", err=True)
+        click.echo(f"llmem run: {watcher.describe()}\n  store {masked_url(str(app.config.store_location))}, "
+                   f"queue {app.config.queue_path}, log {log_path}; Ctrl-C stops", err=True)
         consumer.run()
     except KeyboardInterrupt:
         # Ctrl-C during start-up, before the consumer put in its own handler (which stops it

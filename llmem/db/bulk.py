@@ -84,8 +84,9 @@ def insert_relations(db, rows: Iterable[tuple[str, str, str, float]]) -> int:
     """INSERT relations (source_id, target_id, type, created_at) that do not exist yet; return
     how many were added."""
     cursor = db.cursor()
-    cursor.executemany("INSERT OR IGNORE INTO relation(source_id, target_id, type, created_at) VALUES (?, ?, ?, ?)",
-                       rows)
+    # ON CONFLICT DO NOTHING, not SQLite's INSERT OR IGNORE: PostgreSQL knows only the former.
+    cursor.executemany("INSERT INTO relation(source_id, target_id, type, created_at) VALUES (?, ?, ?, ?) "
+                       "ON CONFLICT DO NOTHING", rows)
     return cursor.rowcount
 
 

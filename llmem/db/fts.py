@@ -233,6 +233,13 @@ def common_words(db, text: str, *, share: float, min_docs: int) -> set[str]:
     words = [w for w in dict.fromkeys(w.lower() for w in _WORD.findall(text)) if w not in STOPWORDS]
     if not words:
         return set()
+    return frequent_words(db, words, share=share, min_docs=min_docs)
+
+
+@per_backend
+def frequent_words(db, words: list[str], *, share: float, min_docs: int) -> set[str]:
+    """The words among `words` (lower case, no stopwords) in more than `share` of the memories
+    and in >= min_docs (common_words)."""
     total = memory_count(db)
     threshold = max(int(share * total), min_docs)
     if total <= threshold:

@@ -11,14 +11,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import uuid
 
 import peewee
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Json, Jsonb
 
-from ...errors import StoreError
+from ...errors import StoreError, StoreUnreachable
 from ..backend import masked_url
 
 log = logging.getLogger(__name__)
@@ -174,10 +173,6 @@ def _connect_within(budget: float, params: dict):
         raise outcome["error"]
     return outcome["conn"]
 
-    def server_side_cursor(self, conn):
-        in_txn = self.txn_status(conn) == TransactionStatus.INTRANS
-        return conn.cursor(name=str(uuid.uuid1()), withhold=not in_txn)
-
 
 class PostgresStoreDatabase(peewee.PostgresqlDatabase):
     """A Postgres store: the same attributes db/'s callers read of a SQLite one."""
@@ -265,11 +260,11 @@ def _connect_error(exc: Exception, url: str, timeout: float = CONNECT_TIMEOUT_SE
         return StoreError(f"the PostgreSQL user named in {shown} does not exist",
                           hint="create it: `CREATE ROLE name LOGIN PASSWORD '…'`, or fix store.url")
     if "timeout" in low or "timed out" in low:
-        return StoreError(f"the PostgreSQL server at {shown} did not answer within {timeout:g} s",
-                          hint="is the host reachable? check store.url and the network")
+        return StoreUnreachable(f"the PostgreSQL server at {shown} did not answer within {timeout:g} s",
+                                hint="is the host reachable? check store.url and the network")
     if "refused" in low or "no such file" in low or "could not connect" in low or "connection failed" in low:
-        return StoreError(f"no PostgreSQL server answers at {shown}",
-                          hint="start the server, or fix the host and port in store.url")
+        return StoreUnreachable(f"no PostgreSQL server answers at {shown}",
+                                hint="start the server, or fix the host and port in store.url")
     if "no pg_hba.conf entry" in low or "permission denied" in low:
         return StoreError(f"the PostgreSQL server at {shown} does not let this user in: {text.splitlines()[0]}",
                           hint="allow this host and user in the server's pg_hba.conf, or grant CONNECT")

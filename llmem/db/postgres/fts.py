@@ -94,6 +94,27 @@ def match_count(db, expression: str, limit: int) -> int:
                           (_tsquery(lexemes), limit)).fetchone()[0]
 
 
+# frequent_words in two round trips, not one for the totals and one per word: the totals,
+# then every word's count up to the threshold in one statement, a subquery per word with its
+# tsquery and limit as parameters of its own (a plan made for those values: with the limit
+# computed inside the statement, or the tsqueries read from an array, it was 7x slower).
+_WORD_COUNT = "(SELECT count(*) FROM (SELECT 1 FROM memory WHERE search_text @@ ?::tsquery LIMIT ?) c)"
+
+
+def frequent_words(db, words: list[str], *, share: float, min_docs: int) -> set[str]:
+    total = memory_count(db)
+    threshold = max(int(share * total), min_docs)
+    if total <= threshold:
+        return set()
+    _lexemes(db, " OR ".join('"' + word.replace('"', '""') + '"' for word in words))
+    stemmed = [(word, _LEXEMES[word]) for word in words if _LEXEMES.get(word)]  # no lexeme: matches nothing
+    if not stemmed:
+        return set()
+    counts = db.execute_sql("SELECT " + ", ".join([_WORD_COUNT] * len(stemmed)),
+                            [value for _, lexeme in stemmed for value in (_tsquery([lexeme]), threshold + 1)]).fetchone()
+    return {word for (word, _), count in zip(stemmed, counts, strict=True) if count > threshold}
+
+
 def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
                    where: str, params: list) -> list[tuple[int, float]]:
     """(seq, bm25) of the `fetch` best matches that pass `where`, best first, as FTS5 ranks

@@ -371,6 +371,9 @@ MIGRATIONS = [
     # exactly the rows it can see, as count(*) under RLS gave.
     ("pg0011_team_speed", _team_speed),
     ("pg0009_compact_store", _compact_store),
+    # A SQLite integer is 64-bit, and an import or a `store copy` may carry any count up to
+    # 2**63 - 1 (exchange.MAX_INTEGER): a 32-bit column refused it as an unexpected failure.
+    ("pg0013_wide_access_count", _run(("ALTER TABLE memory ALTER COLUMN access_count TYPE BIGINT",))),
 ]
 
 # Held for the whole migration, so two machines opening a new store at once do not both

@@ -10,6 +10,7 @@ import uuid
 from dream_support import DAY, open_store, recall
 from fakes import FakeEmbedder
 
+from llmem.db import vec, vector_file
 from llmem.db.backend import is_postgres
 from llmem.dream import run_dream, undo_run
 from llmem.times import now
@@ -53,6 +54,8 @@ def build(store, count: int) -> None:
     embedder = FakeEmbedder(dim=64)
     store_vectors(store, embedder, memories, embedder.embed_documents([m.content for m in memories]),
                   [m.content for m in memories])
+    # The vector file as `llmem embed` leaves it (light compares from it: writing it prunes the log).
+    vector_file.index_for(store.db, *vec.index_state(store.db))
     for memory in memories[100:130]:
         recall(store, memory, [f"q{k}" for k in range(6)], days_ago=[0, 0, 1, 1, 2, 3])
 

@@ -351,6 +351,19 @@ def end_failed_run(store, run: DreamRun, lock, summary: dict, error: str) -> Non
         pass
 
 
+def roll_back_failed_run(store, run_id: str) -> bool:
+    """Undo what a run that failed midway wrote, so it leaves nothing half-written: its journal
+    replayed backwards in one transaction (undo_run); the run is then 'undone', its error kept.
+    Best effort, never raises (the failure may be a full disk that refuses this too): the run
+    stays 'failed' then, and `llmem dream undo` rolls it back later. Returns whether it did."""
+    try:
+        undo_run(store, run_id)
+    except Exception as exc:  # the driver's error family, a file that cannot be written back
+        log.warning("could not roll back the failed dream run %s: %s", run_id, exc)
+        return False
+    return True
+
+
 def find_run(store, run_id: str) -> DreamRun:
     run_id = (run_id or "").strip().lower()
     if len(run_id) < 4:

@@ -552,10 +552,17 @@ def _compare_and_set(db, plain: dict[str, tuple], force: bool) -> None:
     columns still hold the run's after-image (`force`: whatever they hold); raises
     _RowsChanged when a row was not written."""
     groups: dict[tuple, list] = {}
+    compared_of: dict[tuple[str, ...], tuple[str, ...]] = {}  # an after-image's names → those compared
     for memory_id, (image, after, _) in plain.items():
-        values = {name: value for name, value in image.items() if name not in DERIVED_COLUMNS}
+        values = image if DERIVED_COLUMNS.isdisjoint(image) else \
+            {name: value for name, value in image.items() if name not in DERIVED_COLUMNS}
         names = _shape(values).written
-        compared = () if force or after is None else tuple(sorted(name for name in after if name in _EDITED))
+        compared = ()
+        if not force and after is not None:
+            key = tuple(after)
+            compared = compared_of.get(key)
+            if compared is None:
+                compared = compared_of[key] = tuple(sorted(name for name in key if name in _EDITED))
         row = [_stored_metadata(values[name]) if name == "metadata" else values[name] for name in names]
         row.append(memory_id)
         row.extend(_stored_metadata(after[name]) if name == "metadata" else after[name] for name in compared)

@@ -249,6 +249,9 @@ def main() -> None:
     parser.add_argument("--no-trace", action="store_true", help="skip the tracemalloc pass")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     parser.add_argument("--store", type=Path, help="build the store here once and reuse it in later runs")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="only the applied sweep, for its own peak RSS (the phases timed alone hold their "
+                             "results beside it)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="llmem-bench-dream-"))
@@ -269,6 +272,17 @@ def main() -> None:
     config = make_config(tmp)
     cfg = config.dream
     store = Store.open(db_path)
+    if args.sweep_only:
+        started, used = time.perf_counter(), time.process_time()
+        outcome = run_dream(store, config, apply=True, use_llm=False)
+        print(f"  applied sweep (journaled)    {time.perf_counter() - started:8.2f} s   "
+              f"CPU {time.process_time() - used:.2f} s   phases {json.dumps(outcome.phase_seconds)}")
+        print(f"  max RSS of the process       {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.0f} MiB"
+              f"{' (the build included)' if built_here else ''}")
+        store.close()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     trace = not args.no_trace
     figures = {}
 

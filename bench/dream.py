@@ -9,6 +9,11 @@ decays them), some carry user recalls (promotion candidates) and a few hundred a
 self_assessments (REM insights). Example:
     python bench/dream.py --memories 100000 --new 1000
     python bench/dream.py --memories 100000 --new 1000 --apply   # also time the applied sweep
+    python bench/dream.py --memories 1000000 --apply --store /tmp/dream-1m.db   # built once, then reused
+
+A store built with --store is kept there and reused by the next run with the same --store (a
+1M build takes ~10 minutes): each run works on a copy of it, so every run finds the same store.
+The build also writes the store's vector file, as `llmem embed` leaves it.
 
 Each phase is timed once without tracing (the time figure) and once under tracemalloc (the
 peak figure: Python objects and numpy buffers allocated during the phase).
@@ -34,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llmem.config import Config  # noqa: E402
+from llmem.db import vector_file  # noqa: E402
 from llmem.db.derived import text_hash  # noqa: E402
 from llmem.db.fts import identifier_hints  # noqa: E402
 from llmem.db.settings import set_setting  # noqa: E402
@@ -111,7 +117,24 @@ def build(path: Path, n: int, new: int, dim: int, seed: int = 7) -> float:
         db.execute_sql("INSERT INTO dream_run(id, kind, phases, status, started_at, finished_at, summary) "
                        "VALUES ('benchprevious', 'dream', 'light,rem,deep', 'done', ?, ?, '{}')",
                        (watermark, watermark + 1))
+    vector_file.index_for(db, MODEL, dim)  # the file `llmem embed` leaves beside the store
     store.close()
+    return watermark
+
+
+def reuse(built: Path, path: Path, n: int, dim: int) -> float:
+    """Copy a store built by an earlier run (with its vector file) to `path`; return its
+    watermark. Refuses a store built with other sizes (--new is not checked: it is the store's)."""
+    store = Store.open(built, vec_enabled=False)
+    count = store.db.execute_sql("SELECT COUNT(*) FROM memory").fetchone()[0]
+    held = store.db.execute_sql("SELECT dim FROM embedding LIMIT 1").fetchone()[0]
+    watermark = store.db.execute_sql("SELECT started_at FROM dream_run WHERE id = 'benchprevious'").fetchone()[0]
+    store.close()
+    if (count, held) != (n, dim):
+        sys.exit(f"{built} holds {count} memories of dim {held}: not --memories {n} --dim {dim}; "
+                 "give another --store")
+    shutil.copy(built, path)
+    shutil.copy(built.with_suffix(vector_file.SUFFIX), path.with_suffix(vector_file.SUFFIX))
     return watermark
 
 
@@ -225,18 +248,41 @@ def main() -> None:
     parser.add_argument("--apply", action="store_true", help="also time an applied sweep (journaled)")
     parser.add_argument("--no-trace", action="store_true", help="skip the tracemalloc pass")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
+    parser.add_argument("--store", type=Path, help="build the store here once and reuse it in later runs")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="only the applied sweep, for its own peak RSS (the phases timed alone hold their "
+                             "results beside it)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="llmem-bench-dream-"))
     db_path = tmp / "memory.db"
     print(f"dream benchmark: {args.memories} memories ({args.new} new), dim {args.dim}, store {db_path}")
     started = time.perf_counter()
-    watermark = build(db_path, args.memories, args.new, args.dim)
-    print(f"  build                        {time.perf_counter() - started:8.2f} s "
-          f"({db_path.stat().st_size / 2**20:.0f} MiB)")
+    built_here = args.store is None or not args.store.exists()
+    if not built_here:
+        watermark = reuse(args.store, db_path, args.memories, args.dim)
+        print(f"  copied {args.store}          {time.perf_counter() - started:8.2f} s")
+    else:
+        built = args.store or db_path
+        watermark = build(built, args.memories, args.new, args.dim)
+        print(f"  build                        {time.perf_counter() - started:8.2f} s "
+              f"({built.stat().st_size / 2**20:.0f} MiB)")
+        if args.store is not None:
+            reuse(args.store, db_path, args.memories, args.dim)
     config = make_config(tmp)
     cfg = config.dream
     store = Store.open(db_path)
+    if args.sweep_only:
+        started, used = time.perf_counter(), time.process_time()
+        outcome = run_dream(store, config, apply=True, use_llm=False)
+        print(f"  applied sweep (journaled)    {time.perf_counter() - started:8.2f} s   "
+              f"CPU {time.process_time() - used:.2f} s   phases {json.dumps(outcome.phase_seconds)}")
+        print(f"  max RSS of the process       {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.0f} MiB"
+              f"{' (the build included)' if built_here else ''}")
+        store.close()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     trace = not args.no_trace
     figures = {}
 
@@ -265,6 +311,8 @@ def main() -> None:
         total, total_cpu = time.perf_counter() - started, time.process_time() - used
         print(f"  applied sweep (journaled)    {total:8.2f} s   CPU {total_cpu:.2f} s   phases {json.dumps(outcome.phase_seconds)}")
         print(f"    actions {sum(sum(c.values()) for c in outcome.action_counts().values())}")
+        print(f"  max RSS so far (the phases and the applied sweep{', and the build' if built_here else ''}) "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.0f} MiB", flush=True)
         started, used = time.perf_counter(), time.process_time()
         undone = undo_run(store, outcome.run_id)
         undo_seconds, undo_cpu = time.perf_counter() - started, time.process_time() - used

@@ -363,7 +363,7 @@ def apply_import(store, plan: ImportPlan, *,
         for memory in plan.new:
             row = {k: memory[k] for k in ("id", "type", "content", "summary", "confidence", "source", "trust",
                                           "project", "session_id", "metadata", "access_count",
-                                          *_TIME_FIELDS)}
+                                          "content_hash", *_TIME_FIELDS)}
             row["created_at"] = row["created_at"] or stamp
             row["updated_at"] = row["updated_at"] or row["created_at"]
             rows.append(row)

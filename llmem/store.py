@@ -448,7 +448,9 @@ class Store:
     def insert_rows(self, rows: list[dict[str, Any]], *,
                     progress: Callable[[int], None] | None = None) -> None:
         """Insert whole memory rows (import: ids, times and counts as given), with the columns
-        derived from their text. Call inside a transaction. `progress(n)`: n rows written.
+        derived from their text (a row's content_hash as given when it has one: the import
+        hashed every text to find duplicates). Call inside a transaction. `progress(n)`: n
+        rows written.
 
         One prepared INSERT per batch (queries.insert_memory_rows): a peewee insert_many builds its SQL row by
         row, which cost ~3× the database's own time at 100k rows."""
@@ -456,7 +458,7 @@ class Store:
         defaults = {name: _default(fields[name]) for name in MEMORY_INSERT_FIELDS if name != "seq"}
         for start in range(0, len(rows), 2000):
             insert_memory_rows(self.db, [
-                {**defaults, **row, "content_hash": content_hash(row["content"]),
+                {**defaults, **row, "content_hash": row.get("content_hash") or content_hash(row["content"]),
                  **derived_fields(row["content"], row.get("summary"), row.get("metadata"))}
                 for row in rows[start:start + 2000]])
             if progress:

@@ -61,6 +61,47 @@ def test_light_since_only_compares_changed(env):
     assert [(p["a"], p["b"]) for p in result.near_duplicates] == [(old.id, new.id)]
 
 
+@pytest.mark.sqlite_only  # the vector file is SQLite's
+def test_light_compares_from_the_vector_file_as_from_the_table(home, monkeypatch):
+    """With a vector file beside the store, light reads the stored vectors from it (and only
+    the scopes from the table): the same pairs, the rows changed since the file was written
+    (its overlay) included, invalidated memories and stale vectors left out."""
+    from llmem.db import vec, vector_file
+    from llmem.dream import light
+
+    store, _ = open_store(home, "")
+    emb = FakeEmbedder(dim=512)
+    a = add(store, BASE, embedder=emb)
+    b = add(store, BASE + " today", embedder=emb)
+    add(store, BASE + " now", "decision", embedder=emb)  # other type: an auto-link
+    gone = add(store, BASE + " again", embedder=emb)
+    store.invalidate(gone.id, "superseded")
+    stale = add(store, BASE + " still", embedder=emb)
+    store.update(stale.id, content="kubernetes pods restart when the liveness probe fails")
+    for i in range(30):
+        add(store, f"unrelated note {i} about the {i}th cache shard of the search index", embedder=emb)
+    vector_file.index_for(store.db, *vec.index_state(store.db))  # the file, as `llmem embed` leaves it
+    late = add(store, BASE + " later", embedder=emb)  # after the file: in its overlay
+    scoped, scopes = [], vec.current_embedding_scopes
+    monkeypatch.setattr(light.vec, "current_embedding_scopes", lambda *args: scoped.append(args) or scopes(*args))
+
+    def found():
+        result = find_candidates(store, similarity_threshold=0.92, auto_link_threshold=0.6, since=None)
+        return result.compared_with, result.near_duplicates, result.auto_links
+
+    from_file = found()
+    assert scoped
+    vector_file.file_path(store.db).unlink()
+    scoped.clear()
+    assert found() == from_file and not scoped
+    compared_with, near, links = from_file
+    assert compared_with == 34
+    family = {a.id, b.id, late.id}
+    assert {(p["a"], p["b"]) for p in near if p["a"] in family} == {(a.id, b.id), (a.id, late.id), (b.id, late.id)}
+    assert not {gone.id, stale.id} & {p[k] for p in near + links for k in "ab"}
+    store.close()
+
+
 def _assessment(store, category, age_days, *, iterations=None, in_metadata=False):
     body = f"What_happened: forgot a check ({age_days})\nProposed_update: add the {category} check"
     if iterations:

@@ -177,7 +177,8 @@ def test_deep_alone_uses_last_light_candidates(home):
     store.close()
 
 
-def test_failed_run_is_recorded_and_lock_released(home, monkeypatch):
+def test_failed_run_is_recorded_rolled_back_and_lock_released(home, monkeypatch):
+    """A dream that fails midway (REM applied, deep fails) leaves nothing half-written."""
     config = build(home)
     from llmem.dream import sweep
     from llmem.dream.lock import read_lock
@@ -185,6 +186,8 @@ def test_failed_run_is_recorded_and_lock_released(home, monkeypatch):
 
     store = Store.open(config.store_location)
     DreamRun = store.models.DreamRun
+    rows = "SELECT id, content, confidence, metadata, updated_at, invalidated_at FROM memory ORDER BY seq"
+    before = store.db.execute_sql(rows).fetchall()
 
     def boom(*a, **k):
         raise RuntimeError("disk on fire")
@@ -193,7 +196,9 @@ def test_failed_run_is_recorded_and_lock_released(home, monkeypatch):
     with pytest.raises(RuntimeError):
         run_dream(store, config, apply=True)
     run = DreamRun.select().order_by(DreamRun.started_at.desc()).get()
-    assert run.status == "failed" and "disk on fire" in run.error
+    assert run.status == "undone" and "disk on fire" in run.error
+    assert store.models.DreamAction.select().where(store.models.DreamAction.run == run.id).count()  # REM wrote
+    assert store.db.execute_sql(rows).fetchall() == before
     assert read_lock(store.db) is None
     assert now() - run.started_at < DAY
     store.close()

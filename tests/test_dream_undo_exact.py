@@ -10,6 +10,7 @@ import uuid
 from dream_support import DAY, open_store, recall
 from fakes import FakeEmbedder
 
+from llmem.db import vec, vector_file
 from llmem.db.backend import is_postgres
 from llmem.dream import run_dream, undo_run
 from llmem.times import now
@@ -53,6 +54,8 @@ def build(store, count: int) -> None:
     embedder = FakeEmbedder(dim=64)
     store_vectors(store, embedder, memories, embedder.embed_documents([m.content for m in memories]),
                   [m.content for m in memories])
+    # The vector file as `llmem embed` leaves it (light compares from it: writing it prunes the log).
+    vector_file.index_for(store.db, *vec.index_state(store.db))
     for memory in memories[100:130]:
         recall(store, memory, [f"q{k}" for k in range(6)], days_ago=[0, 0, 1, 1, 2, 3])
 
@@ -76,7 +79,17 @@ def state(store) -> dict[str, list]:
     return out
 
 
-def test_apply_and_undo_of_thousands_leave_every_row_as_it_was(home, store_url):
+def careful_updates(monkeypatch) -> list[int]:
+    """How many update actions each call of undo's careful path (the one that reads rows) got."""
+    from llmem.dream import journal
+
+    seen, careful = [], journal._undo_actions
+    monkeypatch.setattr(journal, "_undo_actions", lambda store, chunk, *rest: seen.append(
+        sum(op == "update" for op, *_ in chunk)) or careful(store, chunk, *rest))
+    return seen
+
+
+def test_apply_and_undo_of_thousands_leave_every_row_as_it_was(home, store_url, monkeypatch):
     store, config = open_store(home, CONFIG, store_url)
     build(store, 3000)
     before = state(store)
@@ -88,12 +101,36 @@ def test_apply_and_undo_of_thousands_leave_every_row_as_it_was(home, store_url):
     assert counts["rem"].get("insight")
     assert state(store) != before
 
+    careful = careful_updates(monkeypatch)
     result = undo_run(store, outcome.run_id)
     assert result.deleted and result.restored > 1000 and not result.skipped_memories
+    assert sum(careful) < result.restored / 10  # most rows put back by compare-and-set, unread
     after = state(store)
     for table in before:
         assert after[table] == before[table], table
     changed = {r for r, v in store.db.execute_sql("SELECT id, version FROM memory").fetchall() if v != versions[r]}
     # Each memory the run wrote: one write by the run (or a few), one by its undo.
     assert len(changed) > 1000
+    store.close()
+
+
+def test_a_memory_edited_since_the_run_is_left_and_every_other_row_restored(home, store_url, monkeypatch):
+    """The compare-and-set restore meets the edited row: its chunk goes the careful way."""
+    store, config = open_store(home, CONFIG, store_url)
+    build(store, 3000)
+    before = state(store)
+    outcome = run_dream(store, config, apply=True, use_llm=False)
+    decayed = store.db.execute_sql("SELECT memory_id FROM dream_action WHERE run_id = ? AND kind = 'decay' "
+                                   "ORDER BY id LIMIT 1", (outcome.run_id,)).fetchone()[0]
+    store.update(decayed, confidence=0.95)
+    careful = careful_updates(monkeypatch)
+    result = undo_run(store, outcome.run_id)
+    assert result.skipped_memories == [decayed] and max(careful) > 1000
+    assert store.get(decayed).confidence == 0.95
+    after = state(store)
+    edited = {row[0] for row in before["memory"]} and [k for k, row in enumerate(before["memory"]) if row[1] == decayed]
+    for table in ("relation", "embedding", "recall_event"):
+        assert after[table] == before[table], table
+    assert [row for k, row in enumerate(after["memory"]) if k not in edited] == \
+        [row for k, row in enumerate(before["memory"]) if k not in edited]
     store.close()

@@ -22,15 +22,19 @@ def _column(name: str) -> str:
     return f'"{Memory._meta.fields[name].column_name}"'
 
 
-def update_memory_rows(db, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
-    """UPDATE memory rows by id: each row is the values of field `names` then the id.
+def update_memory_rows(db, names: Sequence[str], rows: Iterable[Sequence[Any]],
+                       where: Sequence[str] = ()) -> int:
+    """UPDATE memory rows by id: each row is the values of field `names`, the id, then the
+    values the fields `where` must still hold (a compare-and-set: a row holding anything else
+    is left as it is; NULL matches NULL).
 
     Bumps `version` like every write of a memory (store.py, queries.write_memory_columns).
-    Returns how many rows were updated (missing ids count 0).
+    Returns how many rows were updated (missing ids and rows that failed `where` count 0).
     """
     assignments = ", ".join([f"{_column(n)} = ?" for n in names] + ['"version" = "version" + 1'])
+    condition = "".join(f" AND {_column(n)} IS NOT DISTINCT FROM ?" for n in where)
     cursor = db.cursor()
-    cursor.executemany(f"UPDATE memory SET {assignments} WHERE id = ?", rows)
+    cursor.executemany(f"UPDATE memory SET {assignments} WHERE id = ?{condition}", rows)
     return cursor.rowcount
 
 

@@ -370,6 +370,19 @@ def end_failed_run(store, run: DreamRun, lock, summary: dict, error: str) -> Non
         pass
 
 
+def roll_back_failed_run(store, run_id: str) -> bool:
+    """Undo what a run that failed midway wrote, so it leaves nothing half-written: its journal
+    replayed backwards in one transaction (undo_run); the run is then 'undone', its error kept.
+    Best effort, never raises (the failure may be a full disk that refuses this too): the run
+    stays 'failed' then, and `llmem dream undo` rolls it back later. Returns whether it did."""
+    try:
+        undo_run(store, run_id)
+    except Exception as exc:  # the driver's error family, a file that cannot be written back
+        log.warning("could not roll back the failed dream run %s: %s", run_id, exc)
+        return False
+    return True
+
+
 def find_run(store, run_id: str) -> DreamRun:
     run_id = (run_id or "").strip().lower()
     if len(run_id) < 4:
@@ -453,13 +466,14 @@ def undo_run(store, run_id: str, *, force: bool = False) -> UndoResult:
     result = UndoResult(run.id)
     file_actions = []
     checked: set[str] = set()  # memories whose newest action of this run was compared
+    held: dict[str, Any] = {}  # memory id → the metadata a compare-and-set restore left in its row
     with db.atomic():
         rows = journal_rows.actions_newest_first(db, run.id)
         while True:
             chunk = rows.fetchmany(2000)
             if not chunk:
                 break
-            _undo_chunk(store, chunk, result, checked, only, force, file_actions)
+            _undo_chunk(store, chunk, result, checked, held, only, force, file_actions)
         run.status = "undone"
         run.undone_at = now()
         run.summary = {**(run.summary or {}), UNDO_SKIPPED: result.skipped_memories}
@@ -480,9 +494,106 @@ def undo_run(store, run_id: str, *, force: bool = False) -> UndoResult:
     return result
 
 
-def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str], only: set[str] | None,
-                force: bool, file_actions: list) -> None:
-    """Undo one chunk of a run's actions (newest first), as replaying them one by one would:
+class _RowsChanged(Exception):
+    """A compare-and-set restore met a row that no longer holds the run's after-image, or is gone."""
+
+
+def _undo_chunk(store, chunk: list[tuple], result: UndoResult, checked: set[str], held: dict[str, Any],
+                only: set[str] | None, force: bool, file_actions: list) -> None:
+    """Undo one chunk of a run's actions (newest first), as replaying them one by one would.
+
+    First the memories that plain updates alone wrote and whose restore leaves their text as
+    it is (a night's decays, stamps and invalidations: nearly all of them), without reading
+    a row: one compare-and-set UPDATE per shape, each row written only where it still holds
+    the run's after-image. Should any not (an edit since the run, a memory gone), that write
+    is rolled back and the whole chunk goes the careful way (_undo_actions), which reads the
+    rows and tells which to leave alone."""
+    plain = _plain_restores(chunk, checked, held, set(result.skipped_memories)) if only is None else {}
+    rest = chunk
+    if plain:
+        try:
+            with store.db.savepoint():
+                _compare_and_set(store.db, plain, force)
+        except _RowsChanged:
+            pass
+        else:
+            checked.update(plain)
+            for memory_id, (image, after, _) in plain.items():
+                metadata = image.get("metadata", (after or {}).get("metadata", held.get(memory_id)))
+                if metadata is not None:
+                    held[memory_id] = metadata
+            result.restored += sum(count for _, _, count in plain.values())
+            rest = [row for row in chunk if not (row[0] == "update" and row[1] in plain)]
+    for op, memory_id, _, _ in rest:
+        if op == "update":
+            held.pop(memory_id, None)  # the careful path may put another metadata back
+    _undo_actions(store, rest, result, checked, only, force, file_actions)
+
+
+def _plain_restores(chunk: list[tuple], checked: set[str], held: dict[str, Any],
+                    skipped: set[str]) -> dict[str, tuple]:
+    """memory id → (its before-images folded, the oldest winning; the run's last after-image
+    of it, or None when an earlier chunk held that one and compared it; how many updates)
+    for the memories of `chunk` that only updates wrote and whose restore needs no row: it
+    puts back no content or summary, and no descriptive metadata other than the row's (which
+    is known without a read: the after-image's, or what an earlier chunk put back, `held`)."""
+    loads = _loads
+    found: dict[str, list] = {}
+    excluded = set(skipped)  # memories left alone (or created by the run: deleted by undo)
+    for op, memory_id, before_text, after_text in chunk:
+        if op == "create":
+            excluded.add(memory_id)
+        if op != "update" or memory_id in excluded:
+            continue
+        before = loads(before_text) if before_text else {}
+        image = before if before.keys() <= _ROW_FIELDS else {f: before[f] for f in MEMORY_ROW_FIELDS if f in before}
+        entry = found.get(memory_id)
+        if entry is None:  # its newest action of the chunk
+            after = None if memory_id in checked else (loads(after_text) if after_text else {})
+            found[memory_id] = [image, after, 1]
+        else:
+            entry[0] = {**entry[0], **image}
+            entry[2] += 1
+    plain = {}
+    for memory_id, (image, after, count) in found.items():
+        if memory_id in excluded or "content" in image or "summary" in image:
+            continue
+        if "metadata" in image:
+            row = (after or {}).get("metadata", held.get(memory_id))
+            if row is None or _restores_text(image, {"metadata": row}):
+                continue
+        plain[memory_id] = (image, after, count)
+    return plain
+
+
+def _compare_and_set(db, plain: dict[str, tuple], force: bool) -> None:
+    """Put back the images of `plain` (_plain_restores), each row only where its edited
+    columns still hold the run's after-image (`force`: whatever they hold); raises
+    _RowsChanged when a row was not written."""
+    groups: dict[tuple, list] = {}
+    compared_of: dict[tuple[str, ...], tuple[str, ...]] = {}  # an after-image's names → those compared
+    for memory_id, (image, after, _) in plain.items():
+        values = image if DERIVED_COLUMNS.isdisjoint(image) else \
+            {name: value for name, value in image.items() if name not in DERIVED_COLUMNS}
+        names = _shape(values).written
+        compared = ()
+        if not force and after is not None:
+            key = tuple(after)
+            compared = compared_of.get(key)
+            if compared is None:
+                compared = compared_of[key] = tuple(sorted(name for name in key if name in _EDITED))
+        row = [_stored_metadata(values[name]) if name == "metadata" else values[name] for name in names]
+        row.append(memory_id)
+        row.extend(_stored_metadata(after[name]) if name == "metadata" else after[name] for name in compared)
+        groups.setdefault((names, compared), []).append(row)
+    for (names, compared), rows in groups.items():
+        if bulk.update_memory_rows(db, names, rows, where=compared) != len(rows):
+            raise _RowsChanged
+
+
+def _undo_actions(store, chunk: list[tuple], result: UndoResult, checked: set[str], only: set[str] | None,
+                  force: bool, file_actions: list) -> None:
+    """Undo the actions of `chunk` (newest first) as replaying them one by one would:
     the memory rows it restores are read with one query (the columns the images name) and
     written back with one prepared statement per shape of rows (each memory once: its images
     folded, the oldest winning), as no other kind of action reads or writes a memory's columns."""

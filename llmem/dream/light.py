@@ -3,8 +3,9 @@ written), and the episodes' retention (planned here, applied through the journal
 
 Incremental: only memories whose vector changed since the last applied light run (new or
 re-embedded: `embedding.created_at`) are compared, against every valid embedded memory.
-The comparison is blocked numpy matrix products over vectors streamed from the store in
-chunks, so memory stays bounded by the changed set plus one chunk.
+The comparison is blocked numpy matrix products over the store's vectors in chunks (read
+from the memory-mapped vector file, _stored_chunks), so the memory it allocates stays bounded
+by the changed set plus one chunk.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import peewee as pw
 
-from ..db import vec
+from ..db import vec, vector_file
 from ..db.models import EPISODE_SOURCE
 from ..db.queries import shared_content_rows
 from ..times import to_iso
@@ -74,14 +75,84 @@ class _Codes:
 
     def __init__(self):
         self.table: dict[Any, int] = {}
+        self.values: list[Any] = []  # code → value
 
-    def __call__(self, values) -> np.ndarray:
-        return np.fromiter((self.table.setdefault(v, len(self.table)) for v in values),
-                           dtype=np.int32, count=len(values))
+    def __call__(self, values: list) -> np.ndarray:
+        for value in set(values).difference(self.table):  # a few new ones, then a C-level map
+            self.table[value] = len(self.values)
+            self.values.append(value)
+        return np.fromiter(map(self.table.__getitem__, values), dtype=np.int32, count=len(values))
 
 
 def _matrix(blobs: list[bytes], dim: int) -> np.ndarray:
     return vec.decode_rows(blobs, dim)
+
+
+def _stored_chunks(db, model: str, dim: int, types: _Codes, projects: _Codes):
+    """Every valid memory's current vector as chunks of (seqs, type codes, project codes, rows,
+    scales or None): a row times its scale is the stored vector.
+
+    From the vector file searches keep beside the store (db/vector_file.py: the stored int8
+    rows as they are, caught up with the table), with the valid memories' scopes read beside
+    it, no vector: decoding 100k vectors from the table cost more than the whole journaled
+    write of a night's decay. Without a file (PostgreSQL has none; a store never searched
+    nor embedded by `llmem embed`) the rows stream from the table: a dream, a preview above
+    all, writes no file of its own."""
+    path = vector_file.file_path(db)
+    index = vector_file.index_for(db, model, dim) if path is not None and path.exists() else None
+    if index is None:
+        cursor = vec.current_embeddings(db, model, dim)
+        while rows := cursor.fetchmany(CHUNK_ROWS):
+            yield (np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+                   types([r[2] for r in rows]), projects([r[3] for r in rows]),
+                   _matrix([r[4] for r in rows], dim), None)
+        return
+    view = index.snapshot()
+    seqs, type_codes, project_codes = [], [], []
+    cursor = vec.current_embedding_scopes(db, model, dim)
+    while rows := cursor.fetchmany(CHUNK_ROWS):
+        seqs.append(np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)))
+        type_codes.append(types([r[1] for r in rows]))
+        project_codes.append(projects([r[2] for r in rows]))
+    if not seqs:
+        return
+    valid = np.concatenate(seqs)
+    type_codes, project_codes = np.concatenate(type_codes), np.concatenate(project_codes)
+
+    def scoped(row_seqs, hidden=None):
+        """Where each of `row_seqs` is among the valid ones, -1 where it is not (or hidden)."""
+        at = np.minimum(np.searchsorted(valid, row_seqs), len(valid) - 1)
+        found = valid[at] == row_seqs
+        if hidden is not None:
+            found &= ~hidden
+        return np.where(found, at, -1)
+
+    where = scoped(view.seqs, view.hidden)
+    for start in range(0, len(where), CHUNK_ROWS):
+        picked = np.flatnonzero(where[start:start + CHUNK_ROWS] >= 0) + start
+        if len(picked):
+            at = where[picked]
+            yield (view.seqs[picked], type_codes[at], project_codes[at],
+                   view.matrix[picked].astype(np.float32), view.scales[picked])
+    where = scoped(view.extra_seqs)
+    picked = np.flatnonzero(where >= 0)
+    if len(picked):  # the overlay: rows changed since the file was written, decoded
+        at = where[picked]
+        yield view.extra_seqs[picked], type_codes[at], project_codes[at], view.extra[picked], None
+
+
+def _pairs_by_id(store, found: dict[tuple[int, int], list], changed_ids: dict[int, str],
+                 types: _Codes, projects: _Codes) -> dict[tuple[int, int], dict[str, Any]]:
+    """The pairs found (by seq) as light reports them: a = the older memory (lower seq), b =
+    the newer one, each by id, and the type of a."""
+    Memory = store.models.Memory
+    ids = dict(changed_ids)
+    wanted = list({seq for key in found for seq in key if seq not in ids})
+    for start in range(0, len(wanted), 500):
+        ids.update(Memory.select(Memory.seq, Memory.id).where(Memory.seq.in_(wanted[start:start + 500])).tuples())
+    return {key: {"a": ids[key[0]], "b": ids[key[1]], "similarity": round(sim, 4), "same_type": same_type,
+                  "type": types.values[type_code], "project": projects.values[project_code]}
+            for key, (sim, same_type, type_code, project_code) in found.items()}
 
 
 def _embed_hint(embedder_provider: str | None) -> str:
@@ -123,30 +194,29 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
 
     types, projects = _Codes(), _Codes()
     c_seq = np.fromiter((r[0] for r in changed_rows), dtype=np.int64, count=len(changed_rows))
-    c_ids = [r[1] for r in changed_rows]
+    c_ids = dict(zip(c_seq.tolist(), (r[1] for r in changed_rows), strict=True))
     c_type = types([r[2] for r in changed_rows])
     c_proj = projects([r[3] for r in changed_rows])
     c_mat = _matrix([r[4] for r in changed_rows], dim)
     del changed_rows
 
     low = similarity_threshold if auto_link_threshold is None else min(similarity_threshold, auto_link_threshold)
-    found: dict[tuple[int, int], dict[str, Any]] = {}
-    cursor = vec.current_embeddings(db, model, dim)
-    while True:
-        rows = cursor.fetchmany(CHUNK_ROWS)
-        if not rows:
-            break
-        result.compared_with += len(rows)
-        s_seq = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        s_type = types([r[2] for r in rows])
-        s_proj = projects([r[3] for r in rows])
-        s_mat = _matrix([r[4] for r in rows], dim)
+    # (lower seq, higher seq) → [similarity, same type, the older one's type code, project code]
+    found: dict[tuple[int, int], list] = {}
+    for s_seq, s_type, s_proj, s_rows, s_scales in _stored_chunks(db, model, dim, types, projects):
+        result.compared_with += len(s_seq)
+        s_rows = s_rows.T
         for start in range(0, len(c_seq), BLOCK_ROWS):
             block = slice(start, start + BLOCK_ROWS)
-            sims = c_mat[block] @ s_mat.T
-            ci, si = np.nonzero(sims >= low)
-            if not len(ci):
+            sims = c_mat[block] @ s_rows
+            if s_scales is not None:
+                sims *= s_scales
+            hits = sims >= low
+            rows = np.flatnonzero(hits.any(axis=1))  # few: nonzero over them alone
+            if not len(rows):
                 continue
+            ci, si = np.nonzero(hits[rows])
+            ci = rows[ci]
             ci_abs = ci + start
             keep = (c_seq[ci_abs] != s_seq[si]) & (c_proj[ci_abs] == s_proj[si])
             ci_abs, si = ci_abs[keep], si[keep]
@@ -158,13 +228,10 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
                 if len(found) >= MAX_PAIRS:
                     result.truncated = True
                     break
-                sim = float(sims[a_idx - start, b_idx])
-                changed_id, other_id = c_ids[a_idx], rows[b_idx][1]
-                # a = the older memory (lower seq), b = the newer one
-                a, b = (changed_id, other_id) if a_seq < b_seq else (other_id, changed_id)
-                found[key] = {"a": a, "b": b, "similarity": round(sim, 4),
-                              "same_type": bool(c_type[a_idx] == s_type[b_idx]),
-                              "type": rows[b_idx][2], "project": rows[b_idx][3]}
+                older_type = c_type[a_idx] if a_seq < b_seq else s_type[b_idx]
+                found[key] = [float(sims[a_idx - start, b_idx]), bool(c_type[a_idx] == s_type[b_idx]),
+                              int(older_type), int(s_proj[b_idx])]
+    found = _pairs_by_id(store, found, c_ids, types, projects)
     _leave_episodes_out(store, result, found)
     _keep_within_one_audience(store, result, found)  # the pairs (the groups are split already)
     exact_members = {m for group in result.exact_duplicates for m in group}

@@ -32,6 +32,7 @@ from .journal import (
     finish_run,
     last_run,
     new_run_id,
+    roll_back_failed_run,
     start_run,
 )
 from .light import LightResult, find_candidates, plan_episode_retention
@@ -148,6 +149,7 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
         except Exception as exc:
             outcome.finished_at = now()
             end_failed_run(store, run, lock, outcome.summary(), f"{exc.__class__.__name__}: {exc}")
+            roll_back_failed_run(store, run.id)  # nothing half-written: what it wrote is put back
             raise
         finally:
             if made_llm is not None:  # its HTTP client and token-budget connection

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 from dream_support import add, open_store, recall, run_cli
 
 from llmem.dream.journal import Journal, start_run, undo_run
@@ -167,3 +168,17 @@ def test_embed_pending_writes_every_vector_in_batches(home):
     assert pending_query(store, embedder.identity).count() == 0
     assert vec.current_embedding_count(store.db, embedder.identity) == 30
     store.close()
+
+
+@pytest.mark.sqlite_only  # SQLite's query plan
+def test_embed_pending_reads_its_batches_by_seq_not_through_a_validity_index(home):
+    # Each batch is `seq > last LIMIT n`: read through an index led by invalidated_at, every
+    # batch went through every valid memory again (embed --pending at 100k: 6.8x its floor).
+    from llmem.vectors import pending_query
+
+    store, _ = open_store(home)
+    Memory = store.models.Memory
+    sql, params = pending_query(store, "model").select(Memory.seq).where(Memory.seq > 0).limit(2000).sql()
+    plan = " | ".join(row[3] for row in store.db.execute_sql("EXPLAIN QUERY PLAN " + sql, params))
+    store.close()
+    assert "USING INTEGER PRIMARY KEY (rowid>?)" in plan, plan

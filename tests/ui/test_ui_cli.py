@@ -10,6 +10,7 @@ import sys
 import time
 
 import httpx
+from fakes import wait_until
 
 URL_LINE = re.compile(r"http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]{20,})\n")
 
@@ -142,16 +143,17 @@ def test_ui_opens_the_browser_on_the_printed_url_unless_told_not_to(llmem_app, m
         server = prepare_viewer(llmem_app, 0, open_browser=open_browser)
         assert capsys.readouterr().out == ""  # nothing until it serves
         server.start()
-        said, deadline = "", time.monotonic() + 10
-        while not said.endswith("\n") and time.monotonic() < deadline:
-            time.sleep(0.01)
-            said += capsys.readouterr().out
+        said = []
+
+        def printed_a_line(said=said):
+            said.append(capsys.readouterr().out)
+            return "".join(said).endswith("\n")
+
+        wait_until(printed_a_line, timeout=10, interval=0.01)  # once the server thread serves
         server.stop()
-        printed.append(said.removesuffix("\n"))
+        printed.append("".join(said).removesuffix("\n"))
     first, second = printed
-    deadline = time.monotonic() + 5
-    while not opened and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: opened, timeout=5, interval=0.01)
     assert opened == [first]
     assert URL_LINE.fullmatch(second + "\n")
 

@@ -22,12 +22,14 @@ from .db.fts import (
     STOPWORDS,
     document_frequencies,
     index_tokens,
+    match_alternatives,
     match_count,
-    match_expression,
+    newest_matches,
     parse_query,
     ranked_matches,
     semantic_text,
     stem_words,
+    universal_terms,
 )
 from .db.models import EPISODE_SOURCE, USER_ORIGINS, Memory
 from .db.queries import (
@@ -52,6 +54,9 @@ TYPE_PRIORITY = {
 BM25_WEIGHTS = (1.0, 0.6, 0.4)
 # The deepest the FTS ranking looks for rows that pass the filters.
 MAX_FTS_FETCH = 20_000
+# The bm25 of a memory matched by universal terms only (`fts.universal_terms`), as FTS5 gives
+# it (an IDF clamped to 1e-6): when nothing else matched they tie, and the fusion reads a tie.
+TIED_BM25 = -1e-6
 QUERY_TEXT_CHARS = 300  # of a user query kept for the shadow trial
 # The semantic query leaves out words found in more than this share of the memories.
 COMMON_WORD_SHARE = 0.30
@@ -274,9 +279,22 @@ class Searcher:
         The filters apply to the best-ranked matches only (`fts.ranked_matches`); when they
         drop too many, it looks deeper.
         """
-        expression = match_expression(query)
-        if expression is None:
+        alternatives = match_alternatives(query)
+        if not alternatives:
             return []
+        universal = universal_terms(self.db, alternatives)
+        telling = [a for a in alternatives if a not in universal]
+        rows = self._ranked(" OR ".join(telling), depth, where, params) if telling else []
+        if len(rows) < depth and universal:
+            # What only the universal terms match ties at bm25 ~0 however it is ranked: the
+            # newest fill the list, read without scoring every match.
+            tied = TIED_BM25 if not rows else 0.0
+            seen = {seq for seq, _ in rows}
+            fill = newest_matches(self.db, " OR ".join(sorted(universal)), depth, where, params)
+            rows += [(seq, tied) for seq in fill if seq not in seen][:depth - len(rows)]
+        return rows
+
+    def _ranked(self, expression: str, depth: int, where: str, params: list) -> list[tuple[int, float]]:
         fetch = depth if where == "1" else depth * 2
         while True:
             rows = ranked_matches(self.db, expression, BM25_WEIGHTS, fetch, where, params)

@@ -115,6 +115,26 @@ def frequent_words(db, words: list[str], *, share: float, min_docs: int) -> set[
     return {word for (word, _), count in zip(stemmed, counts, strict=True) if count > threshold}
 
 
+def recent_match_counts(db, expressions: list[str], window: int) -> tuple[int, list[int]]:
+    floor = db.execute_sql("SELECT seq FROM memory ORDER BY seq DESC LIMIT 1 OFFSET ?", (window - 1,)).fetchone()
+    above = floor[0] - 1 if floor else 0
+    queries = [_tsquery(_lexemes(db, expression)) or None for expression in expressions]  # no lexeme: matches nothing
+    counted = ", ".join(["(SELECT count(*) FROM memory WHERE seq > ? AND search_text @@ ?::tsquery)"] * len(queries))
+    counts = db.execute_sql(f"SELECT (SELECT count(*) FROM memory WHERE seq > ?), {counted}",
+                            [above, *(v for q in queries for v in (above, q))]).fetchone()
+    return int(counts[0]), [int(c or 0) for c in counts[1:]]
+
+
+def newest_matches(db, expression: str, fetch: int, where: str, params: list) -> list[int]:
+    lexemes = _lexemes(db, expression)
+    if not lexemes:
+        return []
+    condition = "TRUE" if where == "1" else where
+    sql = (f"SELECT m.seq FROM memory m WHERE m.search_text @@ ?::tsquery AND {condition} "
+           f"ORDER BY m.seq DESC LIMIT ?")
+    return [int(seq) for (seq,) in db.execute_sql(sql, [_tsquery(lexemes), *params, fetch])]
+
+
 def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
                    where: str, params: list) -> list[tuple[int, float]]:
     """(seq, bm25) of the `fetch` best matches that pass `where`, best first, as FTS5 ranks

@@ -14,6 +14,15 @@ _QUEUE_DRIVERS = ("redis",)
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C while the CLI's modules still load (its first ~0.1 s), before click and the
+        # commands handle it: a quiet stop with the shell's code for SIGINT, not a traceback.
+        sys.exit(130)
+
+
+def _main(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     from llmem.hookclient import FORWARDED, run_hook  # stdlib only, and small
 

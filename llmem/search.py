@@ -292,6 +292,31 @@ class _LexicalPlan(NamedTuple):
         return list(dict.fromkeys([*(t for atom in self.atoms for t in atom), *self.words, *self.parts]))
 
 
+class _Stems:
+    """Index tokens and their stems as this store's index stems them, kept across searches
+    (the rerank stems the words of ~100 memories a search: 1 ms of CPU at 100k, loaded), and
+    each stem's forms seen so far (the words of a query term are looked up, not found by
+    stemming every word again)."""
+
+    def __init__(self):
+        self.stems: dict[str, str] = {}
+        self.forms: dict[str, set[str]] = {}
+
+    def add(self, db, words: set[str]) -> None:
+        """Stem the words of `words` not stemmed yet, all of them at once (set operations run in C)."""
+        if len(self.stems) > MAX_STEMS:
+            self.stems.clear()
+            self.forms.clear()
+        new = list(words.difference(self.stems))
+        for word, stem in zip(new, stem_words(db, new), strict=True):
+            self.stems[word] = stem
+            self.forms.setdefault(stem, set()).add(word)
+
+    def forms_of(self, stems) -> set[str]:
+        """Every word seen whose stem is one of `stems`."""
+        return set().union(*(self.forms.get(stem, ()) for stem in stems))
+
+
 class _LexicalScorer:
     """The lexical channel of one query: the IDF-weighted share of the query a memory holds."""
 
@@ -314,12 +339,11 @@ class _LexicalScorer:
         self._stems: dict[str, str] = {}
         self._matching: set[str] = set()
 
-    def read_with(self, vocabulary: set[str], stems: dict[str, str]) -> None:
-        """Take the candidates' words (`vocabulary`, each in `stems`): those whose stem is a
-        query term are the only ones a memory's score reads."""
-        wanted = self.query_stems
-        self._stems = stems
-        self._matching = {w for w in vocabulary if stems[w] in wanted}
+    def read_with(self, stemmed: _Stems) -> None:
+        """Take the stems of the candidates' words: those whose stem is a query term are the
+        only words a memory's score reads."""
+        self._stems = stemmed.stems
+        self._matching = stemmed.forms_of(self.query_stems)
 
     def score(self, words: list[str], content: str, summary: str | None) -> float:
         """The share of the query held by a memory of index tokens `words` (of `read_with`'s
@@ -367,9 +391,7 @@ class Searcher:
         self.store = store
         self.db = store.db
         self.embedder = embedder
-        # index token -> stem as this store's index stems it, kept across searches: the
-        # rerank stems the words of ~100 memories a search (1 ms of CPU at 100k, loaded).
-        self._stems: dict[str, str] = {}
+        self._stems = _Stems()
 
     # ---- candidate lists -------------------------------------------------------------
 
@@ -518,19 +540,13 @@ class Searcher:
             return []
         rows.load(list(fused))
         best_bm25 = min((bm25 for _, bm25 in fts_list), default=-1.0) or -1.0  # negative: lower is better
-        stems = self._stems
-        if len(stems) > MAX_STEMS:
-            stems.clear()
         candidates = [(seq, row) for seq in fused if (row := rows.get(seq)) is not None]
         uses, replaced = rank_signals(self.db, [row[_ID] for _, row in candidates], USER_ORIGINS)
         words_of = ([index_tokens(row[_CONTENT], row[_SUMMARY], row[_HINTS]) for _, row in candidates]
                     if lexical else [])
-        vocabulary = set().union(*words_of)
-        # The words no search has stemmed yet, all of them at once (set operations run in C).
-        new = list(vocabulary.difference(stems))
-        stems.update(zip(new, stem_words(self.db, new), strict=True))
         if lexical:
-            lexical.read_with(vocabulary, stems)
+            self._stems.add(self.db, set().union(*words_of))
+            lexical.read_with(self._stems)
         bm25_share, both_weight = opts.bm25_share, opts.both_weight
         midpoint, scale = opts.cosine_midpoint, opts.cosine_scale
         hits = []

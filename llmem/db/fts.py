@@ -163,7 +163,10 @@ def document_frequencies(db, terms: list[str]) -> tuple[int, dict[str, int]]:
     total = memory_count(db)
     if not terms:
         return total, {}
-    db.execute_sql("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memory_fts_terms USING fts5vocab(main, memory_fts, row)")
+    conn = db.connection()
+    if getattr(db._state, "llmem_vocabulary", None) is not conn:  # a temp table: one per connection
+        db.execute_sql("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memory_fts_terms USING fts5vocab(main, memory_fts, row)")
+        db._state.llmem_vocabulary = conn
     marks = ",".join("?" * len(terms))
     rows = db.execute_sql(f"SELECT term, doc FROM temp.memory_fts_terms WHERE term IN ({marks})", terms)
     return total, {term: int(doc) for term, doc in rows}

@@ -124,9 +124,10 @@ def _vec_table_exists(db) -> bool:
 
 
 def index_state(db) -> tuple[str | None, int | None]:
-    """The (model, dim) the vector index was built for."""
-    dim = get_setting(db, "vec_dim")
-    return get_setting(db, "vec_model"), int(dim) if dim else None
+    """The (model, dim) the vector index was built for (one statement: each search asks)."""
+    values = dict(db.execute_sql("SELECT key, value FROM setting WHERE key IN ('vec_model', 'vec_dim')").fetchall())
+    dim = values.get("vec_dim")
+    return values.get("vec_model"), int(dim) if dim else None
 
 
 def _bump_generation(db) -> None:

@@ -661,7 +661,7 @@ class Searcher:
         if self.embedder is not None:
             model, dim = vec.index_state(self.db)
             if model == self.embedder.identity:
-                vectors = {h.seq: vec.stored_vector(self.db, h.seq, model, dim) for h in hits}
+                vectors = vec.stored_vectors(self.db, [h.seq for h in hits], model, dim)
         words = {h.seq: set(stem_words(self.db, [t for t in index_tokens(h.memory.content) if t not in STOPWORDS]))
                  for h in hits}
         older_words = set().union(*(words[older.seq] for older, _ in pairs))

@@ -188,3 +188,18 @@ def test_the_callers_check_decides_which_candidates_pass(tmp_path):
     found = [seq for seq, _ in pending.finish(store.db, "1", [], passing=passing)]
     assert asked and not banned & set(found) and len(found) == 5
     store.close()
+
+
+def test_stored_vectors_are_each_memorys_stored_vector(store):
+    from llmem.db import vec
+
+    memories = [store.add(f"memory number {i}").memory for i in range(6)]
+    embedder = FakeEmbedder(dim=DIM)
+    embed_memories(store, embedder, memories[:4])
+    model, dim = vec.index_state(store.db)
+    seqs = [m.seq for m in memories]
+    found = vec.stored_vectors(store.db, seqs, model, dim)
+    assert set(found) == {m.seq for m in memories[:4]}  # the two not embedded have none
+    for seq in seqs[:4]:
+        assert np.array_equal(found[seq], vec.stored_vector(store.db, seq, model, dim))
+    assert vec.stored_vectors(store.db, seqs, "another:model", dim) == {} == vec.stored_vectors(store.db, [], model, dim)

@@ -224,6 +224,20 @@ def stored_vector(db, seq: int, model: str, dim: int) -> np.ndarray | None:
     return None if row is None else decode(row[0], dim)
 
 
+def stored_vectors(db, seqs: list[int], model: str, dim: int) -> dict[int, np.ndarray]:
+    """{seq: stored vector} of the memories of `seqs` embedded with `model` at `dim`, in one
+    statement (a search compares the vectors of its few conflicting results)."""
+    if not seqs:
+        return {}
+    marks = ",".join("?" * len(seqs))
+    rows = db.execute_sql("SELECT m.seq, e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
+                          f"WHERE m.seq IN ({marks}) AND e.model = ? AND e.dim = ?", [*seqs, model, dim]).fetchall()
+    if not rows:
+        return {}
+    decoded = decode_rows([bytes(blob) for _, blob in rows], dim)
+    return {int(seq): vector for (seq, _), vector in zip(rows, decoded, strict=True)}
+
+
 def sample_vectors(db, model: str, size: int) -> list[np.ndarray]:
     """Up to `size` vectors of valid memories under `model`, drawn at random (metrics)."""
     rows = db.execute_sql(

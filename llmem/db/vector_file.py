@@ -734,6 +734,8 @@ def begin_nearest(db, query, depth: int, model: str, dim: int, *, background: bo
 
 
 @per_backend
-def nearest(db, query, depth: int, model: str, dim: int, where: str, params: list) -> list[tuple[int, float]]:
-    """(seq, cosine distance) of the `depth` nearest vectors of (model, dim) passing `where`."""
-    return begin_nearest(db, query, depth, model, dim).finish(db, where, params)
+def nearest(db, query, depth: int, model: str, dim: int, where: str, params: list,
+            passing: Callable[[list[int]], set[int]] | None = None) -> list[tuple[int, float]]:
+    """(seq, cosine distance) of the `depth` nearest vectors of (model, dim) passing `where`
+    (`passing`: VectorIndex.select)."""
+    return begin_nearest(db, query, depth, model, dim).finish(db, where, params, passing)

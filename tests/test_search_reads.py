@@ -63,6 +63,7 @@ def test_candidate_rows_say_which_pass_the_filters(store):
     assert {seq: row[-1] for seq, row in rows.items()} == {kept.seq: 1, other.seq: 0, gone.seq: 0}
     assert rows[kept.seq][1:7] == (kept.id, "fact", kept.confidence, kept.created_at, kept.source,
                                    "kept in the project")
+    assert rows[other.seq][6:9] == rows[gone.seq][6:9] == (None, None, None)  # no text read for what fails
     assert {r[-1] for r in candidate_rows(store.db, [kept.seq, other.seq], "1", [])} == {1}
 
 

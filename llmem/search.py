@@ -300,7 +300,9 @@ class _Stems:
 
     def __init__(self):
         self.stems: dict[str, str] = {}
-        self.forms: dict[str, set[str]] = {}
+        # Tuples, not sets: a tuple of strings leaves the garbage collector's lists, and tens
+        # of thousands of sets would be walked by every full collection.
+        self.forms: dict[str, tuple[str, ...]] = {}
 
     def add(self, db, words: set[str]) -> None:
         """Stem the words of `words` not stemmed yet, all of them at once (set operations run in C)."""
@@ -310,7 +312,7 @@ class _Stems:
         new = list(words.difference(self.stems))
         for word, stem in zip(new, stem_words(db, new), strict=True):
             self.stems[word] = stem
-            self.forms.setdefault(stem, set()).add(word)
+            self.forms[stem] = (*self.forms.get(stem, ()), word)
 
     def forms_of(self, stems) -> set[str]:
         """Every word seen whose stem is one of `stems`."""

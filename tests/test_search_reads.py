@@ -204,3 +204,39 @@ def test_stored_vectors_are_each_memorys_stored_vector(store):
     for seq in seqs[:4]:
         assert np.array_equal(found[seq], vec.stored_vector(store.db, seq, model, dim))
     assert vec.stored_vectors(store.db, seqs, "another:model", dim) == {} == vec.stored_vectors(store.db, [], model, dim)
+
+
+@pytest.mark.backend
+def test_postgres_asks_whether_its_vector_index_is_there_once_per_generation(servers):
+    """knn_vec0 checks the table and its HNSW index once per index generation: not again on
+    each search, and again after anything that can drop them (every such write bumps it)."""
+    from llmem.db import vec
+
+    store = Store.open(servers.fresh_database())
+    memories = [store.add(f"memory number {i}").memory for i in range(30)]
+    embedder = FakeEmbedder(dim=DIM)
+    embed_memories(store, embedder, memories)
+    searcher = Searcher(store, embedder)
+    opts = SearchOptions(track=False, min_relevance=0.0, mode="semantic")
+    statements = []
+    run = store.db.execute_sql
+
+    def counted(sql, params=None, *args, **kwargs):
+        statements.append(sql)
+        return run(sql, params, *args, **kwargs)
+
+    def checks() -> int:
+        statements.clear()
+        assert searcher.search("memory number 7", opts).hits
+        return sum("to_regclass" in sql for sql in statements)
+
+    store.db.execute_sql = counted
+    try:
+        assert checks() == 1
+        assert checks() == 0
+        vec.rebuild_index(store.db, *vec.index_state(store.db))  # dropped and made again
+        assert checks() == 1
+        assert checks() == 0
+    finally:
+        del store.db.execute_sql
+        store.close()

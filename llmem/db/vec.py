@@ -124,8 +124,13 @@ def _vec_table_exists(db) -> bool:
 
 
 def index_state(db) -> tuple[str | None, int | None]:
-    """The (model, dim) the vector index was built for (one statement: each search asks)."""
-    values = dict(db.execute_sql("SELECT key, value FROM setting WHERE key IN ('vec_model', 'vec_dim')").fetchall())
+    """The (model, dim) the vector index was built for (one statement: each search asks).
+
+    The index's generation, read with them, is kept on the connection's state: a PostgreSQL
+    search then knows its index is there without asking again (db/postgres/vec.py knn_vec0)."""
+    values = dict(db.execute_sql("SELECT key, value FROM setting "
+                                 "WHERE key IN ('vec_model', 'vec_dim', 'vec_generation')").fetchall())
+    db._state.llmem_vec_generation = values.get("vec_generation")
     dim = values.get("vec_dim")
     return values.get("vec_model"), int(dim) if dim else None
 

@@ -240,3 +240,18 @@ def test_postgres_asks_whether_its_vector_index_is_there_once_per_generation(ser
     finally:
         del store.db.execute_sql
         store.close()
+
+
+def test_a_selective_filter_masks_by_the_memory_rows_and_still_drops_a_removed_vector(tmp_path):
+    """The mask of a filter that keeps few is read from the memory rows alone (the planner's
+    index on the filter's column); a masked row whose vector went since the scan stays out."""
+    store, memories, vectors = _vector_store(tmp_path / "memory.db", count=60)
+    rare = memories[5::20]  # 3 of 60
+    with store.db.atomic():
+        for memory in rare:
+            store.db.execute_sql("UPDATE memory SET project = '/p/rare' WHERE seq = ?", (memory.seq,))
+    pending = vector_file.begin_nearest(store.db, vectors[25], 5, MODEL, DIM)
+    store.models.Embedding.delete().where(store.models.Embedding.memory == rare[1].id).execute()
+    found = [seq for seq, _ in pending.finish(store.db, "m.project = ?", ["/p/rare"])]
+    assert sorted(found) == sorted(m.seq for m in rare if m is not rare[1])
+    store.close()

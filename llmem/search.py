@@ -421,8 +421,9 @@ class Searcher:
             if matches <= fetch:
                 return rows[:depth]  # every match was seen: the filters just keep few of them
             # Deep enough at once for the share the filters kept (each pass ranks every match
-            # again: a 1-in-50 project at 100k took four, 27 ms of CPU), twice over for luck.
-            wanted = fetch * 4 if not rows else math.ceil(2 * depth * fetch / len(rows))
+            # again: a 1-in-50 project at 100k took four, 27 ms of CPU), twice over for luck;
+            # when they kept none, the share is below one in `fetch`.
+            wanted = fetch * 16 if not rows else math.ceil(2 * depth * fetch / len(rows))
             fetch = min(matches, MAX_FTS_FETCH, max(wanted, fetch * 4))
 
     def vector_candidates(self, query_vector, depth: int, where: str, params: list) -> list[tuple[int, float]]:

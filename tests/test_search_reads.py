@@ -255,3 +255,31 @@ def test_a_selective_filter_masks_by_the_memory_rows_and_still_drops_a_removed_v
     found = [seq for seq, _ in pending.finish(store.db, "m.project = ?", ["/p/rare"])]
     assert sorted(found) == sorted(m.seq for m in rare if m is not rare[1])
     store.close()
+
+
+def test_a_selective_filter_ranks_the_keyword_matches_in_two_passes_at_most(store, monkeypatch):
+    """The FTS side with a filter that keeps 1 match in 25: the top matches that pass, as a
+    ranking of every match would give them, found by going as deep as that share needs at once."""
+    from llmem import search as search_module
+    from llmem.db.queries import memory_filter
+    from llmem.times import now
+
+    for i in range(250):
+        store.add(f"deploy note {i}: " + "deploy " * (1 + i % 7) + f"runbook {i % 11}",
+                  project="/p/x" if i % 25 == 0 else "/p/other")
+    searcher = Searcher(store, None)
+    where, params = memory_filter(memory_type=None, project="/p/x", include_invalid=False, valid_only=False,
+                                  at=now())
+    everything = searcher.fts_candidates("deploy runbook", 250, "1", [])
+    passing = {m.seq for m in store.models.Memory.select().where(store.models.Memory.project == "/p/x")}
+    passes = []
+    ranked = search_module.ranked_matches
+
+    def counted(*args, **kwargs):
+        passes.append(args[3])
+        return ranked(*args, **kwargs)
+
+    monkeypatch.setattr(search_module, "ranked_matches", counted)
+    found = searcher.fts_candidates("deploy runbook", 8, where, params)
+    assert found == [(seq, score) for seq, score in everything if seq in passing][:8]
+    assert len(passes) == 2, passes  # 20 ranked, 0-1 kept: then as deep as 1 in 25 needs

@@ -295,9 +295,10 @@ def main() -> None:
             q = vectors[rng.randrange(args.memories)] + 0.3 * nrng.normal(size=args.dim).astype(np.float32) / np.sqrt(args.dim)
         qvectors.append((q / np.linalg.norm(q)).astype(np.float32))  # float64 would upcast the matrix
     # Two projects, one holding one memory in fifty: its filter leaves few of the nearest.
-    Memory = store.models.Memory
-    Memory.update(project="/p/rare").where(Memory.seq % 50 == 0).execute()
-    Memory.update(project="/p/common").where(Memory.seq % 50 != 0).execute()
+    # (SQL's %: peewee reads `Memory.seq % 50` as LIKE, which put all but one memory in the
+    # rare project.)
+    with store.db.atomic():
+        store.db.execute_sql("UPDATE memory SET project = CASE WHEN seq % 50 = 0 THEN '/p/rare' ELSE '/p/common' END")
     searcher, before = Searcher(store, embedder), BeforeSearcher(store, embedder)
     limit = 10
     depth = limit * 5

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from .db import vec
 from .db.fts import (
     STOPWORDS,
+    counted_words,
     document_frequencies,
     index_tokens,
     match_alternatives,
@@ -33,12 +34,14 @@ from .db.fts import (
 )
 from .db.models import EPISODE_SOURCE, USER_ORIGINS, Memory
 from .db.queries import (
-    chosen_recalls,
+    CANDIDATE_COLUMNS,
+    candidate_rows,
+    memories_from_rows,
     memory_filter,
+    memory_rows,
     next_turns,
-    ranking_rows,
+    rank_signals,
     seqs_passing,
-    superseded_by,
 )
 from .errors import EmbedderUnavailable, UsageError
 from .providers.embedders import Embedder
@@ -250,6 +253,138 @@ def _above_floor(nearest: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return [(s, d) for s, d in nearest if 1.0 - d >= floor]
 
 
+_COLUMN = {name: i for i, name in enumerate(CANDIDATE_COLUMNS)}
+_SEQ, _ID, _TYPE, _CONTENT, _SUMMARY, _HINTS = (_COLUMN[c] for c in ("seq", "id", "type", "content", "summary",
+                                                                     "hints"))
+_CONFIDENCE, _CREATED_AT, _SOURCE, _PASSES = (_COLUMN[c] for c in ("confidence", "created_at", "source", "passes"))
+
+
+class _CandidateRows:
+    """The rows (db/queries.py candidate_rows) of a search's candidates, each read once: the
+    vector candidates' filter check and the rerank both read them."""
+
+    def __init__(self, db, where: str, params: list):
+        self.db, self.where, self.params = db, where, params
+        self._rows: dict[int, tuple] = {}
+        self._asked: set[int] = set()  # read, found or not
+
+    def load(self, seqs) -> None:
+        missing = [s for s in dict.fromkeys(seqs) if s not in self._asked]
+        if missing:
+            self._asked.update(missing)
+            self._rows.update((row[_SEQ], row) for row in candidate_rows(self.db, missing, self.where, self.params))
+
+    def passing(self, seqs) -> set[int]:
+        """Those of `seqs` (loaded) that exist and pass the search's filters."""
+        return {s for s in seqs if (row := self._rows.get(s)) is not None and row[_PASSES]}
+
+    def get(self, seq: int) -> tuple | None:
+        return self._rows.get(seq)
+
+
+class _LexicalPlan(NamedTuple):
+    """A query's lexical terms, stemmed: atoms (phrases of tokens), words, atom parts, and
+    each atom as written (`--release`)."""
+
+    atoms: list[tuple[str, ...]]
+    words: list[str]
+    parts: list[str]
+    spelled: dict[tuple[str, ...], str]
+
+    @property
+    def terms(self) -> list[str]:
+        """Every single term the plan weighs, once."""
+        return list(dict.fromkeys([*(t for atom in self.atoms for t in atom), *self.words, *self.parts]))
+
+
+class _Stems:
+    """Index tokens and their stems as this store's index stems them, kept across searches
+    (the rerank stems the words of ~100 memories a search: 1 ms of CPU at 100k, loaded), and
+    each stem's forms seen so far (the words of a query term are looked up, not found by
+    stemming every word again)."""
+
+    def __init__(self):
+        self.stems: dict[str, str] = {}
+        # Tuples, not sets: a tuple of strings leaves the garbage collector's lists, and tens
+        # of thousands of sets would be walked by every full collection.
+        self.forms: dict[str, tuple[str, ...]] = {}
+
+    def add(self, db, words: set[str]) -> None:
+        """Stem the words of `words` not stemmed yet, all of them at once (set operations run in C)."""
+        if len(self.stems) > MAX_STEMS:
+            self.stems.clear()
+            self.forms.clear()
+        new = list(words.difference(self.stems))
+        for word, stem in zip(new, stem_words(db, new), strict=True):
+            self.stems[word] = stem
+            self.forms[stem] = (*self.forms.get(stem, ()), word)
+
+    def forms_of(self, stems) -> set[str]:
+        """Every word seen whose stem is one of `stems`."""
+        return set().union(*(self.forms.get(stem, ()) for stem in stems))
+
+
+class _LexicalScorer:
+    """The lexical channel of one query: the IDF-weighted share of the query a memory holds."""
+
+    def __init__(self, plan: _LexicalPlan, frequencies: tuple[int, dict[str, int]]):
+        total, df = frequencies
+
+        def idf(term: str) -> float:
+            # A word no memory holds weighs as one held once: it cannot tell memories apart, and
+            # in a small store its full weight would outweigh every word the memories do hold.
+            n = max(df.get(term, 0), 1)
+            return TERM_WEIGHT + math.log(1.0 + (total - n + 0.5) / (n + 0.5))
+
+        self.spelled = plan.spelled
+        wanted = [(atom, ATOM_WEIGHT * max(idf(t) for t in atom)) for atom in dict.fromkeys(plan.atoms)]
+        wanted += [((w,), idf(w)) for w in plan.words]
+        wanted += [((p,), PART_WEIGHT * idf(p)) for p in plan.parts]
+        self.wanted = wanted
+        self.whole = sum(weight for _, weight in wanted)
+        self.query_stems = {t for atom, _ in wanted for t in atom}
+        self._stems: dict[str, str] = {}
+        self._matching: set[str] = set()
+
+    def read_with(self, stemmed: _Stems) -> None:
+        """Take the stems of the candidates' words: those whose stem is a query term are the
+        only words a memory's score reads."""
+        self._stems = stemmed.stems
+        self._matching = stemmed.forms_of(self.query_stems)
+
+    def score(self, words: list[str], content: str, summary: str | None) -> float:
+        """The share of the query held by a memory of index tokens `words` (of `read_with`'s
+        vocabulary) and text `content`, `summary`."""
+        if not self.whole:
+            return 0.0
+        matching = self._matching.intersection(words)
+        if not matching:
+            return 0.0
+        stems = self._stems
+        present = {stems[w] for w in matching}
+        tokens = None
+        text = None
+        held = 0.0
+        for atom, weight in self.wanted:
+            if len(atom) == 1:
+                if atom[0] not in present:
+                    continue
+            else:
+                if not all(t in present for t in atom):
+                    continue
+                if tokens is None:
+                    tokens = [stems[w] for w in words]
+                if not _holds_run(tokens, atom):
+                    continue
+            if atom in self.spelled:
+                if text is None:
+                    text = f"{content} {summary or ''}".lower()
+                if self.spelled[atom] not in text:
+                    weight *= SPELLING_SHARE  # `release` of "a release" is not `--release`
+            held += weight
+        return held / self.whole
+
+
 def _holds_run(tokens: list[str], run: tuple[str, ...]) -> bool:
     """Whether `run` appears in `tokens` as consecutive tokens (an identifier, whole)."""
     n = len(run)
@@ -263,9 +398,7 @@ class Searcher:
         self.store = store
         self.db = store.db
         self.embedder = embedder
-        # index token -> stem as this store's index stems it, kept across searches: the
-        # rerank stems the words of ~100 memories a search (1 ms of CPU at 100k, loaded).
-        self._stems: dict[str, str] = {}
+        self._stems = _Stems()
 
     # ---- candidate lists -------------------------------------------------------------
 
@@ -296,13 +429,20 @@ class Searcher:
 
     def _ranked(self, expression: str, depth: int, where: str, params: list) -> list[tuple[int, float]]:
         fetch = depth if where == "1" else depth * 2
+        matches = None
         while True:
             rows = ranked_matches(self.db, expression, BM25_WEIGHTS, fetch, where, params)
             if len(rows) >= depth or where == "1" or fetch >= MAX_FTS_FETCH:
                 return rows[:depth]
-            if match_count(self.db, expression, fetch) < fetch:
+            if matches is None:
+                matches = match_count(self.db, expression, MAX_FTS_FETCH)
+            if matches <= fetch:
                 return rows[:depth]  # every match was seen: the filters just keep few of them
-            fetch *= 4
+            # Deep enough at once for the share the filters kept (each pass ranks every match
+            # again: a 1-in-50 project at 100k took four, 27 ms of CPU), twice over for luck;
+            # when they kept none, the share is below one in `fetch`.
+            wanted = fetch * 16 if not rows else math.ceil(2 * depth * fetch / len(rows))
+            fetch = min(matches, MAX_FTS_FETCH, max(wanted, fetch * 4))
 
     def vector_candidates(self, query_vector, depth: int, where: str, params: list) -> list[tuple[int, float]]:
         """(seq, cosine distance) best first, filtered, down to SEMANTIC_FLOOR of the best."""
@@ -336,25 +476,35 @@ class Searcher:
         where, params = self._filters(opts, at)
         depth = max(opts.limit * opts.candidate_multiplier, 50)
 
+        embeds = mode in ("hybrid", "semantic") and self.embedder is not None and self.embedder.available
+        # Redacted before it is re-tokenised: `sk-proj-…` split into words no longer matches
+        # its pattern when the embedder redacts what it sends.
+        safe_query = self.store.redactor.text(query) if embeds else None
+        plan = self._lexical_plan(query) if mode in ("hybrid", "fts") else None
+        # The document frequencies of every term the search weighs, read once: the semantic
+        # query's common words and the lexical channel's IDF.
+        counted = counted_words(safe_query) if embeds and opts.common_share > 0 else []
+        terms = list(dict.fromkeys([*(plan.terms if plan else ()), *stem_words(self.db, counted)]))
+        frequencies = document_frequencies(self.db, terms) if terms else None
+
         query_vector = semantic_query = None
         if mode in ("hybrid", "semantic"):
-            if self.embedder is None or not self.embedder.available:
+            if not embeds:
                 if mode == "semantic":
                     raise UsageError("semantic search needs an embedder (embedding.provider is none)",
                                      hint="configure embedding.provider, or use --fts-only")
                 mode, notice = "fts", "no embedder configured: searching with FTS only"
             else:
                 try:
-                    # Redacted before it is re-tokenised: `sk-proj-…` split into words no
-                    # longer matches its pattern when the embedder redacts what it sends.
-                    safe_query = self.store.redactor.text(query)
-                    semantic_query = (semantic_text(self.db, safe_query, share=opts.common_share)
+                    semantic_query = (semantic_text(self.db, safe_query, share=opts.common_share,
+                                                    frequencies=frequencies)
                                       if opts.common_share > 0 else safe_query)
                     query_vector = self.embedder.embed_query(semantic_query)
                 except EmbedderUnavailable as exc:
                     if mode == "semantic":
                         raise
                     mode, notice = "fts", f"embedder unavailable ({exc.message}): searching with FTS only"
+                    plan = plan or self._lexical_plan(query)
 
         keywords = mode in ("hybrid", "fts")
         feedback = keywords and opts.feedback > 0  # the vector query waits for the top keyword hit
@@ -367,15 +517,27 @@ class Searcher:
             query_vector = self._with_feedback(query_vector, fts_list[0][0], opts.feedback)
         if query_vector is not None and feedback:
             pending = self._begin_nearest(query_vector, depth)
-        vec_list = _above_floor(pending.finish(self.db, where, params)) if pending is not None else []
+        rows = _CandidateRows(self.db, where, params)
+
+        def passing(seqs: list[int]) -> set[int]:
+            # The vector candidates' filter check, in the query that reads the keyword
+            # candidates' rows too: one statement for both.
+            rows.load([*(seq for seq, _ in fts_list), *seqs])
+            return rows.passing(seqs)
+
+        vec_list = _above_floor(pending.finish(self.db, where, params, passing)) if pending is not None else []
         if mode == "hybrid" and query_vector is not None and not vec_list and fts_list:
             notice = "no memory is embedded with this model yet: run `llmem embed --pending`"
 
-        hits = self._fuse_and_rerank(query, fts_list, vec_list, mode, opts, at)
+        if plan is not None and frequencies is None:  # a fallback to keywords after the count
+            frequencies = document_frequencies(self.db, plan.terms)
+        lexical = self._lexical_scorer(plan, frequencies) if keywords and plan is not None else None
+        hits = self._fuse_and_rerank(fts_list, vec_list, rows, lexical, opts, at)
         hits = self._with_replies(hits, where, params)
         hits = [h for h in hits if h.relevance >= opts.min_relevance][:opts.limit]
         Memory = self.store.models.Memory
-        memories = {m.seq: m for m in Memory.select().where(Memory.seq.in_([h.seq for h in hits]))}
+        memories = {m.seq: m for m in memories_from_rows(Memory, memory_rows(self.db, [h.seq for h in hits]))}
+        hits = [h for h in hits if h.seq in memories]  # deleted meanwhile
         for hit in hits:
             hit.memory = memories[hit.seq]
         self._newer_first(hits, opts.include_invalid)
@@ -393,59 +555,56 @@ class Searcher:
             return query_vector
         return vec.normalize(query_vector + weight * stored)
 
-    def _fuse_and_rerank(self, query: str, fts_list, vec_list, mode: str, opts: SearchOptions,
+    def _fuse_and_rerank(self, fts_list, vec_list, rows: _CandidateRows, lexical, opts: SearchOptions,
                          at: float) -> list[Hit]:
-        fused: dict[int, dict[str, Any]] = {}
+        fused: dict[int, list] = {}  # seq -> [fts_rank, bm25, vec_rank, distance]
         for rank, (seq, bm25) in enumerate(fts_list, start=1):
-            fused.setdefault(seq, {}).update(fts_rank=rank, fts_bm25=bm25)
+            fused[seq] = [rank, bm25, None, None]
         for rank, (seq, distance) in enumerate(vec_list, start=1):
-            fused.setdefault(seq, {}).update(vec_rank=rank, vec_distance=distance)
+            entry = fused.setdefault(seq, [None, None, None, None])
+            entry[2], entry[3] = rank, distance
         if not fused:
             return []
-        rows = ranking_rows(self.db, list(fused))
+        rows.load(list(fused))
         best_bm25 = min((bm25 for _, bm25 in fts_list), default=-1.0) or -1.0  # negative: lower is better
-        lexical = self._lexical_scorer(query) if mode in ("hybrid", "fts") else None
-        uses = chosen_recalls(self.db, [r[1] for r in rows], USER_ORIGINS)
-        replaced = superseded_by(self.db, [r[1] for r in rows])
+        candidates = [(seq, row) for seq in fused if (row := rows.get(seq)) is not None]
+        uses, replaced = rank_signals(self.db, [row[_ID] for _, row in candidates], USER_ORIGINS)
+        words_of = ([index_tokens(row[_CONTENT], row[_SUMMARY], row[_HINTS]) for _, row in candidates]
+                    if lexical else [])
+        if lexical:
+            self._stems.add(self.db, set().union(*words_of))
+            lexical.read_with(self._stems)
+        bm25_share, both_weight = opts.bm25_share, opts.both_weight
+        midpoint, scale = opts.cosine_midpoint, opts.cosine_scale
         hits = []
-        stems = self._stems
-        if len(stems) > MAX_STEMS:
-            stems.clear()
-        words_of = [index_tokens(r[7], r[8], r[9]) for r in rows] if lexical else []
-        # The words no search has stemmed yet, all of them at once (set operations run in C).
-        new = list(set().union(*words_of).difference(stems))
-        stems.update(zip(new, stem_words(self.db, new), strict=True))
-        for i, (seq, memory_id, mtype, confidence, created_at, source, _project, content, summary,
-                _hints) in enumerate(rows):
-            entry = fused[seq]
+        for i, (seq, row) in enumerate(candidates):
+            fts_rank, bm25, vec_rank, distance = fused[seq]
+            content, mtype = row[_CONTENT], row[_TYPE]
             lex = 0.0
             if lexical:
-                tokens = list(map(stems.__getitem__, words_of[i]))
-                lex = lexical(tokens, f"{content} {summary or ''}".lower())
-                if entry.get("fts_bm25") is not None:
-                    lex *= (1 - opts.bm25_share) + opts.bm25_share * entry["fts_bm25"] / best_bm25
+                lex = lexical.score(words_of[i], content, row[_SUMMARY])
+                if bm25 is not None:
+                    lex *= (1 - bm25_share) + bm25_share * bm25 / best_bm25
             sem = 0.0
-            if entry.get("vec_distance") is not None:
-                cosine = 1.0 - entry["vec_distance"]
-                sem = 1.0 / (1.0 + math.exp(-(cosine - opts.cosine_midpoint) / opts.cosine_scale))
-            strong, weak = max(lex, sem), min(lex, sem)
-            relevance = strong + opts.both_weight * weak * (1.0 - strong)
-            prior, components = memory_prior(mtype, confidence, created_at, uses.get(memory_id, 0), at)
+            if distance is not None:
+                sem = 1.0 / (1.0 + math.exp(-((1.0 - distance) - midpoint) / scale))
+            strong, weak = (lex, sem) if lex >= sem else (sem, lex)
+            relevance = strong + both_weight * weak * (1.0 - strong)
+            prior, components = memory_prior(mtype, row[_CONFIDENCE], row[_CREATED_AT], uses.get(row[_ID], 0), at)
             score = (1 - PRIOR_WEIGHT) * relevance + PRIOR_WEIGHT * prior
-            if source == EPISODE_SOURCE:
+            if row[_SOURCE] == EPISODE_SOURCE:
                 score *= EPISODE_PRIOR
                 components["episode_prior"] = EPISODE_PRIOR
             if mtype == CONVERSATION_TYPE and content.rstrip().endswith("?"):
                 components["asked_score"] = score
                 score *= QUESTION_FACTOR
                 components["question_factor"] = QUESTION_FACTOR
-            successor = replaced.get(memory_id)
+            successor = replaced.get(row[_ID])
             if successor:
                 score *= SUPERSEDED_FACTOR
                 components["superseded_factor"] = SUPERSEDED_FACTOR
-            hits.append(Hit(memory=None, seq=seq, score=score, fts_rank=entry.get("fts_rank"),
-                            fts_bm25=entry.get("fts_bm25"), vec_rank=entry.get("vec_rank"),
-                            vec_distance=entry.get("vec_distance"), signal=prior, components=components,
+            hits.append(Hit(memory=None, seq=seq, score=score, fts_rank=fts_rank, fts_bm25=bm25,
+                            vec_rank=vec_rank, vec_distance=distance, signal=prior, components=components,
                             relevance=relevance, lexical=lex, semantic=sem, superseded_by=successor))
         hits.sort(key=lambda h: (-h.score, h.seq))
         return hits
@@ -474,9 +633,9 @@ class Searcher:
         hits.sort(key=lambda h: (-h.score, h.seq))
         return hits
 
-    def _lexical_scorer(self, query: str):
-        """A function of a memory's stemmed index tokens: the IDF-weighted share of the query
-        it holds. Query and memory are stemmed as the index stems (`linting` finds `lint`)."""
+    def _lexical_plan(self, query: str) -> _LexicalPlan:
+        """The query's atoms, words and atom parts, stemmed as the index stems (`linting`
+        finds `lint`)."""
         parsed = parse_query(query)
 
         def stem(words) -> tuple[str, ...]:
@@ -485,37 +644,10 @@ class Searcher:
         atoms = [stem(atom) for atom in parsed.atoms]
         words = list(dict.fromkeys(stem(parsed.words)))
         parts = [p for p in dict.fromkeys(stem(parsed.parts)) if p not in words]
-        singles = [t for atom in atoms for t in atom]
-        total, df = document_frequencies(self.db, list(dict.fromkeys([*singles, *words, *parts])))
+        return _LexicalPlan(atoms, words, parts, dict(zip(atoms, parsed.spelled, strict=True)))
 
-        def idf(term: str) -> float:
-            # A word no memory holds weighs as one held once: it cannot tell memories apart, and
-            # in a small store its full weight would outweigh every word the memories do hold.
-            n = max(df.get(term, 0), 1)
-            return TERM_WEIGHT + math.log(1.0 + (total - n + 0.5) / (n + 0.5))
-
-        wanted = [(atom, ATOM_WEIGHT * max(idf(t) for t in atom)) for atom in dict.fromkeys(atoms)]
-        spelled = dict(zip(atoms, parsed.spelled, strict=True))
-        wanted += [((w,), idf(w)) for w in words]
-        wanted += [((p,), PART_WEIGHT * idf(p)) for p in parts]
-        whole = sum(weight for _, weight in wanted)
-
-        def score(tokens: list[str], text: str) -> float:
-            if not whole:
-                return 0.0
-            present = set(tokens)
-            held = 0.0
-            for atom, weight in wanted:
-                if len(atom) == 1:
-                    found = atom[0] in present
-                else:
-                    found = all(t in present for t in atom) and _holds_run(tokens, atom)
-                if found and atom in spelled and spelled[atom] not in text:
-                    weight *= SPELLING_SHARE  # `release` of "a release" is not `--release`
-                held += weight if found else 0.0
-            return held / whole
-
-        return score
+    def _lexical_scorer(self, plan: _LexicalPlan, frequencies: tuple[int, dict[str, int]]) -> _LexicalScorer:
+        return _LexicalScorer(plan, frequencies)
 
     def _newer_first(self, hits: list[Hit], include_invalid: bool) -> None:
         """Among the results, a memory another one supersedes gives its place to it, and so
@@ -556,7 +688,7 @@ class Searcher:
         if self.embedder is not None:
             model, dim = vec.index_state(self.db)
             if model == self.embedder.identity:
-                vectors = {h.seq: vec.stored_vector(self.db, h.seq, model, dim) for h in hits}
+                vectors = vec.stored_vectors(self.db, [h.seq for h in hits], model, dim)
         words = {h.seq: set(stem_words(self.db, [t for t in index_tokens(h.memory.content) if t not in STOPWORDS]))
                  for h in hits}
         older_words = set().union(*(words[older.seq] for older, _ in pairs))

@@ -124,9 +124,15 @@ def _vec_table_exists(db) -> bool:
 
 
 def index_state(db) -> tuple[str | None, int | None]:
-    """The (model, dim) the vector index was built for."""
-    dim = get_setting(db, "vec_dim")
-    return get_setting(db, "vec_model"), int(dim) if dim else None
+    """The (model, dim) the vector index was built for (one statement: each search asks).
+
+    The index's generation, read with them, is kept on the connection's state: a PostgreSQL
+    search then knows its index is there without asking again (db/postgres/vec.py knn_vec0)."""
+    values = dict(db.execute_sql("SELECT key, value FROM setting "
+                                 "WHERE key IN ('vec_model', 'vec_dim', 'vec_generation')").fetchall())
+    db._state.llmem_vec_generation = values.get("vec_generation")
+    dim = values.get("vec_dim")
+    return values.get("vec_model"), int(dim) if dim else None
 
 
 def _bump_generation(db) -> None:
@@ -221,6 +227,20 @@ def stored_vector(db, seq: int, model: str, dim: int) -> np.ndarray | None:
     row = db.execute_sql("SELECT e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
                          "WHERE m.seq = ? AND e.model = ? AND e.dim = ?", (seq, model, dim)).fetchone()
     return None if row is None else decode(row[0], dim)
+
+
+def stored_vectors(db, seqs: list[int], model: str, dim: int) -> dict[int, np.ndarray]:
+    """{seq: stored vector} of the memories of `seqs` embedded with `model` at `dim`, in one
+    statement (a search compares the vectors of its few conflicting results)."""
+    if not seqs:
+        return {}
+    marks = ",".join("?" * len(seqs))
+    rows = db.execute_sql("SELECT m.seq, e.vector FROM embedding e JOIN memory m ON m.id = e.memory_id "
+                          f"WHERE m.seq IN ({marks}) AND e.model = ? AND e.dim = ?", [*seqs, model, dim]).fetchall()
+    if not rows:
+        return {}
+    decoded = decode_rows([bytes(blob) for _, blob in rows], dim)
+    return {int(seq): vector for (seq, _), vector in zip(rows, decoded, strict=True)}
 
 
 def sample_vectors(db, model: str, size: int) -> list[np.ndarray]:

@@ -195,15 +195,18 @@ def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
 
 
 def document_frequencies(db, terms: list[str]) -> tuple[int, dict[str, int]]:
-    """(memories, {term: memories holding it}); the terms are lexemes (`stem_words`)."""
-    total = memory_count(db)
+    """(memories, {term: memories holding it}); the terms are lexemes (`stem_words`). One
+    round trip: the totals (memory_count's) beside the counts."""
     if not terms:
-        return total, {}
+        return memory_count(db), {}
     rows = db.execute_sql(
-        "SELECT (SELECT count(*) FROM memory WHERE search_text @@ t.lexeme::tsquery) "
-        "FROM unnest(?::text[]) WITH ORDINALITY AS t(lexeme, ord) ORDER BY t.ord",
+        f"WITH totals AS MATERIALIZED ({TOTALS_SQL}) "
+        "SELECT totals.rows, totals.parts, (SELECT count(*) FROM memory WHERE search_text @@ t.lexeme::tsquery) "
+        "FROM unnest(?::text[]) WITH ORDINALITY AS t(lexeme, ord), totals ORDER BY t.ord",
         ([_tsquery([t]) for t in terms],)).fetchall()
-    return total, dict(zip(terms, (int(count) for (count,) in rows), strict=True))
+    if rows[0][1] > FOLD_AT:
+        _fold_totals(db)
+    return int(rows[0][0]), dict(zip(terms, (int(count) for _, _, count in rows), strict=True))
 
 
 _ENGLISH = Stemmer.Stemmer("english")

@@ -176,12 +176,19 @@ def knn_vec0(db, query, k: int) -> list[tuple[int, float]]:
     from ..vec import MAX_KNN
 
     k = min(k, MAX_KNN)
-    table, index = db.execute_sql("SELECT to_regclass(?) IS NOT NULL, to_regclass(?) IS NOT NULL",
-                                  (VEC_TABLE, VEC_INDEX)).fetchone()
-    if not table:
-        return []
-    if not index:
-        build_pending_index(db)  # a bulk load's, when no `embed` built it at its end
+    # Whether the table and its index are there is asked once per index generation (every
+    # drop of either bumps it, db/vec.py index_state read it just before): a round trip fewer
+    # per search.
+    ready = (db.connection(), getattr(db._state, "llmem_vec_generation", None))
+    if ready[1] is None or getattr(db._state, "llmem_vec_ready", None) != ready:
+        table, index = db.execute_sql("SELECT to_regclass(?) IS NOT NULL, to_regclass(?) IS NOT NULL",
+                                      (VEC_TABLE, VEC_INDEX)).fetchone()
+        if not table:
+            return []
+        if not index:
+            build_pending_index(db)  # a bulk load's, when no `embed` built it at its end
+        else:
+            db._state.llmem_vec_ready = ready
     literal = vector_literal(query)
     if k <= SESSION_EF_SEARCH:  # the session's own settings do (connection.py)
         rows = db.execute_sql(f"SELECT seq, embedding <=> ?::vector FROM {VEC_TABLE} "

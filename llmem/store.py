@@ -460,10 +460,12 @@ class Store:
         row, which cost ~3× the database's own time at 100k rows."""
         fields = self.models.Memory._meta.fields
         defaults = {name: _default(fields[name]) for name in MEMORY_INSERT_FIELDS if name != "seq"}
+        packs = getattr(self.db, "packs_text", False)  # an episode's text deflated (db/packed_text.py)
         for start in range(0, len(rows), 2000):
             insert_memory_rows(self.db, [
                 {**defaults, **row, "content_hash": row.get("content_hash") or content_hash(row["content"]),
-                 **derived_fields(row["content"], row.get("summary"), row.get("metadata"))}
+                 **derived_fields(row["content"], row.get("summary"), row.get("metadata")),
+                 **({"content": pack(row["content"])} if packs and row.get("source") == EPISODE_SOURCE else {})}
                 for row in rows[start:start + 2000]])
             if progress:
                 progress(min(start + 2000, len(rows)))

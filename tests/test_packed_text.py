@@ -136,3 +136,17 @@ def test_episodes_read_back_as_their_text_on_every_backend(store_url):
         store.update(episode, content=EPISODE + "\n\nuser: and redis for the cache")
         assert store.get(episode).content.endswith("redis for the cache")
         assert episode in found(store, "redis")
+
+
+@pytest.mark.sqlite_only
+def test_an_exported_episode_is_imported_packed_with_its_text(llmem_home, tmp_path):
+    from llmem.exchange import apply_import, export_data, plan_import
+
+    with Store.open(llmem_home / "memory.db") as store:
+        episode = add_episode(store)
+        document = export_data(store)
+    assert [m["content"] for m in document["memories"] if m["id"] == episode] == [EPISODE]
+    with Store.open(tmp_path / "other" / "memory.db") as other:
+        apply_import(other, plan_import(other, document))
+        assert stored(other, episode)[0] == "blob" and other.get(episode).content == EPISODE
+        assert episode in found(other, "server_idle_timeout")

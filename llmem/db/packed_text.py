@@ -2,9 +2,10 @@
 
 Episodes are most of what a store holds (capture/episodes.py), and English prose deflates to
 about half (LoCoMo dev 1.96x, the coding set 1.82x): an episode's `memory.content` is stored
-as a BLOB, MAGIC followed by raw deflate of its UTF-8, while typed memories (short, and
-matched with LIKE by some readers) stay plain TEXT. PostgreSQL keeps plain text (TOAST
-compresses long values there already).
+as a BLOB, MAGIC followed by raw deflate of its UTF-8 (Store.add_many, update, insert_rows),
+while typed memories stay plain TEXT (a sentence or two: deflate gains nothing under
+MIN_PACKED_BYTES, and they stay readable to any SQLite tool). PostgreSQL keeps plain text
+(TOAST compresses long values there already).
 
 Who sees what:
 - peewee reads: the Memory.content field (models.StoredText) unpacks;
@@ -14,9 +15,9 @@ Who sees what:
   LENGTH) sees the stored value;
 - the FTS index: its triggers index `llmem_text(content)`, this module's SQL function, so the
   tokens are the text's; a connection without the function cannot write memory rows ("no such
-  function: llmem_text"), which keeps the index and the rows from drifting apart. FTS5 reads
-  the content table itself only for 'rebuild' and snippets, which llmem does not use on a
-  store holding packed rows.
+  function: llmem_text"), which keeps the index and the rows from drifting apart (`connect`
+  gives a plain sqlite3 connection the function). FTS5's external content is the view
+  memory_fts_text, so a 'rebuild' or a snippet reads the text too.
 MAGIC starts with 0xFF, which no UTF-8 text holds, so a value is told apart by its bytes alone
 (a converter receives bytes for TEXT and BLOB alike).
 """

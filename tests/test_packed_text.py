@@ -150,3 +150,22 @@ def test_an_exported_episode_is_imported_packed_with_its_text(llmem_home, tmp_pa
         apply_import(other, plan_import(other, document))
         assert stored(other, episode)[0] == "blob" and other.get(episode).content == EPISODE
         assert episode in found(other, "server_idle_timeout")
+
+
+@pytest.mark.backend
+def test_a_store_copy_carries_packed_episodes_to_postgres_and_back(llmem_home, tmp_path, cli, configure,
+                                                                  postgres_url):
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\n")
+    with Store.open(llmem_home / "memory.db") as store:
+        episode = add_episode(store)
+        assert stored(store, episode)[0] == "blob"
+    code, _, err = cli("store", "copy", "--to", postgres_url, "--json")
+    assert code == 0, err
+    with Store.open(postgres_url) as pg:
+        assert pg.get(episode).content == EPISODE and episode in found(pg, "server_idle_timeout")
+    configure(f"store:\n  url: {postgres_url}\nembedding:\n  provider: none\nllm:\n  provider: none\n")
+    back = tmp_path / "back" / "memory.db"
+    code, _, err = cli("store", "copy", "--to", f"sqlite:///{back}", "--json")
+    assert code == 0, err
+    with Store.open(back) as sqlite_store:
+        assert sqlite_store.get(episode).content == EPISODE and episode in found(sqlite_store, "server_idle_timeout")

@@ -169,3 +169,18 @@ def test_a_store_copy_carries_packed_episodes_to_postgres_and_back(llmem_home, t
     assert code == 0, err
     with Store.open(back) as sqlite_store:
         assert sqlite_store.get(episode).content == EPISODE and episode in found(sqlite_store, "server_idle_timeout")
+
+
+@pytest.mark.sqlite_only
+def test_a_read_only_store_reads_packed_episodes_as_text(llmem_home):
+    from llmem.db.connection import open_read_only
+
+    with Store.open(llmem_home / "memory.db") as store:
+        episode = add_episode(store)
+        store.db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    db = open_read_only(llmem_home / "memory.db")
+    try:
+        assert db.execute_sql("SELECT typeof(content), content FROM memory WHERE id = ?",
+                              (episode,)).fetchone() == ("blob", EPISODE)
+    finally:
+        db.close()

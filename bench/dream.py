@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llmem.config import Config  # noqa: E402
-from llmem.db import vector_file  # noqa: E402
+from llmem.db import packed_text, vector_file  # noqa: E402
 from llmem.db.derived import text_hash  # noqa: E402
 from llmem.db.fts import identifier_hints  # noqa: E402
 from llmem.db.settings import set_setting  # noqa: E402
@@ -154,13 +154,12 @@ def journaled_floor(applied_db, floor_path: Path, run_id: str) -> dict[str, tupl
     The honest floor of a journaled apply is apply + apply_read, of an undo undo + undo_read;
     the bare ones (without the reads) are printed beside them.
     Plain sqlite3, so it measures the same work whatever llmem version is under test."""
-    import sqlite3
 
     updates = [(memory_id, {k: v for k, v in json.loads(after).items() if k not in DERIVED})
                for memory_id, after in applied_db.execute_sql(
                    "SELECT memory_id, after FROM dream_action WHERE run_id = ? AND op = 'update' ORDER BY id",
                    (run_id,))]
-    conn = sqlite3.connect(floor_path, isolation_level=None)
+    conn = packed_text.connect(floor_path, isolation_level=None)  # its triggers call llmem_text
     conn.execute("PRAGMA journal_mode=wal")
     conn.execute("PRAGMA synchronous=normal")
     figures: dict[str, tuple[float, float]] = {}

@@ -26,6 +26,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from session_writers import append_lines, copilot_line, copilot_session  # noqa: E402
 
+from llmem.db import packed_text  # noqa: E402
+
 
 def write_sessions(data: list, state_dir: Path) -> tuple[list[tuple[object, list[list[str]]]], int, int]:
     """One Copilot session per LoCoMo session, its lines grouped by exchange (a user turn and
@@ -60,7 +62,7 @@ def vacuumed_size(db_path: Path, *, without_episodes: bool = False) -> int:
         with sqlite3.connect(db_path) as conn:
             conn.execute("VACUUM INTO ?", (str(copy),))
         if without_episodes:
-            conn = sqlite3.connect(copy)
+            conn = packed_text.connect(copy)  # the FTS delete trigger reads episodes' packed text
             conn.execute("DELETE FROM memory WHERE source = 'episode'")
             # FTS5 keeps deleted rows' postings until its segments merge: rebuild it as if
             # the episodes had never been indexed.
@@ -100,7 +102,7 @@ def run(data: list, home: Path, episodes: bool, live: bool = False) -> dict:
             added += report.episodes_added
         per_session.append(added)
     db = app.store.db
-    stored, held = db.execute_sql("SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(content AS BLOB))), 0) "
+    stored, held = db.execute_sql("SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(llmem_text(content) AS BLOB))), 0) "
                                   "FROM memory WHERE source = 'episode'").fetchone()
     db_path = Path(db.database)
     app.close()

@@ -45,6 +45,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fakes import FakeModelServer  # noqa: E402
 from session_writers import CopilotSession, OpenCodeStore, dead_pid  # noqa: E402
 
+from llmem.db import packed_text  # noqa: E402
+
 LLMEM = [sys.executable, "-m", "llmem"]
 
 COPILOT_KINDS = ("oneshot", "quick_end", "long_idle", "compaction", "crash")
@@ -363,7 +365,7 @@ class Soak:
     # ---- reading the store ----------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)
+        return packed_text.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)
 
     def _store_made(self) -> bool:
         return self.db_path.exists()
@@ -413,7 +415,7 @@ class Soak:
                                                     (f'"{plant.token}"',))}
                 searchable[plant.token] = found & set(valid)
                 episode_hits[plant.token] = found & set(episodes)
-            episode_bytes = conn.execute("SELECT COALESCE(SUM(LENGTH(CAST(content AS BLOB))), 0), COUNT(*) "
+            episode_bytes = conn.execute("SELECT COALESCE(SUM(LENGTH(CAST(llmem_text(content) AS BLOB))), 0), COUNT(*) "
                                          "FROM memory WHERE source = 'episode'").fetchone()
             per_session = [n for (n,) in conn.execute(
                 "SELECT COUNT(*) FROM memory WHERE source = 'episode' GROUP BY session_id")]
@@ -514,7 +516,7 @@ class Soak:
             with self._connect() as conn:
                 conn.execute("VACUUM INTO ?", (str(copy),))
             full = copy.stat().st_size
-            conn = sqlite3.connect(copy)
+            conn = packed_text.connect(copy)  # the FTS delete trigger reads episodes' packed text
             try:
                 conn.execute("DELETE FROM memory WHERE source = 'episode'")
                 # FTS5 keeps deleted rows' postings until its segments merge: rebuild it as if

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 import tempfile
 import threading
@@ -32,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from ingest import Plant, Soak, report  # noqa: E402
 
+from llmem.db import packed_text  # noqa: E402
 from llmem.redact import masked_url  # noqa: E402
 
 MACHINES = ("m1", "m2")
@@ -43,7 +43,7 @@ MACHINES = ("m1", "m2")
 POSTGRES_SQL = {
     "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ?":
         "SELECT seq FROM memory WHERE search_text @@ phraseto_tsquery('llmem_words', trim(both '\"' from %s))",
-    "SELECT COALESCE(SUM(LENGTH(CAST(content AS BLOB))), 0), COUNT(*) FROM memory WHERE source = 'episode'":
+    "SELECT COALESCE(SUM(LENGTH(CAST(llmem_text(content) AS BLOB))), 0), COUNT(*) FROM memory WHERE source = 'episode'":
         "SELECT COALESCE(SUM(octet_length(content)), 0), COUNT(*) FROM memory WHERE source = 'episode'",
 }
 
@@ -71,7 +71,7 @@ def connect(store: str):
     """A read-only connection to the shared store (a SQLite file's path, or a postgresql:// URL)."""
     if store.startswith("postgresql://"):
         return PostgresReader(store)
-    return sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10)
+    return packed_text.connect(f"file:{store}?mode=ro", uri=True, timeout=10)
 
 
 class MachineSoak(Soak):

@@ -77,6 +77,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fakes import FakeModelServer  # noqa: E402
 from session_writers import ClaudeSession, CodexRollout, CopilotSession  # noqa: E402
 
+from llmem.db import packed_text  # noqa: E402
+
 LLMEM = [sys.executable, "-m", "llmem"]
 DATA_DIR = ROOT / "bench" / "data" / "coding"
 LOCOMO_DEFAULT = ROOT.parent.parent / "shared" / "data" / "locomo-dev.json"
@@ -423,7 +425,7 @@ class Home:
                               text=True, timeout=timeout)
 
     def connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)
+        return packed_text.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)
 
 
 # ---- ingestion ----------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from .db.models import (
     Relation,
     bound_models,
 )
+from .db.packed_text import PackedText, pack
 from .db.queries import insert_memory_rows, write_memory_columns
 from .db.visibility import set_project_shared, shares_project
 from .errors import AmbiguousId, NotFound, UsageError
@@ -304,12 +305,14 @@ class Store:
                 & Memory.invalidated_at.is_null()).tuples())
         stamp = now()
         visibility = self._visibility(memory_type, project)
+        # Episodes are written deflated where the store reads them back (db/packed_text.py).
+        stored = pack if source == EPISODE_SOURCE and getattr(self.db, "packs_text", False) else str
         rows = []
         for content, metadata, key, trust in zip(contents, metadatas, hashes, trusts, strict=True):
             if not content or key in seen:
                 continue
             seen.add(key)
-            rows.append({"id": new_memory_id(), "type": memory_type, "content": content, "summary": None,
+            rows.append({"id": new_memory_id(), "type": memory_type, "content": stored(content), "summary": None,
                          **derived_fields(content, None, metadata), "confidence": confidence,
                          "source": source, "project": project, "session_id": session_id,
                          "metadata": metadata, "content_hash": key, "created_at": stamp,
@@ -349,7 +352,8 @@ class Store:
                 content = self.redactor.text(content.strip())
                 if not content:
                     raise UsageError("the new content is empty")
-                memory.content = content
+                # An episode's text stays deflated in a SQLite file (db/packed_text.py).
+                memory.content = PackedText(content) if memory.source == EPISODE_SOURCE else content
                 memory.content_hash = content_hash(content)
             if summary is not None:
                 memory.summary = self.redactor.text(summary) or None
@@ -456,10 +460,12 @@ class Store:
         row, which cost ~3× the database's own time at 100k rows."""
         fields = self.models.Memory._meta.fields
         defaults = {name: _default(fields[name]) for name in MEMORY_INSERT_FIELDS if name != "seq"}
+        packs = getattr(self.db, "packs_text", False)  # an episode's text deflated (db/packed_text.py)
         for start in range(0, len(rows), 2000):
             insert_memory_rows(self.db, [
                 {**defaults, **row, "content_hash": row.get("content_hash") or content_hash(row["content"]),
-                 **derived_fields(row["content"], row.get("summary"), row.get("metadata"))}
+                 **derived_fields(row["content"], row.get("summary"), row.get("metadata")),
+                 **({"content": pack(row["content"])} if packs and row.get("source") == EPISODE_SOURCE else {})}
                 for row in rows[start:start + 2000]])
             if progress:
                 progress(min(start + 2000, len(rows)))

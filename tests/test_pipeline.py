@@ -16,6 +16,8 @@ import pytest
 from fakes import wait_until
 from session_writers import CopilotSession, append_lines, copilot_turn_lines
 
+from llmem.db.packed_text import register_function
+
 LLMEM = [sys.executable, "-m", "llmem"]
 FIXTURE_STATE = Path(__file__).parent / "fixtures" / "copilot" / "session-state"
 
@@ -283,10 +285,11 @@ def test_concurrent_workers_watcher_and_cli_never_lock(home):
     counts = json.loads(run_cli("queue", "--json")[1])["events"]
     assert counts == {"pending": 0, "running": 0, "done": 2 * i, "failed": 0}  # created + idle each
     with sqlite3.connect(llmem_home / "memory.db") as db:  # every session's fact and turn, once
-        assert db.execute("SELECT COUNT(*), COUNT(DISTINCT content) FROM memory "
-                          "WHERE content LIKE '%uses port%' AND source != 'episode'").fetchone() == (i, i)
-        assert db.execute("SELECT COUNT(*), COUNT(DISTINCT content) FROM memory "
-                          "WHERE content LIKE '%uses port%' AND source = 'episode'").fetchone() == (i, i)
+        register_function(db)  # an episode's text is deflated: llmem_text reads it (db/packed_text.py)
+        assert db.execute("SELECT COUNT(*), COUNT(DISTINCT llmem_text(content)) FROM memory "
+                          "WHERE llmem_text(content) LIKE '%uses port%' AND source != 'episode'").fetchone() == (i, i)
+        assert db.execute("SELECT COUNT(*), COUNT(DISTINCT llmem_text(content)) FROM memory "
+                          "WHERE llmem_text(content) LIKE '%uses port%' AND source = 'episode'").fetchone() == (i, i)
 
 
 def worker_alive(home) -> bool:

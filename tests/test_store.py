@@ -6,6 +6,7 @@ import pytest
 from llmem.db.connection import open_database
 from llmem.db.derived import text_hash
 from llmem.db.migrations import MIGRATIONS, applied_migrations
+from llmem.db.packed_text import register_function
 from llmem.errors import AmbiguousId, NotFound, UsageError
 from llmem.providers.embedders import OllamaEmbedder
 from llmem.search import Searcher, SearchOptions
@@ -239,6 +240,7 @@ def test_migration_0008_marks_embeddings_of_changed_text_pending(tmp_path, model
     # The schema before 0008: embeddings recorded the content hash; memory had no embed_hash.
     # Afterwards `renamed` got a summary, which the old scheme never noticed.
     conn = sqlite3.connect(path)
+    register_function(conn)  # the FTS triggers index llmem_text(content) (migration 0024)
     conn.execute("UPDATE embedding SET content_hash = "
                  "(SELECT content_hash FROM memory WHERE memory.id = embedding.memory_id)")
     conn.execute("UPDATE memory SET summary = 'Deploys', updated_at = updated_at + 60 WHERE id = ?",

@@ -328,12 +328,14 @@ def write_episodes(store, episodes: list[Episode], *, agent: str | None, project
     written = EpisodeWrite()
     Memory = store.models.Memory
     scope = Memory.project.is_null() if project is None else (Memory.project == project)
-    if session_id:
+    if session_id and episodes:
         # A slice read again (a lost cursor reads the whole session) finds its turns kept
         # already, maybe inside a chunk that later slices went on in: they are not kept twice.
-        kept = [e for e in episodes if (Memory.select(Memory.id).where(
+        # Compared here, not with LIKE: the stored text is deflated (db/packed_text.py).
+        held = [content for (content,) in Memory.select(Memory.content).where(
             (Memory.session_id == session_id) & (Memory.source == EPISODE_SOURCE) & scope
-            & Memory.invalidated_at.is_null() & Memory.content.contains(e.content)).exists())]
+            & Memory.invalidated_at.is_null()).tuples()]
+        kept = [e for e in episodes if any(e.content in content for content in held)]
         written.duplicates += len(kept)
         episodes = [e for e in episodes if e not in kept]
     if extend and episodes and session_id and not episodes[0].parts:

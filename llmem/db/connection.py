@@ -18,6 +18,7 @@ import peewee
 
 from ..errors import StoreError, store_failure
 from ..paths import ensure_private_dir, private_file
+from . import packed_text
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,10 @@ class MemoryDatabase(peewee.SqliteDatabase):
         self.read_only = False  # opened by open_read_only: writes fail
         self.vec_error: str | None = None
         self.vec_enabled = True  # tests and benchmarks may force the numpy path
+        self.packs_text = False  # memory.content reads packed text back: episodes are written packed
         super().__init__(*args, **kwargs)
+        # Packed episode text (db/packed_text.py): the FTS triggers index llmem_text(content).
+        self.register_function(packed_text.sql_text, packed_text.SQL_FUNCTION, 1, deterministic=True)
 
     @property
     def location(self) -> str:
@@ -87,9 +91,11 @@ class MemoryDatabase(peewee.SqliteDatabase):
 
     def _connect(self):
         module = driver()
+        packed_text.register_converter(module)
+        # PARSE_DECLTYPES: a raw `SELECT content` returns text, packed or not (db/packed_text.py).
         conn = module.connect(self.database, timeout=self._timeout,
                               isolation_level=None, check_same_thread=False,
-                              **self.connect_params)
+                              detect_types=module.PARSE_DECLTYPES, **self.connect_params)
         try:
             self._load_vec(conn)
             self._add_conn_hooks(conn)
@@ -196,7 +202,7 @@ def file_damage(path: Path) -> str | None:
 
 def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:
     """Open (creating if needed) the store at `path` and bring its schema up to date."""
-    from .migrations import migrate
+    from .migrations import content_is_packed, migrate
 
     new_file = not path.exists()
     ensure_private_dir(path.parent)
@@ -222,6 +228,7 @@ def open_database(path: Path, *, vec: bool = True) -> MemoryDatabase:
         raise store_failure(exc, path) or StoreError(
             f"cannot migrate the memory store {path}: {exc}",
             hint="is it an llmem database? `llmem doctor` checks it") from None
+    db.packs_text = content_is_packed(db)  # episodes are written deflated (db/packed_text.py)
     return db
 
 

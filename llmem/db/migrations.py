@@ -349,6 +349,95 @@ def _compact_store(db) -> None:
         db.execute_sql(f"DROP INDEX IF EXISTS {name}")
 
 
+def _pack_episode_text(db) -> None:
+    # Episodes are most of a store's text, and deflate halves it (db/packed_text.py). The FTS
+    # triggers index llmem_text(content), the text of a packed value or a plain one; the
+    # episodes stored so far are packed with the triggers away (their text, so their tokens,
+    # do not change: the index stays as it is); the column is declared PACKED_TEXT, the type
+    # llmem's connections convert back to text on every raw read (no change on disk: its
+    # affinity stays TEXT, so the schema text is edited in place, as SQLite documents for
+    # changes that leave the stored records alone); the FTS index reads the text through a
+    # view for a 'rebuild' or a snippet, so those see the text too.
+    from .packed_text import DECLARED_TYPE, SQL_FUNCTION, pack
+
+    for name in ("memory_fts_ai", "memory_fts_ad", "memory_fts_au"):
+        db.execute_sql(f"DROP TRIGGER IF EXISTS {name}")
+    declared = _declare_packed_content(db, DECLARED_TYPE)
+    if declared:
+        last = 0
+        while True:
+            rows = db.execute_sql("SELECT seq, content FROM memory WHERE seq > ? AND source = 'episode' "
+                                  "AND typeof(content) = 'text' ORDER BY seq LIMIT 2000", (last,)).fetchall()
+            if not rows:
+                break
+            last = rows[-1][0]
+            packed = [(value, seq) for seq, text in rows if not isinstance(value := pack(text), str)]
+            db.cursor().executemany("UPDATE memory SET content = ? WHERE seq = ?", packed)
+    text = f"{SQL_FUNCTION}(new.content)"
+    old = f"{SQL_FUNCTION}(old.content)"
+    db.execute_sql(f"""CREATE TRIGGER memory_fts_ai AFTER INSERT ON memory BEGIN
+                           INSERT INTO memory_fts(rowid, content, summary, hints)
+                           VALUES (new.seq, {text}, new.summary, new.hints);
+                       END""")
+    db.execute_sql(f"""CREATE TRIGGER memory_fts_ad AFTER DELETE ON memory BEGIN
+                           INSERT INTO memory_fts(memory_fts, rowid, content, summary, hints)
+                           VALUES ('delete', old.seq, {old}, old.summary, old.hints);
+                       END""")
+    # Packing a plain row (or unpacking one) changes the stored value, not the text: no re-index.
+    db.execute_sql(f"""CREATE TRIGGER memory_fts_au AFTER UPDATE OF content, summary, hints ON memory
+                       WHEN (old.content IS NOT new.content AND {old} IS NOT {text})
+                            OR old.summary IS NOT new.summary
+                            OR old.hints IS NOT new.hints BEGIN
+                           INSERT INTO memory_fts(memory_fts, rowid, content, summary, hints)
+                           VALUES ('delete', old.seq, {old}, old.summary, old.hints);
+                           INSERT INTO memory_fts(rowid, content, summary, hints)
+                           VALUES (new.seq, {text}, new.summary, new.hints);
+                       END""")
+
+
+def _declare_packed_content(db, declared: str) -> bool:
+    """memory.content declared `declared`, and the FTS index reading its text through the
+    view memory_fts_text (llmem_text(content)) for a 'rebuild' or a snippet: True when they
+    are, or now are. A SQLite whose schema cannot be edited (a defensive build) keeps TEXT,
+    and its store nothing packed."""
+    import logging
+    import re
+
+    from .packed_text import SQL_FUNCTION
+
+    def schema(name: str) -> str:
+        return db.execute_sql("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0]
+
+    table, index = schema("memory"), schema("memory_fts")
+    edited = {"memory": re.sub(r'("content"\s+)TEXT\b', rf"\g<1>{declared}", table, count=1),
+              "memory_fts": index.replace("content='memory'", "content='memory_fts_text'")}
+    edits = {name: sql for name, sql in edited.items() if sql != schema(name)}
+    if not edits:
+        return declared in table
+    db.execute_sql("CREATE VIEW IF NOT EXISTS memory_fts_text AS SELECT seq, "
+                   f"{SQL_FUNCTION}(content) AS content, summary, hints FROM memory")
+    version = db.execute_sql("PRAGMA schema_version").fetchone()[0]
+    try:
+        db.execute_sql("PRAGMA writable_schema = ON")
+        for name, sql in edits.items():
+            db.execute_sql("UPDATE sqlite_master SET sql = ? WHERE name = ?", (sql, name))
+        db.execute_sql(f"PRAGMA schema_version = {int(version) + 1}")
+    except Exception as exc:  # the driver's error family
+        logging.getLogger(__name__).warning("episode text stays unpacked: the schema cannot be edited (%s)", exc)
+        return False
+    finally:
+        db.execute_sql("PRAGMA writable_schema = OFF")
+    return True
+
+
+def content_is_packed(db) -> bool:
+    """Whether memory.content reads packed values back (migration 0024 declared it so)."""
+    from .packed_text import DECLARED_TYPE
+
+    row = db.execute_sql("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'memory'").fetchone()
+    return bool(row) and f'"content" {DECLARED_TYPE}' in row[0]
+
+
 # Indexes whose column leads a wider index on the same table (migration 0023 / pg0009).
 REDUNDANT_INDEXES = ("memory_type", "memory_project", "memory_invalidated_at")
 
@@ -377,9 +466,12 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0022_authors_visibility", _record_authors_and_visibility),
     ("0017_compact_vectors", _compact_vectors),
     ("0023_compact_store", _compact_store),
+    ("0024_packed_episode_text", _pack_episode_text),
 ]
 # Steps that free much of the file: a VACUUM after them gives the space back to the disk.
 RECLAIMING = {"0017_compact_vectors", "0023_compact_store"}
+# Steps whose rows shrank in place: their pages are part-empty, not free, until a VACUUM.
+REPACKING = {"0024_packed_episode_text"}
 
 
 def applied_migrations(db) -> list[str]:
@@ -403,6 +495,8 @@ def migrate(db) -> list[str]:
             db.execute_sql("INSERT INTO schema_migration(name, applied_at) VALUES (?, ?)",
                            (name, time.time()))
         ran.append(name)
-    if RECLAIMING & set(ran):
+    if REPACKING & set(ran) and db.execute_sql("SELECT 1 FROM memory LIMIT 1").fetchone():
+        reclaim_space(db, share=None)  # (a new store has no row to pack: no VACUUM)
+    elif RECLAIMING & set(ran):
         reclaim_space(db)
     return ran

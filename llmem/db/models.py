@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import peewee as pw
 
+from .packed_text import PackedText, pack, unpack
+
 MEMORY_TYPES = (
     "fact", "decision", "preference", "event", "project_state", "procedure",
     "conversation", "self_assessment",
@@ -44,6 +46,23 @@ class JSONText(pw.TextField):
         import json
 
         return None if value is None else json.loads(value)
+
+
+class StoredText(pw.TextField):
+    """Text a SQLite store may keep deflated (db/packed_text.py): a PackedText value (an
+    episode's content) is written packed in a store whose column reads packed values back
+    (`packs_text`, set when it is opened), any other text as it is, and a packed value reads
+    back as its text. PostgreSQL never packs."""
+
+    def db_value(self, value):
+        if isinstance(value, (bytes, bytearray)):
+            return value  # already a stored value (packed_text.pack)
+        if isinstance(value, PackedText) and getattr(self.model._meta.database, "packs_text", False):
+            return pack(value)
+        return super().db_value(value)
+
+    def python_value(self, value):
+        return unpack(value)
 
 
 class UnboundModelError(pw.InterfaceError):
@@ -83,7 +102,8 @@ class Memory(BaseModel):
     # type, project and invalidated_at lead the list indexes of migrations 0015/0019, which
     # serve their lookups too: no index of their own (migration 0023).
     type = pw.TextField()
-    content = pw.TextField()
+    # An episode's text is kept deflated in a SQLite file (db/packed_text.py, migration 0024).
+    content = StoredText()
     summary = pw.TextField(null=True)
     hints = pw.TextField(default="")  # identifier parts, indexed by FTS (see fts.py)
     confidence = pw.FloatField(default=0.7)

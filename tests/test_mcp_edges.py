@@ -90,7 +90,7 @@ def test_a_lone_surrogate_gets_a_tool_error_and_the_server_goes_on(raw_env, tmp_
 
 def test_a_client_gone_mid_call_ends_the_server_cleanly(tmp_path):
     model_server = FakeModelServer().start()
-    model_server.mode, model_server.delay = "slow", 3.0
+    model_server.mode = "held"  # the search's embedding is answered only once the client is gone
     try:
         home = tmp_path / "llmem-home"
         write_config(home, f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"
@@ -100,9 +100,10 @@ def test_a_client_gone_mid_call_ends_the_server_cleanly(tmp_path):
         deadline = time.monotonic() + 30
         while not any(path == "/api/embed" for path, _ in model_server.requests):  # the call is in flight
             assert time.monotonic() < deadline, "the search never reached the embedder"
-            time.sleep(0.05)
+            time.sleep(0.01)
         client.proc.stdin.close()
         client.proc.stdout.close()  # the client is gone: the reply has nowhere to go
+        model_server.release()
         code, stderr = client.finish()
     finally:
         model_server.stop()

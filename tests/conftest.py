@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import sys
@@ -25,6 +26,50 @@ from fakes import FakeModelServer  # noqa: E402
 # marked `sqlite_only` (they look into the SQLite file itself): `.ci/run` runs the suite so.
 ON_POSTGRES = os.environ.get("LLMEM_TEST_STORE") == "postgres"
 NOT_ON_POSTGRES = Path(__file__).with_name("not_on_postgres.txt")
+
+
+# ---- xdist: a module whose tests share a module-scoped fixture runs on one worker -----------
+# xdist's `load` sends tests in chunks, so such a module's tests were spread over both
+# workers and each set the fixture up for itself (test_mcp.py: four `llmem mcp` servers, not
+# two). Its `loadgroup` marks do not reach the scheduler under pytest 9 (it renames the test
+# by `item._nodeid`, which pytest 9 no longer reads), hence a scheduler of the suite's own.
+# The controller does not collect, so the modules are found by reading the test files.
+SHARED_SCOPE = re.compile(r"""scope\s*=\s*["'](?:module|class|package)["']""")
+
+
+def _modules_with_shared_fixtures(root: Path) -> set[str]:
+    return {path.relative_to(root).as_posix() for path in (root / "tests").rglob("test_*.py")
+            if SHARED_SCOPE.search(path.read_text(encoding="utf-8", errors="replace"))}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "load":  # a --dist the user chose
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    grouped = _modules_with_shared_fixtures(config.rootpath)
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        """Each test its own unit, as `load`, but a module of `grouped` one unit: the
+        units with the most tests go first (LoadScopeScheduling's order)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in grouped else nodeid
+
+        def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
+            # A finished unit leaves the node's work: the scheduler counts what is pending
+            # on every test's completion, over every unit the node was given.
+            nodeid = self.registered_collections[node][item_index]
+            scope = self._split_scope(nodeid)
+            unit = self.assigned_work[node][scope]
+            unit[nodeid] = True
+            if all(unit.values()):
+                del self.assigned_work[node][scope]
+            self._reschedule(node)
+
+    return SharedFixtureScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -102,7 +147,12 @@ def store_template(tmp_path_factory) -> Path:
     from llmem.db.connection import open_database
 
     template = tmp_path_factory.mktemp("template") / "memory.db"
-    open_database(template).close()
+    # Made under a home of its own: it is made during the first test that opens a store, and
+    # its migrations ask for the machine id (llmem/machine.py), which would otherwise be
+    # written into that test's home (a test that then copies a home there found it taken).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LLMEM_HOME", str(template.parent / "llmem-home"))
+        open_database(template).close()
     return template
 
 

@@ -69,13 +69,19 @@ class StubLLM:
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.2):
-    """Poll `predicate` until it returns something true, and return that; fail after `timeout` s."""
+    """Poll `predicate` until it returns something true, and return that; fail after `timeout` s.
+
+    The polls start 10 ms apart and double up to `interval`: what happens at once is seen at
+    once (a fixed 0.2 s cost each wait ~0.1 s for nothing), and a long wait still polls a
+    costly predicate (a subprocess, a store opened) only every `interval`."""
     deadline = time.monotonic() + timeout
+    pause = min(0.01, interval)
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(pause * 2, interval)
     raise AssertionError("condition not reached in time")
 
 
@@ -83,13 +89,16 @@ class FakeModelServer:
     """Ollama (/api/embed, /api/tags, /api/chat) and OpenAI (/v1/embeddings) on loopback.
 
     `mode` switches behaviour at run time: "ok", "error" (HTTP 500), "slow" (sleeps
-    `delay` seconds), "garbage" (not JSON). `requests` records every request body.
+    `delay` seconds), "held" (answers once the test calls `release()`: a call kept in flight
+    for exactly as long as the test needs, not for a guessed delay), "garbage" (not JSON).
+    `requests` records every request body.
     """
 
     def __init__(self, dim: int = FAKE_DIM):
         self.dim = dim
         self.mode = "ok"
         self.delay = 2.0
+        self.released = threading.Event()
         self.requests: list[tuple[str, dict]] = []
         self.chat_replies: list[str] = []  # scripted /api/chat contents, consumed in order
         # Or a function of the request (path, body) giving the chat content: a reply that
@@ -129,6 +138,8 @@ class FakeModelServer:
                 server.requests.append((self.path, body))
                 if server.mode == "slow":
                     time.sleep(server.delay)
+                elif server.mode == "held":
+                    server.released.wait(60)
                 if server.mode == "error":
                     return self._reply(500, {"error": "model crashed"})
                 if server.mode == "garbage":
@@ -172,7 +183,12 @@ class FakeModelServer:
         self.thread.start()
         return self
 
+    def release(self) -> None:
+        """Let the held requests answer (mode "held")."""
+        self.released.set()
+
     def stop(self) -> None:
+        self.released.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 

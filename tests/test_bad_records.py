@@ -6,20 +6,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import sqlite3
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from conftest import store_location
+from inproc import run_llmem
+from servers import store_rows
 from session_writers import copilot_events_file, copilot_line
 
 from llmem.adapters import CopilotAdapter, OpenCodeAdapter
 
 FIXTURES = Path(__file__).parent / "fixtures"
-LLMEM = [sys.executable, "-m", "llmem"]
 SECRET = "hunter2-TOPSECRET-7731"
 DECISION = "We decided to use PostgreSQL for the billing service."
 SESSION = "ses_0badc0ffee00BadRowSession01"
@@ -108,16 +107,26 @@ def test_a_part_nested_too_deep_is_skipped(opencode_dir):
 
 
 def run_cli(*args):
-    done = subprocess.run([*LLMEM, *args], capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    """The real entry point in this process (tests/inproc.py): what it prints and writes is
+    the subject here, not its process."""
+    done = run_llmem(list(args))
     return done.returncode, done.stdout, done.stderr
 
 
 def everything_llmem_wrote(home: Path) -> str:
     """hooks.log and every text cell of the store (dream_run rows included), as one string."""
     texts = [path.read_text(errors="replace") for path in (home / "logs").glob("*.log*")]
-    conn = sqlite3.connect(home / "llmem.db")
+    assert texts, "no log written"
+    location = store_location()
+    if isinstance(location, str):  # the suite's PostgreSQL run: every row of every table
+        return "\n".join(texts + [str(value) for rows in store_rows(location).values()
+                                   for row in rows for value in row])
+    # (the store is memory.db: connecting to a name that is not there makes an empty file)
+    conn = sqlite3.connect(f"file:{location}?mode=ro", uri=True)
     try:
-        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+        tables = [table for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        assert "memory" in tables
+        for table in tables:
             for row in conn.execute(f'SELECT * FROM "{table}"'):
                 texts.extend(str(value) for value in row)
     finally:

@@ -1,7 +1,8 @@
 """`llmem mcp` at the protocol's edges (issue 20 item 13): a lone surrogate in the arguments,
 a memory too large to keep, a client that goes away mid-call.
 
-The size cap goes through the SDK's own client. The other two cannot: the SDK's client refuses
+The size cap goes through the SDK's own client, to the server's tools in this process (the cap is
+the tools', not the process's). The other two cannot: the SDK's client refuses
 to encode a lone surrogate (pydantic will not write one), and it terminates the server when it
 closes, hiding its exit code; so those speak JSON-RPC over the server's stdio by hand, as a
 client in another language does.
@@ -18,7 +19,7 @@ import time
 import pytest
 from conftest import write_config
 from fakes import FakeModelServer
-from mcp_client import McpClient
+from mcp_client import InProcessMcpClient
 from test_mcp import error_of, server_env
 
 from llmem.mcp_server import MAX_TEXT_CHARS
@@ -90,7 +91,7 @@ def test_a_lone_surrogate_gets_a_tool_error_and_the_server_goes_on(raw_env, tmp_
 
 def test_a_client_gone_mid_call_ends_the_server_cleanly(tmp_path):
     model_server = FakeModelServer().start()
-    model_server.mode, model_server.delay = "slow", 3.0
+    model_server.mode = "held"  # the search's embedding is answered only once the client is gone
     try:
         home = tmp_path / "llmem-home"
         write_config(home, f"embedding:\n  provider: ollama\n  base_url: {model_server.url}\n"
@@ -100,9 +101,10 @@ def test_a_client_gone_mid_call_ends_the_server_cleanly(tmp_path):
         deadline = time.monotonic() + 30
         while not any(path == "/api/embed" for path, _ in model_server.requests):  # the call is in flight
             assert time.monotonic() < deadline, "the search never reached the embedder"
-            time.sleep(0.05)
+            time.sleep(0.01)
         client.proc.stdin.close()
         client.proc.stdout.close()  # the client is gone: the reply has nowhere to go
+        model_server.release()
         code, stderr = client.finish()
     finally:
         model_server.stop()
@@ -110,26 +112,22 @@ def test_a_client_gone_mid_call_ends_the_server_cleanly(tmp_path):
     assert "ExceptionGroup" not in stderr and "Traceback" not in stderr
 
 
-def test_memory_content_is_capped_at_a_documented_size(tmp_path, monkeypatch):
-    home = tmp_path / "llmem-home"
-    write_config(home, "embedding:\n  provider: none\nllm:\n  provider: none\n")
-    env = server_env(home, tmp_path / "user-home")
-    with (tmp_path / "stderr.txt").open("w") as errlog:
-        client = McpClient(env, cwd=tmp_path, errlog=errlog).start()
-        try:
-            huge = "the release checklist says " + "x" * MAX_TEXT_CHARS
-            for name, arguments in (("remember", {"content": huge}), ("search", {"query": huge}),
-                                    ("learn", {"wrong": huge, "right": "keep it short"})):
-                error = error_of(client.call(name, **arguments))
-                assert f"at most {MAX_TEXT_CHARS:,}" in error, error
-                assert len(error) < 2000  # the text itself is not echoed back
-            fits = "the release checklist says " + "y" * (MAX_TEXT_CHARS - 40)
-            assert not client.call("remember", content=fits).is_error
-        finally:
-            client.close()
+def test_memory_content_is_capped_at_a_documented_size(tmp_path, configure):
+    configure("embedding:\n  provider: none\nllm:\n  provider: none\n")
+    client = InProcessMcpClient(cwd=tmp_path).start()
+    try:
+        huge = "the release checklist says " + "x" * MAX_TEXT_CHARS
+        for name, arguments in (("remember", {"content": huge}), ("search", {"query": huge}),
+                                ("learn", {"wrong": huge, "right": "keep it short"})):
+            error = error_of(client.call(name, **arguments))
+            assert f"at most {MAX_TEXT_CHARS:,}" in error, error
+            assert len(error) < 2000  # the text itself is not echoed back
+        fits = "the release checklist says " + "y" * (MAX_TEXT_CHARS - 40)
+        assert not client.call("remember", content=fits).is_error
+    finally:
+        client.close()
     from llmem.app import App
 
-    monkeypatch.setenv("LLMEM_HOME", str(home))
     app = App()
     try:
         assert [len(m.content) for m in app.store.list()] == [len(fits)]

@@ -233,6 +233,22 @@ def test_a_second_resident_leaves_the_first_serving(agents, resident):
     assert hookclient.ask_resident(["hook", "--type", "created", "--session-id", COPILOT_SESSION], None)
 
 
+def test_a_stop_wakes_the_accept_loop_instead_of_waiting_for_its_poll(agents, monkeypatch):
+    """`llmem mcp` and the worker stop their resident on the way out: the stop must not wait
+    out the accept loop's poll (0.5 s each stop, and a whole poll here, where it is 30 s)."""
+    from llmem.cli import resident as module
+
+    monkeypatch.setattr(module, "ACCEPT_POLL_SECONDS", 30.0)
+    served = Resident(App()).start()
+    assert served is not None
+    assert hookclient.ask_resident(["hook", "--type", "created", "--session-id", COPILOT_SESSION], None)
+    thread = served._thread
+    began = time.monotonic()
+    served.stop()
+    assert not thread.is_alive() and time.monotonic() - began < 10
+    assert not os.path.exists(served.path)
+
+
 def test_a_socket_that_is_not_private_is_not_used(agents, resident):
     os.chmod(resident.path, 0o666)
     assert hookclient.ask_resident(["hook", "--type", "created", "--session-id", COPILOT_SESSION], None) is None

@@ -4,13 +4,11 @@ takes a session id reads it from the agent that owns it (issue 9 item 2)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from inproc import run_llmem
 from session_writers import recorded_opencode_store
 
 from llmem.adapters import SessionNotFound, id_shape, resolve_adapter
@@ -20,7 +18,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 OPENCODE_ID = "ses_f0d5df91fffeoLpXSBPHrYDK6h"
 COPILOT_ID = "7d3c2b1a-5e4f-4a8b-9c0d-1e2f3a4b5c6d"
 UNKNOWN_ID = "0f0f0f0f-1111-4222-8333-444444444444"
-LLMEM = [sys.executable, "-m", "llmem"]
 
 
 @pytest.fixture
@@ -40,8 +37,8 @@ def both_agents(configure, tmp_path):
 
 
 def run_cli(*args, stdin: str | None = None):
-    done = subprocess.run([*LLMEM, *args], capture_output=True, text=True, timeout=60, input=stdin,
-                          env=os.environ.copy())
+    """The real entry point in this process, the agent's JSON on its stdin (tests/inproc.py)."""
+    done = run_llmem(list(args), stdin=stdin.encode() if stdin is not None else None)
     return done.returncode, done.stdout, done.stderr
 
 

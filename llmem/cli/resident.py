@@ -24,6 +24,7 @@ import io
 import json
 import logging
 import os
+import select
 import socket
 import stat
 import sys
@@ -61,6 +62,9 @@ class Resident:
         self._listener: socket.socket | None = None
         self._inode: int | None = None
         self._stop = threading.Event()
+        # Written at stop: wakes the accept loop at once rather than at its next poll (a
+        # shutdown() does not wake an accept() on a Unix socket). Made at start.
+        self._wake_r = self._wake_w = None
         self._thread: threading.Thread | None = None
         self._hook_log = None
         # The MCP sessions relayed here (mcp_server.RelayedSessions), made at the first one;
@@ -82,6 +86,7 @@ class Resident:
             _unroute_std_streams()
             return None
         self._listener = listener
+        self._wake_r, self._wake_w = socket.socketpair()
         self._thread = threading.Thread(target=self._serve, name="llmem-resident", daemon=True)
         self._thread.start()
         log.info("serving hooks on %s", self.path)
@@ -134,6 +139,8 @@ class Resident:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._wake_w is not None:
+            self._wake_w.send(b"x")
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(timeout=READ_TIMEOUT_SECONDS + ACCEPT_POLL_SECONDS)
@@ -152,17 +159,30 @@ class Resident:
         if self._hook_log is not None:
             logging.getLogger("llmem.hooks").removeHandler(self._hook_log)
             self._hook_log.close()
+        self._close_wake()
+
+    def _close_wake(self) -> None:
+        for end in (self._wake_r, self._wake_w):
+            if end is not None:
+                end.close()
+        self._wake_r = self._wake_w = None
 
     def _serve(self) -> None:
         self._on_host(self._warm)
         # The SDK imported now, beside the hooks, not when an agent's first MCP session waits.
         threading.Thread(target=self._relayed_sessions, name="llmem-mcp-prepare", daemon=True).start()
+        wake = self._wake_r
         while not self._stop.is_set():
             try:
+                ready, _, _ = select.select([self._listener, wake], [], [], ACCEPT_POLL_SECONDS)
+                if self._stop.is_set():
+                    return
+                if not ready:
+                    continue
                 conn, _ = self._listener.accept()
             except TimeoutError:
                 continue
-            except OSError:
+            except (OSError, ValueError):  # ValueError: closed by a stop that gave up waiting
                 if self._stop.is_set():
                     return
                 continue

@@ -1,7 +1,8 @@
 """One memory service under three front-ends (issue 21 item 1): the same corrections and
-invalidations through the CLI's real command, the MCP tools over the SDK's own client (a real
-`llmem mcp` subprocess) and the viewer's forms (its request-level test client) leave the same
-store. The embedder is down throughout (an Ollama URL where nothing listens): every front-end
+invalidations through the CLI's real command, the MCP tools over the SDK's own client (the
+server's tools in this process, through the SDK's in-memory session: what the front-end does,
+not its process, is compared here; tests/test_mcp.py drives the real `llmem mcp`) and the
+viewer's forms (its request-level test client) leave the same store. The embedder is down throughout (an Ollama URL where nothing listens): every front-end
 commits, and the new memory stays pending for `embed --pending`.
 
 It lives beside the viewer's tests for their `open_viewer` fixture.
@@ -9,12 +10,11 @@ It lives beside the viewer's tests for their `open_viewer` fixture.
 
 from __future__ import annotations
 
-import os
 from contextlib import closing
 
 import pytest
 from conftest import free_port_url
-from mcp_client import McpClient
+from mcp_client import InProcessMcpClient
 
 from llmem.app import App
 from llmem.memories import memory_journal
@@ -88,8 +88,7 @@ def front_end(request, configure, llmem_home, repo, tmp_path):
     if request.param == "cli":
         yield Cli(request.getfixturevalue("cli"))
     elif request.param == "mcp":
-        env = {**os.environ, "LLMEM_HOME": str(llmem_home), "HOME": str(tmp_path / "user-home")}
-        client = McpClient(env, cwd=repo).start()
+        client = InProcessMcpClient(cwd=repo).start()
         try:
             yield Mcp(client)
         finally:

@@ -128,17 +128,47 @@ def _stored_chunks(db, model: str, dim: int, types: _Codes, projects: _Codes):
         return np.where(found, at, -1)
 
     where = scoped(view.seqs, view.hidden)
+    release = _page_release(view.matrix)
     for start in range(0, len(where), CHUNK_ROWS):
         picked = np.flatnonzero(where[start:start + CHUNK_ROWS] >= 0) + start
         if len(picked):
             at = where[picked]
-            yield (view.seqs[picked], type_codes[at], project_codes[at],
-                   view.matrix[picked].astype(np.float32), view.scales[picked])
+            rows = view.matrix[picked].astype(np.float32)
+            release(start, start + CHUNK_ROWS)
+            yield view.seqs[picked], type_codes[at], project_codes[at], rows, view.scales[picked]
     where = scoped(view.extra_seqs)
     picked = np.flatnonzero(where >= 0)
     if len(picked):  # the overlay: rows changed since the file was written, decoded
         at = where[picked]
         yield view.extra_seqs[picked], type_codes[at], project_codes[at], view.extra[picked], None
+
+
+def _page_release(matrix: np.ndarray):
+    """A function (start row, stop row) that gives the pages of those rows of the memory-mapped
+    `matrix` back to the kernel once they are copied: a light run reads the whole vector file
+    once, and the pages it touched stayed in the process's resident set (0.75 GB at 1M) for
+    the rest of the night. Only the process's mapping lets go (MADV_DONTNEED on a read-only
+    file mapping): the file stays in the page cache, and a search of this process that reads
+    those rows again faults them back in, unchanged. A no-op where the rows are not a mapping
+    (read from the table) or the platform has no madvise."""
+    import mmap
+
+    mapped = matrix.base
+    while mapped is not None and not isinstance(mapped, mmap.mmap):
+        mapped = getattr(mapped, "base", None) if not isinstance(mapped, memoryview) else mapped.obj
+    if mapped is None or not hasattr(mapped, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return lambda _start, _stop: None
+    first = matrix.__array_interface__["data"][0] - np.frombuffer(mapped, dtype=np.uint8, count=1).ctypes.data
+    row_bytes = matrix.strides[0]
+    page = mmap.PAGESIZE
+
+    def release(start: int, stop: int) -> None:
+        begin = (first + start * row_bytes) // page * page
+        end = min(len(mapped), first + min(stop, len(matrix)) * row_bytes)
+        if end > begin:
+            mapped.madvise(mmap.MADV_DONTNEED, begin, end - begin)
+
+    return release
 
 
 def _pairs_by_id(store, found: dict[tuple[int, int], list], changed_ids: dict[int, str],

@@ -7,6 +7,7 @@ lock row, no diary, no proposed changes, no MEMORY.md (only the HTML report, whe
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -251,28 +252,41 @@ def _apply_rem(store, journal: Journal, rem: RemResult, config) -> None:
 
 
 def _apply_deep(store, journal: Journal, deep: DeepResult, llm, at: float, outcome: DreamOutcome) -> None:
-    merges = [a for a in deep.actions if a.kind == "merge"]
-    others = [a for a in deep.actions if a.kind != "merge"]
-    for action in merges:  # each in its own transaction, the LLM asked outside it
+    actions = deep.actions
+    merges = actions.of_kind("merge")
+    # With an LLM each merge has its own transaction, the LLM asked outside it; without one
+    # there is nothing to wait for, and BATCH merges share a transaction (a commit each was
+    # a third of their time).
+    def merge(action) -> None:
         result = apply_action(store, journal, action, llm=llm, at=at)
         outcome.merge_results.append({"ids": action.detail["ids"], **result})
+
+    if llm is not None:
+        for action in merges:
+            merge(action)
+    else:
+        for start in range(0, len(merges), BATCH):
+            with store.db.atomic():
+                for action in merges[start:start + BATCH]:
+                    merge(action)
     # In the plan's order by kind: dedupes and links one by one (BATCH per transaction), then
     # the plain updates (decay, boost, invalidate, …: most of a big night) and the promotions
-    # through the journal's bulk path, BULK_BATCH per transaction.
-    special = [a for a in others if a.kind in SPECIAL_KINDS and a.kind != "promote"]
+    # through the journal's bulk path, BULK_BATCH per transaction. The plain updates are
+    # read from the plan a batch at a time (Actions.updates): no Action is made for them.
+    special = actions.of_kind(*(SPECIAL_KINDS - {"merge", "promote"}))
     for start in range(0, len(special), BATCH):
         with store.db.atomic():
             for action in special[start:start + BATCH]:
                 apply_action(store, journal, action, at=at)
-    plain = [a for a in others if a.kind not in SPECIAL_KINDS]
-    for start in range(0, len(plain), BULK_BATCH):
+    plain = actions.updates(leave_out=SPECIAL_KINDS)
+    while batch := list(itertools.islice(plain, BULK_BATCH)):
         with store.db.atomic():
-            journal.update_many([(a.phase, a.kind, a.memory_id, a.changes) for a in plain[start:start + BULK_BATCH]])
-    promotes = [a for a in others if a.kind == "promote"]
+            journal.update_many(batch)
+    promotes = actions.of_kind("promote")
     for start in range(0, len(promotes), BULK_BATCH):
         with store.db.atomic():
             apply_promotes(store, journal, promotes[start:start + BULK_BATCH])
-    skipped = {a.memory_id for a in others if a.kind == "skip_promote"}
+    skipped = {a.memory_id for a in promotes if a.kind == "skip_promote"}
     deep.promote = [c for c in deep.promote if c.memory_id not in skipped]
 
 

@@ -314,7 +314,7 @@ def _touches_text(changes: dict[str, Any]) -> bool:
     """Whether a change can alter what the derived columns come from (content, summary, the
     descriptive metadata: store.text_changed); one that cannot needs no text read."""
     return "content" in changes or "summary" in changes or \
-        any(key in _DESCRIPTIVE for key in changes.get("metadata") or ())
+        not _DESCRIPTIVE.isdisjoint(changes.get("metadata") or ())
 
 
 _TEXT_FIELDS = frozenset({"content", "summary", "metadata"})

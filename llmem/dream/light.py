@@ -236,21 +236,33 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
     for s_seq, s_type, s_proj, s_rows, s_scales in _stored_chunks(db, model, dim, types, projects):
         result.compared_with += len(s_seq)
         s_rows = s_rows.T
+        # A row's similarity is its product times its scale: rather than scale every product
+        # (a pass over the block), each column's product is held against the threshold over
+        # its scale, a hair lower, and the few that pass are scaled and checked exactly.
+        cut = None
+        if s_scales is not None and low > 0:
+            with np.errstate(divide="ignore"):
+                cut = (np.float32(low) / s_scales) * np.float32(1 - 1e-5)
         for start in range(0, len(c_seq), BLOCK_ROWS):
             block = slice(start, start + BLOCK_ROWS)
             sims = c_mat[block] @ s_rows
-            if s_scales is not None:
+            if s_scales is not None and cut is None:
                 sims *= s_scales
-            hits = sims >= low
+            hits = sims >= (low if cut is None else cut)
             rows = np.flatnonzero(hits.any(axis=1))  # few: nonzero over them alone
             if not len(rows):
                 continue
             ci, si = np.nonzero(hits[rows])
             ci = rows[ci]
+            values = sims[ci, si]
+            if cut is not None:
+                values = values * s_scales[si]  # float32, as the product scaled in place
+                exact = values >= low
+                ci, si, values = ci[exact], si[exact], values[exact]
             ci_abs = ci + start
             keep = (c_seq[ci_abs] != s_seq[si]) & (c_proj[ci_abs] == s_proj[si])
-            ci_abs, si = ci_abs[keep], si[keep]
-            for a_idx, b_idx in zip(ci_abs.tolist(), si.tolist(), strict=True):
+            ci_abs, si, values = ci_abs[keep], si[keep], values[keep]
+            for a_idx, b_idx, similarity in zip(ci_abs.tolist(), si.tolist(), values.tolist(), strict=True):
                 a_seq, b_seq = int(c_seq[a_idx]), int(s_seq[b_idx])
                 key = (min(a_seq, b_seq), max(a_seq, b_seq))
                 if key in found:
@@ -259,7 +271,7 @@ def find_candidates(store, *, similarity_threshold: float, auto_link_threshold: 
                     result.truncated = True
                     break
                 older_type = c_type[a_idx] if a_seq < b_seq else s_type[b_idx]
-                found[key] = [float(sims[a_idx - start, b_idx]), bool(c_type[a_idx] == s_type[b_idx]),
+                found[key] = [similarity, bool(c_type[a_idx] == s_type[b_idx]),
                               int(older_type), int(s_proj[b_idx])]
     found = _pairs_by_id(store, found, c_ids, types, projects)
     _leave_episodes_out(store, result, found)

@@ -115,12 +115,15 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
     holder = read_lock(store.db)
     if not apply and lock_is_live(holder, store.db):
         outcome.notes.append(f"a dream run is in progress (run {holder.get('run_id')}); this preview may be out of date")
-    outcome.confidence_before = list(_confidences(store).values())
+    # A preview simulates the after-histogram from each memory's confidence; a run reads it.
+    before = _confidences(store) if not apply else None
+    outcome.confidence_before = list(before.values()) if before is not None else \
+        bulk.valid_confidence_values(store.db)
     outcome.type_counts = type_counts(store.db)
 
     if not apply:
         _plan_all(store, config, cfg, outcome, at, promote_limit, progress=progress)
-        outcome.confidence_after = _simulate(dict(_confidences(store)), outcome.actions)
+        outcome.confidence_after = _simulate(before, outcome.actions)
         outcome.finished_at = now()
         if report_path:
             _write_report(store, report_path, outcome)
@@ -156,7 +159,7 @@ def run_dream(store, config, *, apply: bool = False, phases: list[str] | None = 
             if made_llm is not None:  # its HTTP client and token-budget connection
                 made_llm.close()
         outcome.finished_at = now()
-        outcome.confidence_after = list(_confidences(store).values())
+        outcome.confidence_after = bulk.valid_confidence_values(store.db)
         finish_run(store, run, outcome.summary())
     finally:
         try:

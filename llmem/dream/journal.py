@@ -237,15 +237,15 @@ class Journal:
             elif "updated_at" not in values:
                 values["updated_at"] = stamp  # all prepare_fields adds to a change of no text
             columns = _shape(values)
+            written = columns.written
             old_text = texts[memory_id]
             new_text = _json(values["metadata"]) if "metadata" in values else old_text
-            journal.append((run_id, phase, kind, "update", memory_id,
-                            _image(columns.journaled, before_row, old_text),
-                            _image(columns.written, values, new_text, only_json=True), stamp))
+            journal.append((run_id, phase, kind, "update", memory_id, _image(columns.journaled, before_row, old_text),
+                            _image(written, values, new_text, only_json=True), stamp))
             generation = seen.get(memory_id, 0)
             seen[memory_id] = generation + 1
-            writes.append((generation, memory_id, columns.written,
-                           [new_text if name == "metadata" else values[name] for name in columns.written]))
+            writes.append((generation, memory_id, written,
+                           [new_text if name == "metadata" else values[name] for name in written]))
             before_row.update(values)
             texts[memory_id] = new_text
         _write_shapes(self.db, writes)
@@ -383,31 +383,33 @@ def _loads(text: str) -> Any:
 _JSON_TYPES = (str, int, float, bool, dict, list, type(None))
 
 
+def _value_json(value: Any) -> str | None:
+    """`value` as _json writes it, or None when JSON cannot hold it: the common kinds (a
+    number, None) written without calling the encoder."""
+    kind = type(value)
+    if kind is float and value - value == 0:  # finite: json writes float.__repr__
+        return float.__repr__(value)
+    if value is None:
+        return "null"
+    if kind is int:
+        return int.__repr__(value)
+    return _json(value) if isinstance(value, _JSON_TYPES) else None
+
+
 def _image(names: tuple[str, ...], values: dict[str, Any], metadata_text: str,
            only_json: bool = False) -> str:
     """`_dumps({name: values[name] for name in names})` (names sorted), built from each value's
     JSON with the metadata's given as its stored text, so no metadata is encoded twice (a
     decay journals two images of it). `only_json`: values JSON cannot hold are left out (an
-    after-image holds what it can)."""
-    parts = []
-    for name in names:
-        if name == "metadata":
-            text = metadata_text
-        else:
-            value = values[name]
-            kind = type(value)
-            if value is None:
-                text = "null"
-            elif kind is float and value - value == 0:  # finite: json writes float.__repr__
-                text = float.__repr__(value)
-            elif kind is int:
-                text = int.__repr__(value)
-            elif only_json and not isinstance(value, _JSON_TYPES):
-                continue
-            else:
-                text = _json(value)
-        parts.append(f'"{name}": {text}')
-    return "{" + ", ".join(parts) + "}"
+    after-image holds what it can); else such a value raises, as json.dumps does."""
+    texts = [metadata_text if name == "metadata" else _value_json(values[name]) for name in names]
+    if None in texts:
+        if not only_json:
+            _json(values[names[texts.index(None)]])  # raises json's TypeError for it
+        pairs = [(name, text) for name, text in zip(names, texts, strict=True) if text is not None]
+    else:
+        pairs = zip(names, texts, strict=True)
+    return "{" + ", ".join([f'"{name}": {text}' for name, text in pairs]) + "}"
 
 
 def _write_shapes(db, writes: list[tuple[int, str, tuple[str, ...], list[Any]]]) -> int:

@@ -184,3 +184,20 @@ def test_a_relation_already_there_is_not_journaled_again(env):
         assert journal.relate("deep", "link", a.id, b.id, "related_to") is False
     rows = store.db.execute_sql("SELECT op FROM dream_action WHERE run_id = ?", (run.id,)).fetchall()
     assert rows == [("relate",)] and journal.count == 1
+
+
+def test_an_applied_runs_histograms_hold_every_valid_confidence(env):
+    store, config = env
+    for i in range(6):
+        add(store, f"idle memory number {i}", age_days=65)
+    add(store, "the weak one", confidence=0.33, age_days=31)
+    add(store, "a fresh one", confidence=0.9)
+
+    def valid() -> list[float]:
+        return sorted(c for (c,) in store.db.execute_sql(
+            "SELECT confidence FROM memory WHERE invalidated_at IS NULL").fetchall())
+
+    before = valid()
+    outcome = run_dream(store, config, apply=True, use_llm=False, phases=["deep"])
+    assert sorted(outcome.confidence_before) == before and len(before) == 8
+    assert sorted(outcome.confidence_after) == valid() == [pytest.approx(0.6)] * 6 + [0.9]

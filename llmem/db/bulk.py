@@ -70,6 +70,13 @@ def valid_confidences(db) -> dict[str, float]:
     return dict(db.execute_sql("SELECT id, confidence FROM memory WHERE invalidated_at IS NULL").fetchall())
 
 
+def valid_confidence_values(db) -> list[float]:
+    """The confidence of every valid memory, in no order (a histogram's): without the ids,
+    half the read of valid_confidences."""
+    return [confidence for (confidence,) in
+            db.execute_sql("SELECT confidence FROM memory WHERE invalidated_at IS NULL").fetchall()]
+
+
 def existing_memory_ids(db, memory_ids: Sequence[str]) -> set[str]:
     """The ids among `memory_ids` that name a stored memory."""
     return set(memory_rows_by_id(db, (), memory_ids)) if memory_ids else set()

@@ -18,7 +18,7 @@ from ..db.models import EPISODE_SOURCE, Memory
 from ..db.queries import decay_rows
 from ..times import now
 from ..trust import AGENT, least_trusted
-from .journal import Action, Journal
+from .journal import Action, Actions, Journal
 from .promote import Candidate, promotable, recheck, recheck_many
 from .text import distinct_terms
 
@@ -42,14 +42,100 @@ MERGE_PROMPT = (
 
 @dataclass
 class DeepResult:
-    actions: list[Action] = field(default_factory=list)
+    actions: Actions = field(default_factory=Actions)
     promote: list[Candidate] = field(default_factory=list)
     held: int = 0
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for action in self.actions:
-            out[action.kind] = out.get(action.kind, 0) + 1
+        for (_, kind), count in self.actions.kind_counts().items():
+            out[kind] = out.get(kind, 0) + count
+        return out
+
+
+_DECAY, _BOOST = 1, 2  # DecayRows' change codes (0: none, the row is only invalidated)
+_KIND_NAMES = {_DECAY: "decay", _BOOST: "boost"}
+
+
+class DecayRows:
+    """The deep plan's decays, boosts and the invalidations they lead to, a few numbers a
+    memory (a compact run of journal.Actions): its Actions are made when read, its updates
+    when applied. At 1M memories these are ~1.1M actions, which as Action objects held ~1 GB.
+
+    Row i: memory ids[i], its change codes[i] (_DECAY, _BOOST or 0), confidence old[i] →
+    new[i], for a decay its idle intervals steps[i] (negative: a stale procedure's, doubled)
+    and new decayed_at stamps[i], for a boost its access count steps[i]; invalidated[i]: an
+    invalidation follows (its confidence at or below the floor)."""
+
+    kinds = frozenset({"decay", "boost", "invalidate"})
+
+    def __init__(self, at: float, confidence_floor: float):
+        from array import array
+
+        self.at, self.floor = at, confidence_floor
+        self.ids: list[str] = []
+        self.codes = bytearray()
+        self.invalidated = bytearray()
+        self.old, self.new, self.stamps = array("d"), array("d"), array("d")
+        self.steps = array("q")
+        self._count = 0
+
+    def add(self, memory_id: str, code: int, old: float, new: float, steps: int, stamp: float,
+            invalidate: bool) -> None:
+        self.ids.append(memory_id)
+        self.codes.append(code)
+        self.invalidated.append(invalidate)
+        self.old.append(old)
+        self.new.append(new)
+        self.steps.append(steps)
+        self.stamps.append(stamp)
+        self._count += (code != 0) + invalidate
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _reason(self, new: float) -> str:
+        return f"dream: confidence {new:.2f} at or below confidence_floor {self.floor}"
+
+    def updates(self):
+        """(phase, kind, memory_id, changes) of every action, in the order of the Actions."""
+        at = self.at
+        for memory_id, code, new, steps, stamp, invalidate in zip(
+                self.ids, self.codes, self.new, self.steps, self.stamps, self.invalidated, strict=True):
+            if code == _DECAY:
+                yield "deep", "decay", memory_id, {"confidence": new, "metadata": {"decayed_at": stamp}}
+            elif code == _BOOST:
+                yield "deep", "boost", memory_id, {"confidence": new, "metadata": {"boosted_at_count": steps}}
+            if invalidate:
+                yield "deep", "invalidate", memory_id, {
+                    "invalidated_at": at, "metadata": {"invalidation_reason": self._reason(new)}}
+
+    def __iter__(self):
+        changes = self.updates()
+        for i, (code, invalidate) in enumerate(zip(self.codes, self.invalidated, strict=True)):
+            old, new, steps = self.old[i], self.new[i], self.steps[i]
+            if code == _DECAY:
+                idle, doubled = abs(steps), steps < 0
+                text = (f"decay {old:.2f} → {new:.2f} (idle {idle} interval{'s' if idle > 1 else ''}"
+                        f"{', stale procedure ×2' if doubled else ''})")
+            elif code == _BOOST:
+                text = f"boost {old:.2f} → {new:.2f} ({steps} accesses)"
+            if code:
+                phase, kind, memory_id, change = next(changes)
+                yield Action(phase, kind, memory_id, text, changes=change)
+            if invalidate:
+                phase, kind, memory_id, change = next(changes)
+                yield Action(phase, kind, memory_id, change["metadata"]["invalidation_reason"], changes=change)
+
+    def kind_counts(self) -> dict[tuple[str, str], int]:
+        """(phase, kind) → how many, in the order each kind first comes."""
+        out: dict[tuple[str, str], int] = {}
+        for code, invalidate in zip(self.codes, self.invalidated, strict=True):
+            if code:
+                key = ("deep", _KIND_NAMES[code])
+                out[key] = out.get(key, 0) + 1
+            if invalidate:
+                out[("deep", "invalidate")] = out.get(("deep", "invalidate"), 0) + 1
         return out
 
 
@@ -168,32 +254,34 @@ def plan_deep(store, cfg: DreamSettings, *, near_duplicates: list[dict[str, Any]
     # confidence: what was said does not grow less true by not being recalled.
     rows = decay_rows(db, except_source=EPISODE_SOURCE)
     invalidated: set[str] = set(busy)
-    for memory_id, mtype, confidence, accessed_at, created_at, access_count, decayed_at, boosted_at, stale in rows:
-        if memory_id in busy:
-            continue
-        new_conf = confidence
-        reference = max(accessed_at or created_at, float(decayed_at or 0))
-        steps = math.floor((at - reference) / interval) if interval > 0 else 0
-        if steps >= 1 and confidence > cfg.decay_floor:
-            doubled = mtype == "procedure" and (bool(stale) or memory_id in stale_ids)
-            rate = cfg.decay_rate * (2 if doubled else 1)
-            new_conf = round(max(cfg.decay_floor, confidence - rate * steps), 6)
-            result.actions.append(Action(
-                "deep", "decay", memory_id,
-                f"decay {confidence:.2f} → {new_conf:.2f} (idle {steps} interval{'s' if steps > 1 else ''}"
-                f"{', stale procedure ×2' if doubled else ''})",
-                changes={"confidence": new_conf, "metadata": {"decayed_at": reference + steps * interval}}))
-        elif (access_count or 0) >= cfg.boost_threshold and \
-                (access_count or 0) >= int(boosted_at or 0) + cfg.boost_threshold and confidence < 1.0:
-            new_conf = round(min(1.0, confidence + cfg.boost_amount), 6)
-            result.actions.append(Action(
-                "deep", "boost", memory_id, f"boost {confidence:.2f} → {new_conf:.2f} ({access_count} accesses)",
-                changes={"confidence": new_conf, "metadata": {"boosted_at_count": access_count}}))
-        if new_conf <= cfg.confidence_floor:
-            invalidated.add(memory_id)
-            reason = f"dream: confidence {new_conf:.2f} at or below confidence_floor {cfg.confidence_floor}"
-            result.actions.append(Action("deep", "invalidate", memory_id, reason,
-                                         changes={"invalidated_at": at, "metadata": {"invalidation_reason": reason}}))
+    decays = DecayRows(at, cfg.confidence_floor)
+    add = decays.add
+    decay_floor, confidence_floor, decay_rate = cfg.decay_floor, cfg.confidence_floor, cfg.decay_rate
+    boost_threshold, boost_amount = cfg.boost_threshold, cfg.boost_amount
+    floor = math.floor
+    while chunk := rows.fetchmany(10_000):  # a cursor: 1M rows at once held ~350 MB
+        for memory_id, mtype, confidence, accessed_at, created_at, access_count, decayed_at, boosted_at, stale in chunk:
+            if memory_id in busy:
+                continue
+            new_conf = confidence
+            reference = max(accessed_at or created_at, float(decayed_at or 0))
+            steps = floor((at - reference) / interval) if interval > 0 else 0
+            code, count, stamp = 0, 0, 0.0
+            if steps >= 1 and confidence > decay_floor:
+                doubled = mtype == "procedure" and (bool(stale) or memory_id in stale_ids)
+                rate = decay_rate * (2 if doubled else 1)
+                new_conf = round(max(decay_floor, confidence - rate * steps), 6)
+                code, count, stamp = _DECAY, -steps if doubled else steps, reference + steps * interval
+            elif (access_count or 0) >= boost_threshold and \
+                    (access_count or 0) >= int(boosted_at or 0) + boost_threshold and confidence < 1.0:
+                new_conf = round(min(1.0, confidence + boost_amount), 6)
+                code, count = _BOOST, access_count
+            invalidate = new_conf <= confidence_floor
+            if invalidate:
+                invalidated.add(memory_id)
+            if code or invalidate:
+                add(memory_id, code, confidence, new_conf, count, stamp, invalidate)
+    result.actions.add_compact(decays)
 
     chosen, held = promotable(store, cfg, limit=promote_limit, at=at, phase_hits=phase_hits)
     for candidate in chosen:
@@ -274,12 +362,14 @@ def _apply_merge(store, journal: Journal, action: Action, llm, at: float) -> dic
         merged = added.memory
         if added.created:
             journal.create(action.phase, "merge", merged)
-        for memory_id in members:
-            if memory_id == merged.id:
-                continue
-            reason = f"dream: merged into {merged.id}"
-            journal.update(action.phase, "merge", memory_id,
-                           {"invalidated_at": at, "metadata": {"invalidation_reason": reason}})
+        others = [memory_id for memory_id in members if memory_id != merged.id]
+        reason = f"dream: merged into {merged.id}"
+        # The originals invalidated with one journaled bulk update, then related (undo, newest
+        # first, removes the relations, restores the originals, then deletes the merged one).
+        journal.update_many([(action.phase, "merge", memory_id,
+                              {"invalidated_at": at, "metadata": {"invalidation_reason": reason}})
+                             for memory_id in others])
+        for memory_id in others:
             journal.relate(action.phase, "merge", merged.id, memory_id, "derived_from")
             journal.relate(action.phase, "merge", merged.id, memory_id, "supersedes")
     action.detail["merged_id"] = merged.id

@@ -59,6 +59,101 @@ class Action:
                 "text": self.text, "changes": self.changes, "detail": self.detail}
 
 
+class Actions:
+    """A plan's actions in their order: Action objects, and compact runs of them (a night's
+    decays: deep.DecayRows) that make each Action only when it is read.
+
+    Reads like the list it replaces (len, iteration, indexes and slices, +=). At 1M memories
+    a deep plan is ~1.1M decays and invalidations; as Action objects, each with its dicts
+    and line of text, they held ~1 GB through the whole apply (issue 22: a dream's peak RSS).
+    A compact run holds a few numbers a row, and the apply reads it as updates (`updates`)
+    without an Action at all.
+
+    A compact run has len, iteration (Actions), `kinds` (the kinds it can hold),
+    `kind_counts()` ({(phase, kind): n}) and `updates()` ((phase, kind, memory_id, changes)
+    in its order)."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, actions=()):
+        self._parts: list = []
+        self.extend(actions)
+
+    def append(self, action: Action) -> None:
+        if not self._parts or type(self._parts[-1]) is not list:
+            self._parts.append([])
+        self._parts[-1].append(action)
+
+    def add_compact(self, run) -> None:
+        """Add a compact run (see the class) after the actions held."""
+        self._parts.append(run)
+
+    def extend(self, actions) -> None:
+        if isinstance(actions, Actions):
+            for part in actions._parts:  # a list copied (the same Actions), a compact run shared
+                self._parts.append(list(part) if type(part) is list else part)
+        else:
+            for action in actions:
+                self.append(action)
+
+    def __iadd__(self, actions) -> Actions:
+        self.extend(actions)
+        return self
+
+    def __len__(self) -> int:
+        return sum(len(part) for part in self._parts)
+
+    def __bool__(self) -> bool:
+        return any(len(part) for part in self._parts)
+
+    def __iter__(self):
+        for part in self._parts:
+            yield from part
+
+    def __getitem__(self, index):
+        import itertools
+
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            return list(itertools.islice(self, start, stop, step)) if stop > start else []
+        count = len(self)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError("action index out of range")
+        return next(itertools.islice(self, index, None))
+
+    def of_kind(self, *kinds: str) -> list[Action]:
+        """The actions of `kinds`, in order, without reading the compact runs that hold none."""
+        wanted = set(kinds)
+        return [action for part in self._parts if type(part) is list or wanted & part.kinds
+                for action in part if action.kind in wanted]
+
+    def updates(self, leave_out: frozenset[str] = frozenset()):
+        """(phase, kind, memory_id, changes) of every action not of a kind in `leave_out`, in
+        order: what Journal.update_many applies, made without an Action for a compact run."""
+        for part in self._parts:
+            if type(part) is not list and not (part.kinds & leave_out):
+                yield from part.updates()
+                continue
+            for action in part:
+                if action.kind not in leave_out:
+                    yield action.phase, action.kind, action.memory_id, action.changes
+
+    def kind_counts(self) -> dict[tuple[str, str], int]:
+        """(phase, kind) → how many actions, in the order first met."""
+        out: dict[tuple[str, str], int] = {}
+        for part in self._parts:
+            if type(part) is list:
+                for action in part:
+                    key = (action.phase, action.kind)
+                    out[key] = out.get(key, 0) + 1
+            else:
+                for key, count in part.kind_counts().items():
+                    out[key] = out.get(key, 0) + count
+        return out
+
+
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -142,15 +237,15 @@ class Journal:
             elif "updated_at" not in values:
                 values["updated_at"] = stamp  # all prepare_fields adds to a change of no text
             columns = _shape(values)
+            written = columns.written
             old_text = texts[memory_id]
             new_text = _json(values["metadata"]) if "metadata" in values else old_text
-            journal.append((run_id, phase, kind, "update", memory_id,
-                            _image(columns.journaled, before_row, old_text),
-                            _image(columns.written, values, new_text, only_json=True), stamp))
+            journal.append((run_id, phase, kind, "update", memory_id, _image(columns.journaled, before_row, old_text),
+                            _image(written, values, new_text, only_json=True), stamp))
             generation = seen.get(memory_id, 0)
             seen[memory_id] = generation + 1
-            writes.append((generation, memory_id, columns.written,
-                           [new_text if name == "metadata" else values[name] for name in columns.written]))
+            writes.append((generation, memory_id, written,
+                           [new_text if name == "metadata" else values[name] for name in written]))
             before_row.update(values)
             texts[memory_id] = new_text
         _write_shapes(self.db, writes)
@@ -183,12 +278,10 @@ class Journal:
 
     def relate(self, phase: str, kind: str, source_id: str, target_id: str, relation_type: str) -> bool:
         """Add a relation unless it exists; journal it when added."""
-        Relation = self.store.models.Relation
-        exists = Relation.select().where((Relation.source == source_id) & (Relation.target == target_id)
-                                         & (Relation.type == relation_type)).exists()
-        if exists:
+        # One prepared INSERT that adds nothing when the triple exists (its unique index): a
+        # peewee exists() then create() cost ~1 ms a relation, four for each merge.
+        if not bulk.insert_relations(self.db, [(source_id, target_id, relation_type, now())]):
             return False
-        Relation.create(source=source_id, target=target_id, type=relation_type, created_at=now())
         self._record(phase, kind, "relate", source_id, None,
                      {"source_id": source_id, "target_id": target_id, "type": relation_type})
         return True
@@ -221,7 +314,7 @@ def _touches_text(changes: dict[str, Any]) -> bool:
     """Whether a change can alter what the derived columns come from (content, summary, the
     descriptive metadata: store.text_changed); one that cannot needs no text read."""
     return "content" in changes or "summary" in changes or \
-        any(key in _DESCRIPTIVE for key in changes.get("metadata") or ())
+        not _DESCRIPTIVE.isdisjoint(changes.get("metadata") or ())
 
 
 _TEXT_FIELDS = frozenset({"content", "summary", "metadata"})
@@ -290,31 +383,33 @@ def _loads(text: str) -> Any:
 _JSON_TYPES = (str, int, float, bool, dict, list, type(None))
 
 
+def _value_json(value: Any) -> str | None:
+    """`value` as _json writes it, or None when JSON cannot hold it: the common kinds (a
+    number, None) written without calling the encoder."""
+    kind = type(value)
+    if kind is float and value - value == 0:  # finite: json writes float.__repr__
+        return float.__repr__(value)
+    if value is None:
+        return "null"
+    if kind is int:
+        return int.__repr__(value)
+    return _json(value) if isinstance(value, _JSON_TYPES) else None
+
+
 def _image(names: tuple[str, ...], values: dict[str, Any], metadata_text: str,
            only_json: bool = False) -> str:
     """`_dumps({name: values[name] for name in names})` (names sorted), built from each value's
     JSON with the metadata's given as its stored text, so no metadata is encoded twice (a
     decay journals two images of it). `only_json`: values JSON cannot hold are left out (an
-    after-image holds what it can)."""
-    parts = []
-    for name in names:
-        if name == "metadata":
-            text = metadata_text
-        else:
-            value = values[name]
-            kind = type(value)
-            if value is None:
-                text = "null"
-            elif kind is float and value - value == 0:  # finite: json writes float.__repr__
-                text = float.__repr__(value)
-            elif kind is int:
-                text = int.__repr__(value)
-            elif only_json and not isinstance(value, _JSON_TYPES):
-                continue
-            else:
-                text = _json(value)
-        parts.append(f'"{name}": {text}')
-    return "{" + ", ".join(parts) + "}"
+    after-image holds what it can); else such a value raises, as json.dumps does."""
+    texts = [metadata_text if name == "metadata" else _value_json(values[name]) for name in names]
+    if None in texts:
+        if not only_json:
+            _json(values[names[texts.index(None)]])  # raises json's TypeError for it
+        pairs = [(name, text) for name, text in zip(names, texts, strict=True) if text is not None]
+    else:
+        pairs = zip(names, texts, strict=True)
+    return "{" + ", ".join([f'"{name}": {text}' for name, text in pairs]) + "}"
 
 
 def _write_shapes(db, writes: list[tuple[int, str, tuple[str, ...], list[Any]]]) -> int:

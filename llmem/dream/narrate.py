@@ -102,7 +102,7 @@ def stories(store, outcome: DreamOutcome) -> dict[str, PhaseStory]:
             ids.update(group[:2])
     if outcome.deep:  # only what the facts quote: a big night decays tens of thousands
         ids.update(c.memory_id for c in outcome.deep.promote[:SHOWN])
-        for action in [a for a in outcome.deep.actions if a.kind == "merge"][:SHOWN]:
+        for action in outcome.deep.actions.of_kind("merge")[:SHOWN]:
             ids.update(action.detail["ids"])
     text = memory_texts(store, ids)
     out: dict[str, PhaseStory] = {}
@@ -221,7 +221,7 @@ def _deep_story(outcome: DreamOutcome, text: dict[str, str]) -> PhaseStory:
     else:
         parts = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
         _add(story, f"{verb} {plural(total, 'change')}: {parts}.")
-    for action in [a for a in outcome.deep.actions if a.kind == "merge"][:SHOWN]:
+    for action in outcome.deep.actions.of_kind("merge")[:SHOWN]:
         members = action.detail["ids"]
         plain = " + ".join(f"“{one_line(text.get(m, ''), 60)}”" for m in members)
         escaped = " + ".join(f"“{md(text.get(m, ''), 60)}”" for m in members)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .deep import DeepResult
-from .journal import Action
+from .journal import Actions
 from .light import LightResult
 from .rem import RemResult
 
@@ -29,7 +29,7 @@ class DreamOutcome:
     light: LightResult | None = None
     rem: RemResult | None = None
     deep: DeepResult | None = None
-    actions: list[Action] = field(default_factory=list)
+    actions: Actions = field(default_factory=Actions)
     phase_seconds: dict[str, float] = field(default_factory=dict)
     confidence_before: list[float] = field(default_factory=list)
     confidence_after: list[float] = field(default_factory=list)
@@ -47,9 +47,9 @@ class DreamOutcome:
 
     def action_counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {phase: {} for phase in self.phases}
-        for action in self.actions:
-            bucket = out.setdefault(action.phase, {})
-            bucket[action.kind] = bucket.get(action.kind, 0) + 1
+        for (phase, kind), count in self.actions.kind_counts().items():
+            bucket = out.setdefault(phase, {})
+            bucket[kind] = bucket.get(kind, 0) + count
         return out
 
     def phase_hits(self) -> dict[str, int]:

@@ -60,13 +60,13 @@ def procedure_use_rows(db) -> list[tuple]:
         "WHERE type = 'procedure' AND invalidated_at IS NULL").fetchall()
 
 
-def decay_rows(db, *, except_source: str | None = None) -> list[tuple]:
+def decay_rows(db, *, except_source: str | None = None):
     return db.execute_sql(
         "SELECT id, type, confidence, accessed_at, created_at, access_count, "
         "m.meta -> 'decayed_at', m.meta -> 'boosted_at_count', m.meta -> 'stale_procedure' "
         "FROM (SELECT *, CAST(metadata AS jsonb) AS meta FROM memory) m "
         "WHERE invalidated_at IS NULL AND promoted_at IS NULL AND source IS DISTINCT FROM ?",
-        (except_source,)).fetchall()
+        (except_source,))
 
 
 def recall_bounds(db, origins: tuple[str, ...], **terms) -> tuple[int, list[tuple[str, float, bool]]]:

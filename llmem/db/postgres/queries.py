@@ -34,6 +34,12 @@ def metadata_flag_off(field: pw.Field, key: str) -> pw.Node:
                         pw.SQL(" IN ('null'::jsonb, 'false'::jsonb, '0'::jsonb), TRUE)")), glue="")
 
 
+def write_memory_values(db, columns: str, marks: str, values: list[list]) -> None:
+    """One executemany: PostgreSQL's tsvector is a generated column, with no per-statement
+    flush to avoid (db/queries.py stages the rows on SQLite)."""
+    db.cursor().executemany(f"INSERT INTO memory ({columns}) VALUES ({marks})", values)
+
+
 def seqs_passing(db, seqs: list[int], where: str, params: list) -> set[int]:
     if not seqs:
         return set()

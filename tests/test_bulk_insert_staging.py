@@ -61,3 +61,31 @@ def test_a_failed_staged_insert_leaves_no_row_and_no_staging_table(tmp_path):
     with store.db.atomic():  # and the next insert works
         store.insert_rows(_rows(100))
     assert store.db.execute_sql("SELECT count(*) FROM memory_fts WHERE memory_fts MATCH 'deploy'").fetchone()[0] == 99
+
+
+def test_staged_embedding_upserts_insert_and_replace_as_direct_ones_and_log_each_change(tmp_path, monkeypatch):
+    from llmem.db import bulk
+
+    def upserted(path, staged_from: int):
+        monkeypatch.setattr(queries, "STAGED_ROWS", staged_from)
+        store = Store.open(path, vec_enabled=False)
+        with store.db.atomic():
+            store.insert_rows(_rows(200))
+        first = [(f"{i:016x}", "m", 4, bytes([i % 256]) * 8, "h1", 1.0) for i in range(150)]
+        again = [(f"{i:016x}", "m2", 4, bytes([(i + 1) % 256]) * 8, "h2", 2.0) for i in range(100, 200)]
+        with store.db.atomic():
+            bulk.upsert_embeddings(store.db, first)
+        with store.db.atomic():
+            bulk.upsert_embeddings(store.db, iter(again))  # any iterable, as before
+        rows = store.db.execute_sql("SELECT memory_id, model, dim, vector, content_hash, created_at "
+                                    "FROM embedding ORDER BY memory_id").fetchall()
+        changes = store.db.execute_sql("SELECT count(*) FROM vector_change").fetchone()[0]
+        return rows, changes, store
+
+    direct, direct_changes, _ = upserted(tmp_path / "direct.db", 10**9)
+    staged, staged_changes, store = upserted(tmp_path / "staged.db", STAGED)
+    assert staged == direct and len(staged) == 200
+    assert staged[120][1:] == ("m2", 4, bytes([121]) * 8, "h2", 2.0)  # replaced
+    assert staged[10][1:] == ("m", 4, bytes([10]) * 8, "h1", 1.0)  # kept
+    assert staged_changes == direct_changes >= 200  # every insert and replacement logged for the vector file
+    assert not store.db.execute_sql("SELECT name FROM sqlite_temp_master").fetchall()

@@ -118,6 +118,7 @@ class DelayingRelay:
 
     def __init__(self, upstream_port: int, delay: float):
         self.upstream, self.delay = upstream_port, delay
+        self.trips = 0  # chunks sent by clients (≈ round trips, each waits for its answer)
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -129,12 +130,14 @@ class DelayingRelay:
             except OSError:
                 return
             server = socket.create_connection(("127.0.0.1", self.upstream))
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, outbound in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pump, args=(a, b, outbound), daemon=True).start()
 
-    def _pump(self, source, target):
+    def _pump(self, source, target, outbound: bool):
         try:
             while chunk := source.recv(65536):
+                if outbound:  # a client's message waits for the server's answer: one round trip each
+                    self.trips += 1
                 time.sleep(self.delay)
                 target.sendall(chunk)
         except OSError:
@@ -216,7 +219,9 @@ def main() -> None:
                 results["sqlite"]["remote hook"] = results["sqlite"]["hook"]
                 results["sqlite"]["remote context"] = results["sqlite"]["context"]
                 results[name]["remote hook"] = hook_ms(env, args.hook_runs)
+                hook_trips, relay.trips = relay.trips / args.hook_runs, 0
                 results[name]["remote context"] = context_ms(env, args.hook_runs)
+                context_trips = relay.trips / args.hook_runs
                 relay.sock.close()
         replays = {}
         if args.replay_sessions:
@@ -242,6 +247,8 @@ def main() -> None:
                     f"{statistics.median(b):>8.2f} / {pct(b, 95):>7.2f} ms{statistics.median(b) / statistics.median(a):>10.2f}x")
             if key not in ("hybrid", "project"):
                 line += f"   ({statistics.median(a) / base:.1f}x / {statistics.median(b) / base:.1f}x the floor)"
+            if key in ("remote hook", "remote context"):
+                line += f", {hook_trips if key == 'remote hook' else context_trips:.0f} round trips each"
             print(line)
             if key in ("hook", "context"):
                 a, b = results["sqlite"][f"{key}_cpu"], results["postgres"][f"{key}_cpu"]

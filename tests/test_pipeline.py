@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import pytest
 from fakes import wait_until
 from session_writers import CopilotSession, append_lines, copilot_turn_lines
 
-from llmem.db.packed_text import register_function
+from llmem.store import Store
 
 LLMEM = [sys.executable, "-m", "llmem"]
 FIXTURE_STATE = Path(__file__).parent / "fixtures" / "copilot" / "session-state"
@@ -284,22 +283,30 @@ def test_concurrent_workers_watcher_and_cli_never_lock(home):
     assert not locked and not errors, (locked[:5], errors[:5])
     counts = json.loads(run_cli("queue", "--json")[1])["events"]
     assert counts == {"pending": 0, "running": 0, "done": 2 * i, "failed": 0}  # created + idle each
-    with sqlite3.connect(llmem_home / "memory.db") as db:  # every session's fact and turn, once
-        register_function(db)  # an episode's text is deflated: llmem_text reads it (db/packed_text.py)
-        assert db.execute("SELECT COUNT(*), COUNT(DISTINCT llmem_text(content)) FROM memory "
-                          "WHERE llmem_text(content) LIKE '%uses port%' AND source != 'episode'").fetchone() == (i, i)
-        assert db.execute("SELECT COUNT(*), COUNT(DISTINCT llmem_text(content)) FROM memory "
-                          "WHERE llmem_text(content) LIKE '%uses port%' AND source = 'episode'").fetchone() == (i, i)
+    with Store.open(_store_location()) as store:  # every session's fact and turn, once
+        Memory = store.models.Memory
+        for episodes in (False, True):
+            kind = (Memory.source == "episode") if episodes else (Memory.source != "episode")
+            # Read as text and matched here: an episode's text is deflated in a SQLite file, where
+            # a LIKE would read its packed bytes (db/packed_text.py).
+            contents = [m.content for m in Memory.select(Memory.content).where(kind) if "uses port" in m.content]
+            assert len(contents) == len(set(contents)) == i, (episodes, len(contents), len(set(contents)), i)
+
+
+def _store_location():
+    """The store `llmem run` writes: the SQLite file, or on the suite's PostgreSQL run its database."""
+    from llmem.config import load_config
+
+    return load_config().store_location
 
 
 def worker_alive(home) -> bool:
     from llmem.pipeline.events import worker_seen_recently
-    from llmem.store import Store
 
-    db = home[0] / "memory.db"
-    if not db.exists():
+    location = _store_location()
+    if isinstance(location, Path) and not location.exists():
         return False
-    with Store.open(db) as store:
+    with Store.open(location) as store:
         return worker_seen_recently(store)
 
 

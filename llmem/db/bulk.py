@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .models import Memory
+from .queries import insert_staged
 
 # Rows per SELECT … IN (…): well under SQLite's variable limit (32766 since 3.32, 999 before).
 READ_CHUNK = 500
@@ -83,12 +84,12 @@ def existing_memory_ids(db, memory_ids: Sequence[str]) -> set[str]:
 
 
 def upsert_embeddings(db, rows: Iterable[tuple[str, str, int, bytes, str, float]]) -> None:
-    """INSERT or replace embedding rows (memory_id, model, dim, vector, content_hash, created_at)."""
-    db.cursor().executemany(
-        "INSERT INTO embedding(memory_id, model, dim, vector, content_hash, created_at) VALUES (?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT(memory_id) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
-        "vector = excluded.vector, content_hash = excluded.content_hash, created_at = excluded.created_at",
-        rows)
+    """INSERT or replace embedding rows (memory_id, model, dim, vector, content_hash, created_at)
+    (staged on SQLite when they are many: queries.insert_staged)."""
+    insert_staged(db, "embedding", "memory_id, model, dim, vector, content_hash, created_at", "?, ?, ?, ?, ?, ?",
+                  rows if isinstance(rows, list) else list(rows),
+                  "ON CONFLICT(memory_id) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
+                  "vector = excluded.vector, content_hash = excluded.content_hash, created_at = excluded.created_at")
 
 
 def insert_relations(db, rows: Iterable[tuple[str, str, str, float]]) -> int:

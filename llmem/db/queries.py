@@ -266,6 +266,8 @@ def insert_memory_rows(db, rows: list[dict[str, Any]]) -> None:
 
     Raw SQL: a 10,000-turn session makes ~20,000 episodes, and peewee's insert_many spends
     ~0.15 ms building SQL per row.
+
+    Many rows go through a staging table on SQLite (insert_staged): the FTS5 trigger's cost.
     """
     if not rows:
         return
@@ -283,7 +285,40 @@ def insert_memory_rows(db, rows: list[dict[str, Any]]) -> None:
         for i, convert in converted:
             value[i] = convert(value[i])
         values.append(value)
-    db.cursor().executemany(f"INSERT INTO memory ({columns}) VALUES ({marks})", values)
+    insert_staged(db, "memory", columns, marks, values)
+
+
+# From this many rows on, a SQLite insert goes through a staging table (see insert_staged).
+STAGED_ROWS = 64
+
+
+@per_backend
+def insert_staged(db, table: str, columns: str, marks: str, values: list, on_conflict: str = "") -> None:
+    """INSERT the rows `values` (each a sequence matching `columns`) into `table`, with an
+    optional `ON CONFLICT …` clause, as one executemany would.
+
+    On SQLite, from STAGED_ROWS rows on, they go into a temporary table first and then into
+    `table` in one INSERT … SELECT: each statement of an executemany is a savepoint, with a
+    statement journal for the table's triggers, at which FTS5 also writes its pending terms out
+    as a new segment. One statement per row made a segment per memory row, about as much work
+    as the rest of the insert (100k memories: 6.4 → 3.9 s of CPU; 100k embedding rows, whose
+    trigger logs each change: 1.05 → 0.73 s). The staging table has no column types, so the
+    target's own affinities apply as in a direct insert, and the rows keep their order (a
+    memory's `seq`).
+    """
+    if len(values) < STAGED_ROWS:
+        db.cursor().executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks}) {on_conflict}", values)
+        return
+    cursor = db.cursor()
+    cursor.execute("DROP TABLE IF EXISTS temp.rows_staged")
+    cursor.execute(f"CREATE TEMP TABLE rows_staged ({columns})")
+    try:
+        cursor.executemany(f"INSERT INTO temp.rows_staged ({columns}) VALUES ({marks})", values)
+        # WHERE true: without it SQLite would read ON CONFLICT as the SELECT's join constraint.
+        cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM temp.rows_staged "
+                       f"WHERE true ORDER BY rowid {on_conflict}")
+    finally:
+        cursor.execute("DROP TABLE temp.rows_staged")
 
 
 def session_cursor_values(db, adapter: str, session_id: str, columns: tuple[str, ...]) -> tuple | None:

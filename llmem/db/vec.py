@@ -57,10 +57,20 @@ def quantize(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def compact_blobs(vectors: np.ndarray) -> list[bytes]:
-    """The int8 + scale bytes of each row (SQLite's stored form)."""
+    """The int8 + scale bytes of each row (SQLite's stored form).
+
+    Laid out side by side in one buffer and cut into rows as bytes: two `tobytes` and a
+    concatenation per row were most of `embed --pending`'s own work (100k rows: 0.68 s)."""
+    import numpy as np
+
     ints, scales = quantize(vectors)
-    tails = scales.astype(VECTOR_SCALE)
-    return [ints[i].tobytes() + tails[i].tobytes() for i in range(len(ints))]
+    count, dim = ints.shape
+    width = dim + 4
+    rows = np.empty((count, width), dtype=np.uint8)
+    rows[:, :dim] = ints.view(np.uint8)
+    rows[:, dim:] = scales.astype(VECTOR_SCALE).view(np.uint8).reshape(count, 4)
+    data = rows.tobytes()
+    return [data[at:at + width] for at in range(0, count * width, width)]
 
 
 @per_backend

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import LlmemError, UsageError
 from ..paths import write_atomically
 from . import integrations, userfile
-from .environment import FOLDER_VARIABLES, folder_environment
+from .environment import FOLDER_VARIABLES, STORE_VARIABLES, launch_environment, store_environment
 
 SERVER_NAME = "llmem"
 
@@ -129,20 +129,21 @@ def notify_argv(command: list[str]) -> list[str]:
 def mcp_entry(agent: str, command: list[str]) -> dict:
     """The `llmem` server entry in the agent's own shape: always the llmem executable itself, never `python` (Copilot rewrites a bare
     `python -m` into `pipx run`); for an agent that filters the environment, with the folder
-    variables set now in `env`."""
+    and store variables set now in `env` (the store URL without its password)."""
     recipe = RECIPES[agent]
     entry = recipe.mcp_entry(command)
     if not filters_mcp_env(agent):
         return entry
-    env = folder_environment()
+    env = launch_environment()
     if recipe.env_expands_variables:  # `$VAR` in an env value would be expanded: such a path would change
         env = {name: value for name, value in env.items() if "$" not in value}
     return {**entry, "env": env} if env else entry
 
 
 def _is_llmem_env(env: Any) -> bool:
-    """An `env` llmem writes: folder variables only, as strings (any values: set at install)."""
-    return isinstance(env, dict) and set(env) <= set(FOLDER_VARIABLES) \
+    """An `env` llmem writes: folder and store variables only, as strings (any values: set at
+    install)."""
+    return isinstance(env, dict) and set(env) <= {*FOLDER_VARIABLES, *STORE_VARIABLES} \
         and all(isinstance(value, str) for value in env.values())
 
 
@@ -606,6 +607,8 @@ def install(config, agent: str, *, uninstall: bool = False, with_mcp: bool = Tru
     outcome.parts = first + [Part(name, file.real, action, file)
                              for file in plan for name, action in file.actions.items()]
     outcome.notes = [note for file in plan for note in file.notes]
+    if not uninstall and with_mcp and filters_mcp_env(agent) and (note := store_environment()[1]):
+        outcome.notes.append(note)
     if recipe.installed_note is not None and not uninstall:
         outcome.notes += [note for note in [recipe.installed_note(plan)] if note]
     if not uninstall and any(p.action in ("created", "updated") for p in outcome.parts):

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import LlmemError
 from ..paths import write_private_text
 from ..processes import python_module_command
-from .environment import folder_environment
+from .environment import launch_environment
 
 UNITS = ("llmem-watch.service", "llmem-worker.service", "llmem-dream.service", "llmem-dream.timer")
 ENABLED = ("llmem-watch.service", "llmem-worker.service")
@@ -100,11 +100,12 @@ def on_calendar(schedule: str, timezone: str | None = None) -> list[str]:
 
 
 def render_unit(name: str, calendar: list[str] | None = None) -> str:
-    """A unit with ExecStart pointing at this llmem and the folder variables set now kept (the
-    user manager does not have the shell's environment); the timer with `calendar` as its
+    """A unit with ExecStart pointing at this llmem and the folder and store variables set now
+    kept (the user manager does not have the shell's environment; the unit file is private, so
+    the store URL goes as it is); the timer with `calendar` as its
     OnCalendar= lines when given."""
     text = _template(name).replace("@LLMEM@", llmem_command())
-    env = [f"Environment={_unit_word(f'{key}={value}')}" for key, value in folder_environment().items()]
+    env = [f"Environment={_unit_word(f'{key}={value}')}" for key, value in launch_environment(private_file=True).items()]
     if env and "[Service]\n" in text:
         text = text.replace("[Service]\n", "[Service]\n" + "\n".join(env) + "\n", 1)
     if calendar:

@@ -97,12 +97,16 @@ def test_a_request_head_trickled_in_slower_than_the_deadline_is_cut(llmem_app):
 
 # ---- the measured flood: 1,100 sockets against `llmem run --ui` under a 1,024-descriptor limit ----
 
-def wait_for_event(db_path, session_id: str, timeout: float = 30.0) -> bool:
+def wait_for_event(session_id: str, timeout: float = 30.0) -> bool:
+    """Whether the store this test's llmem writes (its SQLite file, or on the suite's
+    PostgreSQL run its database) records an event of the session, within `timeout`."""
+    from llmem.config import load_config
     from llmem.store import Store
 
+    location = load_config().store_location
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with Store.open(db_path) as store:
+        with Store.open(location) as store:
             Event = store.models.Event
             if Event.select().where(Event.session_id == session_id).exists():
                 return True
@@ -150,7 +154,7 @@ def test_1100_slow_connections_leave_llmem_run_ui_its_descriptors(configure, tmp
         session.start()
         session.user("Remember that the flood test writes this session.")
         session.reply("Noted.")
-        assert wait_for_event(llmem_home / "memory.db", session.id), "the watcher missed the session"
+        assert wait_for_event(session.id), "the watcher missed the session"
         rest = [c for c in clients if c not in refused]
         assert len(closed_by_server(rest, len(rest), timeout=60.0)) == len(rest)  # the header deadline
         assert httpx.get(url, timeout=10).status_code == 200

@@ -34,6 +34,12 @@ def metadata_flag_off(field: pw.Field, key: str) -> pw.Node:
                         pw.SQL(" IN ('null'::jsonb, 'false'::jsonb, '0'::jsonb), TRUE)")), glue="")
 
 
+def insert_staged(db, table: str, columns: str, marks: str, values: list, on_conflict: str = "") -> None:
+    """One executemany: no FTS5 segment per statement to avoid here (db/queries.py stages the
+    rows on SQLite)."""
+    db.cursor().executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks}) {on_conflict}", values)
+
+
 def seqs_passing(db, seqs: list[int], where: str, params: list) -> set[int]:
     if not seqs:
         return set()

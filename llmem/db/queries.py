@@ -13,6 +13,7 @@ import peewee as pw
 
 from .backend import per_backend
 from .models import JSONText, Memory
+from .packed_text import unpack
 
 
 @per_backend
@@ -440,9 +441,14 @@ def candidate_rows(db, seqs: list[int], where: str, params: list) -> list[tuple]
     # candidates to keep a few (a 1-in-50 project: 800 on PostgreSQL), and only those are scored.
     texts = ", ".join(f"CASE WHEN passes = 1 THEN {c} END" for c in _CANDIDATE_TEXTS)
     plain = ", ".join(c for c in CANDIDATE_COLUMNS[:-1] if c not in _CANDIDATE_TEXTS)
-    return db.execute_sql(f"SELECT {plain}, {texts}, passes FROM (SELECT {columns}, "
+    rows = db.execute_sql(f"SELECT {plain}, {texts}, passes FROM (SELECT {columns}, "
                           f"CASE WHEN {condition} THEN 1 ELSE 0 END AS passes FROM memory m "
                           f"WHERE m.seq IN ({marks})) c", [*params, *seqs]).fetchall()
+    # The CASE is an expression, which the column's PACKED_TEXT conversion does not reach: an
+    # episode's deflated content is unpacked here (db/packed_text.py).
+    at = len(CANDIDATE_COLUMNS) - 1 - len(_CANDIDATE_TEXTS)
+    return [row if not isinstance(row[at], bytes) else (*row[:at], unpack(row[at]), *row[at + 1:])
+            for row in rows]
 
 
 def rank_signals(db, memory_ids: list[str], origins: tuple[str, ...]) -> tuple[dict[str, int], dict[str, str]]:

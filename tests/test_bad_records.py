@@ -17,6 +17,7 @@ from servers import store_rows
 from session_writers import copilot_events_file, copilot_line
 
 from llmem.adapters import CopilotAdapter, OpenCodeAdapter
+from llmem.db.packed_text import MAGIC, register_function, unpack
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SECRET = "hunter2-TOPSECRET-7731"
@@ -123,12 +124,16 @@ def everything_llmem_wrote(home: Path) -> str:
                                    for row in rows for value in row])
     # (the store is memory.db: connecting to a name that is not there makes an empty file)
     conn = sqlite3.connect(f"file:{location}?mode=ro", uri=True)
+    register_function(conn)  # the FTS view reads episodes through llmem_text (db/packed_text.py)
     try:
         tables = [table for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         assert "memory" in tables
         for table in tables:
             for row in conn.execute(f'SELECT * FROM "{table}"'):
-                texts.extend(str(value) for value in row)
+                # An episode's text is deflated in the file: read as text, or a secret in it
+                # would go unseen.
+                texts.extend(str(unpack(value)) if isinstance(value, bytes) and value.startswith(MAGIC)
+                             else str(value) for value in row)
     finally:
         conn.close()
     return "\n".join(texts)

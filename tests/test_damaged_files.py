@@ -9,6 +9,7 @@ import sqlite3
 
 import pytest
 
+from llmem.db.packed_text import register_function
 from llmem.store import Store
 
 CONFIG = "embedding:\n  provider: none\nllm:\n  provider: none\n"
@@ -79,6 +80,7 @@ def test_export_of_a_damaged_store_saves_every_readable_row_and_counts_the_rest(
                for n in range(300)]
         store.relate(ids[0], ids[1], "related_to")
     conn = sqlite3.connect(path)
+    register_function(conn)  # the FTS trigger reads the text through llmem_text (db/packed_text.py)
     # One column that is not UTF-8: the plain export stopped at it and wrote nothing.
     conn.execute("UPDATE memory SET summary = CAST(x'fffe4142' AS TEXT) WHERE id = ?", (ids[5],))
     conn.commit()

@@ -302,7 +302,7 @@ SCHEMA: dict[str, Any] = {
         "episodes": _s(True, "bool", "Keep every turn of every user session as searchable episodes (memories of type conversation, source episode), beside the typed memories"),
         "episode_roles": _s(["user", "assistant"], "list", "Whose turns become episodes: user (what the user wrote), assistant (the agent's answers; tool calls as one short line, outputs left out)", choices=("user", "assistant")),
         "episode_max_age_days": _s(365, "int", "The dream's light phase invalidates episodes older than this (journaled: `llmem dream undo` restores them); 0 = no age limit", minimum=0),
-        "episode_max_total_mb": _s(256.0, "float", "The dream's light phase invalidates the oldest episodes while the text of the valid ones is larger than this (MB); 0 = no size limit", minimum=0),
+        "episode_max_total_mb": _s(256.0, "float", "The dream's light phase invalidates the oldest episodes while the stored text of the valid ones (deflated in a SQLite file) is larger than this (MB); 0 = no size limit", minimum=0),
     },
     "redaction": {
         "enabled": _s(True, "bool", "Redact secrets before anything reaches an LLM, an embedder or the store"),

@@ -347,7 +347,8 @@ def _leave_episodes_out(store, result: LightResult, found: dict) -> None:
 
 def plan_episode_retention(store, capture: CaptureSettings, at: float) -> list[Action]:
     """Invalidations that keep the episodes within capture.episode_max_age_days (by when they
-    were stored) and capture.episode_max_total_mb (of their text, the oldest go first)."""
+    were stored) and capture.episode_max_total_mb (of their text as stored: deflated in a SQLite file, where the
+    cap is the disk it takes; the oldest go first)."""
     Memory = store.models.Memory
     valid = (Memory.source == EPISODE_SOURCE) & Memory.invalidated_at.is_null()
     chosen: dict[str, str] = {}

@@ -32,8 +32,10 @@ changed in `vector_change` (migration 0016), and the file records the last chang
 holds. A search reads the current id (one lookup); when it moved, the process reads the
 changed rows from the table into a small overlay that hides and replaces the file's rows.
 An overlay past REBUILD_SHARE of the file has the file rebuilt (temp file, fsync, rename).
-Every candidate is checked against the table before it is returned, so a deleted memory
-or a vector of another model never is.
+Every candidate is checked before it is returned: against the memory rows (the filters,
+and a deleted memory has none) and against the change log past the scan's snapshot, so a
+vector removed or moved to another model meanwhile never is (when another process pruned the
+log past the snapshot, against each candidate's embedding row).
 
 The scan converts SCAN_ROWS int8 rows at a time to float32 (a block that stays in the CPU's
 cache) and multiplies each block with BLAS: at 100k x 384 it costs the CPU time of one

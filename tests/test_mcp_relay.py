@@ -41,10 +41,18 @@ def repos(tmp_path, configure):
     return made
 
 
+def ready_for_relays(served: Resident) -> Resident:
+    """`served` once it can take a relayed session: a resident imports the MCP SDK beside its
+    first hooks, and a relay that connects meanwhile waits for it (the first import in a
+    process, several seconds on a loaded machine, can outlast the relay's SESSION_TIMEOUT, and
+    the relay then serves its session itself, rightly, but not what these tests are about)."""
+    assert served is not None and served._relayed_sessions() is not None
+    return served
+
+
 @pytest.fixture
 def resident(repos):
-    served = Resident(App()).start()
-    assert served is not None
+    served = ready_for_relays(Resident(App()).start())
     yield served
     served.stop()
 
@@ -146,7 +154,7 @@ def test_a_call_in_flight_when_its_server_goes_gets_an_error_and_the_session_goe
     from concurrent.futures import ThreadPoolExecutor
 
     tools_thread = ThreadPoolExecutor(max_workers=1)
-    served = Resident(App(), run_on=tools_thread).start()
+    served = ready_for_relays(Resident(App(), run_on=tools_thread).start())
     gate = threading.Event()
     client = RawClient(dict(os.environ), repos[0])
     try:

@@ -33,10 +33,13 @@ import tracemalloc
 import uuid
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import llmem  # noqa: E402,F401 - first, as in llmem's own processes: it sets numpy's BLAS threads
+
+# isort: split
+import numpy as np  # noqa: E402
 
 from llmem.config import Config  # noqa: E402
 from llmem.db import packed_text, vector_file  # noqa: E402

@@ -25,12 +25,15 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
+
+import llmem  # noqa: E402,F401 - first, as in llmem's own processes: it sets numpy's BLAS threads
+
+# isort: split
+import numpy as np  # noqa: E402
 
 from llmem.db import vec, vector_file  # noqa: E402
 from llmem.db.queries import seqs_passing  # noqa: E402

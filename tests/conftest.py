@@ -96,6 +96,17 @@ def pytest_configure(config):
         tempfile.tempdir = str(shm)
 
 
+@pytest.fixture
+def fresh_vector_indexes():
+    """No vector index kept from another test: each test maps the vector file as a new process
+    would (db/vector_file.py keeps one index per store, process-wide)."""
+    from llmem.db import vector_file
+
+    vector_file._indexes.clear()
+    yield
+    vector_file._indexes.clear()
+
+
 @pytest.fixture(autouse=True)
 def llmem_home(tmp_path, monkeypatch, request):
     home = tmp_path / "llmem-home"

@@ -15,11 +15,7 @@ from llmem.vectors import embed_pending, store_vectors
 DIM = 64
 
 
-@pytest.fixture(autouse=True)
-def fresh_indexes():
-    vector_file._indexes.clear()
-    yield
-    vector_file._indexes.clear()
+pytestmark = pytest.mark.usefixtures("fresh_vector_indexes")
 
 
 def unit(rows):

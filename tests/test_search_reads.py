@@ -20,11 +20,7 @@ from llmem.vectors import embed_memories, store_vectors
 DIM = 16
 
 
-@pytest.fixture(autouse=True)
-def fresh_indexes():
-    vector_file._indexes.clear()
-    yield
-    vector_file._indexes.clear()
+pytestmark = pytest.mark.usefixtures("fresh_vector_indexes")
 
 
 @pytest.fixture

@@ -16,11 +16,7 @@ DIM = 16
 MODEL = FakeEmbedder(dim=DIM).identity
 
 
-@pytest.fixture(autouse=True)
-def fresh_indexes():
-    vector_file._indexes.clear()  # each test is a new process as far as the file goes
-    yield
-    vector_file._indexes.clear()
+pytestmark = pytest.mark.usefixtures("fresh_vector_indexes")
 
 
 def unit(rows):

@@ -386,3 +386,22 @@ def test_bm25_on_postgres_is_exact_when_more_match_than_it_scores_first(servers,
             scores.append([(seq_text[seq], round(score, 6)) for seq, score in rows])
     assert scores[1] == scores[0] and len(scores[0]) == 5
     assert len(passes) == 2  # the first 20 could not prove the top: all that could reach it next
+
+
+@backend
+def test_an_hnsw_build_never_gets_less_memory_than_the_server_is_configured_with(servers):
+    """A graph built past maintenance_work_mem spills to disk, many times slower: a build asks
+    for room for its vectors (up to a cap), but a server configured with more (a million
+    vectors need ~2.6 GB) keeps its own setting instead of being cut to the cap."""
+    from llmem.db.postgres.vec import BUILD_ROOM_CAP_MB, build_room_mb
+    from llmem.store import Store
+
+    url = servers.fresh_database()
+    with Store.open(url) as store:
+        assert build_room_mb(store.db, 1000, 384) == 64  # the server's default (64 MB) is enough
+        assert build_room_mb(store.db, 1_000_000, 384) == BUILD_ROOM_CAP_MB
+    name = url.rsplit("/", 1)[1]
+    servers.postgres().psql(f"ALTER DATABASE {name} SET maintenance_work_mem = '6GB'")
+    with Store.open(url) as store:
+        assert build_room_mb(store.db, 1000, 384) == 6144
+        assert build_room_mb(store.db, 1_000_000, 384) == 6144

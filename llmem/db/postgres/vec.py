@@ -53,14 +53,27 @@ def _own_table(db) -> bool:
     return bool(row and row[0])
 
 
+# The most maintenance_work_mem an index build asks for on its own; a server configured
+# with more (for a million vectors, whose graph needs ~2.6 GB) keeps its own setting.
+BUILD_ROOM_CAP_MB = 1024
+
+
+def build_room_mb(db, rows: int, dim: int) -> int:
+    """maintenance_work_mem for building the graph of `rows` vectors: room for all of them
+    (up to BUILD_ROOM_CAP_MB), never less than the server's own setting."""
+    wanted = min(max(64, int(rows * (4 * dim + 256) * 1.5) >> 20), BUILD_ROOM_CAP_MB)
+    configured = db.execute_sql("SELECT pg_size_bytes(current_setting('maintenance_work_mem'))").fetchone()[0]
+    return max(wanted, int(configured) >> 20)
+
+
 def _create_index(db) -> None:
     """Build the HNSW index (inside the caller's transaction). Its graph is built in memory
     while it fits in maintenance_work_mem and far slower on disk after: the build gets room
-    for the vectors it indexes (up to 1 GB), and no statement timeout (100k vectors took
+    for the vectors it indexes (build_room_mb), and no statement timeout (100k vectors took
     over the 60 s every other statement gets, on a loaded 2-core machine)."""
     started = time.perf_counter()
     rows, dim = db.execute_sql(f"SELECT count(*), max(vector_dims(embedding)) FROM {VEC_TABLE}").fetchone()
-    room_mb = min(max(64, int(rows * (4 * (dim or 0) + 256) * 1.5) >> 20), 1024)
+    room_mb = build_room_mb(db, rows, dim or 0)
     with db.atomic():  # SET LOCAL needs a transaction: the caller's, or this one
         db.execute_sql(f"SET LOCAL maintenance_work_mem = '{room_mb}MB'")
         db.execute_sql("SET LOCAL statement_timeout = 0")

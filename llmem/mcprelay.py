@@ -243,7 +243,10 @@ class _Relay:
         server_fd = upstream.fileno()
         poller.register(server_fd, select.POLLIN)
         while True:
-            for fd, _ in poller.poll():
+            # The server's end first when both are ready: an agent's call that came after the
+            # server went then waits for the next server instead of going into the closed
+            # socket, where it would be lost (poll lists stdin first, registered first).
+            for fd, _ in sorted(poller.poll(), key=lambda event: event[0] != server_fd):
                 if fd == server_fd:
                     data = upstream.read()
                     if not data:

@@ -344,11 +344,14 @@ def pytest_runtest_protocol(item, nextitem):
         return real_init(self, args, *rest, **kwargs)
 
     subprocess.Popen.__init__ = counting_init
-    cpu, wall = _cpu_seconds(), time.monotonic()
+    cpu, wall, started = _cpu_seconds(), time.monotonic(), time.time()
     try:
         yield
     finally:
         subprocess.Popen.__init__ = real_init
+    # The start (epoch seconds) and the xdist worker: a run's idle tail is read off these.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
     with open(target, "a") as out:
         out.write(f"{_cpu_seconds() - cpu:.3f}\t{time.monotonic() - wall:.3f}\t{item.nodeid}"
-                  f"\t{len(spawned)}\t{' | '.join(sorted(set(spawned)))[:300]}\n")
+                  f"\t{len(spawned)}\t{' | '.join(sorted(set(spawned)))[:300]}"
+                  f"\t{started:.3f}\t{worker}\n")

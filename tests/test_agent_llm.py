@@ -224,10 +224,11 @@ def test_a_reply_that_is_not_the_schema_is_retried_once_then_invalid_both_metere
 def test_a_cli_that_does_not_answer_in_time_is_killed_with_its_children(agents, configure, app):
     agents["codex"].answer(mode="hang")
     agent_config(configure, "codex")
-    llm = AgentLLM(AgentCall(get_agent("codex"), str(agents["codex"].path)), timeout=2.0, store=app.store)
+    # 1 s: room for the stand-in (a Python process) to start its child and say so under load.
+    llm = AgentLLM(AgentCall(get_agent("codex"), str(agents["codex"].path)), timeout=1.0, store=app.store)
 
     started = time.monotonic()
-    with pytest.raises(LLMUnavailable, match="did not answer within 2 s") as caught:
+    with pytest.raises(LLMUnavailable, match="did not answer within 1 s") as caught:
         llm.chat_json(MESSAGES, SCHEMA, task="extract")
 
     assert time.monotonic() - started < 10 and "llm.timeout" in caught.value.hint

@@ -11,7 +11,6 @@ import os
 import tomllib
 
 import pytest
-from mcp import StdioServerParameters
 from mcp_client import McpClient
 from servers import PG_PASSWORD
 
@@ -31,6 +30,8 @@ def _entry(agent: str, homes) -> tuple[dict, str]:
 
 
 def _search_as_the_agent_starts_it(agent: str, entry: dict, cwd, errlog) -> str:
+    from mcp import StdioServerParameters  # here, not at collection: the SDK costs ~1.2 s of CPU
+
     env = {key: os.environ[key] for key in INHERITED[agent] if key in os.environ}
     env.update(entry.get("env", {}))
     client = McpClient(env, cwd=cwd, errlog=errlog)

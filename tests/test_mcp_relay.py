@@ -316,3 +316,30 @@ def test_a_host_whose_agent_closes_stdin_serves_the_relayed_sessions_to_their_en
 def test_only_the_serving_command_lines_are_relayed(repos, resident):
     for argv in (["mcp", "--help"], ["mcp", "serve", "extra"], ["mcp", "bogus"]):
         assert mcprelay.relay(argv) is False  # the CLI says what it says about them
+
+
+def test_a_call_sent_after_the_server_went_waits_for_the_next_server_not_lost(tmp_path):
+    """The server's end and the agent's next call ready at the same wake-up (a loaded machine:
+    the resident stopped, then the call came, before the relay ran): the end is read first, so
+    the call goes to the next server instead of into the closed socket, where it was lost."""
+    ours, theirs = socket.socketpair()
+    upstream = mcprelay._Socket(ours, pid=1)
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    try:
+        relay = mcprelay._Relay(stdin_r, stdout_w, tmp_path / "resident.sock")
+        theirs.shutdown(socket.SHUT_RDWR)  # the resident stopped: its sessions are cut
+        theirs.close()
+        os.write(stdin_w, b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {}}\n')
+        assert relay._pump(upstream) is False  # the server ended, not the agent
+        assert relay.pending == {}  # the call was not sent into the closed socket
+        assert relay._answer_lost_calls()
+        os.close(stdout_w)
+        stdout_w = -1
+        assert os.read(stdout_r, 4096) == b""  # nothing told lost: the call is still to be read
+        assert b'"id": 2' in os.read(stdin_r, 4096)
+    finally:
+        upstream.close()
+        for fd in (stdin_r, stdin_w, stdout_r, stdout_w):
+            if fd >= 0:
+                os.close(fd)

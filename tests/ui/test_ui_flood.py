@@ -50,7 +50,7 @@ def test_half_open_connections_are_bounded_refused_early_and_logged_once(llmem_a
     sock = bind(0)
     port = sock.getsockname()[1]
     asgi, _ = make_app(llmem_app, port)
-    server = ViewerServer(asgi, sock, max_connections=8, header_timeout=1.0).start()
+    server = ViewerServer(asgi, sock, max_connections=8, header_timeout=0.4).start()
     caplog.set_level(logging.WARNING, logger="llmem.ui.server")
     clients: list[socket.socket] = []
     try:
@@ -80,7 +80,7 @@ def test_a_request_head_trickled_in_slower_than_the_deadline_is_cut(llmem_app):
     sock = bind(0)
     port = sock.getsockname()[1]
     asgi, _ = make_app(llmem_app, port)
-    server = ViewerServer(asgi, sock, max_connections=8, header_timeout=0.5).start()
+    server = ViewerServer(asgi, sock, max_connections=8, header_timeout=0.25).start()
     try:
         slow = socket.create_connection(("127.0.0.1", port))
         slow.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # ... and the rest never comes

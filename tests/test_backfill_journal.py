@@ -62,8 +62,8 @@ def test_one_action_holds_a_runs_sessions_and_the_rollback_undoes_each(copilot):
     assert second.sessions == 6 and second.added + second.episodes >= 5
     actions = session_actions(app.store.db, second.run_id)
     assert [(op, memory_id) for op, memory_id, _, _ in actions] == [(journal_rows.SESSION_OP, None)]
-    images = json.loads(actions[0][2])
-    assert len(images) == 6 and sum(image["row"] is not None for image in images) == 2
+    moved = json.loads(actions[0][2])  # [adapter, session_id, the row as it was or null]
+    assert len(moved) == 6 and sum(row is not None for _, _, row in moved) == 2
     made = [pair for pairs in json.loads(actions[0][3]).values() for pair in pairs]
     assert len(made) == second.added + second.episodes
     assert action_counts(app.store, second.run_id) == {
@@ -96,11 +96,12 @@ def test_an_older_stores_action_of_one_session_still_rolls_back(copilot):
     run = run_backfill(app, use_llm=False)
     db = app.store.db
     ((_, _, before, after),) = session_actions(db, run.run_id)
-    images, created = json.loads(before), json.loads(after)
-    # The same run as the older journal wrote it: an action per session, its one image bare.
+    images, created = journal_rows.cursor_images(before), json.loads(after)
+    # The same run as the older journal wrote it: an action per session, its one image whole.
     db.execute_sql("DELETE FROM dream_action WHERE run_id = ?", (run.run_id,))
     Memory = app.store.models.Memory
     for image in images:
+        assert image["table"] == "session_cursor" and image["row"] is None
         session = image["key"]["session_id"]
         own = {m.id for m in Memory.select(Memory.id).where(Memory.session_id == session)}
         mine = {kind: [pair for pair in pairs if pair[0] in own] for kind, pairs in created.items()}

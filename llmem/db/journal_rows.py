@@ -7,13 +7,15 @@ from typing import Any
 
 # The op of a backfill's session actions (dream/backfill.py): `after` maps each kind of memory
 # the sessions created ("add", "episode") to [id, updated_at] pairs in the order they were
-# made, `before` is the list of the session cursors the backfill moved, as they were (`row`
-# images, in the order read; null: none moved; one image, not in a list: a store's older
-# action of one session). A row per memory, with its two index entries, was ~0.2x the text
-# a store holds, and a row per session 0.2x a small one's (issue 18): a run's sessions share
-# an action until its images pass SESSION_ACTION_BYTES. Undo reads it as the `create`s and
-# the `row`s it stands for (actions_newest_first).
+# made, `before` lists the session cursors the backfill moved, in the order read, each as
+# [adapter, session_id, row as it was or null] (null: none moved; an older store's action of
+# one session holds one whole `row` image instead). A row per memory, with its two index
+# entries, was ~0.2x the text a store holds, and a row per session 0.2x a small one's
+# (issue 18): a run's sessions share an action until its images pass SESSION_ACTION_BYTES.
+# Undo reads it as the `create`s and the `row`s it stands for (actions_newest_first).
 SESSION_OP = "session"
+CURSOR_TABLE = "session_cursor"  # the table of the cursors a session action puts back
+_COMPACT = (",", ":")  # JSON without the spaces: a session action is ids and numbers mostly
 # An action is rewritten whole as each session joins it (every write of a backfill is
 # journaled in the session's own transaction): at this size, a few pages a session.
 SESSION_ACTION_BYTES = 8192
@@ -75,20 +77,26 @@ def _created_pairs(after_text: str | None) -> list[tuple[str, float]]:
 
 
 def session_action_images(created: dict[str, list[tuple[str, float]]],
-                          cursors_before: list[dict[str, Any]]) -> tuple[str | None, str]:
+                          cursors_before: list[tuple[str, str, dict[str, Any] | None]]) -> tuple[str | None, str]:
     """The (before, after) JSON texts of a session action: `created` maps a kind to its
-    (id, updated_at) pairs; `cursors_before` are the moved cursors' `row` images."""
-    return (json.dumps(cursors_before, ensure_ascii=False, sort_keys=True) if cursors_before else None,
+    (id, updated_at) pairs; `cursors_before` are the moved cursors, (adapter, session_id,
+    row as it was or None)."""
+    return (json.dumps([list(c) for c in cursors_before], ensure_ascii=False, separators=_COMPACT)
+            if cursors_before else None,
             json.dumps({kind: [list(pair) for pair in pairs] for kind, pairs in created.items() if pairs},
-                       ensure_ascii=False, sort_keys=True))
+                       ensure_ascii=False, sort_keys=True, separators=_COMPACT))
 
 
-def cursor_images(before) -> list:
-    """The cursor `row` images of a session action's `before` (JSON text or parsed)."""
-    images = json.loads(before) if isinstance(before, str) else before
-    if not images:
+def cursor_images(before) -> list[dict[str, Any]]:
+    """The `row` images ({table, key, row}) of the cursors a session action's `before`
+    (JSON text or parsed) puts back."""
+    held = json.loads(before) if isinstance(before, str) else before
+    if not held:
         return []
-    return images if isinstance(images, list) else [images]
+    if isinstance(held, dict):  # an older action of one session: its image whole
+        return [held]
+    return [{"table": CURSOR_TABLE, "key": {"adapter": adapter, "session_id": session_id}, "row": row}
+            for adapter, session_id, row in held]
 
 
 def created_in_session_actions(db, memory_id: str) -> list[tuple[int, str]]:

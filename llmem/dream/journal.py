@@ -182,7 +182,7 @@ class _SessionAction:
     phase: str
     id: int | None = None
     created: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
-    cursors: list[dict[str, Any]] = field(default_factory=list)
+    cursors: list[tuple[str, str, dict[str, Any] | None]] = field(default_factory=list)
     size: int = 0  # bytes of its images
 
 
@@ -278,8 +278,8 @@ class Journal:
         as it was when the backfill moved it. The run's sessions join one action, rewritten
         with each, until it passes journal_rows.SESSION_ACTION_BYTES. Undo reads it as those
         `create`s and `row`s."""
-        if cursor_table not in RESTORABLE_TABLES:
-            raise ValueError(f"table {cursor_table!r} cannot be journaled")
+        if cursor_table != journal_rows.CURSOR_TABLE:
+            raise ValueError(f"table {cursor_table!r} is no session cursor table")
         pairs = {kind: [(m.id, m.updated_at) for m in memories] for kind, memories in created.items()}
         if not cursor_moved and not any(pairs.values()):
             return
@@ -289,7 +289,7 @@ class Journal:
         for kind, made in pairs.items():
             held.created.setdefault(kind, []).extend(made)
         if cursor_moved:
-            held.cursors.append({"table": cursor_table, "key": cursor_key, "row": cursor_before})
+            held.cursors.append((cursor_key["adapter"], cursor_key["session_id"], cursor_before))
         before, after = journal_rows.session_action_images(held.created, held.cursors)
         held.size = len(before or "") + len(after)
         if held.id is None:

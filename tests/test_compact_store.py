@@ -162,6 +162,35 @@ def test_the_index_is_compacted_only_after_a_write_that_is_much_of_the_store(tmp
         assert fts.match_count(store.db, fts.match_expression("restarts nightly"), 100) == 40
 
 
+@pytest.mark.sqlite_only
+@pytest.mark.creates_store
+def test_the_index_writes_leaves_that_leave_room_for_its_small_records(tmp_path, monkeypatch):
+    """At FTS5's default leaf size a leaf fills its page alone, and the index's two small
+    records (averages, structure) took a page of their own: migration 0025 sets a leaf size
+    that leaves them room beside the first leaf, on a new store and an older one alike."""
+    def leaf_size(store):
+        return store.db.execute_sql("SELECT v FROM memory_fts_config WHERE k = 'pgsz'").fetchone()
+
+    before = [step for step in migrations.MIGRATIONS if step[0] != "0025_fts_leaf_size"]
+    monkeypatch.setattr(migrations, "MIGRATIONS", before)
+    with Store.open(tmp_path / "old.db") as store:
+        assert leaf_size(store) is None
+    monkeypatch.undo()
+    for name in ("old.db", "new.db"):
+        with Store.open(tmp_path / name) as store:
+            assert leaf_size(store) == (fts.LEAF_BYTES,)
+            for n in range(150):  # one transaction each: a segment each, merged into one below
+                store.add(f"note {n}: the worker {secrets.token_hex(6)} restarts at {secrets.token_hex(3)} nightly", "fact")
+            assert fts.compact_after_bulk_add(store.db, 150)
+            store.db.execute_sql("VACUUM")  # the rows in order, as a first backfill's compaction leaves them
+            pages = store.db.execute_sql("SELECT count(*) FROM dbstat WHERE name = 'memory_fts_data' "
+                                         "AND pagetype = 'leaf'").fetchone()[0]
+            leaves = store.db.execute_sql("SELECT count(*) FROM memory_fts_data WHERE id > 10").fetchone()[0]
+            assert leaves > 2 and pages == leaves
+            store.db.execute_sql("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
+            assert fts.match_count(store.db, fts.match_expression("restarts"), 1000) == 150
+
+
 @backend
 def test_on_a_team_store_the_owner_cuts_every_teammates_hashes(servers):
     """Row-level security shows the migrating owner only its own and the shared rows: the step

@@ -256,6 +256,9 @@ def stem_words(db, words: list[str]) -> list[str]:
     return [_porter_stem(w) for w in words]
 
 
+# The FTS5 index's leaf size (its `pgsz`, migration 0025): a leaf and the index's two small
+# records fit one 4 KB page (a leaf of FTS5's default 4050 fills the page alone).
+LEAF_BYTES = 4000
 # A bulk write adding at least this share of the store's memories compacts the index after it.
 BULK_SHARE = 0.25
 

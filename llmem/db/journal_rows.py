@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# The op of a backfill's one action per session (dream/backfill.py): `after` maps each kind
-# of memory it created ("add", "episode") to [id, updated_at] pairs in the order they were
-# made, `before` is the session cursor as it was (a `row` image; null: unchanged). A row per
-# memory, with its two index entries, was ~0.2x the text a store holds (issue 18). Undo
-# reads it as the `create`s and the `row` it stands for (actions_newest_first).
+# The op of a backfill's session actions (dream/backfill.py): `after` maps each kind of memory
+# the sessions created ("add", "episode") to [id, updated_at] pairs in the order they were
+# made, `before` lists the session cursors the backfill moved, in the order read, each as
+# [adapter, session_id, row as it was or null] (null: none moved; an older store's action of
+# one session holds one whole `row` image instead). A row per memory, with its two index
+# entries, was ~0.2x the text a store holds, and a row per session 0.2x a small one's
+# (issue 18): a run's sessions share an action until its images pass SESSION_ACTION_BYTES.
+# Undo reads it as the `create`s and the `row`s it stands for (actions_newest_first).
 SESSION_OP = "session"
+CURSOR_TABLE = "session_cursor"  # the table of the cursors a session action puts back
+_COMPACT = (",", ":")  # JSON without the spaces: a session action is ids and numbers mostly
+# An action is rewritten whole as each session joins it (every write of a backfill is
+# journaled in the session's own transaction): at this size, a few pages a session.
+SESSION_ACTION_BYTES = 8192
 
 
 def insert_action(db, run_id: str, phase: str, kind: str, op: str, memory_id: str | None,
@@ -18,6 +26,18 @@ def insert_action(db, run_id: str, phase: str, kind: str, op: str, memory_id: st
     """Record one applied action of a run with its before- and after-images (JSON texts)."""
     db.execute_sql("INSERT INTO dream_action(run_id, phase, kind, op, memory_id, before, after, created_at) "
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (run_id, phase, kind, op, memory_id, before, after, at))
+
+
+def insert_session_action(db, run_id: str, phase: str, before: str | None, after: str, at: float) -> int:
+    """Record a session action (SESSION_OP) of a run; its id, for the sessions that join it."""
+    return db.execute_sql("INSERT INTO dream_action(run_id, phase, kind, op, memory_id, before, after, created_at) "
+                          "VALUES (?, ?, 'session', ?, NULL, ?, ?, ?) RETURNING id",
+                          (run_id, phase, SESSION_OP, before, after, at)).fetchone()[0]
+
+
+def rewrite_images(db, action_id: int, before: str | None, after: str) -> None:
+    """Replace the images of session action `action_id` (another session joined it)."""
+    db.execute_sql("UPDATE dream_action SET before = ?, after = ? WHERE id = ?", (before, after, action_id))
 
 
 # The later runs (started after ?, not undone, not of kind ?) with an action on a memory IN …
@@ -57,12 +77,26 @@ def _created_pairs(after_text: str | None) -> list[tuple[str, float]]:
 
 
 def session_action_images(created: dict[str, list[tuple[str, float]]],
-                          cursor_before: dict[str, Any] | None) -> tuple[str | None, str]:
+                          cursors_before: list[tuple[str, str, dict[str, Any] | None]]) -> tuple[str | None, str]:
     """The (before, after) JSON texts of a session action: `created` maps a kind to its
-    (id, updated_at) pairs; `cursor_before` is the cursor's `row` image (None: unchanged)."""
-    return (None if cursor_before is None else json.dumps(cursor_before, ensure_ascii=False, sort_keys=True),
+    (id, updated_at) pairs; `cursors_before` are the moved cursors, (adapter, session_id,
+    row as it was or None)."""
+    return (json.dumps([list(c) for c in cursors_before], ensure_ascii=False, separators=_COMPACT)
+            if cursors_before else None,
             json.dumps({kind: [list(pair) for pair in pairs] for kind, pairs in created.items() if pairs},
-                       ensure_ascii=False, sort_keys=True))
+                       ensure_ascii=False, sort_keys=True, separators=_COMPACT))
+
+
+def cursor_images(before) -> list[dict[str, Any]]:
+    """The `row` images ({table, key, row}) of the cursors a session action's `before`
+    (JSON text or parsed) puts back."""
+    held = json.loads(before) if isinstance(before, str) else before
+    if not held:
+        return []
+    if isinstance(held, dict):  # an older action of one session: its image whole
+        return [held]
+    return [{"table": CURSOR_TABLE, "key": {"adapter": adapter, "session_id": session_id}, "row": row}
+            for adapter, session_id, row in held]
 
 
 def created_in_session_actions(db, memory_id: str) -> list[tuple[int, str]]:
@@ -95,7 +129,7 @@ def actions_newest_first(db, run_id: str):
 
 class _Expanded:
     """A cursor of actions that reads each session action as what it stands for, newest
-    first: the cursor's `row` (journaled last), then a `create` per memory, the last made first."""
+    first: the cursors' `row`s (journaled last), then a `create` per memory, the last made first."""
 
     def __init__(self, cursor):
         self._cursor = cursor
@@ -110,8 +144,7 @@ class _Expanded:
                 if op != SESSION_OP:
                     self._held.append((op, memory_id, before, after))
                     continue
-                if before is not None:
-                    self._held.append(("row", None, before, None))
+                self._held.extend(("row", None, json.dumps(image), None) for image in reversed(cursor_images(before)))
                 self._held.extend(("create", created, None, json.dumps({"updated_at": stamp}))
                                   for created, stamp in reversed(_created_pairs(after)))
         out, self._held = self._held[:size], self._held[size:]

@@ -438,6 +438,17 @@ def content_is_packed(db) -> bool:
     return bool(row) and f'"content" {DECLARED_TYPE}' in row[0]
 
 
+def _fit_fts_leaves(db) -> None:
+    # FTS5 writes its index as leaves of `pgsz` bytes, each a row of memory_fts_data. At its
+    # default (4050) a leaf fills a page to the byte, so the index's two small records (the
+    # averages and the segment structure, rows 1 and 10) had a page of their own: 4 KB a
+    # store, 0.1x the text of a small one. At fts.LEAF_BYTES they sit beside the first leaf.
+    # Leaves written from now on take the size; a first backfill rewrites the whole index.
+    from .fts import LEAF_BYTES
+
+    db.execute_sql("INSERT INTO memory_fts(memory_fts, rank) VALUES ('pgsz', ?)", (LEAF_BYTES,))
+
+
 # Indexes whose column leads a wider index on the same table (migration 0023 / pg0009).
 REDUNDANT_INDEXES = ("memory_type", "memory_project", "memory_invalidated_at")
 
@@ -467,6 +478,7 @@ MIGRATIONS: list[tuple[str, Callable]] = [
     ("0017_compact_vectors", _compact_vectors),
     ("0023_compact_store", _compact_store),
     ("0024_packed_episode_text", _pack_episode_text),
+    ("0025_fts_leaf_size", _fit_fts_leaves),
 ]
 # Steps that free much of the file: a VACUUM after them gives the space back to the disk.
 RECLAIMING = {"0017_compact_vectors", "0023_compact_store"}

@@ -3,9 +3,10 @@
 Sessions are read oldest first through the configured adapter — under `auto`, every agent
 whose store is present, interleaved by time; extraction itself works from
 each session's cursor, so an interrupted backfill resumes where it stopped and a session
-already extracted adds nothing. What a backfill does to a session is journaled as one
-`session` action (db/journal_rows.py): the memories it added, each by id and stamp as a
-`create`, and the session cursor as it was: `--rollback RUN_ID` (the journal's undo)
+already extracted adds nothing. What a backfill does to its sessions is journaled in
+`session` actions that the run's sessions share (db/journal_rows.py), each session joining
+one in its own transaction: the memories it added, each by id and stamp as a `create`, and
+the session cursor as it was: `--rollback RUN_ID` (the journal's undo)
 deletes those memories and puts the cursors back, so a later backfill reads the sessions
 again. Memories that extraction *updated* (near-duplicates of existing ones) are
 counted but not rolled back: extraction does not hand out their before-images.

@@ -175,6 +175,17 @@ def file_hash(text: str | None) -> str | None:
     return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+@dataclass
+class _SessionAction:
+    """A backfill's session action as it grows (Journal.session): what it holds and its size."""
+
+    phase: str
+    id: int | None = None
+    created: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    cursors: list[tuple[str, str, dict[str, Any] | None]] = field(default_factory=list)
+    size: int = 0  # bytes of its images
+
+
 class Journal:
     """Applies writes for one run and records each with its before-image."""
 
@@ -183,6 +194,7 @@ class Journal:
         self.db = store.db
         self.run = run
         self.count = 0
+        self._sessions: _SessionAction | None = None  # the action sessions are joining
 
     def _record(self, phase: str, kind: str, op: str, memory_id: str | None, before, after) -> None:
         journal_rows.insert_action(self.db, self.run.id, phase, kind, op, memory_id,
@@ -261,20 +273,30 @@ class Journal:
     def session(self, phase: str, created: dict[str, list[Memory]], cursor_table: str,
                 cursor_key: dict[str, Any], cursor_before: dict[str, Any] | None, *,
                 cursor_moved: bool) -> None:
-        """Journal what a backfill did to one session as one action (journal_rows.SESSION_OP):
-        the memories it created, by kind, each by id and stamp as `create` journals it, and
-        the session cursor as it was when the backfill moved it. Undo reads it as those
-        `create`s and that `row`."""
-        if cursor_table not in RESTORABLE_TABLES:
-            raise ValueError(f"table {cursor_table!r} cannot be journaled")
+        """Journal what a backfill did to one session (journal_rows.SESSION_OP): the memories it
+        created, by kind, each by id and stamp as `create` journals it, and the session cursor
+        as it was when the backfill moved it. The run's sessions join one action, rewritten
+        with each, until it passes journal_rows.SESSION_ACTION_BYTES. Undo reads it as those
+        `create`s and `row`s."""
+        if cursor_table != journal_rows.CURSOR_TABLE:
+            raise ValueError(f"table {cursor_table!r} is no session cursor table")
         pairs = {kind: [(m.id, m.updated_at) for m in memories] for kind, memories in created.items()}
         if not cursor_moved and not any(pairs.values()):
             return
-        image = {"table": cursor_table, "key": cursor_key, "row": cursor_before} if cursor_moved else None
-        before, after = journal_rows.session_action_images(pairs, image)
-        journal_rows.insert_action(self.db, self.run.id, phase, "session", journal_rows.SESSION_OP,
-                                   None, before, after, now())
-        self.count += 1
+        held = self._sessions
+        if held is None or held.phase != phase or held.size > journal_rows.SESSION_ACTION_BYTES:
+            held = self._sessions = _SessionAction(phase)
+        for kind, made in pairs.items():
+            held.created.setdefault(kind, []).extend(made)
+        if cursor_moved:
+            held.cursors.append((cursor_key["adapter"], cursor_key["session_id"], cursor_before))
+        before, after = journal_rows.session_action_images(held.created, held.cursors)
+        held.size = len(before or "") + len(after)
+        if held.id is None:
+            held.id = journal_rows.insert_session_action(self.db, self.run.id, phase, before, after, now())
+            self.count += 1
+        else:
+            journal_rows.rewrite_images(self.db, held.id, before, after)
 
     def relate(self, phase: str, kind: str, source_id: str, target_id: str, relation_type: str) -> bool:
         """Add a relation unless it exists; journal it when added."""
@@ -855,5 +877,5 @@ def action_counts(store, run_id: str) -> dict[str, dict[str, int]]:
         for kind, pairs in (after or {}).items():
             kinds[kind] = kinds.get(kind, 0) + len(pairs)
         if before:
-            kinds["cursor"] = kinds.get("cursor", 0) + 1
+            kinds["cursor"] = kinds.get("cursor", 0) + len(journal_rows.cursor_images(before))
     return out

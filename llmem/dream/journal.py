@@ -710,21 +710,28 @@ def _compare_and_set(db, plain: dict[str, tuple], force: bool) -> None:
     columns still hold the run's after-image (`force`: whatever they hold); raises
     _RowsChanged when a row was not written."""
     groups: dict[tuple, list] = {}
-    compared_of: dict[tuple[str, ...], tuple[str, ...]] = {}  # an after-image's names → those compared
+    # (an image's names, an after-image's names or None) → (the names written, those compared,
+    # and the rows of their group): worked out once a shape, not once a memory.
+    shapes: dict[tuple, tuple[tuple[str, ...], tuple[str, ...], list]] = {}
     for memory_id, (image, after, _) in plain.items():
-        values = image if DERIVED_COLUMNS.isdisjoint(image) else \
-            {name: value for name, value in image.items() if name not in DERIVED_COLUMNS}
-        names = _shape(values).written
-        compared = ()
-        if not force and after is not None:
-            key = tuple(after)
-            compared = compared_of.get(key)
-            if compared is None:
-                compared = compared_of[key] = tuple(sorted(name for name in key if name in _EDITED))
-        row = [_stored_metadata(values[name]) if name == "metadata" else values[name] for name in names]
+        key = (tuple(image), None if force or after is None else tuple(after))
+        shape = shapes.get(key)
+        if shape is None:
+            names = _shape({name: None for name in image if name not in DERIVED_COLUMNS}).written
+            compared = () if key[1] is None else tuple(sorted(name for name in key[1] if name in _EDITED))
+            shape = shapes[key] = (names, compared, groups.setdefault((names, compared), []))
+        names, compared, rows = shape
+        row = [image[name] for name in names]
+        if "metadata" in image:
+            metadata = image["metadata"]
+            row[names.index("metadata")] = None if metadata is None else _json(metadata)
         row.append(memory_id)
-        row.extend(_stored_metadata(after[name]) if name == "metadata" else after[name] for name in compared)
-        groups.setdefault((names, compared), []).append(row)
+        if compared:
+            row += [after[name] for name in compared]
+            if "metadata" in compared:
+                metadata = after["metadata"]
+                row[len(names) + 1 + compared.index("metadata")] = None if metadata is None else _json(metadata)
+        rows.append(row)
     for (names, compared), rows in groups.items():
         if bulk.update_memory_rows(db, names, rows, where=compared) != len(rows):
             raise _RowsChanged

@@ -60,7 +60,7 @@ _KIND_NAMES = {_DECAY: "decay", _BOOST: "boost"}
 # What DecayRows.apply reads and writes of a memory, and its images' texts (as _image writes
 # them: the names sorted, the metadata as stored): a decay or boost sets the confidence and
 # one metadata key, an invalidation the stamp and its reason; both stamp updated_at.
-_APPLY_READ = ("metadata", "confidence", "updated_at", "invalidated_at")
+_APPLY_READ = ("metadata", "confidence", "updated_at", "invalidated_at", "seq")
 _CHANGED_COLUMNS = ("confidence", "metadata", "updated_at")
 _INVALIDATED_COLUMNS = ("invalidated_at", "metadata", "updated_at")
 _BOTH = ("confidence", "invalidated_at", "metadata", "updated_at")
@@ -142,7 +142,7 @@ class DecayRows:
             row = current.get(memory_id)
             if row is None:
                 raise NotFound(f"no memory with id {memory_id!r}")
-            text, confidence, updated_at, invalidated_at = row
+            text, confidence, updated_at, invalidated_at, seq = row
             text = text or "{}"
             metadata = loads(text)
             if code:
@@ -160,10 +160,10 @@ class DecayRows:
                 entries.append((run_id, "deep", "invalidate", "update", memory_id,
                                 _INVALIDATED % (value_json(invalidated_at), text, value_json(updated_at)),
                                 _INVALIDATED % (at_json, new_text, stamp_json), stamp))
-                writes.append((memory_id, _BOTH, [new, at, new_text, stamp]) if code else
-                              (memory_id, _INVALIDATED_COLUMNS, [at, new_text, stamp]))
+                writes.append((seq, _BOTH, [new, at, new_text, stamp]) if code else
+                              (seq, _INVALIDATED_COLUMNS, [at, new_text, stamp]))
             else:
-                writes.append((memory_id, _CHANGED_COLUMNS, [new, text, stamp]))
+                writes.append((seq, _CHANGED_COLUMNS, [new, text, stamp]))
         journal.write_updates(writes, entries)
 
     def __iter__(self):

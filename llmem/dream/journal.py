@@ -225,9 +225,11 @@ class Journal:
         read = ("metadata", *sorted(names))  # metadata first: it is decoded, the rest as stored
         current: dict[str, dict[str, Any]] = {}
         texts: dict[str, str] = {}  # memory id → its metadata as stored
+        seqs: dict[str, int] = {}  # memory id → its seq, the key of its write (bulk.update_memory_rows)
         loads = _loads
-        for memory_id, row in bulk.memory_rows_by_id(self.db, read, ids).items():
-            snapshot = dict(zip(read, row, strict=True))
+        for memory_id, row in bulk.memory_rows_by_id(self.db, (*read, "seq"), ids).items():
+            seqs[memory_id] = row[-1]
+            snapshot = dict(zip(read, row[:-1], strict=True))
             texts[memory_id] = text = row[0] or "{}"
             snapshot["metadata"] = loads(text)
             current[memory_id] = snapshot
@@ -266,15 +268,15 @@ class Journal:
                 final[memory_id] = (tuple(merged), list(merged.values()))
             before_row.update(values)
             texts[memory_id] = new_text
-        _write_shapes(self.db, [(memory_id, names, row) for memory_id, (names, row) in final.items()])
+        _write_shapes(self.db, [(seqs[memory_id], names, row) for memory_id, (names, row) in final.items()], key="seq")
         bulk.insert_actions(self.db, journal)
         self.count += len(journal)
 
-    def write_updates(self, writes: list[tuple[str, tuple[str, ...], list[Any]]], entries: list[tuple]) -> None:
+    def write_updates(self, writes: list[tuple[int, tuple[str, ...], list[Any]]], entries: list[tuple]) -> None:
         """Write updates a compact run worked out itself (deep.DecayRows.apply): `writes`
-        (memory_id, columns, stored values), each memory once, and their journal rows
+        (the memory's seq, columns, stored values), each memory once, and their journal rows
         (dream_action's columns, as update_many makes them). Call inside a txn."""
-        _write_shapes(self.db, writes)
+        _write_shapes(self.db, writes, key="seq")
         bulk.insert_actions(self.db, entries)
         self.count += len(entries)
 
@@ -458,18 +460,18 @@ def _image(names: tuple[str, ...], template: str, values: dict[str, Any], metada
     return "{" + ", ".join([f'"{name}": {text}' for name, text in pairs]) + "}"
 
 
-def _write_shapes(db, writes: list[tuple[str, tuple[str, ...], list[Any]]]) -> int:
-    """Write (memory_id, names, stored values of those names), each memory once, with one
-    prepared statement per shape (the columns written): the order among them does not
-    matter. Returns how many rows were written."""
+def _write_shapes(db, writes: list[tuple[Any, tuple[str, ...], list[Any]]], key: str = "id") -> int:
+    """Write (the memory's `key`: its id or seq, names, stored values of those names), each
+    memory once, with one prepared statement per shape (the columns written): the order
+    among them does not matter. Returns how many rows were written."""
     groups: dict[tuple[str, ...], list] = {}
-    for memory_id, names, stored in writes:
-        stored.append(memory_id)
+    for memory_key, names, stored in writes:
+        stored.append(memory_key)
         rows = groups.get(names)
         if rows is None:
             rows = groups[names] = []
         rows.append(stored)
-    return sum(bulk.update_memory_rows(db, names, rows) for names, rows in groups.items())
+    return sum(bulk.update_memory_rows(db, names, rows, key=key) for names, rows in groups.items())
 
 
 def start_run(store, kind: str, phases: list[str], run_id: str | None = None) -> DreamRun:

@@ -106,10 +106,12 @@ class _Expanded:
             rows = self._cursor.fetchmany(size)
             if not rows:
                 break
-            for op, memory_id, before, after in rows:
-                if op != SESSION_OP:
-                    self._held.append((op, memory_id, before, after))
+            held = self._held
+            for row in rows:
+                if row[0] != SESSION_OP:
+                    held.append(row)  # as read: most of a night's 100k actions
                     continue
+                _, _, before, after = row
                 if before is not None:
                     self._held.append(("row", None, before, None))
                 self._held.extend(("create", created, None, json.dumps({"updated_at": stamp}))

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -242,6 +244,55 @@ def measure(label: str, fn, trace: bool):
     return result, seconds, peak
 
 
+def applied_round(tmp: Path, pristine: Path, index: int, built_here: bool) -> dict[str, float]:
+    """One applied sweep, its undo and their floors, on a copy of `pristine` (with its vector
+    file) in a home of its own; prints them and returns the ratios to the floors."""
+    db_path = tmp / f"round{index}.db"
+    for source, target in ((pristine, db_path), (pristine, tmp / "floor.db")):
+        shutil.copy(source, target)
+        shutil.copy(source.with_suffix(vector_file.SUFFIX), target.with_suffix(vector_file.SUFFIX))
+    config = make_config(tmp / f"home{index}")
+    (tmp / f"home{index}").mkdir()
+    store = Store.open(db_path)
+    print(f"  round {index + 1} (load {' '.join(f'{x:.1f}' for x in os.getloadavg())})")
+    started, used = time.perf_counter(), time.process_time()
+    outcome = run_dream(store, config, apply=True, use_llm=False)
+    total, total_cpu = time.perf_counter() - started, time.process_time() - used
+    print(f"  applied sweep (journaled)    {total:8.2f} s   CPU {total_cpu:.2f} s   phases {json.dumps(outcome.phase_seconds)}")
+    print(f"    actions {sum(sum(c.values()) for c in outcome.action_counts().values())}")
+    print(f"  max RSS so far (the phases and the applied sweep{', and the build' if built_here else ''}) "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.0f} MiB", flush=True)
+    started, used = time.perf_counter(), time.process_time()
+    undone = undo_run(store, outcome.run_id)
+    undo_seconds, undo_cpu = time.perf_counter() - started, time.process_time() - used
+    print(f"  undo of that run             {undo_seconds:8.2f} s   CPU {undo_cpu:.2f} s   "
+          f"({undone.restored} rows restored, {undone.deleted} removed)")
+    floor = journaled_floor(store.db, tmp / "floor.db", outcome.run_id)
+    store.close()
+    rows = floor["rows"][0]
+    apply_floor = tuple(a + b for a, b in zip(floor["apply"], floor["apply_read"], strict=True))
+    undo_floor = tuple(a + b for a, b in zip(floor["undo"], floor["undo_read"], strict=True))
+    print(f"  floor: {rows} journaled updates in {floor['apply'][0]:.2f} s (CPU {floor['apply'][1]:.2f} s) "
+          f"+ reading their old values {floor['apply_read'][0]:.2f} s (CPU {floor['apply_read'][1]:.2f} s); "
+          f"put back in {floor['undo'][0]:.2f} s (CPU {floor['undo'][1]:.2f} s) "
+          f"+ reading the journal {floor['undo_read'][0]:.2f} s (CPU {floor['undo_read'][1]:.2f} s)")
+    deep = outcome.phase_seconds.get("deep", 0.0)
+    print(f"  deep phase (plan + apply)    {deep:8.2f} s   {deep / apply_floor[0]:6.2f}× the floor")
+    print(f"  applied sweep, all phases    {total:8.2f} s   {total / apply_floor[0]:6.2f}× the floor, "
+          f"CPU {total_cpu / apply_floor[1]:6.2f}× the floor's ({total_cpu / floor['apply'][1]:.2f}× the bare one's)")
+    light_cpu = CPU.get("light (incremental)", 0.0)
+    print(f"  sweep CPU but light's vector compare (a read: {light_cpu:.2f} s CPU planned alone) "
+          f"{total_cpu - light_cpu:.2f} s   {(total_cpu - light_cpu) / apply_floor[1]:6.2f}× the floor's")
+    print(f"  undo                         {undo_seconds:8.2f} s   {undo_seconds / undo_floor[0]:6.2f}× the floor, "
+          f"CPU {undo_cpu / undo_floor[1]:6.2f}× the floor's ({undo_cpu / floor['undo'][1]:.2f}× the bare one's)")
+    for path in (db_path, tmp / "floor.db"):  # a 1M store is gigabytes: one round's copies at a time
+        for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), path.with_suffix(vector_file.SUFFIX)):
+            leftover.unlink(missing_ok=True)
+    return {"sweep": total / apply_floor[0], "sweep_cpu": total_cpu / apply_floor[1],
+            "sweep_but_light_cpu": (total_cpu - light_cpu) / apply_floor[1],
+            "undo": undo_seconds / undo_floor[0], "undo_cpu": undo_cpu / undo_floor[1]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=100_000)
@@ -249,6 +300,9 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=768)
     parser.add_argument("--apply", action="store_true", help="also time an applied sweep (journaled)")
     parser.add_argument("--no-trace", action="store_true", help="skip the tracemalloc pass")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="with --apply: applied sweeps (each with its undo and floors, on a fresh copy of the "
+                             "store); more than one prints the p50 of each ratio")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     parser.add_argument("--store", type=Path, help="build the store here once and reuse it in later runs")
     parser.add_argument("--sweep-only", action="store_true",
@@ -307,36 +361,14 @@ def main() -> None:
                           stale_ids=set(rem.stale_procedures), phase_hits={}), trace)
     print(f"    {json.dumps(deep.counts())}")
     if args.apply:
-        shutil.copy(db_path, tmp / "floor.db")  # the store as the run finds it
-        started, used = time.perf_counter(), time.process_time()
-        outcome = run_dream(store, config, apply=True, use_llm=False)
-        total, total_cpu = time.perf_counter() - started, time.process_time() - used
-        print(f"  applied sweep (journaled)    {total:8.2f} s   CPU {total_cpu:.2f} s   phases {json.dumps(outcome.phase_seconds)}")
-        print(f"    actions {sum(sum(c.values()) for c in outcome.action_counts().values())}")
-        print(f"  max RSS so far (the phases and the applied sweep{', and the build' if built_here else ''}) "
-              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.0f} MiB", flush=True)
-        started, used = time.perf_counter(), time.process_time()
-        undone = undo_run(store, outcome.run_id)
-        undo_seconds, undo_cpu = time.perf_counter() - started, time.process_time() - used
-        print(f"  undo of that run             {undo_seconds:8.2f} s   CPU {undo_cpu:.2f} s   "
-              f"({undone.restored} rows restored, {undone.deleted} removed)")
-        floor = journaled_floor(store.db, tmp / "floor.db", outcome.run_id)
-        rows = floor["rows"][0]
-        apply_floor = tuple(a + b for a, b in zip(floor["apply"], floor["apply_read"], strict=True))
-        undo_floor = tuple(a + b for a, b in zip(floor["undo"], floor["undo_read"], strict=True))
-        print(f"  floor: {rows} journaled updates in {floor['apply'][0]:.2f} s (CPU {floor['apply'][1]:.2f} s) "
-              f"+ reading their old values {floor['apply_read'][0]:.2f} s (CPU {floor['apply_read'][1]:.2f} s); "
-              f"put back in {floor['undo'][0]:.2f} s (CPU {floor['undo'][1]:.2f} s) "
-              f"+ reading the journal {floor['undo_read'][0]:.2f} s (CPU {floor['undo_read'][1]:.2f} s)")
-        deep = outcome.phase_seconds.get("deep", 0.0)
-        print(f"  deep phase (plan + apply)    {deep:8.2f} s   {deep / apply_floor[0]:6.2f}× the floor")
-        print(f"  applied sweep, all phases    {total:8.2f} s   {total / apply_floor[0]:6.2f}× the floor, "
-              f"CPU {total_cpu / apply_floor[1]:6.2f}× the floor's ({total_cpu / floor['apply'][1]:.2f}× the bare one's)")
-        light_cpu = CPU.get("light (incremental)", 0.0)
-        print(f"  sweep CPU but light's vector compare (a read: {light_cpu:.2f} s CPU planned alone) "
-              f"{total_cpu - light_cpu:.2f} s   {(total_cpu - light_cpu) / apply_floor[1]:6.2f}× the floor's")
-        print(f"  undo                         {undo_seconds:8.2f} s   {undo_seconds / undo_floor[0]:6.2f}× the floor, "
-              f"CPU {undo_cpu / undo_floor[1]:6.2f}× the floor's ({undo_cpu / floor['undo'][1]:.2f}× the bare one's)")
+        store.close()  # each repeat works on its own copy of the store as the run finds it
+        rounds = [applied_round(tmp, db_path, i, built_here) for i in range(args.repeat)]
+        if args.repeat > 1:
+            print(f"  p50 of {args.repeat} rounds (the ratio of each round's figure to its own floor):")
+            for name in ("sweep", "sweep_cpu", "sweep_but_light_cpu", "undo", "undo_cpu"):
+                print(f"    {name:<22} {statistics.median(r[name] for r in rounds):6.2f}×   "
+                      f"(rounds: {', '.join(f'{r[name]:.2f}' for r in rounds)})")
+        store = Store.open(db_path)
     print(f"  max RSS of the process       {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.0f} MiB")
     store.close()
     if args.keep:

@@ -201,3 +201,43 @@ def test_an_applied_runs_histograms_hold_every_valid_confidence(env):
     outcome = run_dream(store, config, apply=True, use_llm=False, phases=["deep"])
     assert sorted(outcome.confidence_before) == before and len(before) == 8
     assert sorted(outcome.confidence_after) == valid() == [pytest.approx(0.6)] * 6 + [0.9]
+
+
+def test_compact_decays_apply_as_update_many_would_their_updates(env, monkeypatch):
+    """DecayRows.apply works out its writes and images itself: the same rows and the same
+    journal, byte for byte, as Journal.update_many given the updates the rows stand for."""
+    store, config = env
+    add(store, "the idle one", age_days=95, metadata={"speaker": "Zoë", "file": "a/b.py"})
+    stale = add(store, "rotate the key by hand", "procedure", age_days=61)
+    store.update(stale.id, metadata={"stale_procedure": True})
+    store.db.execute_sql("UPDATE memory SET updated_at = created_at WHERE id = ?", (stale.id,))
+    add(store, "the weak one", confidence=0.33, age_days=31)
+    add(store, "already at the floor", confidence=0.3, age_days=1)
+    popular = add(store, "the popular one")
+    recall(store, popular, [f"q{i}" for i in range(5)], origin="context")
+    for i in range(5):
+        add(store, f"idle memory number {i}", age_days=40 + i)
+    deep = _plan(store, config)
+    compact = next(part for part in deep.actions._parts if isinstance(part, DecayRows))
+    import llmem.dream.deep as deep_module
+    import llmem.dream.journal as journal_module
+
+    monkeypatch.setattr(deep_module, "now", lambda: 1_800_000_000.25)
+    monkeypatch.setattr(journal_module, "now", lambda: 1_800_000_000.25)
+    run = start_run(store, "dream", ["deep"])
+
+    def applied(apply) -> tuple[list, list]:
+        with store.db.atomic() as txn:
+            apply(Journal(store, run))
+            rows = store.db.execute_sql("SELECT * FROM memory ORDER BY seq").fetchall()
+            journal = store.db.execute_sql("SELECT run_id, phase, kind, op, memory_id, before, after, created_at "
+                                           "FROM dream_action WHERE run_id = ? ORDER BY id", (run.id,)).fetchall()
+            txn.rollback()
+        return rows, journal
+
+    # In two slices, so a batch boundary falls inside the rows.
+    by_rows = applied(lambda journal: (compact.apply(journal, 0, 3), compact.apply(journal, 3, compact.rows)))
+    by_updates = applied(lambda journal: journal.update_many(list(compact.updates())))
+    assert len(by_rows[1]) == len(compact) == 11
+    assert {kind for _, _, kind, *_ in by_rows[1]} == {"decay", "boost", "invalidate"}
+    assert by_rows == by_updates

@@ -24,10 +24,12 @@ def _column(name: str) -> str:
 
 
 def update_memory_rows(db, names: Sequence[str], rows: Iterable[Sequence[Any]],
-                       where: Sequence[str] = ()) -> int:
+                       where: Sequence[str] = (), key: str = "id") -> int:
     """UPDATE memory rows by id: each row is the values of field `names`, the id, then the
     values the fields `where` must still hold (a compare-and-set: a row holding anything else
-    is left as it is; NULL matches NULL).
+    is left as it is; NULL matches NULL). `key` "seq": by the row's seq instead of its id
+    (a caller that has read the rows: on SQLite the rowid itself, without a lookup in the id
+    index first, half the statement's time).
 
     Bumps `version` like every write of a memory (store.py, queries.write_memory_columns).
     Returns how many rows were updated (missing ids and rows that failed `where` count 0).
@@ -35,7 +37,7 @@ def update_memory_rows(db, names: Sequence[str], rows: Iterable[Sequence[Any]],
     assignments = ", ".join([f"{_column(n)} = ?" for n in names] + ['"version" = "version" + 1'])
     condition = "".join(f" AND {_column(n)} IS NOT DISTINCT FROM ?" for n in where)
     cursor = db.cursor()
-    cursor.executemany(f"UPDATE memory SET {assignments} WHERE id = ?{condition}", rows)
+    cursor.executemany(f"UPDATE memory SET {assignments} WHERE {_column(key)} = ?{condition}", rows)
     return cursor.rowcount
 
 

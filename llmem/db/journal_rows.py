@@ -140,13 +140,15 @@ class _Expanded:
             rows = self._cursor.fetchmany(size)
             if not rows:
                 break
-            for op, memory_id, before, after in rows:
-                if op != SESSION_OP:
-                    self._held.append((op, memory_id, before, after))
+            held = self._held
+            for row in rows:
+                if row[0] != SESSION_OP:
+                    held.append(row)  # as read: most of a night's 100k actions
                     continue
-                self._held.extend(("row", None, json.dumps(image), None) for image in reversed(cursor_images(before)))
-                self._held.extend(("create", created, None, json.dumps({"updated_at": stamp}))
-                                  for created, stamp in reversed(_created_pairs(after)))
+                _, _, before, after = row
+                held.extend(("row", None, json.dumps(image), None) for image in reversed(cursor_images(before)))
+                held.extend(("create", created, None, json.dumps({"updated_at": stamp}))
+                            for created, stamp in reversed(_created_pairs(after)))
         out, self._held = self._held[:size], self._held[size:]
         return out
 

@@ -14,11 +14,13 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..db import bulk
 from ..db.models import EPISODE_SOURCE, Memory
 from ..db.queries import decay_rows
+from ..errors import NotFound
 from ..times import now
 from ..trust import AGENT, least_trusted
-from .journal import Action, Actions, Journal
+from .journal import Action, Actions, Journal, _json, _loads, _value_json
 from .promote import Candidate, promotable, recheck, recheck_many
 from .text import distinct_terms
 
@@ -55,6 +57,15 @@ class DeepResult:
 
 _DECAY, _BOOST = 1, 2  # DecayRows' change codes (0: none, the row is only invalidated)
 _KIND_NAMES = {_DECAY: "decay", _BOOST: "boost"}
+# What DecayRows.apply reads and writes of a memory, and its images' texts (as _image writes
+# them: the names sorted, the metadata as stored): a decay or boost sets the confidence and
+# one metadata key, an invalidation the stamp and its reason; both stamp updated_at.
+_APPLY_READ = ("metadata", "confidence", "updated_at", "invalidated_at", "seq")
+_CHANGED_COLUMNS = ("confidence", "metadata", "updated_at")
+_INVALIDATED_COLUMNS = ("invalidated_at", "metadata", "updated_at")
+_BOTH = ("confidence", "invalidated_at", "metadata", "updated_at")
+_CHANGED = '{"confidence": %s, "metadata": %s, "updated_at": %s}'
+_INVALIDATED = '{"invalidated_at": %s, "metadata": %s, "updated_at": %s}'
 
 
 class DecayRows:
@@ -94,6 +105,11 @@ class DecayRows:
     def __len__(self) -> int:
         return self._count
 
+    @property
+    def rows(self) -> int:
+        """How many memories it holds (one or two actions each)."""
+        return len(self.ids)
+
     def _reason(self, new: float) -> str:
         return f"dream: confidence {new:.2f} at or below confidence_floor {self.floor}"
 
@@ -109,6 +125,46 @@ class DecayRows:
             if invalidate:
                 yield "deep", "invalidate", memory_id, {
                     "invalidated_at": at, "metadata": {"invalidation_reason": self._reason(new)}}
+
+    def apply(self, journal: Journal, start: int, stop: int) -> None:
+        """Apply rows start…stop as Journal.update_many applies their updates (the same
+        writes, the same journal rows), without a dict a change: read the columns they
+        change, work out each image's text, and write each memory once. Call inside a txn."""
+        ids = self.ids[start:stop]
+        current = bulk.memory_rows_by_id(journal.db, _APPLY_READ, ids)
+        stamp = now()
+        run_id, at, loads, dumps, value_json = journal.run.id, self.at, _loads, _json, _value_json
+        at_json, stamp_json = value_json(at), value_json(stamp)
+        entries, writes = [], []
+        for memory_id, code, new, steps, decayed_at, invalidate in zip(
+                ids, self.codes[start:stop], self.new[start:stop], self.steps[start:stop],
+                self.stamps[start:stop], self.invalidated[start:stop], strict=True):
+            row = current.get(memory_id)
+            if row is None:
+                raise NotFound(f"no memory with id {memory_id!r}")
+            text, confidence, updated_at, invalidated_at, seq = row
+            text = text or "{}"
+            metadata = loads(text)
+            if code:
+                metadata["decayed_at" if code == _DECAY else "boosted_at_count"] = \
+                    decayed_at if code == _DECAY else steps
+                new_text = dumps(metadata)
+                new_json = value_json(new)
+                entries.append((run_id, "deep", _KIND_NAMES[code], "update", memory_id,
+                                _CHANGED % (value_json(confidence), text, value_json(updated_at)),
+                                _CHANGED % (new_json, new_text, stamp_json), stamp))
+                text, updated_at = new_text, stamp
+            if invalidate:
+                metadata["invalidation_reason"] = self._reason(new)
+                new_text = dumps(metadata)
+                entries.append((run_id, "deep", "invalidate", "update", memory_id,
+                                _INVALIDATED % (value_json(invalidated_at), text, value_json(updated_at)),
+                                _INVALIDATED % (at_json, new_text, stamp_json), stamp))
+                writes.append((seq, _BOTH, [new, at, new_text, stamp]) if code else
+                              (seq, _INVALIDATED_COLUMNS, [at, new_text, stamp]))
+            else:
+                writes.append((seq, _CHANGED_COLUMNS, [new, text, stamp]))
+        journal.write_updates(writes, entries)
 
     def __iter__(self):
         changes = self.updates()

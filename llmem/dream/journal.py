@@ -70,8 +70,9 @@ class Actions:
     without an Action at all.
 
     A compact run has len, iteration (Actions), `kinds` (the kinds it can hold),
-    `kind_counts()` ({(phase, kind): n}) and `updates()` ((phase, kind, memory_id, changes)
-    in its order)."""
+    `kind_counts()` ({(phase, kind): n}), `updates()` ((phase, kind, memory_id, changes)
+    in its order), and `rows` with `apply(journal, start, stop)`: it applies rows start…stop
+    of its own, as Journal.update_many would their updates."""
 
     __slots__ = ("_parts",)
 
@@ -132,13 +133,23 @@ class Actions:
     def updates(self, leave_out: frozenset[str] = frozenset()):
         """(phase, kind, memory_id, changes) of every action not of a kind in `leave_out`, in
         order: what Journal.update_many applies, made without an Action for a compact run."""
+        for part in self.update_parts(leave_out):
+            if type(part) is list:
+                yield from part
+            else:
+                yield from part.updates()
+
+    def update_parts(self, leave_out: frozenset[str] = frozenset()):
+        """The updates of `updates`, in the same order, by part: a list of (phase, kind,
+        memory_id, changes), or a compact run that applies its own (`apply(journal, start,
+        stop)`: the same writes and journal rows, made without a dict a change)."""
         for part in self._parts:
             if type(part) is not list and not (part.kinds & leave_out):
-                yield from part.updates()
+                yield part
                 continue
-            for action in part:
-                if action.kind not in leave_out:
-                    yield action.phase, action.kind, action.memory_id, action.changes
+            updates = [(a.phase, a.kind, a.memory_id, a.changes) for a in part if a.kind not in leave_out]
+            if updates:
+                yield updates
 
     def kind_counts(self) -> dict[tuple[str, str], int]:
         """(phase, kind) → how many actions, in the order first met."""
@@ -226,16 +237,21 @@ class Journal:
         read = ("metadata", *sorted(names))  # metadata first: it is decoded, the rest as stored
         current: dict[str, dict[str, Any]] = {}
         texts: dict[str, str] = {}  # memory id → its metadata as stored
+        seqs: dict[str, int] = {}  # memory id → its seq, the key of its write (bulk.update_memory_rows)
         loads = _loads
-        for memory_id, row in bulk.memory_rows_by_id(self.db, read, ids).items():
-            snapshot = dict(zip(read, row, strict=True))
+        for memory_id, row in bulk.memory_rows_by_id(self.db, (*read, "seq"), ids).items():
+            seqs[memory_id] = row[-1]
+            snapshot = dict(zip(read, row[:-1], strict=True))
             texts[memory_id] = text = row[0] or "{}"
             snapshot["metadata"] = loads(text)
             current[memory_id] = snapshot
         stamp = now()
         run_id = self.run.id
-        journal, writes = [], []
-        seen: dict[str, int] = {}  # memory id → how many writes of it this batch has
+        journal = []
+        # memory id → (columns, stored values) of its one write of the batch: a memory changed
+        # twice (a decay, then the invalidation it leads to) is written once, with what both
+        # set, as the journal keeps each step.
+        final: dict[str, tuple[tuple[str, ...], list[Any]]] = {}
         for (phase, kind, memory_id, changes), text in zip(items, touching, strict=True):
             before_row = current.get(memory_id)
             if before_row is None:
@@ -252,17 +268,29 @@ class Journal:
             written = columns.written
             old_text = texts[memory_id]
             new_text = _json(values["metadata"]) if "metadata" in values else old_text
-            journal.append((run_id, phase, kind, "update", memory_id, _image(columns.journaled, before_row, old_text),
-                            _image(written, values, new_text, only_json=True), stamp))
-            generation = seen.get(memory_id, 0)
-            seen[memory_id] = generation + 1
-            writes.append((generation, memory_id, written,
-                           [new_text if name == "metadata" else values[name] for name in written]))
+            journal.append((run_id, phase, kind, "update", memory_id, columns.before_image(before_row, old_text),
+                            columns.after_image(values, new_text), stamp))
+            row = [new_text if name == "metadata" else values[name] for name in written]
+            held = final.get(memory_id)
+            if held is None:
+                final[memory_id] = (written, row)
+            else:
+                merged = dict(zip(*held, strict=True))
+                merged.update(zip(written, row, strict=True))
+                final[memory_id] = (tuple(merged), list(merged.values()))
             before_row.update(values)
             texts[memory_id] = new_text
-        _write_shapes(self.db, writes)
+        _write_shapes(self.db, [(seqs[memory_id], names, row) for memory_id, (names, row) in final.items()], key="seq")
         bulk.insert_actions(self.db, journal)
         self.count += len(journal)
+
+    def write_updates(self, writes: list[tuple[int, tuple[str, ...], list[Any]]], entries: list[tuple]) -> None:
+        """Write updates a compact run worked out itself (deep.DecayRows.apply): `writes`
+        (the memory's seq, columns, stored values), each memory once, and their journal rows
+        (dream_action's columns, as update_many makes them). Call inside a txn."""
+        _write_shapes(self.db, writes, key="seq")
+        bulk.insert_actions(self.db, entries)
+        self.count += len(entries)
 
     def create(self, phase: str, kind: str, memory: Memory) -> None:
         """Journal a memory this run has just added (undo checks it is still as added). Its id
@@ -345,13 +373,23 @@ _DESCRIPTIVE = frozenset(DESCRIPTIVE_METADATA)
 
 class _Columns:
     """The columns of one shape of write: all of them (sorted: the statement and the
-    after-image), and those the before-image holds (derived ones are recomputed by undo)."""
+    after-image), and those the before-image holds (derived ones are recomputed by undo),
+    with the text of each image around its values (_image)."""
 
-    __slots__ = ("written", "journaled")
+    __slots__ = ("written", "journaled", "_before", "_after")
 
     def __init__(self, names: tuple[str, ...]):
         self.written = tuple(sorted(names))
         self.journaled = tuple(name for name in self.written if name not in DERIVED_COLUMNS)
+        self._before, self._after = _image_template(self.journaled), _image_template(self.written)
+
+    def before_image(self, row: dict[str, Any], metadata_text: str) -> str:
+        """The before-image of `row` (its journaled columns), JSON text."""
+        return _image(self.journaled, self._before, row, metadata_text)
+
+    def after_image(self, values: dict[str, Any], metadata_text: str) -> str:
+        """The after-image of `values` (every column written, those JSON cannot hold left out)."""
+        return _image(self.written, self._after, values, metadata_text, only_json=True)
 
 
 _SHAPES: dict[tuple[str, ...], _Columns] = {}
@@ -418,36 +456,44 @@ def _value_json(value: Any) -> str | None:
     return _json(value) if isinstance(value, _JSON_TYPES) else None
 
 
-def _image(names: tuple[str, ...], values: dict[str, Any], metadata_text: str,
+_float_repr = float.__repr__  # what json writes of a finite float
+
+
+def _image_template(names: tuple[str, ...]) -> str:
+    """`_dumps` of a mapping of `names` (sorted) with a %s where each value's JSON goes."""
+    return "{" + ", ".join(f'"{name}": %s' for name in names) + "}"
+
+
+def _image(names: tuple[str, ...], template: str, values: dict[str, Any], metadata_text: str,
            only_json: bool = False) -> str:
-    """`_dumps({name: values[name] for name in names})` (names sorted), built from each value's
-    JSON with the metadata's given as its stored text, so no metadata is encoded twice (a
-    decay journals two images of it). `only_json`: values JSON cannot hold are left out (an
-    after-image holds what it can); else such a value raises, as json.dumps does."""
-    texts = [metadata_text if name == "metadata" else _value_json(values[name]) for name in names]
-    if None in texts:
-        if not only_json:
-            _json(values[names[texts.index(None)]])  # raises json's TypeError for it
-        pairs = [(name, text) for name, text in zip(names, texts, strict=True) if text is not None]
-    else:
-        pairs = zip(names, texts, strict=True)
+    """`_dumps({name: values[name] for name in names})` (names sorted; `template` its text
+    with a %s for each value, _image_template), built from each value's JSON with the
+    metadata's given as its stored text, so no metadata is encoded twice (a decay journals
+    two images of it). `only_json`: values JSON cannot hold are left out (an after-image
+    holds what it can); else such a value raises, as json.dumps does."""
+    texts = tuple([metadata_text if name == "metadata" else
+                   _float_repr(value) if type(value := values[name]) is float and value - value == 0 else
+                   _value_json(value) for name in names])  # a finite float (most values) without a call
+    if None not in texts:
+        return template % texts
+    if not only_json:
+        _json(values[names[texts.index(None)]])  # raises json's TypeError for it
+    pairs = [(name, text) for name, text in zip(names, texts, strict=True) if text is not None]
     return "{" + ", ".join([f'"{name}": {text}' for name, text in pairs]) + "}"
 
 
-def _write_shapes(db, writes: list[tuple[int, str, tuple[str, ...], list[Any]]]) -> int:
-    """Write (generation, memory_id, names, stored values of those names): the writes of each
-    generation (a memory's first write of the batch, its second, …) before the next one's,
-    and within a generation, where each memory is written once and the order among them
-    does not matter, one prepared statement per shape (the columns written). Returns how
-    many rows were written."""
-    groups: dict[tuple, list] = {}
-    for generation, memory_id, names, stored in writes:
-        stored.append(memory_id)
-        groups.setdefault((generation, names), []).append(stored)
-    written = 0
-    for (_, names), rows in sorted(groups.items(), key=lambda item: item[0][0]):
-        written += bulk.update_memory_rows(db, names, rows)
-    return written
+def _write_shapes(db, writes: list[tuple[Any, tuple[str, ...], list[Any]]], key: str = "id") -> int:
+    """Write (the memory's `key`: its id or seq, names, stored values of those names), each
+    memory once, with one prepared statement per shape (the columns written): the order
+    among them does not matter. Returns how many rows were written."""
+    groups: dict[tuple[str, ...], list] = {}
+    for memory_key, names, stored in writes:
+        stored.append(memory_key)
+        rows = groups.get(names)
+        if rows is None:
+            rows = groups[names] = []
+        rows.append(stored)
+    return sum(bulk.update_memory_rows(db, names, rows, key=key) for names, rows in groups.items())
 
 
 def start_run(store, kind: str, phases: list[str], run_id: str | None = None) -> DreamRun:
@@ -688,21 +734,28 @@ def _compare_and_set(db, plain: dict[str, tuple], force: bool) -> None:
     columns still hold the run's after-image (`force`: whatever they hold); raises
     _RowsChanged when a row was not written."""
     groups: dict[tuple, list] = {}
-    compared_of: dict[tuple[str, ...], tuple[str, ...]] = {}  # an after-image's names → those compared
+    # (an image's names, an after-image's names or None) → (the names written, those compared,
+    # and the rows of their group): worked out once a shape, not once a memory.
+    shapes: dict[tuple, tuple[tuple[str, ...], tuple[str, ...], list]] = {}
     for memory_id, (image, after, _) in plain.items():
-        values = image if DERIVED_COLUMNS.isdisjoint(image) else \
-            {name: value for name, value in image.items() if name not in DERIVED_COLUMNS}
-        names = _shape(values).written
-        compared = ()
-        if not force and after is not None:
-            key = tuple(after)
-            compared = compared_of.get(key)
-            if compared is None:
-                compared = compared_of[key] = tuple(sorted(name for name in key if name in _EDITED))
-        row = [_stored_metadata(values[name]) if name == "metadata" else values[name] for name in names]
+        key = (tuple(image), None if force or after is None else tuple(after))
+        shape = shapes.get(key)
+        if shape is None:
+            names = _shape({name: None for name in image if name not in DERIVED_COLUMNS}).written
+            compared = () if key[1] is None else tuple(sorted(name for name in key[1] if name in _EDITED))
+            shape = shapes[key] = (names, compared, groups.setdefault((names, compared), []))
+        names, compared, rows = shape
+        row = [image[name] for name in names]
+        if "metadata" in image:
+            metadata = image["metadata"]
+            row[names.index("metadata")] = None if metadata is None else _json(metadata)
         row.append(memory_id)
-        row.extend(_stored_metadata(after[name]) if name == "metadata" else after[name] for name in compared)
-        groups.setdefault((names, compared), []).append(row)
+        if compared:
+            row += [after[name] for name in compared]
+            if "metadata" in compared:
+                metadata = after["metadata"]
+                row[len(names) + 1 + compared.index("metadata")] = None if metadata is None else _json(metadata)
+        rows.append(row)
     for (names, compared), rows in groups.items():
         if bulk.update_memory_rows(db, names, rows, where=compared) != len(rows):
             raise _RowsChanged
@@ -757,7 +810,7 @@ def _undo_actions(store, chunk: list[tuple], result: UndoResult, checked: set[st
             else:  # what restored_fields gives for an image that leaves the text as it is
                 values = {name: value for name, value in before.items() if name not in DERIVED_COLUMNS}
             names = _shape(values).written
-            writes.append((0, memory_id, names,  # each memory once: one generation
+            writes.append((memory_id, names,
                            [_stored_metadata(values[name]) if name == "metadata" else values[name]
                             for name in names]))
             result.restored += counts[memory_id]

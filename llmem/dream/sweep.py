@@ -7,7 +7,6 @@ lock row, no diary, no proposed changes, no MEMORY.md (only the HTML report, whe
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import time
@@ -284,10 +283,14 @@ def _apply_deep(store, journal: Journal, deep: DeepResult, llm, at: float, outco
         with store.db.atomic():
             for action in special[start:start + BATCH]:
                 apply_action(store, journal, action, at=at)
-    plain = actions.updates(leave_out=SPECIAL_KINDS)
-    while batch := list(itertools.islice(plain, BULK_BATCH)):
-        with store.db.atomic():
-            journal.update_many(batch)
+    for part in actions.update_parts(leave_out=SPECIAL_KINDS):
+        compact = type(part) is not list
+        for start in range(0, part.rows if compact else len(part), BULK_BATCH):
+            with store.db.atomic():
+                if compact:
+                    part.apply(journal, start, start + BULK_BATCH)
+                else:
+                    journal.update_many(part[start:start + BULK_BATCH])
     promotes = actions.of_kind("promote")
     for start in range(0, len(promotes), BULK_BATCH):
         with store.db.atomic():

@@ -10,6 +10,7 @@ self_assessments (REM insights). Example:
     python bench/dream.py --memories 100000 --new 1000
     python bench/dream.py --memories 100000 --new 1000 --apply   # also time the applied sweep
     python bench/dream.py --memories 1000000 --apply --store /tmp/dream-1m.db   # built once, then reused
+    python bench/dream.py --memories 100000 --apply --no-trace --repeat 3   # p50 of 3 applied rounds
 
 A store built with --store is kept there and reused by the next run with the same --store (a
 1M build takes ~10 minutes): each run works on a copy of it, so every run finds the same store.

@@ -115,12 +115,19 @@ def prefilter_recall(docs, qs, ints, scales) -> None:
     rows, row_scales = vector_file._project(ints, scales, components)
     empty = np.empty(0, dtype=np.int64)
     view = vector_file.Snapshot(np.arange(len(docs)), ints, scales, (basis, rows, row_scales), empty,
-                                np.empty((0, docs.shape[1]), dtype=np.float32), None)
+                                np.empty((0, docs.shape[1]), dtype=np.float32), None, 0)
     stored = ints.astype(np.float32) * scales[:, None]
     pdims = basis.shape[1]
     least_of_file = vector_file.PREFILTER_MIN_CANDIDATES
-    for label, least in (("1% of the rows, as at 100k", 0), ("this file's own count", least_of_file)):
+    lead_rows, lead_dims, lead_share = (vector_file.PREFILTER_LEAD_MIN_ROWS, vector_file.PREFILTER_LEAD_DIMS,
+                                        vector_file.PREFILTER_LEAD_SHARE)
+    cases = [("1% of the rows, as at 100k", 0, None), ("this file's own count", least_of_file, None),
+             (f"1%, first pass {lead_dims} dims passing {lead_share:.0%}, as at 1M", 0, (lead_dims, lead_share))]
+    for label, least, lead in cases:
         vector_file.PREFILTER_MIN_CANDIDATES = least
+        vector_file.PREFILTER_LEAD_MIN_ROWS = lead_rows if lead is None else 0
+        if lead is not None:
+            vector_file.PREFILTER_LEAD_DIMS, vector_file.PREFILTER_LEAD_SHARE = lead
         count = vector_file.candidate_count(len(docs))
         found: dict[str, list[float]] = {"f32@10": [], "stored@10": [], "stored@50": []}
         for q in qs:

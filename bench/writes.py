@@ -24,10 +24,13 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import llmem  # noqa: E402,F401 - first, as in llmem's own processes: it sets numpy's BLAS threads
+
+# isort: split
+import numpy as np  # noqa: E402
 
 from llmem.db import vec  # noqa: E402
 from llmem.exchange import apply_import, export_data, plan_import  # noqa: E402

@@ -64,6 +64,28 @@ def test_the_prefilter_is_written_and_its_candidates_answer_exactly(tmp_path):
     store.close()
 
 
+def test_a_large_files_prefilter_reads_its_leading_components_first_and_answers_exactly(tmp_path, monkeypatch):
+    """The first pass reads 8 of the 16 components (those holding the variance here) and passes
+    a fifth of the rows on: its survivors get the rest and the best are rescored, unfiltered and
+    under a filter that masks the first pass's scores."""
+    monkeypatch.setattr(vector_file, "PREFILTER_LEAD_MIN_ROWS", 100)
+    monkeypatch.setattr(vector_file, "PREFILTER_LEAD_DIMS", 8)
+    monkeypatch.setattr(vector_file, "PREFILTER_LEAD_SHARE", 0.2)
+    rng = np.random.default_rng(10)
+    vectors = embedding_like(rng, ROWS)
+    store, _, by_seq = build(tmp_path / "memory.db", vectors, projects=lambda i: "rare" if i % 30 == 0 else "common")
+    assert vector_file.lead_dims(ROWS, 16) == 8 and vector_file.lead_count(ROWS) == 60
+    for query in embedding_like(rng, 20):
+        found = vector_file.nearest(store.db, query, 10, MODEL, DIM, "1", [])
+        assert seqs_of(found) == exact(store, by_seq, query, 10, where="1")
+        best = next(iter(seqs_of(found)))
+        assert found[0][1] == pytest.approx(1 - float(by_seq[best] @ query), abs=1e-5)
+    query = unit(-vectors[0])
+    found = vector_file.nearest(store.db, query, 8, MODEL, DIM, "m.project = ?", ["rare"])
+    assert seqs_of(found) == exact(store, by_seq, query, 8, where="m.project = ?", params=["rare"])
+    store.close()
+
+
 def test_vectors_without_dominant_directions_get_no_prefilter_and_an_exact_scan(tmp_path):
     rng = np.random.default_rng(4)
     store, _, by_seq = build(tmp_path / "memory.db", unit(rng.normal(size=(ROWS, DIM))))

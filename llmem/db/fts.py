@@ -201,6 +201,26 @@ def newest_matches(db, expression: str, fetch: int, where: str, params: list) ->
     return [int(seq) for (seq,) in db.execute_sql(sql, [expression, *params, fetch])]
 
 
+# A query's bm25 ranking scores about this many matches at most (Searcher._bounded_ranking):
+# FTS5 scores every match (~1.3 µs each); a store of fewer memories ranks all of them.
+RANKED_MATCHES = 8192
+
+
+@per_backend
+def ranked_matches_bound(db) -> int | None:
+    """How many matches a search's keyword ranking may score at most, or None when
+    `ranked_matches` bounds its own scoring (PostgreSQL's)."""
+    return RANKED_MATCHES
+
+
+def alternative_matches(db, alternatives: list[str]) -> list[int]:
+    """How many memories each of `match_alternatives` matches at most: the document frequency
+    of its rarest token (an identifier's phrase is held by fewer), from the index's vocabulary."""
+    tokens = [stem_words(db, alternative[1:-1].replace('""', '"').split()) for alternative in alternatives]
+    _, df = document_frequencies(db, sorted({t for stems in tokens for t in stems}))
+    return [min((df.get(t, 0) for t in stems), default=0) for stems in tokens]
+
+
 @per_backend
 def document_frequencies(db, terms: list[str]) -> tuple[int, dict[str, int]]:
     """(memories in the index, {term: memories holding it}) from the FTS index's own vocabulary."""

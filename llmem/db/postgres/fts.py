@@ -135,6 +135,11 @@ def newest_matches(db, expression: str, fetch: int, where: str, params: list) ->
     return [int(seq) for (seq,) in db.execute_sql(sql, [_tsquery(lexemes), *params, fetch])]
 
 
+def ranked_matches_bound(db) -> None:
+    """None: ranked_matches scores only the matches whose bound can reach its top."""
+    return None
+
+
 def ranked_matches(db, expression: str, weights: tuple[float, ...], fetch: int,
                    where: str, params: list) -> list[tuple[int, float]]:
     """(seq, bm25) of the `fetch` best matches that pass `where`, best first, as FTS5 ranks

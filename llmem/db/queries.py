@@ -56,7 +56,11 @@ def memory_filter(*, memory_type: str | None, project: str | None, include_inval
 def seqs_passing(db, seqs: list[int], where: str, params: list) -> set[int]:
     """The memory seqs among `seqs` that pass a `memory_filter` condition."""
     marks = ",".join("?" * len(seqs))
-    rows = db.execute_sql(f"SELECT m.seq FROM memory m WHERE m.seq IN ({marks}) AND {where}", [*seqs, *params])
+    # NOT INDEXED: the seqs are looked up by rowid. With no ANALYZE figures SQLite took the
+    # index on invalidated_at for selective and walked every valid row of it (74 ms of a
+    # 127 ms KNN at 1M memories).
+    rows = db.execute_sql(f"SELECT m.seq FROM memory m NOT INDEXED WHERE m.seq IN ({marks}) AND {where}",
+                          [*seqs, *params])
     return {r[0] for r in rows}
 
 

@@ -312,6 +312,13 @@ def _compact_store(db) -> None:
         db.execute_sql(f"DROP INDEX IF EXISTS {name}")
 
 
+def _context_indexes(db) -> None:
+    # The SQLite store's 0026_context_indexes: a session start's ordered reads per (type, scope).
+    from ..migrations import CONTEXT_INDEXES
+
+    _run(CONTEXT_INDEXES)(db)
+
+
 def _run(statements):
     def step(db) -> None:
         for sql in statements:
@@ -374,6 +381,7 @@ MIGRATIONS = [
     # A SQLite integer is 64-bit, and an import or a `store copy` may carry any count up to
     # 2**63 - 1 (exchange.MAX_INTEGER): a 32-bit column refused it as an unexpected failure.
     ("pg0013_wide_access_count", _run(("ALTER TABLE memory ALTER COLUMN access_count TYPE BIGINT",))),
+    ("pg0014_context_indexes", _context_indexes),
 ]
 
 # Held for the whole migration, so two machines opening a new store at once do not both

@@ -114,8 +114,6 @@ def prefilter_recall(docs, qs, ints, scales) -> None:
     basis = components[0]
     rows, row_scales = vector_file._project(ints, scales, components)
     empty = np.empty(0, dtype=np.int64)
-    view = vector_file.Snapshot(np.arange(len(docs)), ints, scales, (basis, rows, row_scales), empty,
-                                np.empty((0, docs.shape[1]), dtype=np.float32), None, 0)
     stored = ints.astype(np.float32) * scales[:, None]
     pdims = basis.shape[1]
     least_of_file = vector_file.PREFILTER_MIN_CANDIDATES
@@ -129,6 +127,10 @@ def prefilter_recall(docs, qs, ints, scales) -> None:
         if lead is not None:
             vector_file.PREFILTER_LEAD_DIMS, vector_file.PREFILTER_LEAD_SHARE = lead
         count = vector_file.candidate_count(len(docs))
+        # Split as a file of this count would be under this case's settings.
+        view = vector_file.Snapshot(np.arange(len(docs)), ints, scales,
+                                    vector_file.split_prefilter(basis, rows, row_scales), empty,
+                                    np.empty((0, docs.shape[1]), dtype=np.float32), None, 0)
         found: dict[str, list[float]] = {"f32@10": [], "stored@10": [], "stored@50": []}
         for q in qs:
             got = [s for s, _ in vector_file.Scores(view, np.ascontiguousarray(q)).best(50)]

@@ -2,6 +2,7 @@
 file, no sqlite-vec mirror; migration 0017 brings an older store there and gives the space back."""
 
 import sqlite3
+import struct
 
 import numpy as np
 import pytest
@@ -11,6 +12,10 @@ from llmem.db import vec, vector_file
 from llmem.search import Searcher, SearchOptions
 from llmem.store import Store
 from llmem.vectors import embed_pending, store_vectors
+
+# A vector file's header before version 5 (magic, version, dim, count, change id, store
+# token, model length, prefilter dims): what a version-1 file begins with.
+OLD_HEADER = struct.Struct("<8sIIQQ32sII")
 
 DIM = 64
 
@@ -74,7 +79,7 @@ def _make_it_an_older_store(path, embedder, vectors):
     store.db.execute_sql("DELETE FROM schema_migration WHERE name = '0017_compact_vectors'")
     store.close()
     old_file = path.with_suffix(".vectors")
-    old_file.write_bytes(vector_file.HEADER.pack(vector_file.MAGIC, 1, DIM, 0, 0, b"", 0, 0).ljust(4096, b"\0"))
+    old_file.write_bytes(OLD_HEADER.pack(vector_file.MAGIC, 1, DIM, 0, 0, b"", 0, 0).ljust(4096, b"\0"))
     return old_file
 
 

@@ -267,3 +267,27 @@ def test_the_sampled_top_k_is_the_exact_top_k(hidden_share):
         got = vector_file._top_index(scores, k)
         assert len(got) == k == len(set(got.tolist()))
         assert np.sort(scores[got])[::-1].tolist() == np.sort(scores)[::-1][:k].tolist()
+
+
+def test_a_large_matrix_is_scored_in_two_halves_as_one_thread_would(monkeypatch):
+    rng = np.random.default_rng(7)
+    rows = rng.integers(-127, 128, size=(vector_file.SHARED_SCAN_ROWS + 101, 128), dtype=np.int8)
+    scales = rng.random(len(rows), dtype=np.float32)
+    query = rng.normal(size=128).astype(np.float32)
+    handed = []
+    real_share = vector_file._share
+    monkeypatch.setattr(vector_file, "_share", lambda work, *args: handed.append(len(args[0])) or real_share(work, *args))
+    shared = vector_file._scores(rows, scales, query)
+    assert 0 < handed[0] < len(rows)  # the sharing thread scored a part, this one the rest
+    monkeypatch.setattr(vector_file, "SHARED_SCAN_ROWS", len(rows) + 1)  # one thread, the whole matrix
+    assert np.array_equal(shared, vector_file._scores(rows, scales, query))
+    assert np.allclose(shared, (rows.astype(np.float64) @ query) * scales, rtol=1e-4, atol=1e-3)
+
+
+def test_an_error_on_the_sharing_thread_is_raised_in_the_thread_that_waits():
+    def failing():
+        raise MemoryError("no room for the block")
+
+    with pytest.raises(MemoryError, match="no room"):
+        vector_file._share(failing).wait()
+    assert vector_file._share(lambda: None).wait() is None  # the thread lives on

@@ -39,7 +39,7 @@ and a deleted memory has none) and against the change log past the scan's snapsh
 vector removed or moved to another model meanwhile never is (when another process pruned the
 log past the snapshot, against each candidate's embedding row).
 
-The scan converts SCAN_ROWS int8 rows at a time to float32 (a block that stays in the CPU's
+The scan converts SCAN_ELEMENTS int8 elements at a time to float32 (a block that stays in the CPU's
 cache) and multiplies each block with BLAS: at 100k x 384 it costs the CPU time of one
 float32 product over the whole matrix (15 ms against 14), which reads four times the bytes;
 a whole-matrix int8 product is 4x slower (numpy has no integer BLAS and upcasts it all). Sign bits were measured and not taken: with
@@ -83,10 +83,11 @@ SUFFIX = ".vectors"
 REBUILD_SHARE = 0.05
 MIN_REBUILD_ROWS = 2048
 STREAM_ROWS = 4096
-# int8 rows converted to float32 per BLAS product of the scan: a block stays in cache, and
-# OpenBLAS runs a product this small on one thread (from 2048 x 384 it spread over threads
-# and, on a loaded machine, cost 25x the CPU time).
-SCAN_ROWS = 512
+# int8 elements converted to float32 per BLAS product of a scan (about 680 rows of 384, 2048
+# of the prefilter's 128): a block stays in cache, and OpenBLAS runs a product this small on
+# one thread (from 2048 x 384 it spread over threads and, on a loaded machine, cost 25x the
+# CPU time; 4096 x 128 cost 8x).
+SCAN_ELEMENTS = 2048 * 128
 # The prefilter (see the module's docstring): the stored vectors' first principal components
 # as float32, dim // 3 of them (128 of MiniLM's 384), rounded to PREFILTER_STEP ...
 PREFILTER_SHARE_OF_DIM = 3
@@ -104,10 +105,6 @@ PREFILTER_MIN_CANDIDATES = 1024
 # rebuild does not pay a covariance over every row.
 PREFILTER_SAMPLE_ROWS = 16_384
 PREFILTER_ALIGN = 64  # the float32 parts start on a cache line
-# float32 elements per BLAS product of the prefilter's scan (2048 rows of 128): OpenBLAS runs
-# it on one thread; at 4096 rows it spread over threads and cost 8x the CPU time on a loaded
-# machine, as SCAN_ROWS says.
-PREFILTER_SCAN_ELEMENTS = 2048 * 128
 # A large file's prefilter is read in two passes: the first reads every row's PREFILTER_LEAD_DIMS
 # leading components (the ones holding most of the variance) and passes its best
 # PREFILTER_LEAD_SHARE on; the second adds the rest of their components, and the prefilter's
@@ -126,6 +123,10 @@ TOP_SAMPLE_SPARE = 16
 # The scan runs on the scanning thread from this many rows: at 3k rows (a 0.3 ms scan), load
 # average 11, hybrid took 51 ms p50 beside the FTS query against 42 after it, at the same CPU.
 BESIDE_MIN_ROWS = 20_000
+# A matrix of this many rows (the prefilter's first pass of a large file, its survivors, the
+# candidates it passes on) is scored in two halves on two threads: at 1M rows the scan is
+# most of a search's wall time, and an FTS query beside it leaves a core to share.
+SHARED_SCAN_ROWS = 8192
 PRUNED_KEY = "vector_change_pruned"  # change ids at or below it are gone from the log
 TOKEN_KEY = "vector_store_token"  # set by migration 0016: which store a file belongs to
 
@@ -426,20 +427,62 @@ def _read_rows(db, model: str, dim: int):
     return seqs[:filled], matrix[:filled], scales[:filled]
 
 
-def _scores(matrix, scales, query, block_rows: int = SCAN_ROWS):
+def _scores(matrix, scales, query):
     """The similarity of `query` to each int8 row times its scale, block by block (the
-    module's docstring says why)."""
+    module's docstring says why). A large matrix is scored in two halves at once, the second
+    on the sharing thread (SHARED_SCAN_ROWS says why)."""
     import numpy as np
 
+    block_rows = max(1, SCAN_ELEMENTS // max(1, matrix.shape[1]))
     out = np.empty(len(matrix), dtype=np.float32)
+    # Cut on a block's edge: the blocks, and so every score to the bit, are one thread's.
+    cut = (len(matrix) // 2 // block_rows * block_rows if len(matrix) >= SHARED_SCAN_ROWS else 0) or len(matrix)
+    shared = _share(_score_rows, matrix[cut:], query, block_rows, out[cut:]) if cut < len(matrix) else None
+    _score_rows(matrix[:cut], query, block_rows, out[:cut])
+    if shared is not None:
+        shared.wait()
+    out *= scales
+    return out
+
+
+def _score_rows(matrix, query, block_rows: int, out) -> None:
+    import numpy as np
+
     block = np.empty((min(block_rows, len(matrix)), matrix.shape[1]), dtype=np.float32)
     for start in range(0, len(matrix), block_rows):
         rows = matrix[start:start + block_rows]
         part = block[:len(rows)]
         np.copyto(part, rows, casting="unsafe")
         np.dot(part, query, out=out[start:start + len(rows)])
-    out *= scales
-    return out
+
+
+class _Shared:
+    """A piece of work handed to the sharing thread; `wait` returns when it is done (and
+    raises what it raised)."""
+
+    def __init__(self, work: Callable, args: tuple):
+        self.work, self.args = work, args
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.work(*self.args)
+        except BaseException as exc:  # raised again by wait, in the thread that waits
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def wait(self) -> None:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+
+
+def _share(work: Callable, *args) -> _Shared:
+    shared = _Shared(work, args)
+    _thread_queue("sharing").put(shared.run)
+    return shared
 
 
 def _rows_at(matrix, at):
@@ -450,11 +493,6 @@ def _rows_at(matrix, at):
 
     return np.take(matrix, at, axis=0)
 
-
-def _estimates(rows, scales, projected):
-    """The prefilter's estimate of each row's similarity (less the centre's share, the same
-    for every row), PREFILTER_SCAN_ELEMENTS per product."""
-    return _scores(rows, scales, projected, max(1, PREFILTER_SCAN_ELEMENTS // max(1, rows.shape[1])))
 
 
 def lead_dims(rows: int, pdims: int) -> int:
@@ -502,28 +540,32 @@ class Scores:
         else:  # the prefilter's estimates: of the leading components only, in a large file
             basis, lead_rows, self.rest_rows, self.row_scales = view.prefilter
             self.projected = query @ basis
-            self.sims = _estimates(lead_rows, self.row_scales, self.projected[:lead_rows.shape[1]])
+            # (each row's estimate less the centre's share, the same for every row)
+            self.sims = _scores(lead_rows, self.row_scales, self.projected[:lead_rows.shape[1]])
         if view.hidden is not None:
             self.sims[view.hidden] = -np.inf
         self.extra = view.extra @ query
         self.total = len(self.sims) + len(self.extra)
-        self._ranked: list[tuple[int, float]] = []  # the file's best rows, exact, best first
+        self._ranked = None  # (seqs, similarities) of the file's best rows, exact, best first
         self._ranked_for = 0  # how many the ranking was asked for
 
     def best(self, k: int) -> list[tuple[int, float]]:
         """The k best (seq, exact similarity) over the file's and the overlay's rows."""
         import numpy as np
 
-        picked = self._best_in_file(k)[:k]
+        seqs, sims = self._best_in_file(k)
+        picked = list(zip(seqs[:k].tolist(), sims[:k].tolist(), strict=True))
         picked += [(int(self.extra_seqs[i]), float(self.extra[i])) for i in _top_index(self.extra, k)]
         picked = [p for p in picked if p[1] != -np.inf]
         picked.sort(key=lambda p: (-p[1], p[0]))
         return picked[:k]
 
-    def _best_in_file(self, k: int) -> list[tuple[int, float]]:
+    def _best_in_file(self, k: int):
+        """(seqs, exact similarities) of at least the file's k best rows, best first: arrays,
+        as only the few asked for become Python tuples (10k of them cost 2 ms at 1M)."""
         import numpy as np
 
-        if k <= self._ranked_for:
+        if self._ranked is not None and k <= self._ranked_for:
             return self._ranked
         if self.exact:
             wide = k
@@ -536,9 +578,8 @@ class Scores:
         keep = sims != -np.inf
         seqs, sims = self.seqs[at[keep]], sims[keep]
         order = np.lexsort((seqs, -sims))  # best first, ties by seq
-        ranked = list(zip(seqs[order].tolist(), sims[order].tolist(), strict=True))
-        self._ranked, self._ranked_for = ranked, wide
-        return ranked
+        self._ranked, self._ranked_for = (seqs[order], sims[order]), wide
+        return self._ranked
 
     def _prefilter_best(self, wide: int):
         """The file indexes of the prefilter's `wide` best rows (none hidden), ascending: the
@@ -571,7 +612,7 @@ class Scores:
         keep[at] = True
         self.sims[~keep] = -np.inf
         self.extra[~np.isin(self.extra_seqs, allowed)] = -np.inf
-        self._ranked, self._ranked_for = [], 0
+        self._ranked, self._ranked_for = None, 0
 
 
 class VectorIndex:
@@ -777,7 +818,7 @@ class NearestSearch:
         view = index.snapshot()
         if background:
             self._done = threading.Event()
-            _scanning_queue().put((self, view, query))
+            _thread_queue("scan").put(lambda: self.scan(view, query))
         else:
             self.scan(view, query)
 
@@ -800,27 +841,28 @@ class NearestSearch:
         return self.index.select(db, self._scores, self.depth, where, params, passing)
 
 
-# One thread per process scans for the searches that run their FTS query meanwhile: started
-# once, as a thread started per search made the search wait ~2 ms on a loaded machine for the
-# new thread to be scheduled. Keyed by pid: a forked child starts its own.
-_scanner: tuple[int, queue.SimpleQueue] | None = None
-_scanner_lock = threading.Lock()
+# Two threads per process: one scans for the searches that run their FTS query meanwhile, one
+# scores half of a large matrix beside whichever thread scores the other half (its work never
+# waits on anything, so neither can wait on the other for good). Started once, as a thread
+# started per search made the search wait ~2 ms on a loaded machine for the new thread to be
+# scheduled. Keyed by pid: a forked child starts its own.
+_threads: dict[str, tuple[int, queue.SimpleQueue]] = {}
+_threads_lock = threading.Lock()
 
 
-def _scanning_queue() -> queue.SimpleQueue:
-    global _scanner
-    with _scanner_lock:
-        if _scanner is None or _scanner[0] != os.getpid():
+def _thread_queue(name: str) -> queue.SimpleQueue:
+    with _threads_lock:
+        running = _threads.get(name)
+        if running is None or running[0] != os.getpid():
             work: queue.SimpleQueue = queue.SimpleQueue()
-            threading.Thread(target=_scan_forever, args=(work,), name="llmem-vector-scan", daemon=True).start()
-            _scanner = (os.getpid(), work)
-        return _scanner[1]
+            threading.Thread(target=_work_forever, args=(work,), name=f"llmem-vector-{name}", daemon=True).start()
+            running = _threads[name] = (os.getpid(), work)
+        return running[1]
 
 
-def _scan_forever(work: queue.SimpleQueue) -> None:
+def _work_forever(work: queue.SimpleQueue) -> None:
     while True:
-        search, view, query = work.get()
-        search.scan(view, query)
+        work.get()()
 
 
 @per_backend

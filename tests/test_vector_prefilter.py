@@ -167,7 +167,7 @@ def test_a_failed_scan_fails_the_search_in_its_own_thread(tmp_path, monkeypatch)
     rng = np.random.default_rng(8)
     store, _, _ = build(tmp_path / "memory.db", embedding_like(rng, 50))
 
-    def broken(self, view, query, depth):
+    def broken(self, view, query, depth, shares):
         raise MemoryError("scan failed")
 
     monkeypatch.setattr(vector_file.VectorIndex, "scores", broken)
@@ -185,3 +185,25 @@ def test_index_tokens_lowercase_as_token_by_token(text):
 
     assert index_tokens(text, None, text.upper()) == [w.lower() for t in (text, text.upper())
                                                        for w in re.findall(r"[^\W_]+", t)]
+
+
+def test_a_scan_beside_the_keyword_query_shares_its_products_only_once_the_caller_waits(tmp_path, monkeypatch):
+    rng = np.random.default_rng(9)
+    store, _, _ = build(tmp_path / "memory.db", embedding_like(rng, 50))
+    asked = []
+    real_scores = vector_file.VectorIndex.scores
+
+    def recording(self, view, query, depth, shares):
+        asked.append(shares())
+        return real_scores(self, view, query, depth, shares)
+
+    monkeypatch.setattr(vector_file.VectorIndex, "scores", recording)
+    query = embedding_like(rng, 1)[0]
+    vector_file.begin_nearest(store.db, query, 5, MODEL, DIM).finish(store.db, "1", [])
+    assert asked == [True]  # the caller's own scan: the caller waits for it
+    monkeypatch.setattr(vector_file, "BESIDE_MIN_ROWS", 1)
+    pending = vector_file.begin_nearest(store.db, query, 5, MODEL, DIM, background=True)
+    pending._done.wait()  # the scan ran while the caller had not come to `finish`
+    assert asked[-1] is False
+    assert len(pending.finish(store.db, "1", [])) == 5
+    store.close()

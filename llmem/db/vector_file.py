@@ -427,16 +427,16 @@ def _read_rows(db, model: str, dim: int):
     return seqs[:filled], matrix[:filled], scales[:filled]
 
 
-def _scores(matrix, scales, query):
+def _scores(matrix, scales, query, share: bool = True):
     """The similarity of `query` to each int8 row times its scale, block by block (the
-    module's docstring says why). A large matrix is scored in two halves at once, the second
-    on the sharing thread (SHARED_SCAN_ROWS says why)."""
+    module's docstring says why). When `share`, a large matrix is scored in two halves at
+    once, the second on the sharing thread (SHARED_SCAN_ROWS says why)."""
     import numpy as np
 
     block_rows = max(1, SCAN_ELEMENTS // max(1, matrix.shape[1]))
     out = np.empty(len(matrix), dtype=np.float32)
     # Cut on a block's edge: the blocks, and so every score to the bit, are one thread's.
-    cut = (len(matrix) // 2 // block_rows * block_rows if len(matrix) >= SHARED_SCAN_ROWS else 0) or len(matrix)
+    cut = (len(matrix) // 2 // block_rows * block_rows if share and len(matrix) >= SHARED_SCAN_ROWS else 0) or len(matrix)
     shared = _share(_score_rows, matrix[cut:], query, block_rows, out[cut:]) if cut < len(matrix) else None
     _score_rows(matrix[:cut], query, block_rows, out[:cut])
     if shared is not None:
@@ -527,21 +527,23 @@ class Snapshot(NamedTuple):
 class Scores:
     """One query's similarities over a snapshot of an index: every file row's (exact, or the
     prefilter's estimate) and every overlay row's, hidden rows at -inf. No SQL: a thread may
-    compute it while another runs the keyword query."""
+    compute it while another runs the keyword query. `shares()` says whether a core is free
+    for half of a large product (not while the caller still runs its keyword query)."""
 
-    def __init__(self, view: Snapshot, query):
+    def __init__(self, view: Snapshot, query, shares: Callable[[], bool]):
         import numpy as np
 
+        self.shares = shares
         self.seqs, self.matrix, self.scales = view.seqs, view.matrix, view.scales
         self.extra_seqs, self.query, self.seen = view.extra_seqs, query, view.seen
         self.exact = view.prefilter is None
         if self.exact:
-            self.sims = _scores(self.matrix, self.scales, query)
+            self.sims = _scores(self.matrix, self.scales, query, shares())
         else:  # the prefilter's estimates: of the leading components only, in a large file
             basis, lead_rows, self.rest_rows, self.row_scales = view.prefilter
             self.projected = query @ basis
             # (each row's estimate less the centre's share, the same for every row)
-            self.sims = _scores(lead_rows, self.row_scales, self.projected[:lead_rows.shape[1]])
+            self.sims = _scores(lead_rows, self.row_scales, self.projected[:lead_rows.shape[1]], shares())
         if view.hidden is not None:
             self.sims[view.hidden] = -np.inf
         self.extra = view.extra @ query
@@ -574,7 +576,7 @@ class Scores:
         else:  # the prefilter's best, rescored from the int8 rows
             wide = max(k, candidate_count(len(self.sims)))
             at = self._prefilter_best(wide)
-            sims = _scores(_rows_at(self.matrix, at), self.scales[at], self.query)  # in blocks, as the scan
+            sims = _scores(_rows_at(self.matrix, at), self.scales[at], self.query, self.shares())
         keep = sims != -np.inf
         seqs, sims = self.seqs[at[keep]], sims[keep]
         order = np.lexsort((seqs, -sims))  # best first, ties by seq
@@ -593,7 +595,8 @@ class Scores:
             near = near[sims[near] != -np.inf]
             lead = len(self.projected) - self.rest_rows.shape[1]
             # In blocks, as the scan: a float32 copy of 100k survivors at 1M was 26 MB.
-            sims = sims[near] + _scores(_rows_at(self.rest_rows, near), self.row_scales[near], self.projected[lead:])
+            sims = sims[near] + _scores(_rows_at(self.rest_rows, near), self.row_scales[near],
+                                        self.projected[lead:], self.shares())
             return near[np.sort(_top_index(sims, wide))]
         at = np.sort(_top_index(sims, wide))
         return at[sims[at] != -np.inf]
@@ -694,11 +697,11 @@ class VectorIndex:
         return Snapshot(self.seqs, self.matrix, self.scales, self.prefilter, self.extra_seqs,
                         self.extra, self.hidden, self.seen)
 
-    def scores(self, view: Snapshot, query, depth: int) -> Scores:
+    def scores(self, view: Snapshot, query, depth: int, shares: Callable[[], bool] = lambda: True) -> Scores:
         """The scan of `nearest` (no SQL), with the `depth * 4` best ranked exactly."""
         import numpy as np
 
-        scores = Scores(view, np.ascontiguousarray(query, dtype=np.float32))
+        scores = Scores(view, np.ascontiguousarray(query, dtype=np.float32), shares)
         scores.best(depth * 4)
         return scores
 
@@ -815,6 +818,9 @@ class NearestSearch:
         self._scores: Scores | None = None
         self._error: BaseException | None = None
         self._done: threading.Event | None = None
+        # Beside the caller's keyword query the scan keeps to one core; once the caller waits
+        # in `finish`, its core is free and the rest of the scan is shared.
+        self._caller_waits = not background
         view = index.snapshot()
         if background:
             self._done = threading.Event()
@@ -824,7 +830,7 @@ class NearestSearch:
 
     def scan(self, view: Snapshot, query) -> None:
         try:
-            self._scores = self.index.scores(view, query, self.depth)
+            self._scores = self.index.scores(view, query, self.depth, lambda: self._caller_waits)
         except BaseException as exc:  # raised again by finish, in the caller's thread
             self._error = exc
         finally:
@@ -835,6 +841,7 @@ class NearestSearch:
                passing: Callable[[list[int]], set[int]] | None = None) -> list[tuple[int, float]]:
         """The nearest passing `where` (VectorIndex.select, which says what `passing` is)."""
         if self._done is not None:
+            self._caller_waits = True
             self._done.wait()
         if self._error is not None:
             raise self._error

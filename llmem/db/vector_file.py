@@ -83,9 +83,10 @@ SUFFIX = ".vectors"
 REBUILD_SHARE = 0.05
 MIN_REBUILD_ROWS = 2048
 # A file is written only for a table of at least this many rows. Below it the rows are read
-# from the table into the process, as an overlay of up to MIN_REBUILD_ROWS already is (2048
-# rows: under a MB, a few ms), and the store holds its vectors once: a file's page-aligned
-# header alone cost a small store a tenth of its transcript text (bench/recall.py).
+# from the table into the process, as an overlay of up to MIN_REBUILD_ROWS already is (a
+# process's first search at 2047 rows of 384: 5 ms against 0.6 ms mapping a file; a resident
+# process pays it once), and the store holds its vectors once: a file's page-aligned header
+# alone cost a small store a tenth of its transcript text (bench/recall.py).
 FILE_MIN_ROWS = MIN_REBUILD_ROWS
 STREAM_ROWS = 4096
 # int8 rows converted to float32 per BLAS product of the scan: a block stays in cache, and

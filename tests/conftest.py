@@ -108,6 +108,15 @@ def fresh_vector_indexes():
 
 
 @pytest.fixture(autouse=True)
+def vector_file_at_any_size(monkeypatch):
+    """A vector file for a table of any size: the tests' stores are small, and what most of
+    them test is the file (tests/test_vector_file.py sets the real threshold where it tests it)."""
+    from llmem.db import vector_file
+
+    monkeypatch.setattr(vector_file, "FILE_MIN_ROWS", 0)
+
+
+@pytest.fixture(autouse=True)
 def llmem_home(tmp_path, monkeypatch, request):
     home = tmp_path / "llmem-home"
     monkeypatch.setenv("LLMEM_HOME", str(home))

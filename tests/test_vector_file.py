@@ -291,3 +291,25 @@ def test_an_error_on_the_sharing_thread_is_raised_in_the_thread_that_waits():
     with pytest.raises(MemoryError, match="no room"):
         vector_file._share(failing).wait()
     assert vector_file._share(lambda: None).wait() is None  # the thread lives on
+
+
+def test_a_table_below_the_threshold_is_searched_with_no_file_and_one_reaching_it_gets_one(tmp_path, monkeypatch):
+    # Below FILE_MIN_ROWS the vectors are held once, in the table: no file beside the store.
+    monkeypatch.setattr(vector_file, "FILE_MIN_ROWS", 300)
+    store, memories, vectors = build(tmp_path / "memory.db", 299)
+    path = tmp_path / "memory.vectors"
+    by_seq = {m.seq: v for m, v in zip(memories, vectors, strict=True)}
+    query = unit(vectors[3] + 0.2)
+    found = vector_file.nearest(store.db, query, 20, MODEL, DIM, "m.invalidated_at IS NULL", [])
+    assert seqs_of(found) == exact(store, by_seq, query, 20)
+    assert not path.exists()
+    # A new process, once the table reaches the threshold, writes the file and answers the same.
+    more = [store.add(f"memory {i}").memory for i in range(299, 301)]
+    extra = unit(np.random.default_rng(5).normal(size=(2, DIM)))
+    store_vectors(store, FakeEmbedder(dim=DIM), more, extra)
+    by_seq |= {m.seq: v for m, v in zip(more, as_stored(extra), strict=True)}
+    vector_file._indexes.clear()
+    found = vector_file.nearest(store.db, query, 20, MODEL, DIM, "m.invalidated_at IS NULL", [])
+    assert seqs_of(found) == exact(store, by_seq, query, 20)
+    assert path.is_file() and path.stat().st_size == file_size(301)
+    store.close()

@@ -82,6 +82,12 @@ SUFFIX = ".vectors"
 # The overlay is folded into a rebuilt file when it holds this share of the file's rows.
 REBUILD_SHARE = 0.05
 MIN_REBUILD_ROWS = 2048
+# A file is written only for a table of at least this many rows. Below it the rows are read
+# from the table into the process, as an overlay of up to MIN_REBUILD_ROWS already is (a
+# process's first search at 2047 rows of 384: 5 ms against 0.6 ms mapping a file; a resident
+# process pays it once), and the store holds its vectors once: a file's page-aligned header
+# alone cost a small store a tenth of its transcript text (bench/recall.py).
+FILE_MIN_ROWS = MIN_REBUILD_ROWS
 STREAM_ROWS = 4096
 # int8 elements converted to float32 per BLAS product of a scan (about 680 rows of 384, 2048
 # of the prefilter's 128): a block stays in cache, and OpenBLAS runs a product this small on
@@ -408,8 +414,8 @@ def _map_file(db, path: Path, model: str, dim: int):
 
 
 def _read_rows(db, model: str, dim: int):
-    """(seqs, int8 matrix, scales) read straight from the table, for a store whose folder is
-    not ours: one copy, filled as the rows stream in."""
+    """(seqs, int8 matrix, scales) read straight from the table, for a store too small for a
+    file or whose folder is not ours: one copy, filled as the rows stream in."""
     import numpy as np
 
     count = _row_count(db, model, dim)
@@ -635,7 +641,7 @@ class VectorIndex:
         if loaded is not None and loaded[5] < _pruned(db):
             loaded = None  # older than the log remembers: it cannot catch up
         if loaded is None and self.path is not None and _own_folder(self.path.parent) \
-                and not self.path.is_symlink():
+                and not self.path.is_symlink() and _row_count(db, self.model, self.dim) >= FILE_MIN_ROWS:
             try:
                 holds = write_file(db, self.path, self.model, self.dim)
                 loaded = _map_file(db, self.path, self.model, self.dim)

@@ -203,20 +203,28 @@ RULES = {"layers": layer_violations, "module cycles": module_cycles,
          "unit cycles": unit_cycles, "queue": queue_leaks}
 
 
-def test_imports_follow_the_layers():
-    assert layer_violations(import_graph(source_modules())) == []
+@pytest.fixture(scope="module")
+def graph():
+    """The real tree's import graph, built once: parsing every module is ~1 s of CPU, and the
+    module scope keeps these tests on one xdist worker (tests/conftest.py's scheduler), where
+    spread over both each worker parsed the tree for itself."""
+    return import_graph(source_modules())
 
 
-def test_no_module_imports_itself_back():
-    assert module_cycles(import_graph(source_modules())) == []
+def test_imports_follow_the_layers(graph):
+    assert layer_violations(graph) == []
 
 
-def test_no_unit_imports_itself_back():
-    assert unit_cycles(import_graph(source_modules())) == []
+def test_no_module_imports_itself_back(graph):
+    assert module_cycles(graph) == []
 
 
-def test_only_the_queue_door_imports_workers_or_huey():
-    assert queue_leaks(import_graph(source_modules())) == []
+def test_no_unit_imports_itself_back(graph):
+    assert unit_cycles(graph) == []
+
+
+def test_only_the_queue_door_imports_workers_or_huey(graph):
+    assert queue_leaks(graph) == []
 
 
 def test_every_unit_has_a_layer():

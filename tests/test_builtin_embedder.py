@@ -38,6 +38,31 @@ def embedder():
     return model
 
 
+# The compiled graphs of model files, by (path, size, mtime): see `compiled_once`.
+_GRAPHS: dict[tuple[str, int, int], object] = {}
+
+
+@pytest.fixture
+def compiled_once(monkeypatch):
+    """Every load by the real loading code (files checked, tokenizer read, the session's
+    signature checked, each embedder's own `loads`) but onnxruntime's compilation of an
+    unchanged model file, done once for the module: ~0.25 s of CPU a load, and an in-process
+    `llmem` command is a new App, so a load, each. For the tests whose subject is what is done
+    with a loaded model (a changed or broken file is another key, and compiles)."""
+    import onnxruntime as ort
+
+    real = ort.InferenceSession
+
+    def compiled(path, options=None, providers=None, **kwargs):
+        stat = os.stat(path)
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        if key not in _GRAPHS:
+            _GRAPHS[key] = real(path, options, providers=providers, **kwargs)
+        return _GRAPHS[key]
+
+    monkeypatch.setattr(ort, "InferenceSession", compiled)
+
+
 # ---- the real model ----------------------------------------------------------------------
 
 def test_the_packaged_model_embeds_by_meaning(embedder):
@@ -262,7 +287,8 @@ def ollama_384():
     server.stop()
 
 
-def test_a_model_change_re_embeds_and_never_compares_models(cli, llmem_home, configure, ollama_384):
+def test_a_model_change_re_embeds_and_never_compares_models(cli, llmem_home, configure, ollama_384,
+                                                          compiled_once):
     model_server = ollama_384
     for text in ("We chose FastAPI with PostgreSQL for the billing service.",
                  "Access tokens expire after fifteen minutes.",
@@ -335,7 +361,7 @@ def test_the_mcp_tools_keep_one_loaded_model_for_the_servers_life(llmem_home):
 
 # ---- init and doctor say which embedder is in use --------------------------------------------
 
-def test_init_picks_ollama_when_it_answers_else_the_builtin_one(cli, llmem_home, model_server):
+def test_init_picks_ollama_when_it_answers_else_the_builtin_one(cli, llmem_home, model_server, compiled_once):
     from conftest import free_port_url
 
     code, out, err = cli("init", "--adapter", "none", "--ollama-url", free_port_url())

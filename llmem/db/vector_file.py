@@ -130,8 +130,8 @@ TOP_SAMPLE_SPARE = 16
 # average 11, hybrid took 51 ms p50 beside the FTS query against 42 after it, at the same CPU.
 BESIDE_MIN_ROWS = 20_000
 # A matrix of this many rows (the prefilter's first pass of a large file, its survivors, the
-# candidates it passes on) is scored in two halves on two threads: at 1M rows the scan is
-# most of a search's wall time, and an FTS query beside it leaves a core to share.
+# candidates it passes on) is scored in two halves on two threads when no FTS query runs beside
+# it (NearestSearch): at 1M rows the scan is then most of a search's wall time, and a core idle.
 SHARED_SCAN_ROWS = 8192
 PRUNED_KEY = "vector_change_pruned"  # change ids at or below it are gone from the log
 TOKEN_KEY = "vector_store_token"  # set by migration 0016: which store a file belongs to
@@ -498,7 +498,6 @@ def _rows_at(matrix, at):
     import numpy as np
 
     return np.take(matrix, at, axis=0)
-
 
 
 def lead_dims(rows: int, pdims: int) -> int:

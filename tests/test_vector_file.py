@@ -279,6 +279,8 @@ def test_a_large_matrix_is_scored_in_two_halves_as_one_thread_would(monkeypatch)
     monkeypatch.setattr(vector_file, "_share", lambda work, *args: handed.append(len(args[0])) or real_share(work, *args))
     shared = vector_file._scores(rows, scales, query)
     assert 0 < handed[0] < len(rows)  # the sharing thread scored a part, this one the rest
+    assert np.array_equal(shared, vector_file._scores(rows, scales, query, share=False))
+    assert len(handed) == 1  # not shared when told not to
     monkeypatch.setattr(vector_file, "SHARED_SCAN_ROWS", len(rows) + 1)  # one thread, the whole matrix
     assert np.array_equal(shared, vector_file._scores(rows, scales, query))
     assert np.allclose(shared, (rows.astype(np.float64) @ query) * scales, rtol=1e-4, atol=1e-3)
@@ -289,8 +291,8 @@ def test_an_error_on_the_sharing_thread_is_raised_in_the_thread_that_waits():
         raise MemoryError("no room for the block")
 
     with pytest.raises(MemoryError, match="no room"):
-        vector_file._share(failing).wait()
-    assert vector_file._share(lambda: None).wait() is None  # the thread lives on
+        vector_file._share(failing).result()
+    assert vector_file._share(lambda: None).result() is None  # the thread lives on
 
 
 def test_a_table_below_the_threshold_is_searched_with_no_file_and_one_reaching_it_gets_one(tmp_path, monkeypatch):

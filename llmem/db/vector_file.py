@@ -441,12 +441,14 @@ def _scores(matrix, scales, query, share: bool = True):
 
     block_rows = max(1, SCAN_ELEMENTS // max(1, matrix.shape[1]))
     out = np.empty(len(matrix), dtype=np.float32)
-    # Cut on a block's edge: the blocks, and so every score to the bit, are one thread's.
-    cut = (len(matrix) // 2 // block_rows * block_rows if share and len(matrix) >= SHARED_SCAN_ROWS else 0) or len(matrix)
+    cut = len(matrix)
+    if share and len(matrix) >= SHARED_SCAN_ROWS:
+        # On a block's edge: the blocks, and so every score to the bit, are one thread's.
+        cut = len(matrix) // 2 // block_rows * block_rows or len(matrix)
     shared = _share(_score_rows, matrix[cut:], query, block_rows, out[cut:]) if cut < len(matrix) else None
     _score_rows(matrix[:cut], query, block_rows, out[:cut])
     if shared is not None:
-        shared.wait()
+        shared.result()
     out *= scales
     return out
 
@@ -462,32 +464,20 @@ def _score_rows(matrix, query, block_rows: int, out) -> None:
         np.dot(part, query, out=out[start:start + len(rows)])
 
 
-class _Shared:
-    """A piece of work handed to the sharing thread; `wait` returns when it is done (and
+def _share(work: Callable, *args):
+    """`work(*args)` handed to the sharing thread: a Future whose result() waits for it (and
     raises what it raised)."""
+    from concurrent.futures import Future
 
-    def __init__(self, work: Callable, args: tuple):
-        self.work, self.args = work, args
-        self.done = threading.Event()
-        self.error: BaseException | None = None
+    shared: Future = Future()
 
-    def run(self) -> None:
+    def run() -> None:
         try:
-            self.work(*self.args)
-        except BaseException as exc:  # raised again by wait, in the thread that waits
-            self.error = exc
-        finally:
-            self.done.set()
+            shared.set_result(work(*args))
+        except BaseException as exc:  # raised again by result(), in the thread that waits
+            shared.set_exception(exc)
 
-    def wait(self) -> None:
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-
-
-def _share(work: Callable, *args) -> _Shared:
-    shared = _Shared(work, args)
-    _thread_queue("sharing").put(shared.run)
+    _thread_queue("sharing").put(run)
     return shared
 
 

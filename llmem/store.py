@@ -429,13 +429,6 @@ class Store:
         values.setdefault("updated_at", now())
         return values
 
-    def restore_row(self, memory_id: str, row: dict[str, Any]) -> int:
-        """Write a memory's row back as it was (dream undo), its derived columns recomputed from
-        the restored text rather than trusted; return 1, or 0 when the memory is gone."""
-        values = {**row, "content_hash": content_hash(row["content"]),
-                  **derived_fields(row["content"], row["summary"], row["metadata"])}
-        return write_memory_columns(self.db, memory_id, values)
-
     def restored_fields(self, before: dict[str, Any], *, current: dict[str, Any]) -> dict[str, Any]:
         """The columns an undo writes to put back `before` (a journal's before-image: the
         changed columns, or a whole row in journals written before 0015) over the row

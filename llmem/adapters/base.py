@@ -22,8 +22,6 @@ TOOL_OUTPUT_CAP = 2000
 # Tool inputs (e.g. an edit's oldString/newString or a write's content) are capped per value.
 TOOL_INPUT_VALUE_CAP = 2000
 
-ROLES = ("user", "assistant", "system", "tool")
-
 # Deeper JSON than this is no transcript record (real ones nest a few dozen levels at most) and
 # would overflow the stack of the recursive code that walks it (tool inputs, JSON dumps).
 MAX_JSON_DEPTH = 200

@@ -59,11 +59,6 @@ def claude_config_dir(configured: str | Path) -> Path:
     return Path(from_env or configured).expanduser()
 
 
-def has_claude_projects(config_dir: str | Path) -> bool:
-    """True if Claude Code's projects folder exists under its config home."""
-    return (Path(config_dir).expanduser() / CLAUDE_PROJECTS_DIR).is_dir()
-
-
 def claude_session_id(path: Path, projects_dir: Path) -> str | None:
     """The session id of a main transcript `projects/<encoded-cwd>/<id>.jsonl`, else None.
 
@@ -93,7 +88,3 @@ def codex_home_dir(configured: str | Path) -> Path:
     (session.codex.home)."""
     return Path(os.environ.get("CODEX_HOME") or configured).expanduser()
 
-
-def has_codex_sessions(home: str | Path) -> bool:
-    """True if Codex's sessions folder exists under its home."""
-    return (Path(home).expanduser() / CODEX_SESSIONS_DIR).is_dir()

@@ -174,3 +174,24 @@ def test_a_kill_inside_a_write_leaves_whole_batches_and_the_next_run_finishes(tm
     assert pending_query(store, embedder.identity).count() == 0
     assert_file_holds(tmp_path / "memory.vectors", store, embedder.identity)
     store.close()
+
+
+@pytest.mark.sqlite_only  # the vector file
+def test_a_process_that_searched_before_rebuilds_its_file_from_the_stored_vectors(tmp_path, monkeypatch):
+    # The worker: its index is mapped when a catch-up embeds a large share of the store.
+    monkeypatch.setattr(vector_file, "MIN_REBUILD_ROWS", 20)
+    path = tmp_path / "memory.db"
+    store = Store.open(path)
+    embedder = ClockedEmbedder()
+    old = add_memories(store, 4)
+    store_vectors(store, embedder, old, embedder.embed_documents([m.content for m in old]))
+    vector_file.index_for(store.db, embedder.identity, DIM)
+    add_memories(store, 30, start=4)
+    for name in ("_read_rows", "_changed_rows"):  # neither every row nor the changed ones read back
+        monkeypatch.setattr(vector_file, name, lambda *args, name=name: pytest.fail(f"{name} was read"))
+    assert embed_pending(store, embedder, clock=embedder.clock) == 30
+    monkeypatch.undo()
+    index = vector_file.index_for(store.db, embedder.identity, DIM)
+    assert not index.overlay and len(index.seqs) == 34
+    assert_file_holds(tmp_path / "memory.vectors", store, embedder.identity)
+    store.close()

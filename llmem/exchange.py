@@ -361,12 +361,10 @@ def apply_import(store, plan: ImportPlan, *,
     with store.db.atomic():
         rows = []
         for memory in plan.new:
-            row = {k: memory[k] for k in ("id", "type", "content", "summary", "confidence", "source", "trust",
-                                          "project", "session_id", "metadata", "access_count",
-                                          "content_hash", *_TIME_FIELDS)}
-            row["created_at"] = row["created_at"] or stamp
-            row["updated_at"] = row["updated_at"] or row["created_at"]
-            rows.append(row)
+            # The checked row as it is (insert_rows reads only the columns' keys: its
+            # "embedding" stays out), with the times an export may leave out.
+            created = memory["created_at"] or stamp
+            rows.append({**memory, "created_at": created, "updated_at": memory["updated_at"] or created})
         store.insert_rows(rows, progress=progress)
         embedding_rows = []
         for memory in plan.new:

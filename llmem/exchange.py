@@ -163,6 +163,8 @@ def _check_memory(i: int, row: Any, errors: list[str]) -> dict | None:
                 or (kind is int and -MAX_INTEGER <= value <= MAX_INTEGER) or (kind is dict and not value):
             continue  # the common values asked no more than this: the walk cost ~10 µs a row
         if kind is str:
+            if value.isascii():  # a flag CPython keeps on the string: no encoding to try
+                continue
             try:
                 value.encode("utf-8")
                 continue

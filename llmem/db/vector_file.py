@@ -346,11 +346,12 @@ def write_file(db, path: Path, model: str, dim: int, written: WrittenVectors | N
     scales_at, seqs_at, prefilter_at, _ = _layout(count, dim, pdims)
     with atomic_file(path, binary=True, sync_folder=True) as out:
         out.write(b"\0" * HEADER_BYTES)
-        out.write(matrix.tobytes())
+        # The arrays' own buffers (contiguous): a tobytes() copy of 100k rows is 38 MB more.
+        out.write(np.ascontiguousarray(matrix))
         out.write(b"\0" * (scales_at - HEADER_BYTES - count * dim))
-        out.write(all_scales.astype("<f4").tobytes())
+        out.write(np.ascontiguousarray(all_scales, dtype="<f4"))
         out.write(b"\0" * (seqs_at - scales_at - 4 * count))
-        out.write(np.asarray(seqs, dtype="<i8").tobytes())
+        out.write(np.ascontiguousarray(seqs, dtype="<i8"))
         lead = 0
         if components is not None:
             out.write(b"\0" * (prefilter_at - seqs_at - 8 * count))

@@ -120,9 +120,9 @@ def embed_memories(store, embedder: Embedder, memories: list[Memory] | list[Pend
 # memories or the oldest has waited WRITE_SECONDS. A commit per read batch of 2,000 was a
 # quarter of its own time at 100k with a fast embedder (51 commits); one of 100k spilled
 # SQLite's page cache and cost more than 10k (100k, CPU: 2.9 s at 2k, 2.3 at 10k, 3.5 at 100k).
-# With a slow embedder (the built-in model: ~5 s a batch) each batch is stored as it comes,
-# so a kill loses no more than a batch's work: each transaction holds whole rows, and the next
-# run embeds what is still pending.
+# With a slow embedder (a batch taking WRITE_SECONDS or more) each batch is stored as it
+# comes, so a kill loses no more than a batch's work: each transaction holds whole rows, and
+# the next run embeds what is still pending.
 WRITE_ROWS = 20_000
 WRITE_SECONDS = 2.0
 

@@ -8,16 +8,19 @@ machine the wall time mostly measures waiting for a core): the floor is one `exe
 the import is also shown beside the same rows staged in a temporary table and inserted with
 one INSERT … SELECT (the stronger floor: FTS5 writes a segment per statement).
 `embed --pending` runs with an instant embedder (precomputed unit vectors), so the figure is
-llmem's own cost. Example:
-    python bench/writes.py --memories 100000
+llmem's own cost. `--repeat N`: N rounds, each beside its own floors, then the p50 of the
+ratios (the machine is shared: one round says little). Example:
+    python bench/writes.py --memories 100000 --repeat 3
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -86,10 +89,13 @@ class Clock:
         self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
 
 
-def ratio_line(label: str, took: Clock | tuple[float, float], floor: Clock, count: int) -> None:
+def ratio_line(label: str, took: Clock | tuple[float, float], floor: Clock, count: int,
+               ratios: dict[str, list[tuple[float, float]]] | None = None) -> None:
     wall, cpu = (took.wall, took.cpu) if isinstance(took, Clock) else took
     print(f"  {label:<24} {wall:8.2f} s ({count / wall:8.0f}/s) CPU {cpu:7.2f} s   floor {floor.wall:7.2f} s "
           f"CPU {floor.cpu:7.2f} s   {wall / floor.wall:5.2f}× the floor ({cpu / floor.cpu:5.2f}× in CPU)", flush=True)
+    if ratios is not None:
+        ratios.setdefault(label, []).append((wall / floor.wall, cpu / floor.cpu))
 
 
 def _default(field):
@@ -144,10 +150,41 @@ def embed_floor(path: Path, embedder: InstantEmbedder, dim: int) -> tuple[Clock,
     return clock, len(pairs)
 
 
+def one_round(tmp: Path, args, rows: list[dict], document: dict, ratios: dict) -> None:
+    """The import and `embed --pending`, each beside its floors, in fresh stores under `tmp`."""
+    for path in tmp.glob("*"):
+        if path.name != "source.db":
+            path.unlink()
+    floor = import_floor(tmp / "floor.db", rows)
+    staged_floor = import_floor(tmp / "staged-floor.db", rows, staged=True)
+    store = Store.open(tmp / "import.db", vec_enabled=False)
+    with Clock() as check:
+        plan = plan_import(store, document)
+    with Clock() as write:
+        apply_import(store, plan)
+    store.close()
+    print(f"  import: check {check.wall:.2f} s (CPU {check.cpu:.2f} s), write {write.wall:.2f} s (CPU {write.cpu:.2f} s)")
+    ratio_line("import (check + write)", (check.wall + write.wall, check.cpu + write.cpu), floor, len(plan.new), ratios)
+    ratio_line("import (write only)", write, floor, len(plan.new), ratios)
+    ratio_line("import, staged floor", (check.wall + write.wall, check.cpu + write.cpu), staged_floor,
+               len(plan.new), ratios)
+
+    embedder = InstantEmbedder(args.dim)
+    shutil.copy(tmp / "import.db", tmp / "embed-floor.db")
+    floor, count = embed_floor(tmp / "embed-floor.db", InstantEmbedder(args.dim), args.dim)
+    store = Store.open(tmp / "import.db")
+    with Clock() as embedded:
+        done = embed_pending(store, embedder)
+    store.close()
+    assert done == count, (done, count)
+    ratio_line("embed --pending", embedded, floor, done, ratios)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--repeat", type=int, default=1, help="rounds, each with its floors; then the p50 of the ratios")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="llmem-bench-writes-"))
     try:
@@ -159,30 +196,15 @@ def main() -> None:
             source.insert_rows(rows)
         document = json.loads(json.dumps(export_data(source)))
         source.close()
-
-        floor = import_floor(tmp / "floor.db", rows)
-        staged_floor = import_floor(tmp / "staged-floor.db", rows, staged=True)
-        store = Store.open(tmp / "import.db", vec_enabled=False)
-        with Clock() as check:
-            plan = plan_import(store, document)
-        with Clock() as write:
-            apply_import(store, plan)
-        store.close()
-        print(f"  import: check {check.wall:.2f} s (CPU {check.cpu:.2f} s), write {write.wall:.2f} s (CPU {write.cpu:.2f} s)")
-        ratio_line("import (check + write)", (check.wall + write.wall, check.cpu + write.cpu), floor, len(plan.new))
-        ratio_line("import (write only)", write, floor, len(plan.new))
-        ratio_line("import, staged floor", (check.wall + write.wall, check.cpu + write.cpu), staged_floor,
-                   len(plan.new))
-
-        embedder = InstantEmbedder(args.dim)
-        shutil.copy(tmp / "import.db", tmp / "embed-floor.db")
-        floor, count = embed_floor(tmp / "embed-floor.db", InstantEmbedder(args.dim), args.dim)
-        store = Store.open(tmp / "import.db")
-        with Clock() as embedded:
-            done = embed_pending(store, embedder)
-        store.close()
-        assert done == count, (done, count)
-        ratio_line("embed --pending", embedded, floor, done)
+        ratios: dict[str, list[tuple[float, float]]] = {}
+        for round_no in range(args.repeat):
+            print(f"round {round_no + 1}, load {os.getloadavg()[0]:.2f}", flush=True)
+            one_round(tmp, args, rows, document, ratios)
+        if args.repeat > 1:
+            print(f"p50 of {args.repeat} rounds (load now {os.getloadavg()[0]:.2f}):")
+            for label, pairs in ratios.items():
+                print(f"  {label:<24} {statistics.median(w for w, _ in pairs):5.2f}× the floor "
+                      f"({statistics.median(c for _, c in pairs):5.2f}× in CPU)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -163,6 +163,8 @@ def _check_memory(i: int, row: Any, errors: list[str]) -> dict | None:
                 or (kind is int and -MAX_INTEGER <= value <= MAX_INTEGER) or (kind is dict and not value):
             continue  # the common values asked no more than this: the walk cost ~10 µs a row
         if kind is str:
+            if value.isascii():  # a flag CPython keeps on the string: no encoding to try
+                continue
             try:
                 value.encode("utf-8")
                 continue
@@ -361,12 +363,10 @@ def apply_import(store, plan: ImportPlan, *,
     with store.db.atomic():
         rows = []
         for memory in plan.new:
-            row = {k: memory[k] for k in ("id", "type", "content", "summary", "confidence", "source", "trust",
-                                          "project", "session_id", "metadata", "access_count",
-                                          "content_hash", *_TIME_FIELDS)}
-            row["created_at"] = row["created_at"] or stamp
-            row["updated_at"] = row["updated_at"] or row["created_at"]
-            rows.append(row)
+            # The checked row as it is (insert_rows reads only the columns' keys: its
+            # "embedding" stays out), with the times an export may leave out.
+            created = memory["created_at"] or stamp
+            rows.append({**memory, "created_at": created, "updated_at": memory["updated_at"] or created})
         store.insert_rows(rows, progress=progress)
         embedding_rows = []
         for memory in plan.new:

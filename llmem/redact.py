@@ -195,6 +195,9 @@ def builtin_patterns() -> tuple[SecretPattern, ...]:
             "url_credentials",
             r"(?i:https?|git|ssh)://(?P<secret>" + _NOT_A_MARKER
             + r"(?=[A-Za-z0-9_.~-]*\d)[A-Za-z0-9_.~-]{20,})@",
+            # Its scheme, case-blind, gives sre no literal to scan for: tried at every
+            # character, it was a third of an import's redaction (100k rows: 0.66 s).
+            hints=("://",),
         ),
         _pattern(
             "bearer_token",

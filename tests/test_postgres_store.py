@@ -408,12 +408,16 @@ def test_an_hnsw_build_never_gets_less_memory_than_the_server_is_configured_with
 
 
 @backend
-def test_an_import_copies_its_memories_in_a_statement_per_batch(servers):
+def test_an_import_copies_its_memories_in_a_statement_per_batch(servers, monkeypatch):
     """An executemany is an INSERT per row, each firing memory's statement-level trigger (a
-    memory_totals change row per memory: 1M of them for a 1M import); a COPY per batch of
-    2000 is one statement, one change row, and the rows as an INSERT would have stored them."""
+    memory_totals change row per memory: 1M of them for a 1M import); a COPY per batch
+    (store.INSERT_BATCH rows, 2000 here) is one statement, one change row, and the rows as an
+    INSERT would have stored them."""
+    from llmem import store as store_module
     from llmem.exchange import apply_import, plan_import
     from llmem.store import Store
+
+    monkeypatch.setattr(store_module, "INSERT_BATCH", 2000)
 
     count = 2500  # two batches
     document = {"version": 1, "relations": [], "memories": [

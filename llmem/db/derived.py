@@ -15,10 +15,14 @@ from .fts import metadata_text
 def text_to_embed(content: str, summary: str | None, metadata: dict | None) -> str:
     """What is embedded for a memory: its content, with the summary when it adds words and
     its descriptive metadata (who said it, which file) in front, as FTS indexes them too."""
+    return described_text_to_embed(content, summary, metadata_text(metadata))
+
+
+def described_text_to_embed(content: str, summary: str | None, described: str) -> str:
+    """text_to_embed, given the metadata's descriptive text (metadata_text)."""
     text = content
     if summary and summary.strip() and summary not in content:
         text = f"{summary}\n{text}"
-    described = metadata_text(metadata)
     return f"{described}: {text}" if described else text
 
 

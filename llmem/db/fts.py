@@ -72,7 +72,11 @@ def metadata_text(metadata: dict | None) -> str:
 
 def index_hints(content: str, summary: str | None, metadata: dict | None) -> str:
     """The `hints` column: identifier parts of the text, plus its descriptive metadata."""
-    described = metadata_text(metadata)
+    return described_hints(content, summary, metadata_text(metadata))
+
+
+def described_hints(content: str, summary: str | None, described: str) -> str:
+    """index_hints, given the metadata's descriptive text (metadata_text)."""
     return " ".join(part for part in (identifier_hints(content, summary, described), described) if part)
 
 

@@ -278,8 +278,6 @@ def insert_memory_rows(db, rows: list[dict[str, Any]]) -> None:
         return
     fields = Memory._meta.fields
     names = list(rows[0])
-    columns = ", ".join(f'"{fields[name].column_name}"' for name in names)
-    marks = ", ".join("?" * len(names))
     # Only the JSON columns need their field's conversion: text and numbers go to the driver
     # as they are (the column's affinity stores them as peewee's adapt would), and calling
     # db_value for each of ~20 columns of each row cost a third of an import's own work.
@@ -290,7 +288,15 @@ def insert_memory_rows(db, rows: list[dict[str, Any]]) -> None:
         for i, convert in converted:
             value[i] = convert(value[i])
         values.append(value)
-    insert_staged(db, "memory", columns, marks, values)
+    insert_memory_values(db, names, values)
+
+
+def insert_memory_values(db, names: list[str], values: list) -> None:
+    """Insert memory rows given as the stored values of the fields `names` (JSON as text), in
+    one executemany (staged on SQLite: insert_staged)."""
+    fields = Memory._meta.fields
+    columns = ", ".join(f'"{fields[name].column_name}"' for name in names)
+    insert_staged(db, "memory", columns, ", ".join("?" * len(names)), values)
 
 
 # From this many rows on, a SQLite insert goes through a staging table (see insert_staged).

@@ -13,10 +13,15 @@ from .vec import build_pending_index, knn_vec0
 _WIDENINGS = (4, 16)
 
 
-def index_for(db, model: str, dim: int) -> None:
+def index_for(db, model: str, dim: int, written: None = None) -> None:
     """The server keeps its index current with every write; after a bulk load (which loads
     the table bare, db/postgres/vec.py) this is where its index is built."""
     build_pending_index(db)
+
+
+def written_vectors(db, model: str, dim: int) -> None:
+    """No record of a bulk embedding's vectors is kept: there is no vector file to write."""
+    return None
 
 
 def nearest(db, query, depth: int, model: str, dim: int, where: str, params: list,

@@ -241,3 +241,38 @@ def test_compact_decays_apply_as_update_many_would_their_updates(env, monkeypatc
     assert len(by_rows[1]) == len(compact) == 11
     assert {kind for _, _, kind, *_ in by_rows[1]} == {"decay", "boost", "invalidate"}
     assert by_rows == by_updates
+
+
+def test_a_decay_planned_for_a_memory_deleted_since_is_not_written_to_the_one_holding_its_seq(env):
+    """DecayRows.apply reads its rows by seq: a memory deleted after the plan fails the batch
+    as it did by id, even when a memory added since holds its seq (SQLite reuses the
+    highest rowid), and that memory is left as it is."""
+    from llmem.errors import NotFound
+
+    store, config = env
+    add(store, "an idle one", age_days=95)
+    last = add(store, "the last idle one", age_days=95)
+    deep = _plan(store, config)
+    compact = next(part for part in deep.actions._parts if isinstance(part, DecayRows))
+    assert last.id in compact.ids
+    store.delete(last.id)
+    newcomer = add(store, "added after the plan")
+    before = store.db.execute_sql("SELECT * FROM memory WHERE id = ?", (newcomer.id,)).fetchone()
+    run = start_run(store, "dream", ["deep"])
+    with pytest.raises(NotFound, match=last.id), store.db.atomic():
+        compact.apply(Journal(store, run), 0, compact.rows)
+    assert store.db.execute_sql("SELECT * FROM memory WHERE id = ?", (newcomer.id,)).fetchone() == before
+
+
+def test_decay_rows_count_their_kinds_in_the_order_each_first_comes():
+    rows = DecayRows(at=1_800_000_000.0, confidence_floor=0.3)
+    rows.add("b", 2, 2, 0.7, 0.75, 5, 0.0, False)  # a boost
+    rows.add("c", 3, 1, 0.35, 0.3, 1, 1.0, True)  # a decay, then its invalidation
+    rows.add("d", 4, 0, 0.3, 0.3, 0, 0.0, True)  # an invalidation alone
+    rows.add("e", 5, 1, 0.7, 0.6, 2, 1.0, False)
+    counted = {}
+    for action in rows:
+        counted[("deep", action.kind)] = counted.get(("deep", action.kind), 0) + 1
+    assert list(rows.kind_counts().items()) == list(counted.items()) == \
+        [(("deep", "boost"), 1), (("deep", "decay"), 2), (("deep", "invalidate"), 2)]
+    assert DecayRows(at=0.0, confidence_floor=0.3).kind_counts() == {}

@@ -53,6 +53,19 @@ def memory_rows_by_id(db, names: Sequence[str], memory_ids: Sequence[str]) -> di
     return found
 
 
+def memory_rows_by_seq(db, names: Sequence[str], seqs: Sequence[int]) -> dict[int, tuple]:
+    """seq → (id, then the stored values of field `names`), for the seqs that exist: on
+    SQLite the rowid itself, without a lookup in the id index first (84k rows: 0.4 -> 0.1 s)."""
+    columns = ", ".join(["id", *(_column(n) for n in names)])
+    found: dict[int, tuple] = {}
+    for start in range(0, len(seqs), READ_CHUNK):
+        chunk = list(seqs[start:start + READ_CHUNK])
+        sql = f"SELECT seq, {columns} FROM memory WHERE seq IN ({', '.join('?' * len(chunk))})"
+        for row in db.execute_sql(sql, chunk):
+            found[row[0]] = tuple(row[1:])
+    return found
+
+
 def valid_memories_by_hash(db, hashes: Sequence[str]) -> dict[tuple[str, str | None], str]:
     """(content hash, project) → the id of the oldest valid memory with that text in that
     project, for the hashes among `hashes` that a valid memory has."""

@@ -133,7 +133,10 @@ def _stored_chunks(db, model: str, dim: int, types: _Codes, projects: _Codes):
         picked = np.flatnonzero(where[start:start + CHUNK_ROWS] >= 0) + start
         if len(picked):
             at = where[picked]
-            rows = view.matrix[picked].astype(np.float32)
+            # Most chunks are every row of their range: converted from the mapping as a slice,
+            # not gathered into an int8 copy first (a tenth of light's CPU at 100k).
+            whole = picked[-1] - picked[0] + 1 == len(picked)
+            rows = (view.matrix[picked[0]:picked[-1] + 1] if whole else view.matrix[picked]).astype(np.float32)
             release(start, start + CHUNK_ROWS)
             yield view.seqs[picked], type_codes[at], project_codes[at], rows, view.scales[picked]
     where = scoped(view.extra_seqs)

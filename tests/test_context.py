@@ -103,9 +103,12 @@ def test_budget_holds_on_a_big_store(copilot_config, app, size):
         meta = {"category": ("NULL_SAFETY", "EDGE_CASE", "DESIGN")[i % 3],
                 "proposed_update": "x" * 400} if kind == "self_assessment" else {}
         rows.append((text, kind, meta))
+    groups: dict[tuple, list] = {}  # added in bulk, one insert per kind and scope
+    for text, kind, meta in rows:
+        groups.setdefault((kind, PROJECT if len(text) % 2 else None), []).append((text, meta, "user"))
     with app.store.db.atomic():
-        for text, kind, meta in rows:
-            app.store.add(text, kind, project=PROJECT if len(text) % 2 else None, metadata=meta)
+        for (kind, project), items in groups.items():
+            app.store.add_many(items, kind, confidence=0.7, source="user", project=project, session_id=None)
     for budget in (50, 120, 400, 1500, 4000):
         started = time.process_time()  # CPU: the machine's load is not the assembler's cost
         block = assemble_context(app, SESSION, max_tokens=budget)

@@ -1,14 +1,13 @@
 """Progress in the terminal (issue 13 item 5): long commands draw a bar on stderr when it is a
-terminal and print no progress when it is piped. On a terminal: real `llmem` subprocesses with
-stderr on a real pseudo-TTY; piped: the same entry point in-process (tests/inproc.py), its
-stderr a stream that is no terminal, as a pipe is."""
+terminal and print no progress when it is piped. Both run the entry point in-process
+(tests/inproc.py): on a terminal with stderr on a real pseudo-TTY, piped with stderr a stream
+that is no terminal, as a pipe is."""
 
 from __future__ import annotations
 
 import os
 import pty
-import subprocess
-import sys
+import threading
 
 import pytest
 from inproc import Ran, run_llmem
@@ -27,34 +26,37 @@ def fill_store(count: int = MEMORIES) -> None:
                        project=None, session_id=None)
 
 
-def llmem(*args: str) -> list[str]:
-    return [sys.executable, "-m", "llmem", *args]
-
-
 def run_piped(*args: str) -> Ran:
     return run_llmem(list(args))
 
 
 def run_on_a_terminal(*args: str) -> tuple[int, str, str]:
-    """Run with stderr on a pseudo-TTY (stdout piped): (exit code, stdout, what the TTY got)."""
+    """Run with stderr on a pseudo-TTY (stdout piped), in-process: (exit code, stdout, what the
+    TTY got). What the commands check is `sys.stderr.isatty()`, true of a stream on the TTY's
+    end as of a process's stderr there; a thread drains the TTY while the command writes (its
+    buffer is a few KB)."""
     leader, follower = pty.openpty()
+    seen = bytearray()
+
+    def drain():
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: no writer is left on the follower
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
     try:
-        child = subprocess.Popen(llmem(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=follower, env=os.environ.copy())
+        done = run_llmem(list(args), stderr_fd=follower)
     finally:
         os.close(follower)
-    seen = bytearray()
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:  # EIO: the child closed its end
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(leader)
-    out = child.stdout.read().decode()
-    return child.wait(timeout=60), out, seen.decode(errors="replace")
+        reader.join(timeout=60)
+        os.close(leader)
+    return done.returncode, done.stdout, seen.decode(errors="replace")
 
 
 @pytest.mark.parametrize("command", [("embed", "--all"), ("dream", "--apply")])

@@ -35,11 +35,27 @@ def file_size(count):
     return vector_file.HEADER_BYTES + count * DIM + -(-count * 4 // 8) * 8 + count * 8
 
 
+def add_memories(store, count, projects=None):
+    """Memories `memory 0` .. `memory count-1` (memory i in project `projects(i)`), in order:
+    added in bulk, one insert per project (`add` one at a time builds ~1 ms of queries a row);
+    one already stored is found again, as `add` finds a duplicate."""
+    texts = [f"memory {i}" for i in range(count)]
+    scopes = [projects(i) if projects else None for i in range(count)]
+    with store.db.atomic():
+        for project in dict.fromkeys(scopes):
+            store.add_many([(text, {}, "user") for text, scope in zip(texts, scopes, strict=True)
+                            if scope == project],
+                           "fact", confidence=0.7, source="user", project=project, session_id=None)
+    Memory = store.models.Memory
+    by_text = {(m.content, m.project): m for m in Memory.select().where(
+        Memory.content.in_(texts) & Memory.invalidated_at.is_null())}
+    return [by_text[text, scope] for text, scope in zip(texts, scopes, strict=True)]
+
+
 def build(path, count, *, seed=1, projects=None):
     rng = np.random.default_rng(seed)
     store = Store.open(path)
-    memories = [store.add(f"memory {i}", project=(projects(i) if projects else None)).memory
-                for i in range(count)]
+    memories = add_memories(store, count, projects)
     vectors = unit(rng.normal(size=(count, DIM)))
     store_vectors(store, FakeEmbedder(dim=DIM), memories, vectors)
     return store, memories, as_stored(vectors)

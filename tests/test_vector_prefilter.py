@@ -4,7 +4,7 @@ best candidates are rescored exactly from the int8 rows; and the scan run beside
 import numpy as np
 import pytest
 from fakes import FakeEmbedder
-from test_vector_file import as_stored, exact, seqs_of, unit
+from test_vector_file import add_memories, as_stored, exact, seqs_of, unit
 
 from llmem.db import vector_file
 from llmem.db.fts import index_tokens
@@ -36,8 +36,7 @@ def embedding_like(rng, count):
 
 def build(path, vectors, projects=None):
     store = Store.open(path)
-    memories = [store.add(f"memory {i}", project=(projects(i) if projects else None)).memory
-                for i in range(len(vectors))]
+    memories = add_memories(store, len(vectors), projects)
     store_vectors(store, FakeEmbedder(dim=DIM), memories, vectors)
     return store, memories, {m.seq: v for m, v in zip(memories, as_stored(vectors), strict=True)}
 

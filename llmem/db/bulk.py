@@ -89,8 +89,11 @@ def valid_confidences(db) -> dict[str, float]:
 def valid_confidence_values(db) -> list[float]:
     """The confidence of every valid memory, in no order (a histogram's): without the ids,
     half the read of valid_confidences."""
+    # The unary + keeps SQLite from walking the index on invalidated_at and looking every
+    # valid row up in the table: one scan of the table in its order costs half (100k: 0.08 ->
+    # 0.04 s, read twice a run). Postgres's + on a double is the value itself.
     return [confidence for (confidence,) in
-            db.execute_sql("SELECT confidence FROM memory WHERE invalidated_at IS NULL").fetchall()]
+            db.execute_sql("SELECT confidence FROM memory WHERE +invalidated_at IS NULL").fetchall()]
 
 
 def existing_memory_ids(db, memory_ids: Sequence[str]) -> set[str]:

@@ -75,7 +75,7 @@ def rank_fields(db, seqs: list[int]) -> list[tuple]:
 def shared_content_rows(db) -> list[tuple]:
     """(content_hash, project, id) of the valid memories whose content hash another valid
     memory of the same project shares, ordered by hash, project, age."""
-    # The unary + keep SQLite off the index on invalidated_at: through it, the groups walked
+    # The unary pluses keep SQLite off the index on invalidated_at: through it, the groups walked
     # every valid row and looked each up in the table, and the outer query did it again to
     # test each against the (usually empty) list; the content_hash index is read in hash
     # order instead, and the few shared hashes are looked up in it (100k: 0.3 -> 0.13 s).

@@ -43,24 +43,21 @@ def update_memory_rows(db, names: Sequence[str], rows: Iterable[Sequence[Any]],
 
 def memory_rows_by_id(db, names: Sequence[str], memory_ids: Sequence[str]) -> dict[str, tuple]:
     """memory id → the stored values of field `names` (in that order), for the ids that exist."""
-    columns = ", ".join(_column(n) for n in names)
-    found: dict[str, tuple] = {}
-    for start in range(0, len(memory_ids), READ_CHUNK):
-        chunk = list(memory_ids[start:start + READ_CHUNK])
-        sql = f"SELECT id, {columns} FROM memory WHERE id IN ({', '.join('?' * len(chunk))})"
-        for row in db.execute_sql(sql, chunk):
-            found[row[0]] = tuple(row[1:])
-    return found
+    return _rows_by(db, "id", [_column(n) for n in names], memory_ids)
 
 
 def memory_rows_by_seq(db, names: Sequence[str], seqs: Sequence[int]) -> dict[int, tuple]:
     """seq → (id, then the stored values of field `names`), for the seqs that exist: on
     SQLite the rowid itself, without a lookup in the id index first (84k rows: 0.4 -> 0.1 s)."""
-    columns = ", ".join(["id", *(_column(n) for n in names)])
-    found: dict[int, tuple] = {}
-    for start in range(0, len(seqs), READ_CHUNK):
-        chunk = list(seqs[start:start + READ_CHUNK])
-        sql = f"SELECT seq, {columns} FROM memory WHERE seq IN ({', '.join('?' * len(chunk))})"
+    return _rows_by(db, "seq", ["id", *(_column(n) for n in names)], seqs)
+
+
+def _rows_by(db, key: str, columns: list[str], keys: Sequence) -> dict:
+    """key value → the row's `columns`, READ_CHUNK keys a query."""
+    found: dict = {}
+    for start in range(0, len(keys), READ_CHUNK):
+        chunk = list(keys[start:start + READ_CHUNK])
+        sql = f"SELECT {key}, {', '.join(columns)} FROM memory WHERE {key} IN ({', '.join('?' * len(chunk))})"
         for row in db.execute_sql(sql, chunk):
             found[row[0]] = tuple(row[1:])
     return found

@@ -23,8 +23,8 @@ from .times import now
 log = logging.getLogger(__name__)
 
 
-def embedding_text(memory: Memory) -> str:
-    """text_to_embed of a memory row."""
+def embedding_text(memory: Memory | PendingMemory) -> str:
+    """text_to_embed of a memory row (a model instance or a PendingMemory)."""
     return text_to_embed(memory.content, memory.summary, memory.metadata)
 
 
@@ -99,13 +99,6 @@ class PendingMemory(NamedTuple):
     embed_hash: str | None = None  # the hash of the text its vector must be made from
 
 
-def _vector_text(memory: PendingMemory) -> str:
-    """embedding_text: the content itself when there is no summary and no descriptive metadata."""
-    if not memory.summary and not memory.metadata:
-        return memory.content
-    return text_to_embed(memory.content, memory.summary, memory.metadata)
-
-
 def embed_memories(store, embedder: Embedder, memories: list[Memory] | list[PendingMemory]) -> int:
     """Embed the given memories now (HTTP outside any transaction); return how many."""
     if not memories or not embedder.available:
@@ -142,7 +135,7 @@ class _HeldVectors:
     def embed(self, embedder: Embedder, memories: list[PendingMemory]) -> None:
         if self.since is None:
             self.since = self.clock()
-        vectors = embedder.embed_documents([_vector_text(m) for m in memories])
+        vectors = embedder.embed_documents([embedding_text(m) for m in memories])
         self.memories += memories
         self.vectors.append(vectors)
         # Encoded a batch at a time: quantising 20k rows at once was 3x slower than 2k ten
@@ -165,7 +158,7 @@ class _HeldVectors:
             self.written = vector_file.written_vectors(self.store.db, self.identity, int(vectors.shape[1]))
         memories = self.memories
         _write_vectors(self.store, self.identity, [m.id for m in memories], [m.seq for m in memories],
-                       [m.embed_hash or text_hash(_vector_text(m)) for m in memories], vectors, self.blobs,
+                       [m.embed_hash or text_hash(embedding_text(m)) for m in memories], vectors, self.blobs,
                        self.written)
         self.stored += len(memories)
         self.memories, self.vectors, self.blobs, self.since = [], [], [], None

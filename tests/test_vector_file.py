@@ -2,6 +2,7 @@
 concurrent writers."""
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -285,21 +286,76 @@ def test_the_sampled_top_k_is_the_exact_top_k(hidden_share):
         assert np.sort(scores[got])[::-1].tolist() == np.sort(scores)[::-1][:k].tolist()
 
 
-def test_a_large_matrix_is_scored_in_two_halves_as_one_thread_would(monkeypatch):
-    rng = np.random.default_rng(7)
+def _large_matrix(rng):
     rows = rng.integers(-127, 128, size=(vector_file.SHARED_SCAN_ROWS + 101, 128), dtype=np.int8)
-    scales = rng.random(len(rows), dtype=np.float32)
-    query = rng.normal(size=128).astype(np.float32)
+    return rows, rng.random(len(rows), dtype=np.float32), rng.normal(size=128).astype(np.float32)
+
+
+def _wrapping_work(monkeypatch, wrap):
+    """_in_blocks with each block's work passed through wrap(work, start, mine)."""
+    real = vector_file._in_blocks
+    monkeypatch.setattr(vector_file, "_in_blocks", lambda count, block_rows, cores, work, buffers: real(
+        count, block_rows, cores, lambda start, mine: wrap(work, start, mine), buffers))
+
+
+@pytest.mark.parametrize("by_index", [False, True])
+def test_a_large_matrix_is_scored_on_two_threads_as_one_thread_would(monkeypatch, by_index):
+    rows, scales, query = _large_matrix(np.random.default_rng(7))
+    at = np.sort(np.random.default_rng(1).choice(len(rows), len(rows) - 50, replace=False)) if by_index else None
+    alone = vector_file._scores(rows[at] if by_index else rows, scales[at] if by_index else scales, query)
+    scored_by, helper_scored = [], threading.Event()
+
+    def recording(work, start, mine):
+        by_me = threading.current_thread() is threading.main_thread()
+        if by_me and not scored_by:  # hold this thread's first block until the helper took one
+            assert helper_scored.wait(10)
+        work(start, mine)
+        scored_by.append(by_me)
+        if not by_me:
+            helper_scored.set()
+
+    _wrapping_work(monkeypatch, recording)
+    shared = vector_file._scores(rows, scales[at] if by_index else scales, query, vector_file.Cores(free=True), at)
+    assert True in scored_by and False in scored_by  # each thread scored blocks of its own
+    assert len(scored_by) == -(-len(alone) // (vector_file.SCAN_ELEMENTS // 128))  # each block once
+    assert np.array_equal(shared, alone)
+    expected = (rows.astype(np.float64) @ query) * scales
+    assert np.allclose(shared, expected[at] if by_index else expected, rtol=1e-4, atol=1e-3)
+
+
+def test_a_scan_takes_the_second_core_once_it_is_free_and_not_before(monkeypatch):
+    rows, scales, query = _large_matrix(np.random.default_rng(8))
+    alone = vector_file._scores(rows, scales, query)
+    cores = vector_file.Cores(free=False)
     handed = []
     real_share = vector_file._share
-    monkeypatch.setattr(vector_file, "_share", lambda work, *args: handed.append(len(args[0])) or real_share(work, *args))
-    shared = vector_file._scores(rows, scales, query)
-    assert 0 < handed[0] < len(rows)  # the sharing thread scored a part, this one the rest
-    assert np.array_equal(shared, vector_file._scores(rows, scales, query, share=False))
-    assert len(handed) == 1  # not shared when told not to
-    monkeypatch.setattr(vector_file, "SHARED_SCAN_ROWS", len(rows) + 1)  # one thread, the whole matrix
+    monkeypatch.setattr(vector_file, "_share", lambda work, *args: handed.append(work) or real_share(work, *args))
+    assert np.array_equal(vector_file._scores(rows, scales, query, cores), alone) and not handed
+
+    blocks = []
+
+    def freeing(work, start, mine):  # the caller comes to wait after the scan's third block
+        blocks.append(start)
+        cores.free = cores.free or len(blocks) == 3
+        work(start, mine)
+
+    _wrapping_work(monkeypatch, freeing)
+    assert np.array_equal(vector_file._scores(rows, scales, query, cores), alone)
+    assert handed == [vector_file._claim_blocks]
+
+
+def test_a_helper_the_sharing_thread_never_took_up_is_not_waited_for():
+    rows, scales, query = _large_matrix(np.random.default_rng(9))
+    busy, release = threading.Event(), threading.Event()
+    # The sharing thread busy with another search's work for the whole scan.
+    occupied = vector_file._share(lambda: busy.set() or release.wait(10))
+    assert busy.wait(10)
+    try:
+        shared = vector_file._scores(rows, scales, query, vector_file.Cores(free=True))
+    finally:
+        release.set()
+    occupied.result()
     assert np.array_equal(shared, vector_file._scores(rows, scales, query))
-    assert np.allclose(shared, (rows.astype(np.float64) @ query) * scales, rtol=1e-4, atol=1e-3)
 
 
 def test_an_error_on_the_sharing_thread_is_raised_in_the_thread_that_waits():

@@ -166,7 +166,7 @@ def test_a_failed_scan_fails_the_search_in_its_own_thread(tmp_path, monkeypatch)
     rng = np.random.default_rng(8)
     store, _, _ = build(tmp_path / "memory.db", embedding_like(rng, 50))
 
-    def broken(self, view, query, depth, shares):
+    def broken(self, view, query, depth, cores):
         raise MemoryError("scan failed")
 
     monkeypatch.setattr(vector_file.VectorIndex, "scores", broken)
@@ -186,22 +186,15 @@ def test_index_tokens_lowercase_as_token_by_token(text):
                                                        for w in re.findall(r"[^\W_]+", t)]
 
 
-def test_a_scan_shares_its_products_unless_it_runs_beside_the_keyword_query(tmp_path, monkeypatch):
+def test_a_scan_shares_its_products_unless_it_runs_beside_the_keyword_query_until_the_caller_waits(tmp_path, monkeypatch):
     rng = np.random.default_rng(9)
     store, _, _ = build(tmp_path / "memory.db", embedding_like(rng, 50))
-    asked = []
-    real_scores = vector_file.VectorIndex.scores
-
-    def recording(self, view, query, depth, shares):
-        asked.append(shares)
-        return real_scores(self, view, query, depth, shares)
-
-    monkeypatch.setattr(vector_file.VectorIndex, "scores", recording)
     query = embedding_like(rng, 1)[0]
-    vector_file.begin_nearest(store.db, query, 5, MODEL, DIM).finish(store.db, "1", [])
-    assert asked == [True]  # the caller's own scan: the caller waits for it
+    own = vector_file.begin_nearest(store.db, query, 5, MODEL, DIM)
+    assert own._done is None and own._cores.free  # the caller's own scan: the caller waits for it
     monkeypatch.setattr(vector_file, "BESIDE_MIN_ROWS", 1)
     pending = vector_file.begin_nearest(store.db, query, 5, MODEL, DIM, background=True)
+    assert pending._done is not None and not pending._cores.free  # beside the caller: one core ...
     assert len(pending.finish(store.db, "1", [])) == 5
-    assert pending._done is not None and asked[-1] is False  # it ran beside the caller
+    assert pending._cores.free  # ... until the caller came to wait for it
     store.close()

@@ -131,8 +131,8 @@ TOP_SAMPLE_SPARE = 16
 # average 11, hybrid took 51 ms p50 beside the FTS query against 42 after it, at the same CPU.
 BESIDE_MIN_ROWS = 20_000
 # A matrix of this many rows (the prefilter's first pass of a large file, its survivors, the
-# candidates it passes on) is scored in two halves on two threads when no FTS query runs beside
-# it (NearestSearch): at 1M rows the scan is then most of a search's wall time, and a core idle.
+# candidates it passes on) is scored on two threads once no FTS query runs beside it
+# (NearestSearch): at 1M rows the scan is then most of a search's wall time, and a core idle.
 SHARED_SCAN_ROWS = 8192
 PRUNED_KEY = "vector_change_pruned"  # change ids at or below it are gone from the log
 TOKEN_KEY = "vector_store_token"  # set by migration 0016: which store a file belongs to
@@ -544,45 +544,90 @@ def _table_rows(db, model: str, dim: int, upto: int, written: WrittenVectors | N
     return seqs, ints, scales
 
 
-def _scores(matrix, scales, query, share: bool = True):
-    """The similarity of `query` to each int8 row times its scale, block by block (the
-    module's docstring says why). When `share`, a large matrix is scored in two halves at
-    once, the second on the sharing thread (SHARED_SCAN_ROWS says why)."""
+class Cores:
+    """Whether a search's products may take the second core (the sharing thread): from the
+    start when its caller waits for the scan, and from the moment the caller comes to wait
+    when it ran its keyword query meanwhile (`free` is set then, and read block by block)."""
+
+    __slots__ = ("free",)
+
+    def __init__(self, free: bool):
+        self.free = free
+
+
+def _in_blocks(count: int, block_rows: int, cores: Cores | None, work: Callable, buffers: Callable) -> None:
+    """`work(start, buffers())` for every block of `count` rows, on this thread and, for a
+    large matrix once `cores.free` says a core is free, on the sharing thread too
+    (SHARED_SCAN_ROWS says why). A range iterator's next() is one call under the GIL: each
+    block is claimed once, and done the same way by either thread, so every result is one
+    thread's to the bit."""
+    blocks = iter(range(0, count, block_rows))
+    shares = cores is not None and count >= SHARED_SCAN_ROWS
+    helper = None
+    mine = buffers()
+    for start in blocks:
+        if helper is None and shares and cores.free:
+            helper = _share(_claim_blocks, blocks, work, buffers)
+        work(start, mine)
+    if helper is not None and not helper.cancel():  # cancelled: it never started, nothing to wait for
+        helper.result()
+
+
+def _claim_blocks(blocks, work: Callable, buffers: Callable) -> None:
+    """The sharing thread's part of _in_blocks: the blocks still unclaimed."""
+    mine = buffers()
+    for start in blocks:
+        work(start, mine)
+
+
+def _block_rows(width: int) -> int:
+    return max(1, SCAN_ELEMENTS // max(1, width))
+
+
+def _scores(matrix, scales, query, cores: Cores | None = None, at=None):
+    """The similarity of `query` to each int8 row (or, given `at`, to the rows at those
+    indexes) times its scale, block by block (the module's docstring says why; _in_blocks
+    says on which threads)."""
     import numpy as np
 
-    block_rows = max(1, SCAN_ELEMENTS // max(1, matrix.shape[1]))
-    out = np.empty(len(matrix), dtype=np.float32)
-    cut = len(matrix)
-    if share and len(matrix) >= SHARED_SCAN_ROWS:
-        # On a block's edge: the blocks, and so every score to the bit, are one thread's.
-        cut = len(matrix) // 2 // block_rows * block_rows or len(matrix)
-    shared = _share(_score_rows, matrix[cut:], query, block_rows, out[cut:]) if cut < len(matrix) else None
-    _score_rows(matrix[:cut], query, block_rows, out[:cut])
-    if shared is not None:
-        shared.result()
+    count = len(matrix) if at is None else len(at)
+    width = matrix.shape[1]
+    block_rows = _block_rows(width)
+    out = np.empty(count, dtype=np.float32)
+
+    def buffers():
+        # The float32 rows a product reads and, scoring rows by index, the int8 rows gathered
+        # for it: block by block, not all at once, so a block stays in cache and the gathering
+        # is shared as the products are.
+        rows = min(block_rows, count)
+        return np.empty((rows, width), dtype=np.float32), np.empty((rows, width), dtype=np.int8) if at is not None else None
+
+    def score(start: int, mine) -> None:
+        floats, gathered = mine
+        if at is None:
+            rows = matrix[start:start + block_rows]
+        else:  # np.take copies whole rows where fancy indexing copies element by element (3x)
+            picked = at[start:start + block_rows]
+            rows = np.take(matrix, picked, axis=0, out=gathered[:len(picked)])
+        part = floats[:len(rows)]
+        np.copyto(part, rows, casting="unsafe")
+        np.dot(part, query, out=out[start:start + len(rows)])
+
+    _in_blocks(count, block_rows, cores, score, buffers)
     out *= scales
     return out
 
 
-def _score_rows(matrix, query, block_rows: int, out) -> None:
-    import numpy as np
-
-    block = np.empty((min(block_rows, len(matrix)), matrix.shape[1]), dtype=np.float32)
-    for start in range(0, len(matrix), block_rows):
-        rows = matrix[start:start + block_rows]
-        part = block[:len(rows)]
-        np.copyto(part, rows, casting="unsafe")
-        np.dot(part, query, out=out[start:start + len(rows)])
-
-
 def _share(work: Callable, *args):
     """`work(*args)` handed to the sharing thread: a Future whose result() waits for it (and
-    raises what it raised)."""
+    raises what it raised), and whose cancel() succeeds while the thread has not taken it up."""
     from concurrent.futures import Future
 
     shared: Future = Future()
 
     def run() -> None:
+        if not shared.set_running_or_notify_cancel():
+            return
         try:
             shared.set_result(work(*args))
         except BaseException as exc:  # raised again by result(), in the thread that waits
@@ -590,15 +635,6 @@ def _share(work: Callable, *args):
 
     _thread_queue("sharing").put(run)
     return shared
-
-
-def _rows_at(matrix, at):
-    """The rows of `matrix` at the indexes `at`: np.take copies whole rows where fancy
-    indexing copies an int8 2-D array element by element (100k rows of 64 components at 1M:
-    3 ms against 8)."""
-    import numpy as np
-
-    return np.take(matrix, at, axis=0)
 
 
 def lead_dims(rows: int, pdims: int) -> int:
@@ -633,23 +669,23 @@ class Snapshot(NamedTuple):
 class Scores:
     """One query's similarities over a snapshot of an index: every file row's (exact, or the
     prefilter's estimate) and every overlay row's, hidden rows at -inf. No SQL: a thread may
-    compute it while another runs the keyword query. `shares`: whether a core is free for half
-    of each large product (not beside the caller's keyword query)."""
+    compute it while another runs the keyword query. `cores`: when a second core may take
+    part of each large product (Cores)."""
 
-    def __init__(self, view: Snapshot, query, shares: bool):
+    def __init__(self, view: Snapshot, query, cores: Cores):
         import numpy as np
 
-        self.shares = shares
+        self.cores = cores
         self.seqs, self.matrix, self.scales = view.seqs, view.matrix, view.scales
         self.extra_seqs, self.query, self.seen = view.extra_seqs, query, view.seen
         self.exact = view.prefilter is None
         if self.exact:
-            self.sims = _scores(self.matrix, self.scales, query, shares)
+            self.sims = _scores(self.matrix, self.scales, query, cores)
         else:  # the prefilter's estimates: of the leading components only, in a large file
             basis, lead_rows, self.rest_rows, self.row_scales = view.prefilter
             self.projected = query @ basis
             # (each row's estimate less the centre's share, the same for every row)
-            self.sims = _scores(lead_rows, self.row_scales, self.projected[:lead_rows.shape[1]], shares)
+            self.sims = _scores(lead_rows, self.row_scales, self.projected[:lead_rows.shape[1]], cores)
         if view.hidden is not None:
             self.sims[view.hidden] = -np.inf
         self.extra = view.extra @ query
@@ -682,7 +718,7 @@ class Scores:
         else:  # the prefilter's best, rescored from the int8 rows
             wide = max(k, candidate_count(len(self.sims)))
             at = self._prefilter_best(wide)
-            sims = _scores(_rows_at(self.matrix, at), self.scales[at], self.query, self.shares)
+            sims = _scores(self.matrix, self.scales[at], self.query, self.cores, at)
         keep = sims != -np.inf
         seqs, sims = self.seqs[at[keep]], sims[keep]
         order = np.lexsort((seqs, -sims))  # best first, ties by seq
@@ -700,9 +736,10 @@ class Scores:
             near = _best_ascending(sims, max(wide, lead_count(len(sims))))
             near = near[sims[near] != -np.inf]
             lead = len(self.projected) - self.rest_rows.shape[1]
-            # In blocks, as the scan: a float32 copy of 100k survivors at 1M was 26 MB.
-            sims = sims[near] + _scores(_rows_at(self.rest_rows, near), self.row_scales[near],
-                                        self.projected[lead:], self.shares)
+            # Gathered block by block, as the scan reads: a float32 copy of 100k survivors at
+            # 1M was 26 MB, and gathering them all first kept it on one core.
+            sims = sims[near] + _scores(self.rest_rows, self.row_scales[near], self.projected[lead:],
+                                        self.cores, near)
             return near[np.sort(_top_index(sims, wide))]
         at = np.sort(_top_index(sims, wide))
         return at[sims[at] != -np.inf]
@@ -810,11 +847,11 @@ class VectorIndex:
         return Snapshot(self.seqs, self.matrix, self.scales, self.prefilter, self.extra_seqs,
                         self.extra, self.hidden, self.seen)
 
-    def scores(self, view: Snapshot, query, depth: int, shares: bool = True) -> Scores:
+    def scores(self, view: Snapshot, query, depth: int, cores: Cores) -> Scores:
         """The scan of `nearest` (no SQL), with the `depth * 4` best ranked exactly."""
         import numpy as np
 
-        scores = Scores(view, np.ascontiguousarray(query, dtype=np.float32), shares)
+        scores = Scores(view, np.ascontiguousarray(query, dtype=np.float32), cores)
         scores.best(depth * 4)
         return scores
 
@@ -932,10 +969,11 @@ class NearestSearch:
         self._scores: Scores | None = None
         self._error: BaseException | None = None
         self._done: threading.Event | None = None
-        # Beside the caller's keyword query the scan keeps to one core (1M memories, load 1:
-        # hybrid 34.8 ms p50 so, 37.6 sharing its products once the caller waited for it);
-        # a scan the caller waits for from the start shares them (KNN alone 29.8 -> 23.1 ms).
-        self._shares = not background
+        # Beside the caller's keyword query the scan keeps to one core until the caller comes to
+        # wait for it (1M memories, load 1: sharing from the start, three threads on two cores,
+        # cost hybrid 3 ms); a scan the caller waits for from the start shares at once (KNN
+        # alone 29.8 -> 23.1 ms).
+        self._cores = Cores(free=not background)
         view = index.snapshot()
         if background:
             self._done = threading.Event()
@@ -945,7 +983,7 @@ class NearestSearch:
 
     def scan(self, view: Snapshot, query) -> None:
         try:
-            self._scores = self.index.scores(view, query, self.depth, self._shares)
+            self._scores = self.index.scores(view, query, self.depth, self._cores)
         except BaseException as exc:  # raised again by finish, in the caller's thread
             self._error = exc
         finally:
@@ -955,6 +993,7 @@ class NearestSearch:
     def finish(self, db, where: str, params: list,
                passing: Callable[[list[int]], set[int]] | None = None) -> list[tuple[int, float]]:
         """The nearest passing `where` (VectorIndex.select, which says what `passing` is)."""
+        self._cores.free = True  # this thread now only waits: the scan's blocks may take its core
         if self._done is not None:
             self._done.wait()
         if self._error is not None:
@@ -963,7 +1002,7 @@ class NearestSearch:
 
 
 # Two threads per process: one scans for the searches that run their FTS query meanwhile, one
-# scores half of a large matrix beside whichever thread scores the other half (its work never
+# takes blocks of a large matrix beside whichever thread scores the others (its work never
 # waits on anything, so neither can wait on the other for good). Started once, as a thread
 # started per search made the search wait ~2 ms on a loaded machine for the new thread to be
 # scheduled. Keyed by pid: a forked child starts its own.

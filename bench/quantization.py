@@ -133,7 +133,7 @@ def prefilter_recall(docs, qs, ints, scales) -> None:
                                     np.empty((0, docs.shape[1]), dtype=np.float32), None, 0)
         found: dict[str, list[float]] = {"f32@10": [], "stored@10": [], "stored@50": []}
         for q in qs:
-            got = [s for s, _ in vector_file.Scores(view, np.ascontiguousarray(q), True).best(50)]
+            got = [s for s, _ in vector_file.Scores(view, np.ascontiguousarray(q), vector_file.Cores(free=True)).best(50)]
             found["f32@10"].append(len(set(top(docs @ q, K)) & set(got[:K])) / K)
             found["stored@10"].append(len(set(top(stored @ q, K)) & set(got[:K])) / K)
             found["stored@50"].append(len(set(top(stored @ q, 50)) & set(got)) / 50)

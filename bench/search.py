@@ -165,7 +165,7 @@ class SequentialSearcher(Searcher):
 
 def int8_scan(index, query, k):
     """The vector file's exact scan of every int8 row (what it ran before the prefilter)."""
-    sims = vector_file._scores(index.matrix, index.scales, query)
+    sims = vector_file._scores(index.matrix, index.scales, query, vector_file.Cores(free=True))
     return vector_file._top_index(sims, k)
 
 

@@ -409,18 +409,20 @@ class Searcher:
         return memory_filter(memory_type=opts.memory_type, project=opts.project,
                              include_invalid=opts.include_invalid, valid_only=opts.valid_only, at=at)
 
-    def fts_candidates(self, query: str, depth: int, where: str, params: list) -> list[tuple[int, float]]:
+    def fts_candidates(self, query: str, depth: int, where: str, params: list,
+                       known: dict[str, int] | None = None) -> list[tuple[int, float]]:
         """(seq, bm25) best first; bm25 is negative, lower is better.
 
         The filters apply to the best-ranked matches only (`fts.ranked_matches`); when they
-        drop too many, it looks deeper.
+        drop too many, it looks deeper. `known`: document frequencies the caller read already
+        (`fts.alternative_matches`).
         """
         alternatives = match_alternatives(query)
         if not alternatives:
             return []
         universal = universal_terms(self.db, alternatives)
         telling = [a for a in alternatives if a not in universal]
-        rows = self._bounded_ranking(telling, depth, where, params) if telling else []
+        rows = self._bounded_ranking(telling, depth, where, params, known) if telling else []
         if len(rows) < depth and universal:
             # What only the universal terms match ties at bm25 ~0 however it is ranked: the
             # newest fill the list, read without scoring every match.
@@ -430,7 +432,8 @@ class Searcher:
             rows += [(seq, tied) for seq in fill if seq not in seen][:depth - len(rows)]
         return rows
 
-    def _bounded_ranking(self, alternatives: list[str], depth: int, where: str, params: list) -> list[tuple[int, float]]:
+    def _bounded_ranking(self, alternatives: list[str], depth: int, where: str, params: list,
+                         known: dict[str, int] | None = None) -> list[tuple[int, float]]:
         """(seq, bm25) of the `depth` best matches of the alternatives OR-ed, best first, bm25
         scoring about `fts.ranked_matches_bound` of their matches at most.
 
@@ -447,7 +450,7 @@ class Searcher:
         bound = ranked_matches_bound(self.db)
         if bound is None or memory_count(self.db) <= bound or len(alternatives) < 2:
             return self._ranked(expression, depth, where, params)
-        matches = alternative_matches(self.db, alternatives)
+        matches = alternative_matches(self.db, alternatives, known)
         order = sorted(range(len(alternatives)), key=lambda i: matches[i])
         rare, held = [], 0
         for i in order:
@@ -553,7 +556,10 @@ class Searcher:
         if query_vector is not None and not feedback:
             # The scan runs in a thread while this one runs the FTS query (both release the GIL).
             pending = self._begin_nearest(query_vector, depth, background=keywords)
-        fts_list = self.fts_candidates(query, depth, where, params) if keywords else []
+        # The terms whose frequencies were read above, absent ones at 0: the keyword ranking
+        # reads only the others.
+        known = {term: frequencies[1].get(term, 0) for term in terms} if frequencies else None
+        fts_list = self.fts_candidates(query, depth, where, params, known) if keywords else []
         if fts_list and query_vector is not None and feedback:
             query_vector = self._with_feedback(query_vector, fts_list[0][0], opts.feedback)
         if query_vector is not None and feedback:

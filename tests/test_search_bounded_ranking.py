@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from llmem.db import fts
-from llmem.search import Searcher
+from llmem.search import Searcher, SearchOptions
 from llmem.store import Store
 
 MEMORIES = 400
@@ -60,3 +60,26 @@ def test_a_store_no_larger_than_the_bound_ranks_every_match(store, monkeypatch):
     full = " OR ".join(fts.match_alternatives(query))
     assert Searcher(store, None).fts_candidates(query, 8, WHERE, []) == \
         fts.ranked_matches(store.db, full, (1.0, 0.6, 0.4), 8, WHERE, [])
+
+
+def test_a_search_reads_the_vocabulary_once_for_its_frequencies_and_the_ranking_bound(store, monkeypatch):
+    reads = []
+    real = fts.document_frequencies
+
+    def spy(db, terms):
+        reads.append(list(terms))
+        return real(db, terms)
+
+    monkeypatch.setattr(fts, "document_frequencies", spy)
+    monkeypatch.setattr("llmem.search.document_frequencies", spy)
+    query = "widget gadget flux"
+    result = Searcher(store, None).search(query, SearchOptions(mode="fts", track=False, min_relevance=0.0))
+    # The ranking's bound took the frequencies the search read: no later read asks for its
+    # terms again (the lexical scorer's read of the hits' own words may hold them).
+    assert result.hits and reads[0] == ["widget", "gadget", "flux"]
+    assert [r for r in reads[1:] if set(r) <= {"widget", "gadget", "flux"}] == []
+    alternatives = fts.match_alternatives(query)
+    known = {"widget": 200, "nowhere": 0}
+    assert fts.alternative_matches(store.db, alternatives) == [200, 134, 10]
+    assert fts.alternative_matches(store.db, alternatives, known) == [200, 134, 10]
+    assert reads[-1] == ["flux", "gadget"]  # with some known, only the others are read

@@ -580,10 +580,6 @@ def _claim_blocks(blocks, work: Callable, buffers: Callable) -> None:
         work(start, mine)
 
 
-def _block_rows(width: int) -> int:
-    return max(1, SCAN_ELEMENTS // max(1, width))
-
-
 def _scores(matrix, scales, query, cores: Cores | None = None, at=None):
     """The similarity of `query` to each int8 row (or, given `at`, to the rows at those
     indexes) times its scale, block by block (the module's docstring says why; _in_blocks
@@ -592,7 +588,7 @@ def _scores(matrix, scales, query, cores: Cores | None = None, at=None):
 
     count = len(matrix) if at is None else len(at)
     width = matrix.shape[1]
-    block_rows = _block_rows(width)
+    block_rows = max(1, SCAN_ELEMENTS // max(1, width))
     out = np.empty(count, dtype=np.float32)
 
     def buffers():

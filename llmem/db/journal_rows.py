@@ -10,9 +10,10 @@ from typing import Any
 # made, `before` lists the session cursors the backfill moved, in the order read, each as
 # [adapter, session_id, row as it was], and a run of sessions of one adapter that had no
 # cursor before as [adapter, [session_id, ...]] (most of a first backfill's sessions: the
-# adapter said once and no null for each, a sixth of `before`, which with `after` is what
-# decides whether a small backfill's action fits in one page or spills onto a second; older actions hold [adapter, session_id, null] each, and an older store's action of one
-# session one whole `row` image instead). A row per memory, with its two index
+# adapter said once and no null for each is a sixth of `before`, which with `after` decides
+# whether a small backfill's action fits in one page or spills onto a second). Older actions
+# hold [adapter, session_id, null] each, and an older store's action of one session one whole
+# `row` image. A row per memory, with its two index
 # entries, was ~0.2x the text a store holds, and a row per session 0.2x a small one's
 # (issue 18): a run's sessions share an action until its images pass SESSION_ACTION_BYTES.
 # Undo reads it as the `create`s and the `row`s it stands for (actions_newest_first).

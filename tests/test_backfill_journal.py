@@ -62,7 +62,7 @@ def test_one_action_holds_a_runs_sessions_and_the_rollback_undoes_each(copilot):
     assert second.sessions == 6 and second.added + second.episodes >= 5
     actions = session_actions(app.store.db, second.run_id)
     assert [(op, memory_id) for op, memory_id, _, _ in actions] == [(journal_rows.SESSION_OP, None)]
-    moved = json.loads(actions[0][2])  # [adapter, session_id, the row as it was or null]
+    moved = journal_rows.moved_cursors(actions[0][2])  # (adapter, session_id, the row as it was or None)
     assert len(moved) == 6 and sum(row is not None for _, _, row in moved) == 2
     made = [pair for pairs in json.loads(actions[0][3]).values() for pair in pairs]
     assert len(made) == second.added + second.episodes
@@ -83,7 +83,7 @@ def test_an_action_past_its_size_is_followed_by_a_new_one(copilot, monkeypatch):
     run = run_backfill(app, use_llm=False)
     actions = session_actions(app.store.db, run.run_id)
     assert 1 < len(actions) < run.sessions
-    assert sum(len(json.loads(before)) for _, _, before, _ in actions) == run.sessions
+    assert sum(len(journal_rows.moved_cursors(before)) for _, _, before, _ in actions) == run.sessions
     assert all(len(before) + len(after) <= 600 + 400 for _, _, before, after in actions)  # one session past it at most
     assert rollback_backfill(app.store, run.run_id).deleted == run.added + run.episodes
     assert app.store.models.Memory.select().count() == 0 and cursors(app) == {}
@@ -110,3 +110,16 @@ def test_an_older_stores_action_of_one_session_still_rolls_back(copilot):
     assert action_counts(app.store, run.run_id)["backfill"]["cursor"] == 2
     assert rollback_backfill(app.store, run.run_id).deleted == run.added + run.episodes
     assert Memory.select().count() == 0 and cursors(app) == {}
+
+
+def test_cursors_without_a_row_are_grouped_by_adapter_and_read_back_in_order():
+    moved = [("claude", "s1", None), ("claude", "s2", None), ("codex", "s3", {"cursor": "offset:9"}),
+             ("codex", "s4", None), ("claude", "s5", None)]
+    before, _ = journal_rows.session_action_images({}, moved)
+    assert json.loads(before) == [["claude", ["s1", "s2"]], ["codex", "s3", {"cursor": "offset:9"}],
+                                  ["codex", ["s4"]], ["claude", ["s5"]]]
+    assert journal_rows.moved_cursors(before) == moved
+    # An older action's entries, one [adapter, session_id, null] each, read the same.
+    older = json.dumps([list(entry) for entry in moved])
+    assert journal_rows.moved_cursors(older) == moved
+    assert journal_rows.cursor_images(older) == journal_rows.cursor_images(before)

@@ -8,8 +8,12 @@ from typing import Any
 # The op of a backfill's session actions (dream/backfill.py): `after` maps each kind of memory
 # the sessions created ("add", "episode") to [id, updated_at] pairs in the order they were
 # made, `before` lists the session cursors the backfill moved, in the order read, each as
-# [adapter, session_id, row as it was or null] (null: none moved; an older store's action of
-# one session holds one whole `row` image instead). A row per memory, with its two index
+# [adapter, session_id, row as it was], and a run of sessions of one adapter that had no
+# cursor before as [adapter, [session_id, ...]] (most of a first backfill's sessions: the
+# adapter said once and no null for each is a sixth of `before`, which with `after` decides
+# whether a small backfill's action fits in one page or spills onto a second). Older actions
+# hold [adapter, session_id, null] each, and an older store's action of one session one whole
+# `row` image. A row per memory, with its two index
 # entries, was ~0.2x the text a store holds, and a row per session 0.2x a small one's
 # (issue 18): a run's sessions share an action until its images pass SESSION_ACTION_BYTES.
 # Undo reads it as the `create`s and the `row`s it stands for (actions_newest_first).
@@ -81,10 +85,37 @@ def session_action_images(created: dict[str, list[tuple[str, float]]],
     """The (before, after) JSON texts of a session action: `created` maps a kind to its
     (id, updated_at) pairs; `cursors_before` are the moved cursors, (adapter, session_id,
     row as it was or None)."""
-    return (json.dumps([list(c) for c in cursors_before], ensure_ascii=False, separators=_COMPACT)
+    return (json.dumps(_grouped_cursors(cursors_before), ensure_ascii=False, separators=_COMPACT)
             if cursors_before else None,
             json.dumps({kind: [list(pair) for pair in pairs] for kind, pairs in created.items() if pairs},
                        ensure_ascii=False, sort_keys=True, separators=_COMPACT))
+
+
+def _grouped_cursors(cursors_before) -> list[list]:
+    """`before`'s entries: a cursor with a row image as [adapter, session_id, row]; each run
+    of sessions of one adapter that had none as [adapter, [session_id, ...]]."""
+    entries: list[list] = []
+    for adapter, session_id, row in cursors_before:
+        if row is not None:
+            entries.append([adapter, session_id, row])
+        elif entries and entries[-1][0] == adapter and isinstance(entries[-1][1], list):
+            entries[-1][1].append(session_id)
+        else:
+            entries.append([adapter, [session_id]])
+    return entries
+
+
+def moved_cursors(before) -> list[tuple[str, str, dict[str, Any] | None]]:
+    """(adapter, session_id, row as it was or None) of each cursor a session action's list
+    `before` (JSON text or parsed) names, in the order read."""
+    held = json.loads(before) if isinstance(before, str) else before
+    moved: list[tuple[str, str, dict[str, Any] | None]] = []
+    for entry in held or ():
+        if isinstance(entry[1], list):
+            moved.extend((entry[0], session_id, None) for session_id in entry[1])
+        else:
+            moved.append((entry[0], entry[1], entry[2]))
+    return moved
 
 
 def cursor_images(before) -> list[dict[str, Any]]:
@@ -96,7 +127,7 @@ def cursor_images(before) -> list[dict[str, Any]]:
     if isinstance(held, dict):  # an older action of one session: its image whole
         return [held]
     return [{"table": CURSOR_TABLE, "key": {"adapter": adapter, "session_id": session_id}, "row": row}
-            for adapter, session_id, row in held]
+            for adapter, session_id, row in moved_cursors(held)]
 
 
 def created_in_session_actions(db, memory_id: str) -> list[tuple[int, str]]:
